@@ -1,0 +1,49 @@
+#pragma once
+// Runs a kernel's tile IR, op by op, over a grid of programs on host buffers:
+// the semantic oracle every other backend is checked against.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace tilec::interp {
+
+// A named host array. Elements are stored little-endian at their dtype's size
+// (i1 as one byte, f16/bf16 as their 16-bit patterns).
+struct Buffer {
+  std::string name;
+  ir::DType dtype = ir::DType::f32;
+  std::vector<std::byte> bytes;
+
+  Buffer() = default;
+  Buffer(std::string name, ir::DType dtype, size_t count)
+      : name(std::move(name)), dtype(dtype), bytes(count * ir::dtype_bytes(dtype)) {}
+  size_t count() const { return bytes.size() / ir::dtype_bytes(dtype); }
+  // Element access converting through double (exact for every dtype but i64
+  // beyond 2^53).
+  double get(size_t i) const;
+  void set(size_t i, double v);
+};
+
+// One kernel argument: a buffer for a pointer parameter, else a scalar.
+struct Arg {
+  Buffer* buffer = nullptr;
+  int64_t i = 0;
+  double f = 0.0;
+  static Arg of(Buffer& b) { return {&b, 0, 0.0}; }
+  static Arg of_int(int64_t v) { return {nullptr, v, static_cast<double>(v)}; }
+  static Arg of_float(double v) { return {nullptr, static_cast<int64_t>(v), v}; }
+};
+
+using Grid = std::array<int64_t, 3>;
+
+// Runs `fn` for every program of `grid`. Throws UserError for: argument count
+// or type mismatch, an unmasked (or unmasked-lane) access outside its buffer
+// (naming the kernel, the op's source location, the buffer and the offset),
+// integer division by zero, a for loop with a non-positive step.
+void interpret(const ir::Function& fn, Grid grid, const std::vector<Arg>& args);
+
+} // namespace tilec::interp

@@ -1,0 +1,150 @@
+#include "ir/ir.h"
+
+#include <algorithm>
+
+namespace tilec::ir {
+
+std::string_view op_name(OpKind k) {
+  switch (k) {
+#define TILEC_X(E, N)                                                                              \
+  case OpKind::E: return N;
+    TILEC_OPS(TILEC_X)
+#undef TILEC_X
+  }
+  internal_fail("bad op kind");
+}
+
+bool parse_op_name(std::string_view name, OpKind& out) {
+#define TILEC_X(E, N)                                                                              \
+  if (name == N) {                                                                                 \
+    out = OpKind::E;                                                                               \
+    return true;                                                                                   \
+  }
+  TILEC_OPS(TILEC_X)
+#undef TILEC_X
+  return false;
+}
+
+bool is_unary(OpKind k) {
+  switch (k) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_UNARY_OPS(TILEC_X)
+#undef TILEC_X
+    return true;
+  default: return false;
+  }
+}
+
+bool is_binary(OpKind k) {
+  switch (k) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_BINARY_OPS(TILEC_X)
+#undef TILEC_X
+    return true;
+  default: return false;
+  }
+}
+
+bool is_compare(OpKind k) {
+  switch (k) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_COMPARE_OPS(TILEC_X)
+#undef TILEC_X
+    return true;
+  default: return false;
+  }
+}
+
+bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
+
+bool has_side_effects(OpKind k) {
+  return k == OpKind::Store || k == OpKind::AtomicAdd || is_terminator(k);
+}
+
+std::string_view reduce_kind_name(ReduceKind k) {
+  switch (k) {
+  case ReduceKind::sum: return "sum";
+  case ReduceKind::max: return "max";
+  case ReduceKind::min: return "min";
+  }
+  internal_fail("bad reduce kind");
+}
+
+bool parse_reduce_kind(std::string_view name, ReduceKind& out) {
+  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min})
+    if (reduce_kind_name(k) == name) {
+      out = k;
+      return true;
+    }
+  return false;
+}
+
+bool ConstValue::operator==(const ConstValue& o) const {
+  if (is_float != o.is_float) return false;
+  if (is_float) return f == o.f || (f != f && o.f != o.f); // NaN equals NaN here
+  return i == o.i;
+}
+
+Value* Op::mask() const {
+  switch (kind) {
+  case OpKind::Load: return operands.size() >= 2 ? operands[1] : nullptr;
+  case OpKind::Store:
+  case OpKind::AtomicAdd: return operands.size() >= 3 ? operands[2] : nullptr;
+  default: return nullptr;
+  }
+}
+
+Value* Op::other() const {
+  return kind == OpKind::Load && operands.size() >= 3 ? operands[2] : nullptr;
+}
+
+std::vector<Value*> Op::for_inits() const {
+  internal_assert(kind == OpKind::For, "for_inits on a for op");
+  return {operands.begin() + 3, operands.end()};
+}
+
+Value* Function::new_value(Type t, Op* def, Block* owner) {
+  auto v = std::make_unique<Value>();
+  v->id = static_cast<int>(values_.size());
+  v->type = std::move(t);
+  v->def = def;
+  v->owner = owner;
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value* Function::add_param(std::string pname, Type t) {
+  Value* v = new_value(std::move(t), nullptr, &body);
+  v->name = std::move(pname);
+  params.push_back(v);
+  return v;
+}
+
+void Function::renumber() {
+  // Values no longer reachable (erased ops) keep storage but get no number.
+  for (auto& v : values_) v->id = -1;
+  int next = 0;
+  for (Value* p : params) p->id = next++;
+  walk(body, [&](Op& op) {
+    for (Value* r : op.results) r->id = next++;
+    for (auto& region : op.regions)
+      for (Value* a : region->args) a->id = next++;
+  });
+  // Keep ids unique for orphans too, so debugging output never shows duplicates.
+  for (auto& v : values_)
+    if (v->id < 0) v->id = next++;
+}
+
+void replace_all_uses(Block& b, Value* from, Value* to) {
+  walk(b, [&](Op& op) { std::replace(op.operands.begin(), op.operands.end(), from, to); });
+}
+
+std::vector<int> count_uses(const Function& f) {
+  std::vector<int> uses(f.num_values(), 0);
+  walk(const_cast<Block&>(f.body), [&](Op& op) {
+    for (Value* v : op.operands) uses.at(v->id)++;
+  });
+  return uses;
+}
+
+} // namespace tilec::ir

@@ -1,0 +1,141 @@
+#pragma once
+// The tile IR: SSA values holding statically shaped tiles, ops with optional
+// regions (structured for/if), blocks and kernel functions.
+//
+// Ownership: a Function owns every Value; a Block owns its Ops; an Op owns its
+// region Blocks. Ops and Values refer to each other by plain pointers.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/ops.def"
+#include "ir/types.h"
+
+namespace tilec::ir {
+
+enum class OpKind : uint8_t {
+#define TILEC_X(E, N) E,
+  TILEC_OPS(TILEC_X)
+#undef TILEC_X
+};
+
+#define TILEC_X(E, N) +1
+inline constexpr int kNumOpKinds = 0 TILEC_OPS(TILEC_X);
+#undef TILEC_X
+
+std::string_view op_name(OpKind k);
+bool parse_op_name(std::string_view name, OpKind& out);
+
+bool is_unary(OpKind k);
+bool is_binary(OpKind k);
+bool is_compare(OpKind k);
+inline bool is_elementwise(OpKind k) { return is_unary(k) || is_binary(k) || is_compare(k); }
+bool has_side_effects(OpKind k); // store, atomic_add, for/if containing them, yield, return
+bool is_terminator(OpKind k);
+
+enum class ReduceKind : uint8_t { sum, max, min };
+std::string_view reduce_kind_name(ReduceKind k);
+bool parse_reduce_kind(std::string_view name, ReduceKind& out);
+
+class Op;
+class Block;
+
+class Value {
+public:
+  int id = -1;     // unique within its function; printed as %id
+  Type type;
+  Op* def = nullptr;       // the op that produced it, or null for a block argument
+  Block* owner = nullptr;  // for block arguments: the block
+  std::string name;        // a hint kept for kernel parameters ("x", "n")
+};
+
+// Constant payload: ints are kept exactly, floats as double.
+struct ConstValue {
+  bool is_float = false;
+  int64_t i = 0;
+  double f = 0.0;
+  static ConstValue of_int(int64_t v) { return {false, v, static_cast<double>(v)}; }
+  static ConstValue of_float(double v) { return {true, static_cast<int64_t>(v), v}; }
+  bool operator==(const ConstValue& o) const;
+};
+
+// All attributes any op may carry; each op uses the few that apply.
+struct Attrs {
+  int64_t axis = 0;              // program_id, num_programs, expand_dims, reduce
+  int64_t start = 0;             // arange
+  std::vector<int64_t> perm;     // permute
+  ConstValue value;              // constant
+  ReduceKind reduce = ReduceKind::sum;
+  bool operator==(const Attrs&) const = default;
+};
+
+class Block {
+public:
+  Op* parent = nullptr; // the op owning this region, or null for a function body
+  std::vector<Value*> args;
+  std::vector<std::unique_ptr<Op>> ops;
+
+  Op* terminator() const { return ops.empty() ? nullptr : ops.back().get(); }
+};
+
+class Op {
+public:
+  OpKind kind;
+  std::vector<Value*> operands;
+  std::vector<Value*> results;
+  Attrs attrs;
+  std::vector<std::unique_ptr<Block>> regions;
+  SourceLoc loc;
+  Block* parent = nullptr;
+
+  Value* result() const {
+    internal_assert(results.size() == 1, "op has exactly one result");
+    return results[0];
+  }
+  Block& region(size_t i) const { return *regions.at(i); }
+  // Operands of load/store/atomic_add that are optional.
+  Value* mask() const;  // nullptr if absent
+  Value* other() const; // load only; nullptr if absent
+  // for: the loop-carried initial values and the body's block args.
+  std::vector<Value*> for_inits() const;
+};
+
+class Function {
+public:
+  explicit Function(std::string name) : name(std::move(name)) {}
+  Function(const Function&) = delete;
+  Function& operator=(const Function&) = delete;
+
+  std::string name;
+  std::vector<Value*> params; // each has a name
+  Block body;
+
+  Value* new_value(Type t, Op* def = nullptr, Block* owner = nullptr);
+  Value* add_param(std::string name, Type t);
+  int num_values() const { return static_cast<int>(values_.size()); }
+  // Renumbers every value in definition order (params first); keeps printing stable.
+  void renumber();
+
+private:
+  std::vector<std::unique_ptr<Value>> values_;
+};
+
+using Kernel = std::shared_ptr<Function>;
+
+// Walks every op in pre-order (an op before the ops of its regions).
+template <class F> void walk(Block& b, F&& f) {
+  for (auto& op : b.ops) {
+    f(*op);
+    for (auto& r : op->regions) walk(*r, f);
+  }
+}
+
+// Replaces every use of `from` by `to` in `b` and nested regions.
+void replace_all_uses(Block& b, Value* from, Value* to);
+// Number of uses of each value id (for DCE), counted over `b` and nested regions.
+std::vector<int> count_uses(const Function& f);
+
+} // namespace tilec::ir

@@ -1,0 +1,312 @@
+#include "ir/op_rules.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tilec::ir {
+
+std::string describe(const Value* v) {
+  if (!v) return "<null>";
+  return fmt::format("%{} ({})", v->id, v->type.str());
+}
+
+namespace {
+
+std::string expect_count(const Op& op, size_t lo, size_t hi, size_t results) {
+  if (op.operands.size() < lo || op.operands.size() > hi) {
+    if (lo == hi) return fmt::format("expects {} operands, got {}", lo, op.operands.size());
+    return fmt::format("expects {} to {} operands, got {}", lo, hi, op.operands.size());
+  }
+  if (op.results.size() != results)
+    return fmt::format("expects {} results, got {}", results, op.results.size());
+  for (Value* v : op.operands)
+    if (!v) return "has a null operand";
+  return "";
+}
+
+std::string same_shape(const Value* a, const Value* b) {
+  if (a->type.shape != b->type.shape)
+    return fmt::format("operands {} and {} differ in shape", describe(a), describe(b));
+  return "";
+}
+
+std::string check_shape_dims(const Type& t, const Value* v) {
+  for (int64_t d : t.shape)
+    if (!is_pow2(d))
+      return fmt::format("{} has dimension {} that is not a power of two", describe(v), d);
+  return "";
+}
+
+std::string check_region_args(const Op& op, const Block& region, const std::vector<Type>& want,
+                              std::string_view what) {
+  if (region.args.size() != want.size())
+    return fmt::format("{} region has {} arguments, expected {}", what, region.args.size(),
+                       want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    if (region.args[i]->type != want[i])
+      return fmt::format("{} region argument {} is {}, expected {}", what, i,
+                         describe(region.args[i]), want[i].str());
+  (void)op;
+  return "";
+}
+
+std::string check_yield(const Block& region, const std::vector<Value*>& results,
+                        std::string_view what) {
+  const Op* term = region.terminator();
+  if (!term || term->kind != OpKind::Yield) return fmt::format("{} region does not end in yield", what);
+  if (term->operands.size() != results.size())
+    return fmt::format("{} region yields {} values, the op has {} results", what,
+                       term->operands.size(), results.size());
+  for (size_t i = 0; i < results.size(); ++i)
+    if (term->operands[i]->type != results[i]->type)
+      return fmt::format("{} region yields {} for result {}", what, describe(term->operands[i]),
+                         describe(results[i]));
+  return "";
+}
+
+bool is_int_scalar(const Value* v) {
+  return v->type.is_scalar() && !v->type.is_ptr() && is_int(v->type.dtype()) &&
+         v->type.dtype() != DType::i1;
+}
+
+std::string check(const Op& op) {
+  const auto& in = op.operands;
+  const auto& out = op.results;
+  std::string e;
+  auto res = [&]() -> const Type& { return out[0]->type; };
+
+  if (is_unary(op.kind)) {
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    if (in[0]->type.is_ptr()) return fmt::format("operand {} is a pointer", describe(in[0]));
+    if (res() != in[0]->type)
+      return fmt::format("result {} differs from operand {}", describe(out[0]), describe(in[0]));
+    bool float_only = op.kind != OpKind::Abs && op.kind != OpKind::Neg;
+    if (float_only && !is_float(in[0]->type.dtype()))
+      return fmt::format("needs a float operand, got {}", describe(in[0]));
+    if (!float_only && in[0]->type.dtype() == DType::i1)
+      return fmt::format("is not defined on i1 operand {}", describe(in[0]));
+    return "";
+  }
+  if (is_binary(op.kind) || is_compare(op.kind)) {
+    if (!(e = expect_count(op, 2, 2, 1)).empty()) return e;
+    if (in[0]->type != in[1]->type)
+      return fmt::format("operands {} and {} differ in type", describe(in[0]), describe(in[1]));
+    if (in[0]->type.is_ptr() && !(op.kind == OpKind::Eq || op.kind == OpKind::Ne))
+      return fmt::format("operand {} is a pointer", describe(in[0]));
+    DType dt = in[0]->type.dtype();
+    bool bitwise = op.kind == OpKind::And || op.kind == OpKind::Or || op.kind == OpKind::Xor;
+    if (bitwise && is_float(dt)) return fmt::format("needs integer operands, got {}", describe(in[0]));
+    if (dt == DType::i1 && is_binary(op.kind) && !bitwise)
+      return fmt::format("is not defined on i1 operands ({})", describe(in[0]));
+    Type want = is_compare(op.kind) ? tile_type(DType::i1, in[0]->type.shape) : in[0]->type;
+    if (res() != want)
+      return fmt::format("result {} should be {}", describe(out[0]), want.str());
+    return "";
+  }
+
+  switch (op.kind) {
+  case OpKind::ProgramId:
+  case OpKind::NumPrograms:
+    if (!(e = expect_count(op, 0, 0, 1)).empty()) return e;
+    if (op.attrs.axis < 0 || op.attrs.axis > 2)
+      return fmt::format("axis {} is not 0, 1 or 2", op.attrs.axis);
+    if (res() != scalar_type(DType::i32)) return fmt::format("result {} should be i32", describe(out[0]));
+    return "";
+  case OpKind::Arange:
+    if (!(e = expect_count(op, 0, 0, 1)).empty()) return e;
+    if (res().rank() != 1 || res().is_ptr() || res().dtype() != DType::i32)
+      return fmt::format("result {} should be a 1-d i32 tile", describe(out[0]));
+    return check_shape_dims(res(), out[0]);
+  case OpKind::Constant:
+    if (!(e = expect_count(op, 0, 0, 1)).empty()) return e;
+    if (res().is_ptr()) return "cannot make a pointer constant";
+    if (op.attrs.value.is_float && !is_float(res().dtype()))
+      return fmt::format("float value {} for integer result {}", op.attrs.value.f, describe(out[0]));
+    return check_shape_dims(res(), out[0]);
+  case OpKind::Splat:
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    if (!in[0]->type.is_scalar()) return fmt::format("operand {} is not a scalar", describe(in[0]));
+    if (res().elem != in[0]->type.elem || res().is_scalar())
+      return fmt::format("result {} should be a tile of {}", describe(out[0]), in[0]->type.elem.str());
+    return check_shape_dims(res(), out[0]);
+  case OpKind::Broadcast: {
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    const Type &a = in[0]->type, &r = res();
+    if (r.elem != a.elem || r.rank() != a.rank())
+      return fmt::format("result {} must keep the element type and rank of {}", describe(out[0]),
+                         describe(in[0]));
+    for (int i = 0; i < a.rank(); ++i)
+      if (a.shape[i] != r.shape[i] && a.shape[i] != 1)
+        return fmt::format("cannot broadcast {} to {}: dimension {} is {}, not 1", describe(in[0]),
+                           shape_str(r.shape), i, a.shape[i]);
+    return check_shape_dims(r, out[0]);
+  }
+  case OpKind::ExpandDims: {
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    const Type& a = in[0]->type;
+    if (op.attrs.axis < 0 || op.attrs.axis > a.rank())
+      return fmt::format("axis {} out of range for {}", op.attrs.axis, describe(in[0]));
+    Shape s = a.shape;
+    s.insert(s.begin() + op.attrs.axis, 1);
+    if (res() != a.with_shape(s))
+      return fmt::format("result {} should be {}", describe(out[0]), a.with_shape(s).str());
+    return "";
+  }
+  case OpKind::Reshape:
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    if (res().elem != in[0]->type.elem ||
+        num_elements(res().shape) != num_elements(in[0]->type.shape))
+      return fmt::format("cannot reshape {} to {}", describe(in[0]), describe(out[0]));
+    return check_shape_dims(res(), out[0]);
+  case OpKind::Permute: {
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    const Type& a = in[0]->type;
+    const auto& p = op.attrs.perm;
+    std::vector<int64_t> sorted = p;
+    std::sort(sorted.begin(), sorted.end());
+    for (int i = 0; i < static_cast<int>(sorted.size()); ++i)
+      if (sorted[i] != i) return fmt::format("[{}] is not a permutation", fmt::join(p, ", "));
+    if (static_cast<int>(p.size()) != a.rank())
+      return fmt::format("permutation of {} dims for {}", p.size(), describe(in[0]));
+    Shape s;
+    for (int64_t d : p) s.push_back(a.shape[d]);
+    if (res() != a.with_shape(s))
+      return fmt::format("result {} should be {}", describe(out[0]), a.with_shape(s).str());
+    return "";
+  }
+  case OpKind::AddPtr:
+    if (!(e = expect_count(op, 2, 2, 1)).empty()) return e;
+    if (!in[0]->type.is_ptr()) return fmt::format("operand {} is not a pointer", describe(in[0]));
+    if (in[1]->type.is_ptr() || !is_int(in[1]->type.dtype()) || in[1]->type.dtype() == DType::i1)
+      return fmt::format("offset {} is not an integer", describe(in[1]));
+    if (!(e = same_shape(in[0], in[1])).empty()) return e;
+    if (res() != in[0]->type) return fmt::format("result {} should be {}", describe(out[0]), in[0]->type.str());
+    return "";
+  case OpKind::Load: {
+    if (!(e = expect_count(op, 1, 3, 1)).empty()) return e;
+    const Type& p = in[0]->type;
+    if (!p.is_ptr()) return fmt::format("address {} is not a pointer", describe(in[0]));
+    Type want = tile_type(p.dtype(), p.shape);
+    if (res() != want) return fmt::format("result {} should be {}", describe(out[0]), want.str());
+    if (Value* m = op.mask()) {
+      if (m->type != tile_type(DType::i1, p.shape))
+        return fmt::format("mask {} should be {}", describe(m), tile_type(DType::i1, p.shape).str());
+    }
+    if (Value* o = op.other())
+      if (o->type != want) return fmt::format("other {} should be {}", describe(o), want.str());
+    return "";
+  }
+  case OpKind::Store:
+  case OpKind::AtomicAdd: {
+    bool atomic = op.kind == OpKind::AtomicAdd;
+    if (!(e = expect_count(op, 2, 3, atomic ? 1 : 0)).empty()) return e;
+    const Type& p = in[0]->type;
+    if (!p.is_ptr()) return fmt::format("address {} is not a pointer", describe(in[0]));
+    Type want = tile_type(p.dtype(), p.shape);
+    if (in[1]->type != want) return fmt::format("value {} should be {}", describe(in[1]), want.str());
+    if (Value* m = op.mask())
+      if (m->type != tile_type(DType::i1, p.shape))
+        return fmt::format("mask {} should be {}", describe(m), tile_type(DType::i1, p.shape).str());
+    if (atomic) {
+      if (res() != want) return fmt::format("result {} should be {}", describe(out[0]), want.str());
+      if (p.dtype() != DType::f32 && p.dtype() != DType::i32)
+        return fmt::format("atomic_add supports f32 and i32, not {}", p.elem.str());
+    }
+    return "";
+  }
+  case OpKind::Select:
+    if (!(e = expect_count(op, 3, 3, 1)).empty()) return e;
+    if (in[0]->type.is_ptr() || in[0]->type.dtype() != DType::i1)
+      return fmt::format("condition {} is not i1", describe(in[0]));
+    if (in[1]->type != in[2]->type)
+      return fmt::format("operands {} and {} differ in type", describe(in[1]), describe(in[2]));
+    if (!(e = same_shape(in[0], in[1])).empty()) return e;
+    if (res() != in[1]->type) return fmt::format("result {} should be {}", describe(out[0]), in[1]->type.str());
+    return "";
+  case OpKind::Cast:
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    if (in[0]->type.is_ptr() || res().is_ptr()) return "cannot cast pointers";
+    if (res().shape != in[0]->type.shape)
+      return fmt::format("result {} differs in shape from {}", describe(out[0]), describe(in[0]));
+    return "";
+  case OpKind::Dot: {
+    if (!(e = expect_count(op, 3, 3, 1)).empty()) return e;
+    const Type &a = in[0]->type, &b = in[1]->type, &c = in[2]->type;
+    if (a.rank() != 2 || b.rank() != 2 || a.shape[1] != b.shape[0])
+      return fmt::format("operands {} and {} are not [M, K] and [K, N]", describe(in[0]), describe(in[1]));
+    if (a.is_ptr() || b.is_ptr() || !is_float(a.dtype()) || a.elem != b.elem)
+      return fmt::format("operands {} and {} must be floats of one dtype", describe(in[0]), describe(in[1]));
+    Type want = tile_type(DType::f32, {a.shape[0], b.shape[1]});
+    if (c != want) return fmt::format("accumulator {} should be {}", describe(in[2]), want.str());
+    if (res() != want) return fmt::format("result {} should be {}", describe(out[0]), want.str());
+    return "";
+  }
+  case OpKind::Reduce: {
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    const Type& a = in[0]->type;
+    if (a.is_ptr() || a.dtype() == DType::i1)
+      return fmt::format("cannot reduce {}", describe(in[0]));
+    if (op.attrs.axis < 0 || op.attrs.axis >= a.rank())
+      return fmt::format("axis {} out of range for {}", op.attrs.axis, describe(in[0]));
+    Shape s = a.shape;
+    s.erase(s.begin() + op.attrs.axis);
+    if (res() != a.with_shape(s))
+      return fmt::format("result {} should be {}", describe(out[0]), a.with_shape(s).str());
+    return "";
+  }
+  case OpKind::For: {
+    if (in.size() < 3) return fmt::format("expects at least 3 operands, got {}", in.size());
+    for (int i = 0; i < 3; ++i)
+      if (!is_int_scalar(in[i]))
+        return fmt::format("bound {} must be an integer scalar (control flow is uniform)",
+                           describe(in[i]));
+    if (in[0]->type != in[1]->type || in[0]->type != in[2]->type)
+      return fmt::format("bounds {}, {}, {} differ in type", describe(in[0]), describe(in[1]),
+                         describe(in[2]));
+    if (out.size() != in.size() - 3)
+      return fmt::format("has {} carried values but {} results", in.size() - 3, out.size());
+    std::vector<Type> args{in[0]->type};
+    for (size_t i = 3; i < in.size(); ++i) {
+      if (in[i]->type != out[i - 3]->type)
+        return fmt::format("initial value {} and result {} differ in type", describe(in[i]),
+                           describe(out[i - 3]));
+      args.push_back(in[i]->type);
+    }
+    if (op.regions.size() != 1) return "needs exactly one region";
+    if (!(e = check_region_args(op, op.region(0), args, "body")).empty()) return e;
+    return check_yield(op.region(0), out, "body");
+  }
+  case OpKind::If:
+    if (in.size() != 1) return fmt::format("expects 1 operand, got {}", in.size());
+    if (in[0]->type != scalar_type(DType::i1))
+      return fmt::format("condition {} must be an i1 scalar (control flow is uniform)", describe(in[0]));
+    if (op.regions.size() != 2) return "needs a then and an else region";
+    if (!(e = check_region_args(op, op.region(0), {}, "then")).empty()) return e;
+    if (!(e = check_region_args(op, op.region(1), {}, "else")).empty()) return e;
+    if (!(e = check_yield(op.region(0), out, "then")).empty()) return e;
+    return check_yield(op.region(1), out, "else");
+  case OpKind::Yield:
+    if (!op.results.empty()) return "yield has no results";
+    if (!op.parent || !op.parent->parent ||
+        (op.parent->parent->kind != OpKind::For && op.parent->parent->kind != OpKind::If))
+      return "yield outside a for or if region";
+    return "";
+  case OpKind::Return:
+    if (!op.operands.empty() || !op.results.empty()) return "return takes no operands";
+    if (!op.parent || op.parent->parent) return "return outside the kernel body";
+    return "";
+  default: break;
+  }
+  internal_fail(fmt::format("no typing rule for op {}", op_name(op.kind)));
+}
+
+} // namespace
+
+std::string check_op_types(const Op& op) {
+  for (Value* r : op.results)
+    if (!r) return "has a null result";
+  return check(op);
+}
+
+} // namespace tilec::ir

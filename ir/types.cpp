@@ -1,0 +1,78 @@
+#include "ir/types.h"
+
+#include <fmt/format.h>
+
+#include "ir/error.h"
+
+namespace tilec {
+
+std::string SourceLoc::str() const {
+  if (!known()) return "<unknown>";
+  return column > 0 ? fmt::format("{}:{}:{}", file, line, column) : fmt::format("{}:{}", file, line);
+}
+
+void internal_fail(const std::string& msg, std::source_location where) {
+  throw InternalError(fmt::format("{} ({}:{})", msg, where.file_name(), where.line()));
+}
+
+namespace ir {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+  case DType::i1: return "i1";
+  case DType::i8: return "i8";
+  case DType::i16: return "i16";
+  case DType::i32: return "i32";
+  case DType::i64: return "i64";
+  case DType::f16: return "f16";
+  case DType::bf16: return "bf16";
+  case DType::f32: return "f32";
+  }
+  internal_fail("bad dtype");
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (DType t : kAllDTypes)
+    if (dtype_name(t) == name) return t;
+  return std::nullopt;
+}
+
+int dtype_bits(DType t) {
+  switch (t) {
+  case DType::i1: return 1;
+  case DType::i8: return 8;
+  case DType::i16:
+  case DType::f16:
+  case DType::bf16: return 16;
+  case DType::i32:
+  case DType::f32: return 32;
+  case DType::i64: return 64;
+  }
+  internal_fail("bad dtype");
+}
+
+int dtype_bytes(DType t) { return t == DType::i1 ? 1 : dtype_bits(t) / 8; }
+
+bool is_float(DType t) { return t == DType::f16 || t == DType::bf16 || t == DType::f32; }
+
+std::string ElemType::str() const {
+  return is_ptr ? fmt::format("ptr<{}>", dtype_name(dtype)) : std::string(dtype_name(dtype));
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+int64_t num_elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+std::string Type::str() const {
+  if (shape.empty()) return elem.str();
+  return fmt::format("tile<{}x{}>", fmt::join(shape, "x"), elem.str());
+}
+
+} // namespace ir
+} // namespace tilec
