@@ -1,0 +1,672 @@
+#include "dsl/dsl.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "ir/op_rules.h"
+
+namespace tilec::dsl {
+
+namespace detail {
+
+// Per-kernel DSL state: the IR builder and the list of live Tile variables.
+struct Tracker {
+  ir::Builder builder;
+  Tile* head = nullptr;
+  uint64_t next_serial = 1;
+  std::string kernel_name;
+
+  Tracker(ir::Function& f, std::string name) : builder(f), kernel_name(std::move(name)) {}
+
+  void link(Tile* t) {
+    t->serial_ = next_serial++;
+    t->prev_ = nullptr;
+    t->next_ = head;
+    if (head) head->prev_ = t;
+    head = t;
+  }
+  void unlink(Tile* t) {
+    if (t->prev_) t->prev_->next_ = t->next_;
+    else head = t->next_;
+    if (t->next_) t->next_->prev_ = t->prev_;
+    t->prev_ = t->next_ = nullptr;
+  }
+  template <class F> void for_each_live(F&& f) {
+    for (Tile* t = head; t; t = t->next_)
+      if (t->v_) f(*t);
+  }
+};
+
+// A live tile variable at the start of a loop or if, and its value then.
+struct Snapshot {
+  Tile* tile;
+  uint64_t serial;
+  ir::Value* before;
+};
+
+namespace {
+thread_local Tracker* g_current = nullptr;
+}
+
+Tracker& current(const Loc& loc) {
+  if (!g_current)
+    throw UserError(SourceLoc::from(loc), "DSL call outside a kernel: create a KernelBuilder first");
+  return *g_current;
+}
+
+} // namespace detail
+
+using detail::current;
+
+namespace {
+
+// The builder, with `loc` stamped on the ops it is about to create.
+ir::Builder& at(const Loc& loc) {
+  ir::Builder& b = current(loc).builder;
+  b.loc = SourceLoc::from(loc);
+  return b;
+}
+
+[[noreturn]] void fail(const Loc& loc, const std::string& msg) {
+  throw UserError(SourceLoc::from(loc), msg);
+}
+
+ir::Value* need(const Tile& t, const Loc& loc, const char* what) {
+  if (!t.value()) fail(loc, fmt::format("{}: the tile has no value (default-constructed)", what));
+  return t.value();
+}
+
+int dtype_rank(DType t) {
+  switch (t) {
+  case DType::i1: return 0;
+  case DType::i8: return 1;
+  case DType::i16: return 2;
+  case DType::i32: return 3;
+  case DType::i64: return 4;
+  case DType::f16:
+  case DType::bf16: return 5;
+  case DType::f32: return 6;
+  }
+  return 0;
+}
+
+// The dtype two operands meet at: floats beat ints, wider beats narrower,
+// f16 with bf16 meet at f32.
+DType promote(DType a, DType b) {
+  if (a == b) return a;
+  if ((a == DType::f16 && b == DType::bf16) || (a == DType::bf16 && b == DType::f16))
+    return DType::f32;
+  return dtype_rank(a) >= dtype_rank(b) ? a : b;
+}
+
+Shape broadcast_shape(const Shape& a, const Shape& b, const Loc& loc, const char* what) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      fail(loc, fmt::format("{}: shapes {} and {} do not broadcast (dimension {}: {} vs {})", what,
+                            ir::shape_str(a), ir::shape_str(b), i, da, db));
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+// Numpy-style: scalars splat, missing leading dims are added, size-1 dims grow.
+ir::Value* broadcast_value(ir::Value* v, const Shape& to, const Loc& loc) {
+  ir::Builder& b = at(loc);
+  if (v->type.shape == to) return v;
+  if (v->type.is_scalar()) return b.splat(v, to);
+  if (v->type.rank() > static_cast<int>(to.size()))
+    fail(loc, fmt::format("cannot broadcast {} to {}", v->type.str(), ir::shape_str(to)));
+  while (v->type.rank() < static_cast<int>(to.size())) v = b.expand_dims(v, 0);
+  for (size_t i = 0; i < to.size(); ++i)
+    if (v->type.shape[i] != to[i] && v->type.shape[i] != 1)
+      fail(loc, fmt::format("cannot broadcast {} to {}", v->type.str(), ir::shape_str(to)));
+  return b.broadcast(v, to);
+}
+
+ir::Value* literal(const Operand& o, ElemType t, const Shape& shape) {
+  ir::Builder& b = at(o.loc);
+  if (o.lit.is_float && !ir::is_float(t.dtype))
+    fail(o.loc, fmt::format("the literal {} needs a float operand, got {}", o.lit.f, t.str()));
+  return b.constant(ir::Type{t, shape}, o.lit);
+}
+
+ir::Value* cast_to(ir::Value* v, DType t, const Loc& loc) {
+  if (v->type.dtype() == t) return v;
+  return at(loc).cast(v, t);
+}
+
+// Brings operands to one dtype (unless `keep_dtypes`) and one shape.
+std::vector<ir::Value*> unify(std::vector<Operand> ops, const char* what, bool keep_dtypes = false) {
+  const Loc& loc = ops[0].loc;
+  bool any_tile = false;
+  DType dt = DType::i1;
+  bool lit_float = false;
+  Shape shape;
+  for (auto& o : ops) {
+    if (o.is_literal) {
+      lit_float |= o.lit.is_float;
+      continue;
+    }
+    if (!o.v) fail(loc, fmt::format("{}: an operand tile has no value", what));
+    if (o.v->type.is_ptr()) fail(loc, fmt::format("{}: operand {} is a pointer", what, o.v->type.str()));
+    dt = any_tile ? promote(dt, o.v->type.dtype()) : o.v->type.dtype();
+    shape = any_tile ? broadcast_shape(shape, o.v->type.shape, loc, what) : o.v->type.shape;
+    any_tile = true;
+  }
+  if (!any_tile) fail(loc, fmt::format("{}: needs at least one tile operand", what));
+  if (lit_float && !ir::is_float(dt)) dt = DType::f32;
+  std::vector<ir::Value*> out;
+  for (auto& o : ops) {
+    ir::Value* v;
+    if (o.is_literal) {
+      v = literal(o, {dt, false}, shape);
+    } else {
+      v = keep_dtypes ? o.v : cast_to(o.v, dt, loc);
+      v = broadcast_value(v, shape, loc);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+Tile binary(ir::OpKind k, const Operand& a, const Operand& b) {
+  auto v = unify({a, b}, ir::op_name(k).data());
+  return at(a.loc).binary(k, v[0], v[1]);
+}
+
+Tile unary(ir::OpKind k, const Tile& a, const Loc& loc) {
+  ir::Value* v = need(a, loc, ir::op_name(k).data());
+  if (!ir::is_float(v->type.dtype()) && k != ir::OpKind::Abs && k != ir::OpKind::Neg)
+    v = cast_to(v, DType::f32, loc);
+  return at(loc).unary(k, v);
+}
+
+ir::Value* as_mask(const Operand& m, const Shape& shape, const Loc& loc, const char* what) {
+  if (m.is_literal) return literal(m, i1, shape);
+  if (!m.v) fail(loc, fmt::format("{}: the mask has no value", what));
+  if (m.v->type.is_ptr() || m.v->type.dtype() != DType::i1)
+    fail(loc, fmt::format("{}: the mask must be i1 (a comparison), got {}", what, m.v->type.str()));
+  return broadcast_value(m.v, shape, loc);
+}
+
+ir::Value* as_value(const Operand& o, ElemType elem, const Shape& shape, const Loc& loc) {
+  if (o.is_literal) return literal(o, elem, shape);
+  if (!o.v) fail(loc, "the value tile has no value");
+  if (o.v->type.is_ptr()) fail(loc, fmt::format("a pointer {} cannot be stored", o.v->type.str()));
+  return broadcast_value(cast_to(o.v, elem.dtype, loc), shape, loc);
+}
+
+ir::Value* as_scalar(const Operand& o, DType dt, const Loc& loc, const char* what) {
+  if (o.is_literal) return at(loc).constant(ir::scalar_type(dt), o.lit);
+  if (!o.v) fail(loc, fmt::format("{}: the operand has no value", what));
+  if (!o.v->type.is_scalar())
+    fail(loc, fmt::format("{}: needs a scalar, got {} (control flow is uniform per program)", what,
+                          o.v->type.str()));
+  return cast_to(o.v, dt, loc);
+}
+
+// The shape a memory op works on: the address tile's, grown by its operands'.
+Shape memory_shape(const Tile& ptr, std::initializer_list<const Operand*> ops, const Loc& loc,
+                   const char* what) {
+  Shape s = need(ptr, loc, what)->type.shape;
+  if (!ptr.type().is_ptr()) fail(loc, fmt::format("{}: address {} is not a pointer", what, ptr.type().str()));
+  for (const Operand* o : ops)
+    if (!o->is_literal && o->v) s = broadcast_shape(s, o->v->type.shape, loc, what);
+  return s;
+}
+
+} // namespace
+
+// --- Tile
+
+Tile::Tile() { attach(); }
+Tile::Tile(ir::Value* v) : v_(v) { attach(); }
+Tile::Tile(const Tile& o) : v_(o.v_) { attach(); }
+Tile& Tile::operator=(const Tile& o) {
+  v_ = o.v_;
+  return *this;
+}
+Tile::~Tile() { detach(); }
+
+void Tile::attach() {
+  tracker_ = detail::g_current;
+  if (tracker_) tracker_->link(this);
+}
+void Tile::detach() {
+  if (tracker_) tracker_->unlink(this);
+  tracker_ = nullptr;
+}
+
+const ir::Type& Tile::type() const {
+  if (!v_) throw UserError("a default-constructed Tile has no type");
+  return v_->type;
+}
+
+Tile Tile::to(ElemType t, Loc loc) const {
+  ir::Value* v = need(*this, loc, "to");
+  if (t.is_ptr || v->type.is_ptr()) fail(loc, fmt::format("cannot cast {} to {}", v->type.str(), t.str()));
+  return cast_to(v, t.dtype, loc);
+}
+Tile Tile::col(Loc loc) const { return expand_dims(*this, 1, loc); }
+Tile Tile::row(Loc loc) const { return expand_dims(*this, 0, loc); }
+
+// --- KernelBuilder
+
+KernelBuilder::KernelBuilder(std::string name, Loc loc) : fn_(std::make_shared<ir::Function>(name)) {
+  if (name.empty()) fail(loc, "a kernel needs a name");
+  tracker_ = std::make_unique<detail::Tracker>(*fn_, std::move(name));
+  tracker_->builder.loc = SourceLoc::from(loc);
+  outer_ = nullptr;
+  if (detail::g_current) fail(loc, "KernelBuilder: another kernel is being built on this thread");
+  detail::g_current = tracker_.get();
+}
+
+KernelBuilder::~KernelBuilder() {
+  // Tiles that outlive the kernel stop tracking.
+  for (Tile* t = tracker_->head; t;) {
+    Tile* next = t->next_;
+    t->tracker_ = nullptr;
+    t->prev_ = t->next_ = nullptr;
+    t = next;
+  }
+  if (detail::g_current == tracker_.get()) detail::g_current = nullptr;
+}
+
+Tile KernelBuilder::arg(ElemType type, std::string name, Loc loc) {
+  if (!fn_) fail(loc, "arg: the kernel is already finished");
+  for (ir::Value* p : fn_->params)
+    if (p->name == name) fail(loc, fmt::format("arg: a parameter named '{}' already exists", name));
+  if (!fn_->body.ops.empty()) fail(loc, fmt::format("arg '{}': declare parameters before any op", name));
+  return fn_->add_param(std::move(name), ir::Type{type, {}});
+}
+
+Kernel KernelBuilder::finish(Loc loc) {
+  if (!fn_) fail(loc, "finish: the kernel is already finished");
+  ir::Builder& b = tracker_->builder;
+  if (b.block() != &fn_->body) fail(loc, "finish: called inside a loop or if body");
+  b.loc = SourceLoc::from(loc);
+  b.ret();
+  fn_->renumber();
+  Kernel k = std::move(fn_);
+  fn_ = nullptr;
+  return k;
+}
+
+// --- creation
+
+Tile program_id(int axis, Loc loc) { return at(loc).program_id(axis); }
+Tile num_programs(int axis, Loc loc) { return at(loc).num_programs(axis); }
+
+Tile arange(int64_t start, int64_t end, Loc loc) {
+  if (!ir::is_pow2(end - start))
+    fail(loc, fmt::format("arange({}, {}): the length {} must be a power of two", start, end, end - start));
+  return at(loc).arange(start, end);
+}
+
+Tile full(Shape shape, Operand value, ElemType type, Loc loc) {
+  for (int64_t d : shape)
+    if (!ir::is_pow2(d)) fail(loc, fmt::format("full: dimension {} of {} is not a power of two", d, ir::shape_str(shape)));
+  if (!value.is_literal) return broadcast_value(as_scalar(value, type.dtype, loc, "full"), shape, loc);
+  value.loc = loc;
+  return literal(value, type, shape);
+}
+
+Tile zeros(Shape shape, ElemType type, Loc loc) { return full(std::move(shape), 0, type, loc); }
+Tile scalar(Operand value, ElemType type, Loc loc) { return full({}, value, type, loc); }
+
+// --- shape
+
+Tile broadcast_to(const Tile& t, Shape shape, Loc loc) {
+  return broadcast_value(need(t, loc, "broadcast_to"), shape, loc);
+}
+Tile expand_dims(const Tile& t, int axis, Loc loc) {
+  return at(loc).expand_dims(need(t, loc, "expand_dims"), axis);
+}
+Tile reshape(const Tile& t, Shape shape, Loc loc) {
+  ir::Value* v = need(t, loc, "reshape");
+  if (ir::num_elements(shape) != ir::num_elements(v->type.shape))
+    fail(loc, fmt::format("reshape: {} has {} elements, {} has {}", v->type.str(),
+                          ir::num_elements(v->type.shape), ir::shape_str(shape), ir::num_elements(shape)));
+  return at(loc).reshape(v, std::move(shape));
+}
+Tile permute(const Tile& t, std::vector<int64_t> perm, Loc loc) {
+  return at(loc).permute(need(t, loc, "permute"), std::move(perm));
+}
+Tile trans(const Tile& t, Loc loc) {
+  if (need(t, loc, "trans")->type.rank() != 2)
+    fail(loc, fmt::format("trans: needs a 2-d tile, got {}", t.type().str()));
+  return at(loc).permute(t.value(), {1, 0});
+}
+
+// --- memory
+
+Tile load(const Tile& ptr, Loc loc) {
+  return at(loc).load(need(ptr, loc, "load"));
+}
+Tile load(const Tile& ptr, Operand mask, Loc loc) {
+  Shape s = memory_shape(ptr, {&mask}, loc, "load");
+  ir::Value* m = as_mask(mask, s, loc, "load");
+  return at(loc).load(broadcast_value(ptr.value(), s, loc), m);
+}
+Tile load(const Tile& ptr, Operand mask, Operand other, Loc loc) {
+  Shape s = memory_shape(ptr, {&mask, &other}, loc, "load");
+  ir::Value* m = as_mask(mask, s, loc, "load");
+  ir::Value* o = as_value(other, {ptr.type().dtype(), false}, s, loc);
+  return at(loc).load(broadcast_value(ptr.value(), s, loc), m, o);
+}
+
+void store(const Tile& ptr, Operand value, Loc loc) {
+  Shape s = memory_shape(ptr, {&value}, loc, "store");
+  ir::Value* v = as_value(value, {ptr.type().dtype(), false}, s, loc);
+  at(loc).store(broadcast_value(ptr.value(), s, loc), v);
+}
+void store(const Tile& ptr, Operand value, Operand mask, Loc loc) {
+  Shape s = memory_shape(ptr, {&value, &mask}, loc, "store");
+  ir::Value* v = as_value(value, {ptr.type().dtype(), false}, s, loc);
+  ir::Value* m = as_mask(mask, s, loc, "store");
+  at(loc).store(broadcast_value(ptr.value(), s, loc), v, m);
+}
+
+Tile atomic_add(const Tile& ptr, Operand value, Loc loc) {
+  Shape s = memory_shape(ptr, {&value}, loc, "atomic_add");
+  ir::Value* v = as_value(value, {ptr.type().dtype(), false}, s, loc);
+  return at(loc).atomic_add(broadcast_value(ptr.value(), s, loc), v);
+}
+Tile atomic_add(const Tile& ptr, Operand value, Operand mask, Loc loc) {
+  Shape s = memory_shape(ptr, {&value, &mask}, loc, "atomic_add");
+  ir::Value* v = as_value(value, {ptr.type().dtype(), false}, s, loc);
+  ir::Value* m = as_mask(mask, s, loc, "atomic_add");
+  return at(loc).atomic_add(broadcast_value(ptr.value(), s, loc), v, m);
+}
+
+// --- elementwise
+
+namespace {
+// pointer ± integer: pointer arithmetic in elements.
+Tile pointer_offset(const Operand& p, const Operand& off, bool negate) {
+  const Loc& loc = p.loc;
+  ir::Value* offset;
+  Shape shape = p.v->type.shape;
+  if (off.is_literal) {
+    if (off.lit.is_float) fail(loc, fmt::format("pointer offset {} is not an integer", off.lit.f));
+    offset = at(loc).constant(ir::scalar_type(DType::i32), off.lit);
+  } else {
+    if (!off.v || off.v->type.is_ptr() || ir::is_float(off.v->type.dtype()) ||
+        off.v->type.dtype() == DType::i1)
+      fail(loc, fmt::format("pointer offset must be an integer tile, got {}",
+                            off.v ? off.v->type.str() : "nothing"));
+    offset = off.v;
+    shape = broadcast_shape(shape, offset->type.shape, loc, "pointer offset");
+  }
+  if (negate) offset = at(loc).unary(ir::OpKind::Neg, offset);
+  return at(loc).addptr(broadcast_value(p.v, shape, loc), broadcast_value(offset, shape, loc));
+}
+bool is_ptr(const Operand& o) { return !o.is_literal && o.v && o.v->type.is_ptr(); }
+} // namespace
+
+Tile operator+(Operand a, Operand b) {
+  if (is_ptr(a)) return pointer_offset(a, b, false);
+  if (is_ptr(b)) {
+    b.loc = a.loc;
+    return pointer_offset(b, a, false);
+  }
+  return binary(ir::OpKind::Add, a, b);
+}
+Tile operator-(Operand a, Operand b) {
+  if (is_ptr(a)) return pointer_offset(a, b, true);
+  return binary(ir::OpKind::Sub, a, b);
+}
+Tile operator*(Operand a, Operand b) { return binary(ir::OpKind::Mul, a, b); }
+Tile operator/(Operand a, Operand b) { return binary(ir::OpKind::Div, a, b); }
+Tile operator%(Operand a, Operand b) { return binary(ir::OpKind::Rem, a, b); }
+Tile operator&(Operand a, Operand b) { return binary(ir::OpKind::And, a, b); }
+Tile operator|(Operand a, Operand b) { return binary(ir::OpKind::Or, a, b); }
+Tile operator^(Operand a, Operand b) { return binary(ir::OpKind::Xor, a, b); }
+Tile operator==(Operand a, Operand b) { return binary(ir::OpKind::Eq, a, b); }
+Tile operator!=(Operand a, Operand b) { return binary(ir::OpKind::Ne, a, b); }
+Tile operator<(Operand a, Operand b) { return binary(ir::OpKind::Lt, a, b); }
+Tile operator<=(Operand a, Operand b) { return binary(ir::OpKind::Le, a, b); }
+Tile operator>(Operand a, Operand b) { return binary(ir::OpKind::Gt, a, b); }
+Tile operator>=(Operand a, Operand b) { return binary(ir::OpKind::Ge, a, b); }
+Tile operator-(Operand a) {
+  if (a.is_literal) fail(a.loc, "negating a literal needs no DSL call");
+  return at(a.loc).unary(ir::OpKind::Neg, a.v);
+}
+Tile operator!(Operand a) {
+  if (a.is_literal || !a.v || a.v->type.is_ptr() || a.v->type.dtype() != DType::i1)
+    fail(a.loc, "operator!: needs an i1 tile");
+  return binary(ir::OpKind::Xor, a, Operand(1, a.loc));
+}
+Tile max(Operand a, Operand b, Loc loc) {
+  a.loc = loc;
+  return binary(ir::OpKind::Max, a, b);
+}
+Tile min(Operand a, Operand b, Loc loc) {
+  a.loc = loc;
+  return binary(ir::OpKind::Min, a, b);
+}
+Tile where(Operand cond, Operand a, Operand b, Loc loc) {
+  a.loc = loc;
+  auto v = unify({a, b}, "where");
+  Shape s = v[0]->type.shape;
+  if (!cond.is_literal && cond.v) s = broadcast_shape(s, cond.v->type.shape, loc, "where");
+  ir::Value* c = as_mask(cond, s, loc, "where");
+  return at(loc).select(c, broadcast_value(v[0], s, loc), broadcast_value(v[1], s, loc));
+}
+Tile exp(const Tile& a, Loc loc) { return unary(ir::OpKind::Exp, a, loc); }
+Tile exp2(const Tile& a, Loc loc) { return unary(ir::OpKind::Exp2, a, loc); }
+Tile log(const Tile& a, Loc loc) { return unary(ir::OpKind::Log, a, loc); }
+Tile tanh(const Tile& a, Loc loc) { return unary(ir::OpKind::Tanh, a, loc); }
+Tile sqrt(const Tile& a, Loc loc) { return unary(ir::OpKind::Sqrt, a, loc); }
+Tile rsqrt(const Tile& a, Loc loc) { return unary(ir::OpKind::Rsqrt, a, loc); }
+Tile abs(const Tile& a, Loc loc) { return unary(ir::OpKind::Abs, a, loc); }
+
+// --- reductions and dot
+
+namespace {
+Tile reduce(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) {
+  ir::Value* v = need(t, loc, "reduce");
+  if (axis < 0) axis += v->type.rank();
+  if (axis < 0 || axis >= v->type.rank())
+    fail(loc, fmt::format("reduce_{}: axis {} out of range for {}", ir::reduce_kind_name(k), axis,
+                          v->type.str()));
+  if (v->type.dtype() == DType::i1) v = cast_to(v, DType::i32, loc);
+  return at(loc).reduce(k, v, axis);
+}
+} // namespace
+
+Tile reduce_sum(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::sum, t, axis, loc); }
+Tile reduce_max(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::max, t, axis, loc); }
+Tile reduce_min(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::min, t, axis, loc); }
+
+Tile dot(const Tile& a, const Tile& b, Loc loc) {
+  need(a, loc, "dot");
+  need(b, loc, "dot");
+  if (a.rank() != 2 || b.rank() != 2)
+    fail(loc, fmt::format("dot: needs 2-d tiles, got {} and {}", a.type().str(), b.type().str()));
+  return dot(a, b, zeros({a.shape()[0], b.shape()[1]}, f32, loc), loc);
+}
+
+Tile dot(const Tile& a, const Tile& b, const Tile& acc, Loc loc) {
+  ir::Value* va = need(a, loc, "dot");
+  ir::Value* vb = need(b, loc, "dot");
+  ir::Value* vc = need(acc, loc, "dot");
+  if (va->type.rank() != 2 || vb->type.rank() != 2 || va->type.shape[1] != vb->type.shape[0])
+    fail(loc, fmt::format("dot: shapes {} and {} are not [M, K] and [K, N]", ir::shape_str(va->type.shape),
+                          ir::shape_str(vb->type.shape)));
+  if (va->type.is_ptr() || vb->type.is_ptr()) fail(loc, "dot: operands cannot be pointers");
+  DType dt = promote(va->type.dtype(), vb->type.dtype());
+  if (!ir::is_float(dt)) dt = DType::f32;
+  return at(loc).dot(cast_to(va, dt, loc), cast_to(vb, dt, loc), cast_to(vc, DType::f32, loc));
+}
+
+// --- control flow
+
+struct ControlFlow {
+  using Snapshot = detail::Snapshot;
+
+  static std::vector<Snapshot> live_tiles(detail::Tracker& tr) {
+    std::vector<Snapshot> out;
+    tr.for_each_live([&](Tile& t) { out.push_back({&t, t.serial_, t.value()}); });
+    return out;
+  }
+
+  // For each snapshot entry, the tile if it is still alive (the same object,
+  // not a new one at the same address), else null.
+  static std::vector<Tile*> surviving(detail::Tracker& tr, const std::vector<Snapshot>& snap) {
+    std::unordered_map<uint64_t, Tile*> alive;
+    tr.for_each_live([&](Tile& t) { alive[t.serial_] = &t; });
+    std::vector<Tile*> out(snap.size(), nullptr);
+    for (size_t i = 0; i < snap.size(); ++i)
+      if (auto it = alive.find(snap[i].serial); it != alive.end()) out[i] = it->second;
+    return out;
+  }
+
+  static void for_range(Operand start, Operand end, Operand step,
+                        const std::function<void(Scalar)>& body, Loc loc) {
+    detail::Tracker& tr = current(loc);
+    ir::Builder& b = at(loc);
+    DType it = DType::i32;
+    for (const Operand* o : {&start, &end, &step})
+      if (!o->is_literal && o->v && !o->v->type.is_ptr() && ir::is_int(o->v->type.dtype()))
+        it = promote(it, o->v->type.dtype());
+    if (step.is_literal && (step.lit.is_float || step.lit.i <= 0))
+      fail(loc, fmt::format("for_range: step must be a positive integer, got {}",
+                            step.lit.is_float ? step.lit.f : static_cast<double>(step.lit.i)));
+    ir::Value* lb = as_scalar(start, it, loc, "for_range start");
+    ir::Value* ub = as_scalar(end, it, loc, "for_range end");
+    ir::Value* st = as_scalar(step, it, loc, "for_range step");
+
+    // Every live tile is a candidate carried value; the untouched ones are
+    // pruned once the body is built.
+    std::vector<Snapshot> snap = live_tiles(tr);
+    std::vector<ir::Value*> inits;
+    for (auto& s : snap) inits.push_back(s.before);
+    ir::Op* op = b.for_op(lb, ub, st, inits);
+    ir::Block& blk = op->region(0);
+    for (size_t i = 0; i < snap.size(); ++i) snap[i].tile->v_ = blk.args[i + 1];
+
+    ir::Block* outer = b.block();
+    b.set_block(&blk);
+    body(Scalar(blk.args[0]));
+    at(loc).set_block(outer);
+
+    std::vector<Tile*> alive = surviving(tr, snap);
+    std::vector<ir::Value*> after(snap.size(), nullptr);
+    for (size_t i = 0; i < snap.size(); ++i)
+      if (alive[i]) after[i] = alive[i]->value();
+
+    std::unordered_map<ir::Value*, ir::Value*> unused_args;
+    std::vector<ir::Value*> yields, kept_inits{lb, ub, st}, kept_results;
+    std::vector<ir::Value*> kept_args{blk.args[0]};
+    std::vector<size_t> carried;
+    for (size_t i = 0; i < snap.size(); ++i) {
+      ir::Value* arg = blk.args[i + 1];
+      if (!after[i] || after[i] == arg) {
+        unused_args[arg] = snap[i].before;
+        continue;
+      }
+      if (after[i]->type != arg->type) {
+        SourceLoc where = after[i]->def ? after[i]->def->loc : SourceLoc::from(loc);
+        throw UserError(where, fmt::format("a variable carried by the for_range at {} changes type "
+                                           "from {} to {} inside the loop",
+                                           SourceLoc::from(loc).str(), arg->type.str(),
+                                           after[i]->type.str()));
+      }
+      carried.push_back(i);
+      yields.push_back(after[i]);
+      kept_inits.push_back(snap[i].before);
+      kept_args.push_back(arg);
+      kept_results.push_back(op->results[i]);
+    }
+    ir::walk(blk, [&](ir::Op& o) {
+      for (auto& v : o.operands)
+        if (auto it = unused_args.find(v); it != unused_args.end()) v = it->second;
+    });
+    op->operands = kept_inits;
+    op->results = kept_results;
+    blk.args = kept_args;
+    b.set_block(&blk);
+    b.yield(yields);
+    b.set_block(outer);
+    b.check(*op);
+
+    // Carried tiles take the loop's final values; the rest their outer ones.
+    for (size_t i = 0; i < snap.size(); ++i)
+      if (alive[i]) alive[i]->v_ = snap[i].before;
+    for (size_t k = 0; k < carried.size(); ++k) alive[carried[k]]->v_ = op->results[k];
+  }
+
+  static void if_then_else(Operand cond, const std::function<void()>& then_body,
+                           const std::function<void()>& else_body, Loc loc) {
+    detail::Tracker& tr = current(loc);
+    ir::Builder& b = at(loc);
+    ir::Value* c = as_scalar(cond, DType::i1, loc, "if");
+    if (!cond.is_literal && cond.v->type.dtype() != DType::i1)
+      fail(loc, fmt::format("if: the condition must be i1 (a comparison), got {}", cond.v->type.str()));
+    std::vector<Snapshot> snap = live_tiles(tr);
+    ir::Op* op = b.if_op(c, {});
+    ir::Block* outer = b.block();
+
+    auto run = [&](ir::Block& blk, const std::function<void()>& fn) {
+      b.set_block(&blk);
+      if (fn) fn();
+      b.set_block(outer);
+      std::vector<ir::Value*> vals(snap.size(), nullptr);
+      std::vector<Tile*> alive = surviving(tr, snap);
+      for (size_t i = 0; i < snap.size(); ++i)
+        if (alive[i]) {
+          vals[i] = alive[i]->value();
+          alive[i]->v_ = snap[i].before;
+        }
+      return vals;
+    };
+    std::vector<ir::Value*> then_vals = run(op->region(0), then_body);
+    std::vector<ir::Value*> else_vals = run(op->region(1), else_body);
+
+    std::vector<ir::Value*> then_yield, else_yield;
+    std::vector<size_t> changed;
+    for (size_t i = 0; i < snap.size(); ++i) {
+      ir::Value *t = then_vals[i], *e = else_vals[i];
+      if (!t || !e || (t == snap[i].before && e == snap[i].before)) continue;
+      if (t->type != e->type)
+        fail(loc, fmt::format("if: a variable is {} after the then branch but {} after the else branch",
+                              t->type.str(), e->type.str()));
+      if (t->type != snap[i].before->type)
+        fail(loc, fmt::format("if: a variable changes type from {} to {} inside the branches",
+                              snap[i].before->type.str(), t->type.str()));
+      changed.push_back(i);
+      then_yield.push_back(t);
+      else_yield.push_back(e);
+    }
+    for (size_t k = 0; k < changed.size(); ++k)
+      op->results.push_back(b.function().new_value(then_yield[k]->type, op));
+    b.set_block(&op->region(0));
+    b.yield(then_yield);
+    b.set_block(&op->region(1));
+    b.yield(else_yield);
+    b.set_block(outer);
+    b.check(*op);
+    std::vector<Tile*> alive = surviving(tr, snap);
+    for (size_t k = 0; k < changed.size(); ++k) alive[changed[k]]->v_ = op->results[k];
+  }
+};
+
+void for_range(Operand start, Operand end, Operand step, const std::function<void(Scalar)>& body, Loc loc) {
+  ControlFlow::for_range(start, end, step, body, loc);
+}
+void if_then_else(Operand cond, const std::function<void()>& then_body,
+                  const std::function<void()>& else_body, Loc loc) {
+  ControlFlow::if_then_else(cond, then_body, else_body, loc);
+}
+void if_then(Operand cond, const std::function<void()>& then_body, Loc loc) {
+  ControlFlow::if_then_else(cond, then_body, nullptr, loc);
+}
+
+} // namespace tilec::dsl

@@ -1,0 +1,197 @@
+#pragma once
+// The embedded tile DSL: kernels are C++ functions that build tile IR.
+//
+//   Kernel vector_add(int block) {
+//     KernelBuilder k("vector_add");
+//     auto x = k.arg<Ptr<f32>>("x"), out = k.arg<Ptr<f32>>("out");
+//     auto n = k.arg<i32>("n");
+//     auto offs = program_id(0) * block + arange(0, block);
+//     auto mask = offs < n;
+//     store(out + offs, load(x + offs, mask) * 2, mask);
+//     return k.finish();
+//   }
+//
+// Every call records the caller's std::source_location; a shape or dtype
+// mistake throws tilec::UserError naming that file:line and the values.
+// Tiles assigned inside for_range / if_then_else bodies become loop-carried
+// values / if results automatically: any Tile variable alive when the loop
+// starts and reassigned in its body is carried.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ir/builder.h"
+#include "ir/ir.h"
+
+namespace tilec::dsl {
+
+using ir::DType;
+using ir::ElemType;
+using ir::Shape;
+using Kernel = ir::Kernel;
+using Loc = std::source_location;
+
+inline constexpr ElemType i1{DType::i1, false};
+inline constexpr ElemType i8{DType::i8, false};
+inline constexpr ElemType i16{DType::i16, false};
+inline constexpr ElemType i32{DType::i32, false};
+inline constexpr ElemType i64{DType::i64, false};
+inline constexpr ElemType f16{DType::f16, false};
+inline constexpr ElemType bf16{DType::bf16, false};
+inline constexpr ElemType f32{DType::f32, false};
+template <ElemType E> inline constexpr ElemType Ptr{E.dtype, true};
+inline constexpr ElemType ptr_to(DType t) { return {t, true}; }
+
+class KernelBuilder;
+struct ControlFlow;
+namespace detail {
+struct Tracker;
+}
+
+// A handle to an SSA tile value. Copyable; assignment rebinds the handle (and,
+// inside for_range/if_then_else, makes the variable a carried value).
+class Tile {
+public:
+  Tile();
+  Tile(ir::Value* v); // NOLINT: values convert implicitly
+  Tile(const Tile& o);
+  Tile& operator=(const Tile& o);
+  ~Tile();
+
+  ir::Value* value() const { return v_; }
+  const ir::Type& type() const;
+  const Shape& shape() const { return type().shape; }
+  DType dtype() const { return type().dtype(); }
+  int rank() const { return type().rank(); }
+
+  Tile to(ElemType t, Loc loc = Loc::current()) const; // cast
+  Tile to(DType t, Loc loc = Loc::current()) const { return to(ElemType{t, false}, loc); }
+  Tile col(Loc loc = Loc::current()) const; // expand_dims(axis 1): [n] -> [n, 1]
+  Tile row(Loc loc = Loc::current()) const; // expand_dims(axis 0): [n] -> [1, n]
+
+private:
+  friend struct detail::Tracker;
+  friend struct ControlFlow;
+  friend class KernelBuilder;
+  ir::Value* v_ = nullptr;
+  // Intrusive list of live tiles, so loops and ifs can see which were reassigned.
+  detail::Tracker* tracker_ = nullptr;
+  Tile* prev_ = nullptr;
+  Tile* next_ = nullptr;
+  uint64_t serial_ = 0;
+  void attach();
+  void detach();
+};
+using Scalar = Tile;
+using Var = Tile; // any Tile variable can be reassigned; the name reads well for carried state
+
+// An operand of a DSL call: a tile or a C++ number (which takes the dtype of
+// the tile it meets), plus the caller's location.
+struct Operand {
+  ir::Value* v = nullptr;
+  bool is_literal = false;
+  ir::ConstValue lit;
+  Loc loc;
+
+  Operand(const Tile& t, Loc loc = Loc::current()) : v(t.value()), loc(loc) {} // NOLINT
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  Operand(T x, Loc loc = Loc::current()) // NOLINT
+      : is_literal(true),
+        lit(std::is_floating_point_v<T> ? ir::ConstValue::of_float(static_cast<double>(x))
+                                        : ir::ConstValue::of_int(static_cast<int64_t>(x))),
+        loc(loc) {}
+};
+
+class KernelBuilder {
+public:
+  explicit KernelBuilder(std::string name, Loc loc = Loc::current());
+  ~KernelBuilder();
+  KernelBuilder(const KernelBuilder&) = delete;
+  KernelBuilder& operator=(const KernelBuilder&) = delete;
+
+  template <ElemType E> Tile arg(std::string name, Loc loc = Loc::current()) {
+    return arg(E, std::move(name), loc);
+  }
+  Tile arg(ElemType type, std::string name, Loc loc = Loc::current());
+  // Ends the kernel (adds the return), verifies it and hands it over.
+  Kernel finish(Loc loc = Loc::current());
+
+private:
+  Kernel fn_;
+  std::unique_ptr<detail::Tracker> tracker_;
+  KernelBuilder* outer_ = nullptr;
+};
+
+// --- creation
+Tile program_id(int axis, Loc loc = Loc::current());
+Tile num_programs(int axis, Loc loc = Loc::current());
+Tile arange(int64_t start, int64_t end, Loc loc = Loc::current());
+Tile full(Shape shape, Operand value, ElemType type = f32, Loc loc = Loc::current());
+Tile zeros(Shape shape, ElemType type = f32, Loc loc = Loc::current());
+Tile scalar(Operand value, ElemType type, Loc loc = Loc::current());
+
+// --- shape
+Tile broadcast_to(const Tile& t, Shape shape, Loc loc = Loc::current());
+Tile expand_dims(const Tile& t, int axis, Loc loc = Loc::current());
+Tile reshape(const Tile& t, Shape shape, Loc loc = Loc::current());
+Tile permute(const Tile& t, std::vector<int64_t> perm, Loc loc = Loc::current());
+Tile trans(const Tile& t, Loc loc = Loc::current()); // swaps the two dims of a 2-d tile
+
+// --- memory (mask, other and value broadcast to the address tile's shape)
+Tile load(const Tile& ptr, Loc loc = Loc::current());
+Tile load(const Tile& ptr, Operand mask, Loc loc = Loc::current());
+Tile load(const Tile& ptr, Operand mask, Operand other, Loc loc = Loc::current());
+void store(const Tile& ptr, Operand value, Loc loc = Loc::current());
+void store(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_add(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_add(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+
+// --- elementwise (operands are promoted to a common dtype and broadcast)
+Tile operator+(Operand a, Operand b); // pointer + integer is pointer arithmetic
+Tile operator-(Operand a, Operand b);
+Tile operator*(Operand a, Operand b);
+Tile operator/(Operand a, Operand b);
+Tile operator%(Operand a, Operand b);
+Tile operator&(Operand a, Operand b);
+Tile operator|(Operand a, Operand b);
+Tile operator^(Operand a, Operand b);
+Tile operator==(Operand a, Operand b);
+Tile operator!=(Operand a, Operand b);
+Tile operator<(Operand a, Operand b);
+Tile operator<=(Operand a, Operand b);
+Tile operator>(Operand a, Operand b);
+Tile operator>=(Operand a, Operand b);
+Tile operator-(Operand a);
+Tile operator!(Operand a); // logical not of an i1 tile
+Tile max(Operand a, Operand b, Loc loc = Loc::current());
+Tile min(Operand a, Operand b, Loc loc = Loc::current());
+Tile where(Operand cond, Operand a, Operand b, Loc loc = Loc::current());
+Tile exp(const Tile& a, Loc loc = Loc::current());
+Tile exp2(const Tile& a, Loc loc = Loc::current());
+Tile log(const Tile& a, Loc loc = Loc::current());
+Tile tanh(const Tile& a, Loc loc = Loc::current());
+Tile sqrt(const Tile& a, Loc loc = Loc::current());
+Tile rsqrt(const Tile& a, Loc loc = Loc::current());
+Tile abs(const Tile& a, Loc loc = Loc::current());
+
+// --- reductions and dot
+Tile reduce_sum(const Tile& t, int axis, Loc loc = Loc::current());
+Tile reduce_max(const Tile& t, int axis, Loc loc = Loc::current());
+Tile reduce_min(const Tile& t, int axis, Loc loc = Loc::current());
+// a[M,K] . b[K,N] (+ acc[M,N]) with f32 products and accumulation.
+Tile dot(const Tile& a, const Tile& b, Loc loc = Loc::current());
+Tile dot(const Tile& a, const Tile& b, const Tile& acc, Loc loc = Loc::current());
+
+// --- control flow (bounds and conditions are scalars: uniform per program)
+void for_range(Operand start, Operand end, Operand step, const std::function<void(Scalar)>& body,
+               Loc loc = Loc::current());
+void if_then_else(Operand cond, const std::function<void()>& then_body,
+                  const std::function<void()>& else_body, Loc loc = Loc::current());
+void if_then(Operand cond, const std::function<void()>& then_body, Loc loc = Loc::current());
+
+} // namespace tilec::dsl
