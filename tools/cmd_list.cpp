@@ -1,0 +1,49 @@
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "templates/registry.h"
+#include "tools/commands.h"
+#include "tools/json.h"
+
+namespace tilec::cli {
+
+namespace {
+
+std::string params_json(const std::vector<templates::Param>& ps) {
+  std::string out = "[";
+  for (size_t i = 0; i < ps.size(); ++i) {
+    JsonObject o;
+    o.str("name", ps[i].name).integer("default", ps[i].value).str("help", ps[i].help);
+    out += (i ? ", " : "") + o.str();
+  }
+  return out + "]";
+}
+
+} // namespace
+
+Action add_list(CLI::App& app, Common& common) {
+  return [&common] {
+    std::string kernels = "[";
+    bool first = true;
+    for (const auto& t : templates::all_templates()) {
+      say(common, fmt::format("{}  {}", t.name, t.summary));
+      for (const auto& p : t.params)
+        say(common, fmt::format("    --set   {:<16} {}", fmt::format("{}={}", p.name, p.value), p.help));
+      for (const auto& p : t.shape)
+        say(common, fmt::format("    --shape {:<16} {}", fmt::format("{}={}", p.name, p.value), p.help));
+      JsonObject o;
+      o.str("name", t.name).str("summary", t.summary).raw("params", params_json(t.params)).raw("shape", params_json(t.shape));
+      kernels += (first ? "" : ", ") + o.str();
+      first = false;
+    }
+    if (common.json) std::cout << JsonObject().raw("kernels", kernels + "]").str() << std::endl;
+    return kOk;
+  };
+}
+
+void say(const Common& c, const std::string& line) {
+  if (!c.json) std::cout << line << "\n";
+}
+
+} // namespace tilec::cli

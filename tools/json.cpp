@@ -1,0 +1,22 @@
+#include "tools/json.h"
+
+namespace tilec::cli {
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
+    case '\r': out += "\\r"; break;
+    default:
+      if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+      else out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+} // namespace tilec::cli

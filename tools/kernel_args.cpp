@@ -1,0 +1,23 @@
+#include "tools/kernel_args.h"
+
+#include <fmt/format.h>
+
+namespace tilec::cli {
+
+void KernelChoice::add_options(CLI::App& app) {
+  app.add_option("kernel", name, "kernel name (see tilec list)")->required();
+  app.add_option("--set", sets, "template parameter NAME=VALUE (repeatable)")->take_all();
+}
+
+const templates::KernelTemplate& KernelChoice::kernel() const {
+  if (const auto* t = templates::find_template(name)) return *t;
+  std::vector<std::string> names;
+  for (const auto& t : templates::all_templates()) names.push_back(t.name);
+  throw UserError(fmt::format("unknown kernel '{}' (known: {})", name, fmt::join(names, ", ")));
+}
+
+templates::ParamMap KernelChoice::params() const {
+  return templates::resolve_params(kernel().params, sets, "--set");
+}
+
+} // namespace tilec::cli

@@ -1,0 +1,21 @@
+#pragma once
+// Options shared by the commands that take a template kernel: KERNEL and --set.
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "templates/registry.h"
+
+namespace tilec::cli {
+
+struct KernelChoice {
+  std::string name;
+  std::vector<std::string> sets;
+
+  void add_options(CLI::App& app);
+  // The template named by `name`; a UserError listing the known ones if none.
+  const templates::KernelTemplate& kernel() const;
+  templates::ParamMap params() const;
+};
+
+} // namespace tilec::cli

@@ -1,0 +1,69 @@
+// tilec: the command-line driver over the compiler, the templates and the
+// backends. Exit codes: 0 ok, 1 wrong result, 2 bad usage or input, 3 backend
+// unavailable.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <map>
+
+#include "ir/error.h"
+#include "runtime/error.h"
+#include "tools/commands.h"
+#include "tools/json.h"
+
+using namespace tilec;
+using namespace tilec::cli;
+
+namespace {
+
+int report(const Common& common, int code, const std::string& msg) {
+  std::cerr << "tilec: error: " << msg << "\n";
+  if (common.json) std::cout << JsonObject().boolean("ok", false).str("error", msg).integer("exit_code", code).str() << std::endl;
+  return code;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tilec: a tile-DSL kernel compiler (tile IR -> LLVM -> PTX) and its runners", "tilec"};
+  app.set_version_flag("--version", "tilec 0.1.0");
+  app.require_subcommand(1, 1);
+  app.fallthrough(false);
+  Common common;
+  std::map<CLI::App*, Action> actions;
+  auto add = [&](const std::string& name, const std::string& help, auto&& adder) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->add_flag("--json", common.json, "print one JSON object on stdout as the last line");
+    actions[sub] = adder(*sub, common);
+  };
+  add("list", "list the kernels the templates provide, with their parameters", add_list);
+  add("ir", "print a kernel's IR at a stage", add_ir);
+  add("run", "run a kernel on generated inputs and check it against its reference", add_run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e); // --help, --version
+    std::string msg = e.what();
+    return report(common, kBadInput, msg + " (see tilec --help)");
+  }
+  try {
+    for (auto& [sub, action] : actions)
+      if (sub->parsed()) return action();
+  } catch (const rt::BackendUnavailable& e) {
+    return report(common, kBackendUnavailable, e.what());
+  } catch (const UserError& e) {
+    return report(common, kBadInput, e.what());
+  } catch (const rt::ManifestError& e) {
+    return report(common, kBadInput, e.what());
+  } catch (const rt::LaunchArgumentError& e) {
+    return report(common, kBadInput, e.what());
+  } catch (const rt::Error& e) {
+    return report(common, kFailed, e.what());
+  } catch (const InternalError& e) {
+    return report(common, kFailed, e.what());
+  } catch (const std::exception& e) {
+    return report(common, kFailed, std::string("unexpected error: ") + e.what());
+  }
+  return report(common, kBadInput, "no command given (see tilec --help)");
+}
