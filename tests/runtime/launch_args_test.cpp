@@ -1,0 +1,80 @@
+#include "runtime/error.h"
+#include "runtime/launch.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+using namespace tilec::rt;
+
+namespace {
+
+Manifest vector_add() {
+  Manifest m;
+  m.kernel = "vector_add";
+  m.params = {{"x", {ScalarType::f32, true}},
+              {"y", {ScalarType::f32, true}},
+              {"out", {ScalarType::f32, true}},
+              {"n", {ScalarType::i32, false}}};
+  return m;
+}
+
+template <class T> T value_of(const Arg& a) {
+  T v;
+  std::memcpy(&v, a.value(), sizeof(T));
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("launch arguments carry their type and value", "[runtime]") {
+  CHECK(Arg(std::int32_t{-7}).scalar_type() == ScalarType::i32);
+  CHECK(value_of<std::int32_t>(Arg(std::int32_t{-7})) == -7);
+  CHECK(value_of<std::int64_t>(Arg(std::int64_t{1} << 40)) == std::int64_t{1} << 40);
+  CHECK(value_of<float>(Arg(1.5f)) == 1.5f);
+  CHECK(value_of<std::int8_t>(Arg(std::int8_t{-3})) == -3);
+  CHECK(value_of<std::uint8_t>(Arg(true)) == 1);
+  CHECK(Arg(true).scalar_type() == ScalarType::i1);
+  CHECK(Arg::f16_bits(0x3c00).scalar_type() == ScalarType::f16);
+  CHECK(value_of<std::uint16_t>(Arg::bf16_bits(0x3f80)) == 0x3f80);
+
+  Arg buf = Arg::buffer(0xdead0000, 4096);
+  CHECK(buf.is_buffer());
+  CHECK(buf.buffer_bytes() == 4096);
+  CHECK(value_of<std::uint64_t>(buf) == 0xdead0000);
+  CHECK(buf.describe() == "a buffer (4096 bytes)");
+  CHECK(Arg(2.0f).describe() == "a scalar f32");
+}
+
+TEST_CASE("launch arguments are checked against the manifest's parameters", "[runtime]") {
+  Manifest m = vector_add();
+  Arg x = Arg::buffer(0x1000, 64), y = Arg::buffer(0x2000, 64), out = Arg::buffer(0x3000, 64);
+
+  std::vector<Arg> ok = {x, y, out, std::int32_t{16}};
+  CHECK_NOTHROW(check_launch_args(m, ok));
+
+  std::vector<Arg> too_few = {x, y, out};
+  CHECK_THROWS_AS(check_launch_args(m, too_few), LaunchArgumentError);
+  CHECK_THROWS_WITH(check_launch_args(m, too_few),
+                    "kernel 'vector_add' takes 4 arguments (x: ptr<f32>, y: ptr<f32>, out: "
+                    "ptr<f32>, n: i32), got 3");
+
+  std::vector<Arg> scalar_for_pointer = {x, std::int32_t{0}, out, std::int32_t{16}};
+  CHECK_THROWS_WITH(check_launch_args(m, scalar_for_pointer),
+                    "kernel 'vector_add' parameter 'y' (argument 2 of 4) is ptr<f32> and needs a "
+                    "buffer, got a scalar i32");
+
+  std::vector<Arg> wrong_scalar = {x, y, out, std::int64_t{16}};
+  CHECK_THROWS_WITH(check_launch_args(m, wrong_scalar),
+                    "kernel 'vector_add' parameter 'n' (argument 4 of 4) is i32, got a scalar i64");
+
+  std::vector<Arg> float_for_int = {x, y, out, 16.0f};
+  CHECK_THROWS_WITH(check_launch_args(m, float_for_int),
+                    Catch::Contains("parameter 'n'") && Catch::Contains("got a scalar f32"));
+
+  std::vector<Arg> buffer_for_scalar = {x, y, out, out};
+  CHECK_THROWS_WITH(check_launch_args(m, buffer_for_scalar),
+                    "kernel 'vector_add' parameter 'n' (argument 4 of 4) is i32, got a buffer "
+                    "(64 bytes)");
+}
