@@ -32,7 +32,7 @@ KernelTemplate matmul_template() {
               {"block_k", 16, "K step of the inner loop (power of two)"},
               {"num_warps", 4, "warps per program on the GPU"}};
   t.shape = {{"m", 100, "rows of A and C"}, {"n", 75, "columns of B and C"}, {"k", 50, "columns of A, rows of B"}};
-  t.build = [](const ParamMap& p) {
+  t.build = [](const ParamMap& p, const ParamMap&) {
     for (const char* name : {"block_m", "block_n", "block_k"}) require_pow2(p, name, 1, 256);
     return matmul(p.at("block_m"), p.at("block_n"), p.at("block_k"));
   };

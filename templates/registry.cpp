@@ -2,13 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <random>
 
 #include "templates/kernels.h"
+#include "templates/paged_attention.h"
 
 namespace tilec::templates {
+
+std::string Param::value_str(int64_t v) const {
+  if (!choices.empty() && v >= 0 && v < static_cast<int64_t>(choices.size())) return choices[v];
+  return std::to_string(v);
+}
 
 int Problem::add_buffer(interp::Buffer b) {
   buffers.push_back(std::move(b));
@@ -47,8 +54,8 @@ Comparison compare_outputs(const Problem& p) {
 }
 
 const std::vector<KernelTemplate>& all_templates() {
-  static const std::vector<KernelTemplate> all = {vector_add_template(), softmax_template(),
-                                                  matmul_template()};
+  static const std::vector<KernelTemplate> all = {paged_attention_template(), vector_add_template(),
+                                                  softmax_template(), matmul_template()};
   return all;
 }
 
@@ -72,6 +79,16 @@ ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<st
       for (const Param& p : declared) names.push_back(p.name);
       throw UserError(fmt::format("{} '{}': unknown name '{}' (known: {})", flag, kv, name,
                                   names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+    }
+    const Param& decl = *std::find_if(declared.begin(), declared.end(),
+                                      [&](const Param& p) { return p.name == name; });
+    if (!decl.choices.empty()) {
+      auto it = std::find(decl.choices.begin(), decl.choices.end(), text);
+      if (it == decl.choices.end())
+        throw UserError(fmt::format("{} '{}': '{}' is not one of {}", flag, kv, text,
+                                    fmt::join(decl.choices, ", ")));
+      out[name] = it - decl.choices.begin();
+      continue;
     }
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);

@@ -20,6 +20,11 @@ struct Param {
   std::string name;
   int64_t value = 0;
   std::string help;
+  // When set, the value is an index into these names and `k=name` is accepted.
+  std::vector<std::string> choices = {};
+
+  std::string value_str() const { return value_str(value); }
+  std::string value_str(int64_t v) const;
 };
 using ParamMap = std::map<std::string, int64_t>;
 
@@ -64,7 +69,8 @@ struct KernelTemplate {
   std::string summary;
   std::vector<Param> params; // compile-time (--set)
   std::vector<Param> shape;  // problem sizes (--shape)
-  std::function<ir::Kernel(const ParamMap& params)> build;
+  // Builds the kernel; specializations may depend on problem sizes too.
+  std::function<ir::Kernel(const ParamMap& params, const ParamMap& shape)> build;
   std::function<Problem(const ParamMap& params, const ParamMap& shape, uint64_t seed)> make_problem;
 };
 

@@ -27,7 +27,7 @@ KernelTemplate softmax_template() {
   t.params = {{"block", 1024, "columns per program, at least cols (power of two)"},
               {"num_warps", 4, "warps per program on the GPU"}};
   t.shape = {{"rows", 37, "number of rows"}, {"cols", 1000, "number of columns"}};
-  t.build = [](const ParamMap& p) {
+  t.build = [](const ParamMap& p, const ParamMap&) {
     require_pow2(p, "block", 1, 1 << 16);
     return softmax(p.at("block"));
   };

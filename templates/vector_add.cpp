@@ -21,7 +21,7 @@ KernelTemplate vector_add_template() {
   t.params = {{"block", 1024, "elements per program (power of two)"},
               {"num_warps", 4, "warps per program on the GPU"}};
   t.shape = {{"n", 100003, "number of elements"}};
-  t.build = [](const ParamMap& p) {
+  t.build = [](const ParamMap& p, const ParamMap&) {
     require_pow2(p, "block", 1, 1 << 16);
     return vector_add(p.at("block"));
   };

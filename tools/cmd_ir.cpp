@@ -15,7 +15,7 @@ Action add_ir(CLI::App& app, Common& common) {
   app.add_option("--stage", *stage, "tile: the tile IR")->check(CLI::IsMember({"tile"}));
   return [&common, choice, stage] {
     const auto& t = choice->kernel();
-    ir::Kernel k = t.build(choice->params());
+    ir::Kernel k = t.build(choice->params(), choice->shape());
     ir::verify(*k);
     std::string text = ir::print(*k);
     if (common.json)

@@ -14,7 +14,9 @@ std::string params_json(const std::vector<templates::Param>& ps) {
   std::string out = "[";
   for (size_t i = 0; i < ps.size(); ++i) {
     JsonObject o;
-    o.str("name", ps[i].name).integer("default", ps[i].value).str("help", ps[i].help);
+    o.str("name", ps[i].name).str("help", ps[i].help);
+    if (ps[i].choices.empty()) o.integer("default", ps[i].value);
+    else o.str("default", ps[i].value_str());
     out += (i ? ", " : "") + o.str();
   }
   return out + "]";
@@ -29,9 +31,9 @@ Action add_list(CLI::App& app, Common& common) {
     for (const auto& t : templates::all_templates()) {
       say(common, fmt::format("{}  {}", t.name, t.summary));
       for (const auto& p : t.params)
-        say(common, fmt::format("    --set   {:<16} {}", fmt::format("{}={}", p.name, p.value), p.help));
+        say(common, fmt::format("    --set   {:<16} {}", fmt::format("{}={}", p.name, p.value_str()), p.help));
       for (const auto& p : t.shape)
-        say(common, fmt::format("    --shape {:<16} {}", fmt::format("{}={}", p.name, p.value), p.help));
+        say(common, fmt::format("    --shape {:<16} {}", fmt::format("{}={}", p.name, p.value_str()), p.help));
       JsonObject o;
       o.str("name", t.name).str("summary", t.summary).raw("params", params_json(t.params)).raw("shape", params_json(t.shape));
       kernels += (first ? "" : ", ") + o.str();

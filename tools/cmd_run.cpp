@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 
-#include <chrono>
 #include <iostream>
 
 #include "interp/interpreter.h"
@@ -9,6 +8,7 @@
 #include "runtime/error.h"
 #include "tools/commands.h"
 #include "tools/json.h"
+#include "templates/paged_attention.h"
 #include "tools/kernel_args.h"
 
 namespace tilec::cli {
@@ -17,9 +17,12 @@ namespace {
 
 struct RunOptions {
   KernelChoice choice;
-  std::vector<std::string> shape;
   std::string backend = "auto";
   uint64_t seed = 1;
+  // paged_attention only
+  std::string path = "fused";
+  std::optional<double> softmax_scale, softcap;
+  std::string inputs_dir, out_file;
 };
 
 // What one launch on a backend measured; figures a backend cannot know stay empty.
@@ -35,22 +38,89 @@ std::string resolve_backend(const std::string& requested) {
   return "interpret";
 }
 
-RunResult run_on(const std::string& backend, const ir::Function& k, templates::Problem& p) {
-  RunResult r;
-  if (backend == "interpret") {
-    auto args = p.interp_args();
-    auto t0 = std::chrono::steady_clock::now();
-    interp::interpret(k, p.grid, args);
-    r.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return r;
-  }
+// The launcher for a backend; BackendUnavailable (exit 3) when this machine or
+// build cannot run it.
+std::unique_ptr<templates::Launcher> make_launcher(const std::string& backend) {
+  if (backend == "interpret") return templates::make_interpret_launcher();
   if (backend == "cuda") {
     std::string reason;
     if (!rt::cuda_available(&reason)) throw rt::BackendUnavailable(reason);
     throw rt::BackendUnavailable("the cuda backend needs the code generator, which is not in this build yet");
   }
-  throw rt::BackendUnavailable(
-      "the emulate backend is not in this build yet; use --backend interpret");
+  throw rt::BackendUnavailable("the emulate backend is not in this build yet; use --backend interpret");
+}
+
+RunResult stats_of(const templates::Launcher& l) {
+  const auto& st = l.stats();
+  RunResult r;
+  r.time_ms = st.time_ms;
+  r.bytes_loaded = st.bytes_loaded;
+  r.bytes_stored = st.bytes_stored;
+  r.unique_bytes = st.unique_bytes;
+  return r;
+}
+
+void print_result(const Common& common, const std::string& kernel, const std::string& backend,
+                  std::optional<std::string> path, const std::string& what,
+                  const templates::Comparison& c, const RunResult& r) {
+  say(common, fmt::format("{} [{}] on {}: {}  max_abs_err {:.3g}  max_rel_err {:.3g}  {:.3f} ms", kernel,
+                          what, backend, c.ok ? "ok" : "MISMATCH", c.max_abs_err, c.max_rel_err, r.time_ms));
+  if (r.bytes_loaded)
+    say(common, fmt::format("    bytes loaded {}  stored {}  unique {}{}", *r.bytes_loaded, r.bytes_stored.value_or(0),
+                            r.unique_bytes.value_or(0),
+                            r.ideal_bytes ? fmt::format("  ideal {}", *r.ideal_bytes) : std::string()));
+  if (!c.ok) std::cerr << "tilec: first mismatch: " << c.first_mismatch << "\n";
+  if (common.json) {
+    JsonObject j;
+    j.str("kernel", kernel).str("backend", backend);
+    if (path) j.str("path", *path);
+    else j.null("path");
+    j.boolean("ok", c.ok).number("max_abs_err", c.max_abs_err).number("max_rel_err", c.max_rel_err);
+    j.number("time_ms", r.time_ms);
+    j.maybe("bytes_loaded", r.bytes_loaded).maybe("bytes_stored", r.bytes_stored);
+    j.maybe("unique_bytes", r.unique_bytes).maybe("ideal_bytes", r.ideal_bytes);
+    std::cout << j.str() << std::endl;
+  }
+}
+
+int run_paged_attention(const Common& common, const RunOptions& o) {
+  using namespace templates;
+  auto shape_params = o.choice.shape();
+  auto cfg = paged_attention_config(o.choice.params());
+  PagedAttentionInputs in;
+  std::string what;
+  if (!o.inputs_dir.empty()) {
+    if (!o.choice.shapes.empty()) throw UserError("--shape and --inputs exclude each other: the files give the shapes");
+    in = read_paged_attention_inputs(o.inputs_dir, o.softmax_scale.value_or(0.0), o.softcap);
+    what = o.inputs_dir;
+  } else {
+    PagedAttentionShape s = paged_attention_shape(shape_params);
+    s.softmax_scale = o.softmax_scale.value_or(0.0);
+    s.softcap = o.softcap;
+    in = make_paged_attention_inputs(s, o.seed, shape_params.at("ctx"));
+  }
+  const PagedAttentionShape& s = in.shape;
+  if (what.empty())
+    what = fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}", s.batch, s.hq,
+                       s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks, ir::dtype_name(s.dtype),
+                       s.alibi ? " alibi" : "");
+  validate_paged_attention(in, o.path == "decompose");
+  std::string backend = resolve_backend(o.backend);
+  auto launcher = make_launcher(backend);
+  interp::Buffer out = o.path == "fused" ? run_paged_attention_fused(in, cfg, *launcher)
+                                         : run_paged_attention_decomposed(in, *launcher);
+  if (!o.out_file.empty()) write_paged_attention_output(o.out_file, in, out);
+
+  Problem p;
+  p.outputs = {p.add_buffer(std::move(out))};
+  p.expected = {paged_attention_reference(in)};
+  p.atol = s.dtype == ir::DType::f32 ? 1e-5 : s.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
+  p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
+  templates::Comparison c = compare_outputs(p);
+  RunResult r = stats_of(*launcher);
+  r.ideal_bytes = paged_attention_ideal_bytes(in);
+  print_result(common, "paged_attention", backend, o.path, what, c, r);
+  return c.ok ? kOk : kFailed;
 }
 
 } // namespace
@@ -58,37 +128,38 @@ RunResult run_on(const std::string& backend, const ir::Function& k, templates::P
 Action add_run(CLI::App& app, Common& common) {
   auto o = std::make_shared<RunOptions>();
   o->choice.add_options(app);
-  app.add_option("--shape", o->shape, "problem size NAME=VALUE (repeatable)")->take_all();
   app.add_option("--backend", o->backend, "where to run: auto, interpret, emulate or cuda")
       ->check(CLI::IsMember({"auto", "interpret", "emulate", "cuda"}))
       ->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
-  return [&common, o] {
+  app.add_option("--path", o->path, "paged_attention: fused (block-table walk) or decompose (primitive ops)")
+      ->check(CLI::IsMember({"fused", "decompose"}))
+      ->capture_default_str();
+  app.add_option("--softmax-scale", o->softmax_scale, "paged_attention: scale of q.k (default 1/sqrt(head_dim))");
+  app.add_option("--softcap", o->softcap, "paged_attention: cap * tanh(s / cap) on the scores (default none)");
+  app.add_option("--inputs", o->inputs_dir, "paged_attention: folder of q.npy k_cache.npy v_cache.npy "
+                                            "block_table.npy context_lens.npy [alibi_slopes.npy]");
+  app.add_option("--out", o->out_file, "paged_attention: write the output here (.npy, q's dtype)");
+  return [&common, o, &app]() -> int {
     const auto& t = o->choice.kernel();
+    if (t.name == "paged_attention") return run_paged_attention(common, *o);
+    for (const char* flag : {"--path", "--softmax-scale", "--softcap", "--inputs", "--out"})
+      if (app.count(flag) > 0)
+        throw UserError(fmt::format("{} applies to paged_attention only, not {}", flag, t.name));
     auto params = o->choice.params();
-    auto shape = templates::resolve_params(t.shape, o->shape, "--shape");
+    auto shape = o->choice.shape();
     std::string backend = resolve_backend(o->backend);
-    ir::Kernel k = t.build(params);
+    ir::Kernel k = t.build(params, shape);
     ir::verify(*k);
     templates::Problem p = t.make_problem(params, shape, o->seed);
-    RunResult r = run_on(backend, *k, p);
+    auto launcher = make_launcher(backend);
+    launcher->launch(k, int(params.count("num_warps") ? params.at("num_warps") : 4), p.grid, p.interp_args());
+    RunResult r = stats_of(*launcher);
     templates::Comparison c = templates::compare_outputs(p);
 
     std::string sizes;
     for (auto& [name, v] : shape) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", name, v);
-    say(common, fmt::format("{} [{}] on {}: {}  max_abs_err {:.3g}  max_rel_err {:.3g}  {:.3f} ms",
-                            t.name, sizes, backend, c.ok ? "ok" : "MISMATCH", c.max_abs_err,
-                            c.max_rel_err, r.time_ms));
-    if (!c.ok) std::cerr << "tilec: first mismatch: " << c.first_mismatch << "\n";
-    if (common.json) {
-      JsonObject j;
-      j.str("kernel", t.name).str("backend", backend).null("path").boolean("ok", c.ok);
-      j.number("max_abs_err", c.max_abs_err).number("max_rel_err", c.max_rel_err);
-      j.number("time_ms", r.time_ms);
-      j.maybe("bytes_loaded", r.bytes_loaded).maybe("bytes_stored", r.bytes_stored);
-      j.maybe("unique_bytes", r.unique_bytes).maybe("ideal_bytes", r.ideal_bytes);
-      std::cout << j.str() << std::endl;
-    }
+    print_result(common, t.name, backend, std::nullopt, sizes, c, r);
     return c.ok ? kOk : kFailed;
   };
 }

@@ -7,6 +7,7 @@ namespace tilec::cli {
 void KernelChoice::add_options(CLI::App& app) {
   app.add_option("kernel", name, "kernel name (see tilec list)")->required();
   app.add_option("--set", sets, "template parameter NAME=VALUE (repeatable)")->take_all();
+  app.add_option("--shape", shapes, "problem size NAME=VALUE (repeatable)")->take_all();
 }
 
 const templates::KernelTemplate& KernelChoice::kernel() const {
@@ -20,4 +21,10 @@ templates::ParamMap KernelChoice::params() const {
   return templates::resolve_params(kernel().params, sets, "--set");
 }
 
+} // namespace tilec::cli
+
+namespace tilec::cli {
+templates::ParamMap KernelChoice::shape() const {
+  return templates::resolve_params(kernel().shape, shapes, "--shape");
+}
 } // namespace tilec::cli

@@ -11,11 +11,13 @@ namespace tilec::cli {
 struct KernelChoice {
   std::string name;
   std::vector<std::string> sets;
+  std::vector<std::string> shapes;
 
   void add_options(CLI::App& app);
   // The template named by `name`; a UserError listing the known ones if none.
   const templates::KernelTemplate& kernel() const;
   templates::ParamMap params() const;
+  templates::ParamMap shape() const;
 };
 
 } // namespace tilec::cli

@@ -8,6 +8,7 @@
 
 #include "ir/error.h"
 #include "runtime/error.h"
+#include "runtime/npy.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   } catch (const UserError& e) {
     return report(common, kBadInput, e.what());
   } catch (const rt::ManifestError& e) {
+    return report(common, kBadInput, e.what());
+  } catch (const rt::NpyError& e) {
     return report(common, kBadInput, e.what());
   } catch (const rt::LaunchArgumentError& e) {
     return report(common, kBadInput, e.what());
