@@ -56,9 +56,10 @@ Value* Builder::constant(Type type, ConstValue value) {
   if (!type.is_ptr() && is_float(type.dtype()) && !value.is_float)
     a.value = ConstValue::of_float(static_cast<double>(value.i));
   if (!type.is_ptr() && is_int(type.dtype()) && value.is_float) {
-    if (value.f != static_cast<double>(static_cast<int64_t>(value.f)))
+    int64_t exact = ConstValue::of_float(value.f).i; // 0 when out of int64's range
+    if (value.f != static_cast<double>(exact))
       throw UserError(loc, fmt::format("constant: {} is not an integer for {}", value.f, type.str()));
-    a.value = ConstValue::of_int(static_cast<int64_t>(value.f));
+    a.value = ConstValue::of_int(exact);
   }
   return create(OpKind::Constant, {}, {type}, a)->result();
 }

@@ -58,7 +58,11 @@ struct ConstValue {
   int64_t i = 0;
   double f = 0.0;
   static ConstValue of_int(int64_t v) { return {false, v, static_cast<double>(v)}; }
-  static ConstValue of_float(double v) { return {true, static_cast<int64_t>(v), v}; }
+  static ConstValue of_float(double v) {
+    // Casting inf, nan or a double beyond int64 is undefined behaviour.
+    bool fits = v >= -0x1p63 && v < 0x1p63;
+    return {true, fits ? static_cast<int64_t>(v) : 0, v};
+  }
   bool operator==(const ConstValue& o) const;
 };
 
