@@ -1,1 +1,999 @@
+// The SIMT lowering: one program = one thread block of num_warps * 32 threads;
+// every tile value becomes, per thread, the list of elements its layout gives
+// that thread (LOWERING.md). One handler per op; elementwise ops share one
+// element loop and the trivial ones are table rows.
+#include "codegen/lower.h"
 
+#include <fmt/format.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include <bit>
+#include <map>
+#include <numbers>
+
+#include "codegen/axis_info.h"
+#include "codegen/layout_plan.h"
+#include "ir/float16.h"
+#include "ir/op_rules.h"
+
+namespace tilec::codegen {
+
+using ir::DType;
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+using Elems = std::vector<llvm::Value*>;
+
+int log2i(int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); }
+
+struct ArithRow {
+  OpKind op;
+  llvm::Instruction::BinaryOps int_op, float_op;
+};
+constexpr llvm::Instruction::BinaryOps kNoOp = llvm::Instruction::BinaryOpsEnd;
+constexpr ArithRow kArith[] = {
+    {OpKind::Add, llvm::Instruction::Add, llvm::Instruction::FAdd},
+    {OpKind::Sub, llvm::Instruction::Sub, llvm::Instruction::FSub},
+    {OpKind::Mul, llvm::Instruction::Mul, llvm::Instruction::FMul},
+    {OpKind::Div, llvm::Instruction::SDiv, llvm::Instruction::FDiv},
+    {OpKind::Rem, llvm::Instruction::SRem, llvm::Instruction::FRem},
+    {OpKind::And, llvm::Instruction::And, kNoOp},
+    {OpKind::Or, llvm::Instruction::Or, kNoOp},
+    {OpKind::Xor, llvm::Instruction::Xor, kNoOp},
+};
+
+struct CompareRow {
+  OpKind op;
+  llvm::CmpInst::Predicate sint, uint, flt;
+};
+constexpr CompareRow kCompare[] = {
+    {OpKind::Eq, llvm::CmpInst::ICMP_EQ, llvm::CmpInst::ICMP_EQ, llvm::CmpInst::FCMP_OEQ},
+    {OpKind::Ne, llvm::CmpInst::ICMP_NE, llvm::CmpInst::ICMP_NE, llvm::CmpInst::FCMP_UNE},
+    {OpKind::Lt, llvm::CmpInst::ICMP_SLT, llvm::CmpInst::ICMP_ULT, llvm::CmpInst::FCMP_OLT},
+    {OpKind::Le, llvm::CmpInst::ICMP_SLE, llvm::CmpInst::ICMP_ULE, llvm::CmpInst::FCMP_OLE},
+    {OpKind::Gt, llvm::CmpInst::ICMP_SGT, llvm::CmpInst::ICMP_UGT, llvm::CmpInst::FCMP_OGT},
+    {OpKind::Ge, llvm::CmpInst::ICMP_SGE, llvm::CmpInst::ICMP_UGE, llvm::CmpInst::FCMP_OGE},
+};
+
+class Lowering {
+public:
+  Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
+      : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn),
+        plan_(fn, axis_, opts.num_warps), b_(c_), pb_(c_) {}
+
+  LoweringStats run();
+
+private:
+  // --- types and constants
+  llvm::Type* reg_type(const ir::ElemType& e);
+  llvm::Type* mem_type(const ir::ElemType& e);
+  int mem_bytes(const ir::ElemType& e) { return e.is_ptr ? 8 : ir::dtype_bytes(e.dtype); }
+  llvm::Value* constant(const ir::ElemType& e, const ir::ConstValue& v);
+  llvm::Value* to_f32(llvm::Value* v, DType t) { return t == DType::f32 ? v : hooks_.to_f32(b_, v, t); }
+  llvm::Value* from_f32(llvm::Value* v, DType t) { return t == DType::f32 ? v : hooks_.from_f32(b_, v, t); }
+  llvm::Value* to_mem(llvm::Value* v, const ir::ElemType& e) {
+    return !e.is_ptr && e.dtype == DType::i1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+  }
+  llvm::Value* from_mem(llvm::Value* v, const ir::ElemType& e) {
+    return !e.is_ptr && e.dtype == DType::i1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+
+  // --- layouts at run time
+  const ThreadElems& elems_of(LayoutId l, const ir::Shape& s);
+  int64_t count(LayoutId l, const ir::Shape& s) { return l == kScalar ? 1 : elems_of(l, s).count; }
+  const std::vector<llvm::Value*>& thread_base(LayoutId l);
+  // Per element, per tile dim: the coordinate (i32).
+  std::vector<std::vector<llvm::Value*>> coords(LayoutId l, const ir::Shape& s);
+  llvm::Value* owner(LayoutId l, const ir::Shape& s); // null: every thread owns its elements
+  llvm::Value* linear_index(const std::vector<llvm::Value*>& coord, const ir::Shape& s);
+
+  // --- values
+  const Elems& get(const Value* v, LayoutId l);
+  void define(const Value* v, LayoutId native, Elems e);
+  Elems convert(const Elems& src, LayoutId from, LayoutId to, const ir::Shape& s, const ir::ElemType& e);
+  Elems share_from_owners(const Elems& src, LayoutId l, const ir::Shape& s, const ir::ElemType& e,
+                          llvm::Value* owner_pred);
+
+  // --- shared memory
+  llvm::Value* smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset = 0);
+  void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, bytes); }
+  void barrier() {
+    hooks_.barrier(b_);
+    ++stats_.barriers;
+    smem_dirty_ = false;
+  }
+  void before_smem_write() {
+    if (smem_dirty_) barrier();
+  }
+
+  // --- ops
+  void emit_block(const ir::Block& blk);
+  void emit_op(const Op& op);
+  Elems compute(const Op& op, LayoutId l);
+  Elems view(const Op& op, LayoutId l);
+  llvm::Value* unary(OpKind k, DType t, llvm::Value* x);
+  llvm::Value* binary(OpKind k, const ir::ElemType& e, llvm::Value* x, llvm::Value* y);
+  llvm::Value* cast(llvm::Value* x, DType from, DType to);
+  llvm::Value* combine(ir::ReduceKind k, llvm::Value* x, llvm::Value* y);
+  llvm::Value* shuffle_xor(llvm::Value* v, int mask);
+  void emit_load(const Op& op);
+  void emit_store(const Op& op);
+  void emit_atomic(const Op& op);
+  void emit_reduce(const Op& op);
+  void emit_dot(const Op& op);
+  void emit_for(const Op& op);
+  void emit_if(const Op& op);
+  void emit_reshape(const Op& op);
+
+  // Vector width, static alignment and mask uniformity of a memory access.
+  struct AccessPlan {
+    int vec = 1;
+    bool aligned = true;
+    bool mask_uniform = true;
+  };
+  AccessPlan plan_access(const Op& op, LayoutId l);
+  llvm::Value* all_of(const Elems& preds, size_t from, size_t n);
+  llvm::Value* and_pred(llvm::Value* a, llvm::Value* b) { return !a ? b : !b ? a : b_.CreateAnd(a, b); }
+
+  const ir::Function& fn_;
+  const CompileOptions& opts_;
+  TargetHooks& hooks_;
+  llvm::Module& m_;
+  llvm::LLVMContext& c_;
+  AxisAnalysis axis_;
+  LayoutPlan plan_;
+  llvm::IRBuilder<> b_;  // the body
+  llvm::IRBuilder<> pb_; // the entry block (values every block can use)
+  llvm::Function* kernel_ = nullptr;
+  llvm::Value* tid_ = nullptr;
+  llvm::Value* lane_ = nullptr;
+  llvm::Value* warp_ = nullptr;
+  llvm::Value* smem_base_ = nullptr;
+  std::map<std::pair<const Value*, LayoutId>, Elems> vals_;
+  std::map<std::pair<LayoutId, ir::Shape>, ThreadElems> elems_cache_;
+  std::map<LayoutId, std::vector<llvm::Value*>> base_cache_;
+  std::vector<Elems> yielded_;
+  bool smem_dirty_ = false;
+  LoweringStats stats_;
+};
+
+LoweringStats Lowering::run() {
+  int threads = 32 * opts_.num_warps;
+  stats_.threads_per_block = threads;
+  std::vector<llvm::Type*> params;
+  for (const Value* p : fn_.params) {
+    if (!p->type.is_scalar())
+      throw UserError(fmt::format("kernel {}: parameter {} is a tile ({}); parameters must be scalars or pointers",
+                                  fn_.name, p->name, p->type.str()));
+    params.push_back(mem_type(p->type.elem));
+  }
+  kernel_ = hooks_.create_kernel(m_, fn_.name, params, threads);
+  llvm::BasicBlock* entry = llvm::BasicBlock::Create(c_, "entry", kernel_);
+  llvm::BasicBlock* body = llvm::BasicBlock::Create(c_, "body", kernel_);
+  pb_.SetInsertPoint(entry);
+  b_.SetInsertPoint(body);
+  std::vector<llvm::Value*> args = hooks_.kernel_params(pb_);
+  for (size_t i = 0; i < fn_.params.size(); ++i) {
+    llvm::Value* a = args[i];
+    if (!fn_.params[i]->type.is_ptr() && fn_.params[i]->type.dtype() == DType::i1)
+      a = pb_.CreateICmpNE(a, pb_.getInt8(0));
+    vals_[{fn_.params[i], kScalar}] = {a};
+  }
+  tid_ = hooks_.thread_id(pb_);
+  lane_ = pb_.CreateAnd(tid_, 31, "lane");
+  warp_ = pb_.CreateLShr(tid_, 5, "warp");
+  emit_block(fn_.body);
+  if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
+  pb_.CreateBr(body);
+  hooks_.finish_kernel(m_, kernel_, threads);
+  stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
+  return stats_;
+}
+
+llvm::Type* Lowering::reg_type(const ir::ElemType& e) {
+  if (e.is_ptr) return llvm::PointerType::get(c_, hooks_.global_address_space());
+  switch (e.dtype) {
+  case DType::i1: return b_.getInt1Ty();
+  case DType::i8: return b_.getInt8Ty();
+  case DType::i16: return b_.getInt16Ty();
+  case DType::i32: return b_.getInt32Ty();
+  case DType::i64: return b_.getInt64Ty();
+  case DType::f16:
+  case DType::bf16: return hooks_.half_type(c_, e.dtype);
+  case DType::f32: return b_.getFloatTy();
+  }
+  internal_fail("bad dtype");
+}
+
+llvm::Type* Lowering::mem_type(const ir::ElemType& e) {
+  return !e.is_ptr && e.dtype == DType::i1 ? b_.getInt8Ty() : reg_type(e);
+}
+
+llvm::Value* Lowering::constant(const ir::ElemType& e, const ir::ConstValue& v) {
+  internal_assert(!e.is_ptr, "no pointer constants");
+  switch (e.dtype) {
+  case DType::f32: return llvm::ConstantFP::get(b_.getFloatTy(), static_cast<float>(v.is_float ? v.f : double(v.i)));
+  case DType::f16:
+  case DType::bf16: {
+    float f = static_cast<float>(v.is_float ? v.f : double(v.i));
+    uint16_t bits = e.dtype == DType::f16 ? f32_to_f16_bits(f) : f32_to_bf16_bits(f);
+    return llvm::ConstantExpr::getBitCast(b_.getInt16(bits), hooks_.half_type(c_, e.dtype));
+  }
+  case DType::i1: return b_.getInt1(v.i != 0);
+  default: return llvm::ConstantInt::get(reg_type(e), static_cast<uint64_t>(v.i), true);
+  }
+}
+
+const ThreadElems& Lowering::elems_of(LayoutId l, const ir::Shape& s) {
+  auto key = std::make_pair(l, s);
+  auto it = elems_cache_.find(key);
+  if (it != elems_cache_.end()) return it->second;
+  return elems_cache_.emplace(key, thread_elems(plan_.layout(l), s)).first->second;
+}
+
+const std::vector<llvm::Value*>& Lowering::thread_base(LayoutId l) {
+  auto it = base_cache_.find(l);
+  if (it != base_cache_.end()) return it->second;
+  const BlockedLayout& bl = plan_.layout(l).base;
+  std::vector<llvm::Value*> base;
+  for (int d = 0; d < bl.rank(); ++d) {
+    int tpw = bl.threads_per_warp[d], wpb = bl.warps_per_block[d];
+    llvm::Value* lc = pb_.CreateAnd(pb_.CreateLShr(lane_, lane_shift(bl, d)), tpw - 1);
+    llvm::Value* wc = pb_.CreateAnd(pb_.CreateLShr(warp_, warp_shift(bl, d)), wpb - 1);
+    llvm::Value* pos = pb_.CreateAdd(pb_.CreateMul(wc, pb_.getInt32(tpw)), lc);
+    base.push_back(pb_.CreateMul(pos, pb_.getInt32(bl.size_per_thread[d])));
+  }
+  return base_cache_[l] = base;
+}
+
+std::vector<std::vector<llvm::Value*>> Lowering::coords(LayoutId l, const ir::Shape& s) {
+  const ThreadElems& te = elems_of(l, s);
+  const Layout& lay = plan_.layout(l);
+  const auto& base = thread_base(l);
+  std::vector<llvm::Value*> start(s.size());
+  for (size_t d = 0; d < s.size(); ++d) {
+    int bd = lay.dims[d];
+    start[d] = te.base_shape[bd] >= lay.base.pass(bd) ? base[bd]
+                                                       : pb_.CreateAnd(base[bd], static_cast<uint64_t>(s[d] - 1));
+  }
+  std::vector<std::vector<llvm::Value*>> r(te.count, std::vector<llvm::Value*>(s.size()));
+  for (int64_t j = 0; j < te.count; ++j)
+    for (size_t d = 0; d < s.size(); ++d)
+      r[j][d] = b_.CreateAdd(start[d], b_.getInt32(static_cast<uint32_t>(te.offset[j][d])));
+  return r;
+}
+
+llvm::Value* Lowering::owner(LayoutId l, const ir::Shape& s) {
+  if (l == kScalar) return pb_.CreateICmpEQ(tid_, pb_.getInt32(0));
+  const ThreadElems& te = elems_of(l, s);
+  const auto& base = thread_base(l);
+  llvm::Value* r = nullptr;
+  for (size_t d = 0; d < te.replicated.size(); ++d)
+    if (te.replicated[d]) {
+      llvm::Value* own = pb_.CreateICmpULT(base[d], pb_.getInt32(static_cast<uint32_t>(te.base_shape[d])));
+      r = r ? pb_.CreateAnd(r, own) : own;
+    }
+  return r;
+}
+
+llvm::Value* Lowering::linear_index(const std::vector<llvm::Value*>& coord, const ir::Shape& s) {
+  llvm::Value* idx = b_.getInt32(0);
+  int64_t stride = 1;
+  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+    idx = b_.CreateAdd(idx, b_.CreateMul(coord[d], b_.getInt32(static_cast<uint32_t>(stride))));
+    stride *= s[d];
+  }
+  return idx;
+}
+
+llvm::Value* Lowering::smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
+  if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
+  llvm::Value* p = smem_base_;
+  if (byte_offset) p = b_.CreateConstGEP1_64(b_.getInt8Ty(), p, byte_offset);
+  return b_.CreateGEP(ty, p, index);
+}
+
+const Elems& Lowering::get(const Value* v, LayoutId l) {
+  if (v->type.is_scalar()) l = kScalar;
+  auto it = vals_.find({v, l});
+  if (it == vals_.end())
+    internal_fail(fmt::format("value {} was not lowered in layout {}", ir::describe(v),
+                              l >= 0 ? plan_.layout(l).str() : std::string("scalar")));
+  return it->second;
+}
+
+void Lowering::define(const Value* v, LayoutId native, Elems e) {
+  if (v->type.is_scalar()) {
+    vals_[{v, kScalar}] = std::move(e);
+    return;
+  }
+  vals_[{v, native}] = e;
+  for (LayoutId l : plan_.requests(v))
+    if (l != native) vals_[{v, l}] = convert(e, native, l, v->type.shape, v->type.elem);
+}
+
+// Every thread writes the elements it holds to shared memory at their
+// row-major index (padded by one slot per 32 to spread banks), then reads
+// the ones the destination layout gives it.
+Elems Lowering::convert(const Elems& src, LayoutId from, LayoutId to, const ir::Shape& s,
+                        const ir::ElemType& e) {
+  ++stats_.conversions;
+  llvm::Type* ty = mem_type(e);
+  auto padded = [&](llvm::Value* i) { return b_.CreateAdd(i, b_.CreateLShr(i, 5)); };
+  int64_t n = ir::num_elements(s);
+  need_smem((n + n / 32 + 1) * mem_bytes(e));
+  before_smem_write();
+  auto cf = coords(from, s);
+  for (size_t j = 0; j < src.size(); ++j)
+    b_.CreateStore(to_mem(src[j], e), smem(ty, padded(linear_index(cf[j], s))));
+  barrier();
+  auto ct = coords(to, s);
+  Elems r(ct.size());
+  for (size_t j = 0; j < ct.size(); ++j)
+    r[j] = from_mem(b_.CreateLoad(ty, smem(ty, padded(linear_index(ct[j], s)))), e);
+  smem_dirty_ = true;
+  return r;
+}
+
+Elems Lowering::share_from_owners(const Elems& src, LayoutId l, const ir::Shape& s,
+                                  const ir::ElemType& e, llvm::Value* owner_pred) {
+  llvm::Type* ty = mem_type(e);
+  need_smem((ir::num_elements(s) + 1) * mem_bytes(e));
+  before_smem_write();
+  std::vector<std::vector<llvm::Value*>> cs =
+      l == kScalar ? std::vector<std::vector<llvm::Value*>>{{}} : coords(l, s);
+  std::vector<llvm::Value*> idx;
+  for (auto& c : cs) idx.push_back(linear_index(c, s));
+  guarded(b_, owner_pred, [&]() -> llvm::Value* {
+    for (size_t j = 0; j < src.size(); ++j) b_.CreateStore(to_mem(src[j], e), smem(ty, idx[j]));
+    return nullptr;
+  });
+  barrier();
+  Elems r;
+  for (size_t j = 0; j < src.size(); ++j) r.push_back(from_mem(b_.CreateLoad(ty, smem(ty, idx[j])), e));
+  smem_dirty_ = true;
+  return r;
+}
+
+void Lowering::emit_block(const ir::Block& blk) {
+  for (const auto& op : blk.ops) emit_op(*op);
+}
+
+void Lowering::emit_op(const Op& op) {
+  const Value* res = op.results.empty() ? nullptr : op.results[0];
+  switch (op.kind) {
+  case OpKind::ProgramId: define(res, kScalar, {hooks_.block_id(b_, static_cast<int>(op.attrs.axis))}); return;
+  case OpKind::NumPrograms:
+    define(res, kScalar, {hooks_.num_blocks(b_, static_cast<int>(op.attrs.axis))});
+    return;
+  case OpKind::Reshape:
+    if (!is_trivial_reshape(op.operands[0]->type.shape, res->type.shape)) return emit_reshape(op);
+    [[fallthrough]];
+  case OpKind::Arange:
+  case OpKind::Constant:
+  case OpKind::Splat:
+  case OpKind::Broadcast:
+  case OpKind::ExpandDims:
+  case OpKind::Permute:
+  case OpKind::AddPtr:
+  case OpKind::Select:
+  case OpKind::Cast:
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_UNARY_OPS(TILEC_X)
+    TILEC_BINARY_OPS(TILEC_X)
+    TILEC_COMPARE_OPS(TILEC_X)
+#undef TILEC_X
+    if (res->type.is_scalar()) vals_[{res, kScalar}] = compute(op, kScalar);
+    else
+      for (LayoutId l : plan_.requests(res)) vals_[{res, l}] = compute(op, l);
+    return;
+  case OpKind::Load: return emit_load(op);
+  case OpKind::Store: return emit_store(op);
+  case OpKind::AtomicAdd: return emit_atomic(op);
+  case OpKind::Dot: return emit_dot(op);
+  case OpKind::Reduce: return emit_reduce(op);
+  case OpKind::For: return emit_for(op);
+  case OpKind::If: return emit_if(op);
+  case OpKind::Yield: {
+    const Op* parent = op.parent->parent;
+    yielded_.clear();
+    for (size_t i = 0; i < op.operands.size(); ++i)
+      yielded_.push_back(get(op.operands[i], plan_.native(parent->results[i])));
+    return;
+  }
+  case OpKind::Return: b_.CreateRetVoid(); return;
+  }
+  internal_fail(fmt::format("no lowering for op {}", ir::op_name(op.kind)));
+}
+
+Elems Lowering::compute(const Op& op, LayoutId l) {
+  const Value* res = op.results[0];
+  const ir::Shape& s = res->type.shape;
+  int64_t n = count(l, s);
+  switch (op.kind) {
+  case OpKind::Arange: {
+    Elems r;
+    for (auto& c : coords(l, s)) r.push_back(b_.CreateAdd(c[0], b_.getInt32(static_cast<uint32_t>(op.attrs.start))));
+    return r;
+  }
+  case OpKind::Constant: return Elems(n, constant(res->type.elem, op.attrs.value));
+  case OpKind::Splat: return Elems(n, get(op.operands[0], kScalar)[0]);
+  case OpKind::Broadcast:
+  case OpKind::ExpandDims:
+  case OpKind::Permute:
+  case OpKind::Reshape: return view(op, l);
+  default: break;
+  }
+  // Elementwise: the same scalar code for each element the thread holds.
+  std::vector<const Elems*> in;
+  for (const Value* v : op.operands) in.push_back(&get(v, v->type.is_scalar() ? kScalar : l));
+  const ir::ElemType& e0 = op.operands[0]->type.elem;
+  Elems r(n);
+  for (int64_t j = 0; j < n; ++j) {
+    auto x = [&](size_t i) { return (*in[i])[j]; };
+    switch (op.kind) {
+    case OpKind::AddPtr: {
+      llvm::Value* off = b_.CreateSExt(x(1), b_.getInt64Ty());
+      r[j] = b_.CreateGEP(mem_type({e0.dtype, false}), x(0), off);
+      break;
+    }
+    case OpKind::Select: r[j] = b_.CreateSelect(x(0), x(1), x(2)); break;
+    case OpKind::Cast: r[j] = cast(x(0), e0.dtype, res->type.dtype()); break;
+    default:
+      r[j] = ir::is_unary(op.kind) ? unary(op.kind, e0.dtype, x(0)) : binary(op.kind, e0, x(0), x(1));
+    }
+  }
+  return r;
+}
+
+Elems Lowering::view(const Op& op, LayoutId l) {
+  const Value* src = op.operands[0];
+  const Value* res = op.results[0];
+  int64_t n = count(l, res->type.shape);
+  if (src->type.is_scalar()) return Elems(n, get(src, kScalar)[0]);
+  LayoutId sl = plan_.operand_layout(op, src, l);
+  const Elems& in = get(src, sl);
+  const ThreadElems& ts = elems_of(sl, src->type.shape);
+  std::map<std::vector<int64_t>, size_t> index;
+  for (size_t j = 0; j < ts.offset.size(); ++j) index[ts.offset[j]] = j;
+  const ThreadElems& tr = elems_of(l, res->type.shape);
+  const ir::Shape &ss = src->type.shape, &rs = res->type.shape;
+  Elems r(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const std::vector<int64_t>& ro = tr.offset[j];
+    std::vector<int64_t> so;
+    switch (op.kind) {
+    case OpKind::Broadcast:
+      so = ro;
+      for (size_t d = 0; d < ss.size(); ++d)
+        if (ss[d] != rs[d]) so[d] = 0;
+      break;
+    case OpKind::ExpandDims:
+      so = ro;
+      so.erase(so.begin() + op.attrs.axis);
+      break;
+    case OpKind::Permute:
+      so.resize(ro.size());
+      for (size_t i = 0; i < ro.size(); ++i) so[op.attrs.perm[i]] = ro[i];
+      break;
+    default: { // trivial reshape: drop the result's size-1 dims, insert the operand's
+      std::vector<int64_t> core;
+      for (size_t d = 0; d < rs.size(); ++d)
+        if (rs[d] != 1) core.push_back(ro[d]);
+      size_t k = 0;
+      for (size_t d = 0; d < ss.size(); ++d) so.push_back(ss[d] == 1 ? 0 : core[k++]);
+    }
+    }
+    auto it = index.find(so);
+    internal_assert(it != index.end(), "view: the operand layout holds the element");
+    r[j] = in[it->second];
+  }
+  return r;
+}
+
+llvm::Value* Lowering::unary(OpKind k, DType t, llvm::Value* x) {
+  if (ir::is_int(t)) {
+    if (k == OpKind::Abs) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
+    if (k == OpKind::Neg) return b_.CreateNeg(x);
+    internal_fail("float-only unary op on an integer");
+  }
+  x = to_f32(x, t);
+  auto f = [&](double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); };
+  llvm::Value* r = nullptr;
+  switch (k) {
+  case OpKind::Exp: r = hooks_.exp2(b_, b_.CreateFMul(x, f(std::numbers::log2e))); break;
+  case OpKind::Exp2: r = hooks_.exp2(b_, x); break;
+  case OpKind::Log: r = b_.CreateFMul(hooks_.log2(b_, x), f(std::numbers::ln2)); break;
+  case OpKind::Tanh: r = hooks_.tanh(b_, x); break;
+  case OpKind::Sqrt: r = hooks_.sqrt(b_, x); break;
+  case OpKind::Rsqrt: r = hooks_.rsqrt(b_, x); break;
+  case OpKind::Abs: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
+  case OpKind::Neg: r = b_.CreateFNeg(x); break;
+  default: internal_fail("not a unary op");
+  }
+  return from_f32(r, t);
+}
+
+llvm::Value* Lowering::binary(OpKind k, const ir::ElemType& e, llvm::Value* x, llvm::Value* y) {
+  bool flt = !e.is_ptr && ir::is_float(e.dtype);
+  for (const CompareRow& row : kCompare)
+    if (row.op == k) {
+      if (flt) return b_.CreateFCmp(row.flt, to_f32(x, e.dtype), to_f32(y, e.dtype));
+      bool unsigned_cmp = e.is_ptr || e.dtype == DType::i1;
+      return b_.CreateICmp(unsigned_cmp ? row.uint : row.sint, x, y);
+    }
+  if (k == OpKind::Min || k == OpKind::Max) {
+    if (!flt)
+      return b_.CreateBinaryIntrinsic(k == OpKind::Min ? llvm::Intrinsic::smin : llvm::Intrinsic::smax, x, y);
+    llvm::Value* r = b_.CreateBinaryIntrinsic(k == OpKind::Min ? llvm::Intrinsic::minnum : llvm::Intrinsic::maxnum,
+                                              to_f32(x, e.dtype), to_f32(y, e.dtype));
+    return from_f32(r, e.dtype);
+  }
+  for (const ArithRow& row : kArith)
+    if (row.op == k) {
+      if (!flt) return b_.CreateBinOp(row.int_op, x, y);
+      internal_assert(row.float_op != kNoOp, "float binary op has an instruction");
+      return from_f32(b_.CreateBinOp(row.float_op, to_f32(x, e.dtype), to_f32(y, e.dtype)), e.dtype);
+    }
+  internal_fail(fmt::format("no lowering for binary op {}", ir::op_name(k)));
+}
+
+llvm::Value* Lowering::cast(llvm::Value* x, DType from, DType to) {
+  if (from == to) return x;
+  llvm::Type* ty = reg_type({to, false});
+  if (ir::is_int(from) && ir::is_int(to)) {
+    if (to == DType::i1) return b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
+    if (from == DType::i1) return b_.CreateZExt(x, ty);
+    return b_.CreateSExtOrTrunc(x, ty);
+  }
+  if (ir::is_int(from)) {
+    llvm::Value* f = from == DType::i1 ? b_.CreateUIToFP(x, b_.getFloatTy()) : b_.CreateSIToFP(x, b_.getFloatTy());
+    return from_f32(f, to);
+  }
+  llvm::Value* f = to_f32(x, from);
+  if (ir::is_float(to)) return from_f32(f, to);
+  if (to == DType::i1) return b_.CreateFCmpUNE(f, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+  return b_.CreateFPToSI(f, ty);
+}
+
+Lowering::AccessPlan Lowering::plan_access(const Op& op, LayoutId l) {
+  AccessPlan p;
+  if (l == kScalar) return p;
+  const Value* ptr = op.operands[0];
+  LayoutPlan::Access acc = plan_.access(ptr);
+  const ThreadElems& te = elems_of(l, ptr->type.shape);
+  if (te.run_dim == acc.contig_dim) p.vec = static_cast<int>(std::min<int64_t>(te.run, acc.vec));
+  if (p.vec > 1) {
+    p.aligned = axis_.at(ptr).divisibility[acc.contig_dim] >= p.vec;
+    if (const Value* m = op.mask()) p.mask_uniform = axis_.at(m).constancy[acc.contig_dim] >= p.vec;
+  }
+  return p;
+}
+
+llvm::Value* Lowering::all_of(const Elems& preds, size_t from, size_t n) {
+  llvm::Value* r = preds[from];
+  for (size_t k = 1; k < n; ++k) r = b_.CreateAnd(r, preds[from + k]);
+  return r;
+}
+
+// A chunk of `vec` elements contiguous in memory is one vector access when
+// its address is aligned and its mask is all-true; when neither is known at
+// compile time, both are checked at run time and the chunk falls back to one
+// guarded access per element.
+void Lowering::emit_load(const Op& op) {
+  const Value* ptr = op.operands[0];
+  const Value* res = op.results[0];
+  const ir::ElemType e = res->type.elem;
+  LayoutId l = res->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0];
+  const Elems& P = get(ptr, l);
+  const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;
+  const Elems* O = op.other() ? &get(op.other(), l) : nullptr;
+  llvm::Type* ty = mem_type(e);
+  unsigned eb = static_cast<unsigned>(mem_bytes(e));
+  AccessPlan ap = plan_access(op, l);
+  size_t n = P.size();
+  int vec = ap.vec;
+  Elems r(n);
+  for (size_t j0 = 0; j0 < n; j0 += vec) {
+    auto scalar_loads = [&](Elems& out) {
+      for (int k = 0; k < vec; ++k)
+        out[j0 + k] = hooks_.load(b_, P[j0 + k], ty, eb, M ? (*M)[j0 + k] : nullptr);
+    };
+    if (vec == 1) {
+      scalar_loads(r);
+      continue;
+    }
+    auto* vty = llvm::FixedVectorType::get(ty, vec);
+    auto vector_load = [&](Elems& out, llvm::Value* pred) {
+      llvm::Value* v = hooks_.load(b_, P[j0], vty, eb * vec, pred);
+      for (int k = 0; k < vec; ++k) out[j0 + k] = b_.CreateExtractElement(v, k);
+    };
+    llvm::Value* fast = nullptr;
+    if (!ap.aligned)
+      fast = b_.CreateICmpEQ(b_.CreateAnd(b_.CreatePtrToInt(P[j0], b_.getInt64Ty()), eb * vec - 1), b_.getInt64(0));
+    if (M && !ap.mask_uniform) fast = and_pred(fast, all_of(*M, j0, vec));
+    llvm::Value* upred = M && ap.mask_uniform ? (*M)[j0] : nullptr;
+    if (!fast) {
+      vector_load(r, upred);
+      continue;
+    }
+    llvm::BasicBlock* fast_bb = llvm::BasicBlock::Create(c_, "ld.vec", kernel_);
+    llvm::BasicBlock* slow_bb = llvm::BasicBlock::Create(c_, "ld.scalar", kernel_);
+    llvm::BasicBlock* join = llvm::BasicBlock::Create(c_, "ld.join", kernel_);
+    b_.CreateCondBr(fast, fast_bb, slow_bb);
+    Elems fv(n), sv(n);
+    b_.SetInsertPoint(fast_bb);
+    vector_load(fv, upred);
+    llvm::BasicBlock* fast_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(slow_bb);
+    scalar_loads(sv);
+    llvm::BasicBlock* slow_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    for (int k = 0; k < vec; ++k) {
+      llvm::PHINode* phi = b_.CreatePHI(ty, 2);
+      phi->addIncoming(fv[j0 + k], fast_end);
+      phi->addIncoming(sv[j0 + k], slow_end);
+      r[j0 + k] = phi;
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    r[j] = from_mem(r[j], e);
+    if (O) r[j] = b_.CreateSelect((*M)[j], r[j], (*O)[j]);
+  }
+  define(res, l, std::move(r));
+}
+
+void Lowering::emit_store(const Op& op) {
+  const Value* ptr = op.operands[0];
+  const Value* val = op.operands[1];
+  const ir::ElemType e = val->type.elem;
+  LayoutId l = plan_.op_layouts(&op)[0];
+  const Elems& P = get(ptr, l);
+  const Elems& V = get(val, l);
+  const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;
+  llvm::Value* own = owner(l, ptr->type.shape);
+  llvm::Type* ty = mem_type(e);
+  unsigned eb = static_cast<unsigned>(mem_bytes(e));
+  AccessPlan ap = plan_access(op, l);
+  int vec = ap.vec;
+  for (size_t j0 = 0; j0 < P.size(); j0 += vec) {
+    auto scalar_stores = [&] {
+      for (int k = 0; k < vec; ++k)
+        hooks_.store(b_, P[j0 + k], to_mem(V[j0 + k], e), eb, and_pred(own, M ? (*M)[j0 + k] : nullptr));
+    };
+    if (vec == 1) {
+      scalar_stores();
+      continue;
+    }
+    auto vector_store = [&](llvm::Value* pred) {
+      llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, vec));
+      for (int k = 0; k < vec; ++k) v = b_.CreateInsertElement(v, to_mem(V[j0 + k], e), k);
+      hooks_.store(b_, P[j0], v, eb * vec, pred);
+    };
+    llvm::Value* fast = nullptr;
+    if (!ap.aligned)
+      fast = b_.CreateICmpEQ(b_.CreateAnd(b_.CreatePtrToInt(P[j0], b_.getInt64Ty()), eb * vec - 1), b_.getInt64(0));
+    if (M && !ap.mask_uniform) fast = and_pred(fast, all_of(*M, j0, vec));
+    llvm::Value* upred = and_pred(own, M && ap.mask_uniform ? (*M)[j0] : nullptr);
+    if (!fast) {
+      vector_store(upred);
+      continue;
+    }
+    llvm::BasicBlock* fast_bb = llvm::BasicBlock::Create(c_, "st.vec", kernel_);
+    llvm::BasicBlock* slow_bb = llvm::BasicBlock::Create(c_, "st.scalar", kernel_);
+    llvm::BasicBlock* join = llvm::BasicBlock::Create(c_, "st.join", kernel_);
+    b_.CreateCondBr(fast, fast_bb, slow_bb);
+    b_.SetInsertPoint(fast_bb);
+    vector_store(upred);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(slow_bb);
+    scalar_stores();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+  }
+}
+
+void Lowering::emit_atomic(const Op& op) {
+  const Value* ptr = op.operands[0];
+  const Value* res = op.results[0];
+  LayoutId l = res->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0];
+  const Elems& P = get(ptr, l);
+  const Elems& V = get(op.operands[1], l);
+  const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;
+  llvm::Value* own = owner(l, ptr->type.shape);
+  Elems r(P.size());
+  for (size_t j = 0; j < P.size(); ++j)
+    r[j] = hooks_.atomic_add(b_, P[j], V[j], and_pred(own, M ? (*M)[j] : nullptr));
+  // Threads that share an element got no old value: the owner hands it over.
+  if (own) r = share_from_owners(r, l, ptr->type.shape, res->type.elem, own);
+  define(res, l, std::move(r));
+}
+
+llvm::Value* Lowering::combine(ir::ReduceKind k, llvm::Value* x, llvm::Value* y) {
+  bool flt = x->getType()->isFloatTy();
+  switch (k) {
+  case ir::ReduceKind::sum: return flt ? b_.CreateFAdd(x, y) : b_.CreateAdd(x, y);
+  case ir::ReduceKind::max:
+    return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, x, y);
+  case ir::ReduceKind::min:
+    return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, x, y);
+  }
+  internal_fail("bad reduce kind");
+}
+
+llvm::Value* Lowering::shuffle_xor(llvm::Value* v, int mask) {
+  llvm::Type* t = v->getType();
+  if (t->isIntegerTy(64)) {
+    llvm::Value* lo = hooks_.shfl_xor(b_, b_.CreateTrunc(v, b_.getInt32Ty()), mask);
+    llvm::Value* hi = hooks_.shfl_xor(b_, b_.CreateTrunc(b_.CreateLShr(v, 32), b_.getInt32Ty()), mask);
+    return b_.CreateOr(b_.CreateZExt(lo, t), b_.CreateShl(b_.CreateZExt(hi, t), 32));
+  }
+  if (t->isFloatTy()) return b_.CreateBitCast(hooks_.shfl_xor(b_, b_.CreateBitCast(v, b_.getInt32Ty()), mask), t);
+  return hooks_.shfl_xor(b_, v, mask);
+}
+
+// Within the thread, then across lanes by shuffle-xor, then across warps
+// through shared memory; only positions holding distinct data take part.
+void Lowering::emit_reduce(const Op& op) {
+  const Value* src = op.operands[0];
+  const Value* res = op.results[0];
+  const ir::Shape& s = src->type.shape;
+  const ir::Shape& rs = res->type.shape;
+  int axis = static_cast<int>(op.attrs.axis);
+  ir::ReduceKind kind = op.attrs.reduce;
+  LayoutId pl = plan_.op_layouts(&op)[0];
+  Layout lay = plan_.layout(pl);
+  int bd = lay.dims[axis];
+  DType dt = src->type.dtype();
+  llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : dt == DType::i64 ? b_.getInt64Ty() : b_.getInt32Ty();
+  const Elems& in = get(src, pl);
+  const ThreadElems& te = elems_of(pl, s);
+  LayoutId rl = res->type.is_scalar() ? kScalar : plan_.native(res);
+  size_t nres = 1;
+  std::map<std::vector<int64_t>, size_t> index;
+  if (rl != kScalar) {
+    const ThreadElems& tr = elems_of(rl, rs);
+    nres = tr.count;
+    for (size_t i = 0; i < nres; ++i) index[tr.offset[i]] = i;
+  }
+  Elems acc(nres, nullptr);
+  for (size_t j = 0; j < in.size(); ++j) {
+    size_t i = 0;
+    if (rl != kScalar) {
+      std::vector<int64_t> key = te.offset[j];
+      key.erase(key.begin() + axis);
+      auto it = index.find(key);
+      internal_assert(it != index.end(), "reduce: result layout holds the element");
+      i = it->second;
+    }
+    llvm::Value* v = ir::is_float(dt) ? to_f32(in[j], dt) : b_.CreateSExtOrTrunc(in[j], ct);
+    acc[i] = acc[i] ? combine(kind, acc[i], v) : v;
+  }
+  int64_t extent = s[axis];
+  int64_t tpw = lay.base.threads_per_warp[bd], wpb = lay.base.warps_per_block[bd];
+  int64_t spt_eff = std::min<int64_t>(lay.base.size_per_thread[bd], extent);
+  int64_t distinct = std::min<int64_t>(tpw * wpb, std::max<int64_t>(1, extent / spt_eff));
+  int64_t lanes = std::min<int64_t>(tpw, distinct);
+  int64_t warps = lanes == tpw ? distinct / tpw : 1;
+  for (int k = 0; k < log2i(lanes); ++k)
+    for (auto& a : acc) a = combine(kind, a, shuffle_xor(a, 1 << (lane_shift(lay.base, bd) + k)));
+  if (warps > 1) {
+    int cb = ct->isIntegerTy(64) ? 8 : 4;
+    need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);
+    before_smem_write();
+    llvm::Value* wc = b_.CreateAnd(b_.CreateLShr(warp_, warp_shift(lay.base, bd)), static_cast<uint64_t>(warps - 1));
+    std::vector<llvm::Value*> lin;
+    if (rl == kScalar) lin.push_back(b_.getInt32(0));
+    else
+      for (auto& c : coords(rl, rs)) lin.push_back(linear_index(c, rs));
+    auto slot = [&](size_t i, llvm::Value* w) {
+      return smem(ct, b_.CreateAdd(b_.CreateMul(lin[i], b_.getInt32(static_cast<uint32_t>(warps))), w));
+    };
+    for (size_t i = 0; i < nres; ++i) b_.CreateStore(acc[i], slot(i, wc));
+    barrier();
+    for (size_t i = 0; i < nres; ++i) {
+      llvm::Value* v = b_.CreateLoad(ct, slot(i, b_.getInt32(0)));
+      for (int64_t w = 1; w < warps; ++w)
+        v = combine(kind, v, b_.CreateLoad(ct, slot(i, b_.getInt32(static_cast<uint32_t>(w)))));
+      acc[i] = v;
+    }
+    smem_dirty_ = true;
+  }
+  for (auto& a : acc) a = ir::is_float(dt) ? from_f32(a, dt) : b_.CreateSExtOrTrunc(a, reg_type(res->type.elem));
+  define(res, rl, std::move(acc));
+}
+
+// dot on CUDA cores: A (transposed) and B staged in shared memory, then each
+// thread runs the K loop with FMAs into its f32 accumulators.
+void Lowering::emit_dot(const Op& op) {
+  const Value* a = op.operands[0];
+  const Value* bv = op.operands[1];
+  const Value* res = op.results[0];
+  std::vector<LayoutId> ls = plan_.op_layouts(&op);
+  int64_t m = a->type.shape[0], k = a->type.shape[1], n = bv->type.shape[1];
+  const ir::ElemType e = a->type.elem;
+  llvm::Type* ty = mem_type(e);
+  int eb = mem_bytes(e);
+  constexpr int64_t kPad = 4;
+  int64_t sa = m + kPad, sb = n + kPad;
+  int64_t off_b = (k * sa * eb + 15) / 16 * 16;
+  need_smem(off_b + k * sb * eb);
+  before_smem_write();
+  {
+    const Elems& av = get(a, ls[0]);
+    auto ca = coords(ls[0], a->type.shape);
+    for (size_t j = 0; j < av.size(); ++j)
+      b_.CreateStore(av[j], smem(ty, b_.CreateAdd(b_.CreateMul(ca[j][1], b_.getInt32(static_cast<uint32_t>(sa))), ca[j][0])));
+    const Elems& bvals = get(bv, ls[1]);
+    auto cb = coords(ls[1], bv->type.shape);
+    for (size_t j = 0; j < bvals.size(); ++j)
+      b_.CreateStore(bvals[j], smem(ty, b_.CreateAdd(b_.CreateMul(cb[j][0], b_.getInt32(static_cast<uint32_t>(sb))), cb[j][1]), off_b));
+  }
+  barrier();
+  const ir::Shape& rs = res->type.shape;
+  const ThreadElems& td = elems_of(ls[2], rs);
+  auto cd = coords(ls[2], rs);
+  Elems init = get(op.operands[2], ls[2]);
+  std::map<int64_t, size_t> rows, cols;
+  std::vector<llvm::Value*> row_coord, col_coord;
+  std::vector<std::pair<size_t, size_t>> rc(td.count);
+  for (int64_t j = 0; j < td.count; ++j) {
+    auto [ri, rnew] = rows.try_emplace(td.offset[j][0], row_coord.size());
+    if (rnew) row_coord.push_back(cd[j][0]);
+    auto [ci, cnew] = cols.try_emplace(td.offset[j][1], col_coord.size());
+    if (cnew) col_coord.push_back(cd[j][1]);
+    rc[j] = {ri->second, ci->second};
+  }
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, "dot.k", kernel_);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, "dot.end", kernel_);
+  b_.CreateBr(loop);
+  b_.SetInsertPoint(loop);
+  llvm::PHINode* kk = b_.CreatePHI(b_.getInt32Ty(), 2, "k");
+  kk->addIncoming(b_.getInt32(0), pre);
+  std::vector<llvm::PHINode*> phis;
+  for (llvm::Value* v : init) {
+    phis.push_back(b_.CreatePHI(b_.getFloatTy(), 2));
+    phis.back()->addIncoming(v, pre);
+  }
+  std::vector<llvm::Value*> av(row_coord.size()), bvv(col_coord.size());
+  llvm::Value* ka = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sa)));
+  llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));
+  for (size_t r = 0; r < row_coord.size(); ++r)
+    av[r] = to_f32(b_.CreateLoad(ty, smem(ty, b_.CreateAdd(ka, row_coord[r]))), e.dtype);
+  for (size_t c = 0; c < col_coord.size(); ++c)
+    bvv[c] = to_f32(b_.CreateLoad(ty, smem(ty, b_.CreateAdd(kb, col_coord[c]), off_b)), e.dtype);
+  Elems out(td.count);
+  for (int64_t j = 0; j < td.count; ++j)
+    out[j] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
+                                {av[rc[j].first], bvv[rc[j].second], phis[j]});
+  llvm::Value* next = b_.CreateAdd(kk, b_.getInt32(1));
+  kk->addIncoming(next, loop);
+  for (int64_t j = 0; j < td.count; ++j) phis[j]->addIncoming(out[j], loop);
+  b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(static_cast<uint32_t>(k))), loop, exit);
+  b_.SetInsertPoint(exit);
+  smem_dirty_ = true;
+  define(res, ls[2], std::move(out));
+}
+
+void Lowering::emit_for(const Op& op) {
+  const ir::Block& body = op.region(0);
+  llvm::Value* lb = get(op.operands[0], kScalar)[0];
+  llvm::Value* ub = get(op.operands[1], kScalar)[0];
+  llvm::Value* step = get(op.operands[2], kScalar)[0];
+  size_t n = op.results.size();
+  std::vector<LayoutId> cl(n);
+  std::vector<Elems> init(n);
+  for (size_t i = 0; i < n; ++i) {
+    cl[i] = op.results[i]->type.is_scalar() ? kScalar : plan_.native(op.results[i]);
+    init[i] = get(op.operands[3 + i], cl[i]);
+  }
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  llvm::BasicBlock* header = llvm::BasicBlock::Create(c_, "for.header", kernel_);
+  llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(c_, "for.body", kernel_);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, "for.end", kernel_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  llvm::PHINode* iv = b_.CreatePHI(lb->getType(), 2, "iv");
+  iv->addIncoming(lb, pre);
+  std::vector<std::vector<llvm::PHINode*>> phis(n);
+  for (size_t i = 0; i < n; ++i)
+    for (llvm::Value* v : init[i]) {
+      phis[i].push_back(b_.CreatePHI(v->getType(), 2));
+      phis[i].back()->addIncoming(v, pre);
+    }
+  b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), body_bb, exit);
+  b_.SetInsertPoint(body_bb);
+  smem_dirty_ = true; // an earlier trip may still be reading shared memory
+  vals_[{body.args[0], kScalar}] = {iv};
+  for (size_t i = 0; i < n; ++i) define(body.args[i + 1], cl[i], Elems(phis[i].begin(), phis[i].end()));
+  emit_block(body);
+  std::vector<Elems> next = yielded_;
+  llvm::BasicBlock* latch = b_.GetInsertBlock();
+  iv->addIncoming(b_.CreateAdd(iv, step), latch);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < phis[i].size(); ++j) phis[i][j]->addIncoming(next[i][j], latch);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(exit);
+  smem_dirty_ = true;
+  for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
+}
+
+void Lowering::emit_if(const Op& op) {
+  llvm::Value* cond = get(op.operands[0], kScalar)[0];
+  llvm::BasicBlock* then_bb = llvm::BasicBlock::Create(c_, "if.then", kernel_);
+  llvm::BasicBlock* else_bb = llvm::BasicBlock::Create(c_, "if.else", kernel_);
+  llvm::BasicBlock* merge = llvm::BasicBlock::Create(c_, "if.end", kernel_);
+  b_.CreateCondBr(cond, then_bb, else_bb);
+  bool dirty = smem_dirty_;
+  std::vector<Elems> out[2];
+  llvm::BasicBlock* ends[2];
+  bool dirty_after = false;
+  llvm::BasicBlock* starts[2] = {then_bb, else_bb};
+  for (int r = 0; r < 2; ++r) {
+    b_.SetInsertPoint(starts[r]);
+    smem_dirty_ = dirty;
+    emit_block(op.region(r));
+    out[r] = yielded_;
+    ends[r] = b_.GetInsertBlock();
+    b_.CreateBr(merge);
+    dirty_after = dirty_after || smem_dirty_;
+  }
+  b_.SetInsertPoint(merge);
+  smem_dirty_ = dirty_after;
+  for (size_t i = 0; i < op.results.size(); ++i) {
+    Elems vals;
+    for (size_t j = 0; j < out[0][i].size(); ++j) {
+      llvm::PHINode* phi = b_.CreatePHI(out[0][i][j]->getType(), 2);
+      phi->addIncoming(out[0][i][j], ends[0]);
+      phi->addIncoming(out[1][i][j], ends[1]);
+      vals.push_back(phi);
+    }
+    const Value* res = op.results[i];
+    define(res, res->type.is_scalar() ? kScalar : plan_.native(res), std::move(vals));
+  }
+}
+
+// A reshape that moves elements: through shared memory, by row-major index.
+void Lowering::emit_reshape(const Op& op) {
+  const Value* src = op.operands[0];
+  const Value* res = op.results[0];
+  LayoutId from = src->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0];
+  LayoutId to = plan_.native(res);
+  const ir::ElemType e = res->type.elem;
+  llvm::Type* ty = mem_type(e);
+  ++stats_.conversions;
+  int64_t n = ir::num_elements(res->type.shape);
+  need_smem(n * mem_bytes(e));
+  before_smem_write();
+  const Elems& in = get(src, from);
+  auto cf = coords(from, src->type.shape);
+  for (size_t j = 0; j < in.size(); ++j)
+    b_.CreateStore(to_mem(in[j], e), smem(ty, linear_index(cf[j], src->type.shape)));
+  barrier();
+  Elems r;
+  for (auto& c : coords(to, res->type.shape))
+    r.push_back(from_mem(b_.CreateLoad(ty, smem(ty, linear_index(c, res->type.shape))), e));
+  smem_dirty_ = true;
+  define(res, to, std::move(r));
+}
+
+LoweringStats lower_kernel_impl(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks,
+                                llvm::Module& m) {
+  Lowering l(fn, opts, hooks, m);
+  return l.run();
+}
+
+} // namespace
+
+LoweringStats lower_kernel(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks,
+                           llvm::Module& m) {
+  return lower_kernel_impl(fn, opts, hooks, m);
+}
+
+} // namespace tilec::codegen

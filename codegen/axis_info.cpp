@@ -1,0 +1,268 @@
+#include "codegen/axis_info.h"
+
+#include <algorithm>
+#include <bit>
+#include <optional>
+
+namespace tilec::codegen {
+
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+constexpr int64_t kMaxDiv = int64_t(1) << 30;
+
+int64_t pow2_divisor(int64_t v) {
+  if (v == 0) return kMaxDiv;
+  return std::min<int64_t>(kMaxDiv, int64_t(1) << std::countr_zero(static_cast<uint64_t>(v)));
+}
+
+size_t info_rank(const Value* v) { return std::max<size_t>(1, v->type.shape.size()); }
+
+AxisInfo unknown(const Value* v) {
+  size_t r = info_rank(v);
+  return {std::vector<int64_t>(r, 1), std::vector<int64_t>(r, 1), std::vector<int64_t>(r, 1)};
+}
+
+AxisInfo uniform(const Value* v, int64_t div) {
+  AxisInfo a = unknown(v);
+  a.divisibility.assign(a.divisibility.size(), div);
+  if (!v->type.shape.empty()) a.constancy = v->type.shape;
+  return a;
+}
+
+// The divisibility every element has (runs of more than one element are only
+// known at their first).
+int64_t elem_div(const AxisInfo& a) {
+  int64_t d = kMaxDiv;
+  for (size_t i = 0; i < a.divisibility.size(); ++i)
+    d = std::min(d, a.contiguity[i] > 1 ? 1 : a.divisibility[i]);
+  return d;
+}
+
+std::optional<int64_t> constant_int(const Value* v) {
+  const Op* d = v->def;
+  while (d && d->kind == OpKind::Splat) d = d->operands[0]->def;
+  if (d && d->kind == OpKind::Constant && !d->attrs.value.is_float) return d->attrs.value.i;
+  return std::nullopt;
+}
+
+AxisInfo meet(const AxisInfo& a, const AxisInfo& b) {
+  AxisInfo r = a;
+  for (size_t i = 0; i < r.contiguity.size(); ++i) {
+    r.contiguity[i] = std::min(a.contiguity[i], b.contiguity[i]);
+    r.divisibility[i] = std::min(a.divisibility[i], b.divisibility[i]);
+    r.constancy[i] = std::min(a.constancy[i], b.constancy[i]);
+  }
+  return r;
+}
+
+} // namespace
+
+AxisAnalysis::AxisAnalysis(const ir::Function& fn) {
+  for (const Value* p : fn.params) {
+    int64_t div = 1;
+    if (p->type.is_ptr()) div = 16 / ir::dtype_bytes(p->type.dtype());
+    info_[p] = uniform(p, std::max<int64_t>(1, div));
+  }
+  visit_block(fn.body);
+}
+
+const AxisInfo& AxisAnalysis::at(const Value* v) const { return info_.at(v); }
+
+void AxisAnalysis::visit_block(const ir::Block& b) {
+  for (const auto& op : b.ops) visit(*op);
+}
+
+void AxisAnalysis::visit(const Op& op) {
+  auto in = [&](size_t i) -> const AxisInfo& { return info_.at(op.operands[i]); };
+  if (op.results.size() != 1 && op.kind != OpKind::For && op.kind != OpKind::If) return;
+  const Value* res = op.results.empty() ? nullptr : op.results[0];
+  auto ptr_or_int = [](const Value* v) {
+    return v->type.is_ptr() || (ir::is_int(v->type.dtype()) && v->type.dtype() != ir::DType::i1);
+  };
+
+  switch (op.kind) {
+  case OpKind::Constant:
+    info_[res] = op.attrs.value.is_float ? uniform(res, 1) : uniform(res, pow2_divisor(op.attrs.value.i));
+    return;
+  case OpKind::Arange: {
+    AxisInfo a = unknown(res);
+    a.contiguity[0] = res->type.shape[0];
+    a.divisibility[0] = pow2_divisor(op.attrs.start);
+    info_[res] = a;
+    return;
+  }
+  case OpKind::Splat: info_[res] = uniform(res, in(0).divisibility[0]); return;
+  case OpKind::Broadcast: {
+    AxisInfo a = in(0);
+    for (size_t d = 0; d < res->type.shape.size(); ++d)
+      if (op.operands[0]->type.shape[d] != res->type.shape[d]) {
+        a.contiguity[d] = 1;
+        a.constancy[d] = res->type.shape[d];
+      }
+    info_[res] = a;
+    return;
+  }
+  case OpKind::ExpandDims: {
+    const AxisInfo& s = in(0);
+    AxisInfo a;
+    if (op.operands[0]->type.shape.empty()) {
+      a = unknown(res);
+      a.divisibility[0] = s.divisibility[0];
+    } else {
+      a = s;
+      int64_t div = *std::min_element(s.divisibility.begin(), s.divisibility.end());
+      a.contiguity.insert(a.contiguity.begin() + op.attrs.axis, 1);
+      a.divisibility.insert(a.divisibility.begin() + op.attrs.axis, div);
+      a.constancy.insert(a.constancy.begin() + op.attrs.axis, 1);
+    }
+    info_[res] = a;
+    return;
+  }
+  case OpKind::Permute: {
+    const AxisInfo& s = in(0);
+    AxisInfo a = s;
+    for (size_t i = 0; i < op.attrs.perm.size(); ++i) {
+      a.contiguity[i] = s.contiguity[op.attrs.perm[i]];
+      a.divisibility[i] = s.divisibility[op.attrs.perm[i]];
+      a.constancy[i] = s.constancy[op.attrs.perm[i]];
+    }
+    info_[res] = a;
+    return;
+  }
+  case OpKind::Reshape: {
+    // Only dropping or adding size-1 dims keeps the per-dim facts.
+    const ir::Shape &from = op.operands[0]->type.shape, &to = res->type.shape;
+    std::vector<size_t> keep_from, keep_to;
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i] != 1) keep_from.push_back(i);
+    for (size_t i = 0; i < to.size(); ++i)
+      if (to[i] != 1) keep_to.push_back(i);
+    AxisInfo a = unknown(res);
+    bool same = keep_from.size() == keep_to.size();
+    for (size_t i = 0; same && i < keep_from.size(); ++i) same = from[keep_from[i]] == to[keep_to[i]];
+    if (same)
+      for (size_t i = 0; i < keep_to.size(); ++i) {
+        a.contiguity[keep_to[i]] = in(0).contiguity[keep_from[i]];
+        a.divisibility[keep_to[i]] = in(0).divisibility[keep_from[i]];
+        a.constancy[keep_to[i]] = in(0).constancy[keep_from[i]];
+      }
+    info_[res] = a;
+    return;
+  }
+  case OpKind::AddPtr:
+  case OpKind::Add:
+  case OpKind::Sub: {
+    if (!ptr_or_int(res)) break;
+    const AxisInfo &a = in(0), &b = in(1);
+    AxisInfo r = unknown(res);
+    for (size_t d = 0; d < r.contiguity.size(); ++d) {
+      int64_t c = std::min(a.contiguity[d], b.constancy[d]);
+      if (op.kind != OpKind::Sub) c = std::max(c, std::min(a.constancy[d], b.contiguity[d]));
+      r.contiguity[d] = c;
+      r.divisibility[d] = std::min(a.divisibility[d], b.divisibility[d]);
+      r.constancy[d] = std::min(a.constancy[d], b.constancy[d]);
+    }
+    info_[res] = r;
+    return;
+  }
+  case OpKind::Mul: {
+    if (!ptr_or_int(res)) break;
+    AxisInfo r = unknown(res);
+    int64_t div = std::min(kMaxDiv, elem_div(in(0)) * elem_div(in(1)));
+    for (size_t d = 0; d < r.contiguity.size(); ++d) {
+      r.divisibility[d] = div;
+      r.constancy[d] = std::min(in(0).constancy[d], in(1).constancy[d]);
+    }
+    info_[res] = r;
+    return;
+  }
+  case OpKind::Div:
+  case OpKind::Rem: {
+    if (!ptr_or_int(res)) break;
+    AxisInfo r = unknown(res);
+    auto c = constant_int(op.operands[1]);
+    for (size_t d = 0; d < r.contiguity.size(); ++d) {
+      r.constancy[d] = std::min(in(0).constancy[d], in(1).constancy[d]);
+      if (!c || *c <= 0 || !ir::is_pow2(*c)) continue;
+      // Runs of x start at multiples of div_x; splitting them at multiples of c.
+      int64_t piece = std::min({in(0).contiguity[d], in(0).divisibility[d], *c});
+      if (op.kind == OpKind::Rem) {
+        r.contiguity[d] = piece;
+        r.divisibility[d] = std::min(in(0).divisibility[d], *c);
+      } else {
+        r.constancy[d] = std::max(r.constancy[d], piece);
+      }
+    }
+    info_[res] = r;
+    return;
+  }
+  case OpKind::Cast:
+    if (ptr_or_int(res) && ptr_or_int(op.operands[0])) {
+      info_[res] = in(0);
+      return;
+    }
+    break;
+  case OpKind::Select: {
+    AxisInfo r = unknown(res);
+    for (size_t d = 0; d < r.contiguity.size(); ++d)
+      r.constancy[d] = std::min({in(0).constancy[d], in(1).constancy[d], in(2).constancy[d]});
+    info_[res] = r;
+    return;
+  }
+  case OpKind::For: {
+    const ir::Block& body = op.region(0);
+    AxisInfo iv = unknown(body.args[0]);
+    iv.divisibility[0] = std::min(in(0).divisibility[0], in(2).divisibility[0]);
+    info_[body.args[0]] = iv;
+    for (size_t i = 1; i < body.args.size(); ++i) info_[body.args[i]] = in(i + 2);
+    // Iterate until the carried facts hold for every trip (they only shrink).
+    for (int round = 0; round < 8; ++round) {
+      visit_block(body);
+      const Op* y = body.terminator();
+      bool changed = false;
+      for (size_t i = 1; i < body.args.size(); ++i) {
+        AxisInfo m = meet(info_.at(body.args[i]), info_.at(y->operands[i - 1]));
+        if (m.contiguity != info_[body.args[i]].contiguity ||
+            m.divisibility != info_[body.args[i]].divisibility ||
+            m.constancy != info_[body.args[i]].constancy) {
+          info_[body.args[i]] = m;
+          changed = true;
+        }
+      }
+      if (!changed) break;
+      if (round == 7) {
+        for (size_t i = 1; i < body.args.size(); ++i) info_[body.args[i]] = unknown(body.args[i]);
+        visit_block(body);
+      }
+    }
+    for (size_t i = 0; i < op.results.size(); ++i) info_[op.results[i]] = info_.at(body.args[i + 1]);
+    return;
+  }
+  case OpKind::If: {
+    visit_block(op.region(0));
+    visit_block(op.region(1));
+    const Op* t = op.region(0).terminator();
+    const Op* e = op.region(1).terminator();
+    for (size_t i = 0; i < op.results.size(); ++i)
+      info_[op.results[i]] = meet(info_.at(t->operands[i]), info_.at(e->operands[i]));
+    return;
+  }
+  default: break;
+  }
+  for (const Value* r : op.results) info_[r] = unknown(r);
+  // Elementwise results are constant wherever all their operands are.
+  if (res && (ir::is_elementwise(op.kind) || op.kind == OpKind::Cast)) {
+    AxisInfo& r = info_[res];
+    for (size_t d = 0; d < r.constancy.size(); ++d) {
+      int64_t k = res->type.shape.empty() ? 1 : res->type.shape[d];
+      for (const Value* v : op.operands) k = std::min(k, info_.at(v).constancy[d]);
+      r.constancy[d] = k;
+    }
+  }
+}
+
+} // namespace tilec::codegen

@@ -1,0 +1,307 @@
+// The pipeline as a straight list: lower -> verify -> O3 -> PTX / object ->
+// ptxas / cc. Each stage is also callable alone (compile.h).
+#include "codegen/compile.h"
+
+#include <fmt/format.h>
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/lower.h"
+#include "codegen/target.h"
+
+extern "C" {
+void LLVMInitializeNVPTXTargetInfo();
+void LLVMInitializeNVPTXTarget();
+void LLVMInitializeNVPTXTargetMC();
+void LLVMInitializeNVPTXAsmPrinter();
+void LLVMInitializeX86TargetInfo();
+void LLVMInitializeX86Target();
+void LLVMInitializeX86TargetMC();
+void LLVMInitializeX86AsmPrinter();
+}
+
+namespace tilec::codegen {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void init_llvm_targets() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    LLVMInitializeX86TargetInfo();
+    LLVMInitializeX86Target();
+    LLVMInitializeX86TargetMC();
+    LLVMInitializeX86AsmPrinter();
+  });
+}
+
+void check_options(const CompileOptions& o) {
+  if (o.num_warps < 1 || o.num_warps > 32 || (o.num_warps & (o.num_warps - 1)))
+    throw UserError(fmt::format("num_warps must be a power of two from 1 to 32, got {}", o.num_warps));
+  if (o.target == Target::nvptx && o.arch != "sm_80" && o.arch != "sm_86" && o.arch != "sm_89" &&
+      o.arch != "sm_90")
+    throw UserError(fmt::format("unsupported arch '{}' (expected sm_80 or sm_90)", o.arch));
+}
+
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o) {
+  init_llvm_targets();
+  bool gpu = o.target == Target::nvptx;
+  std::string triple = gpu ? "nvptx64-nvidia-cuda" : "x86_64-unknown-linux-gnu";
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!t) internal_fail("LLVM target " + triple + " is missing: " + err);
+  llvm::TargetOptions to;
+  auto* tm = t->createTargetMachine(triple, gpu ? o.arch : "x86-64", gpu ? "+ptx80" : "", to,
+                                    llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive);
+  if (!tm) internal_fail("cannot create a target machine for " + triple);
+  return std::unique_ptr<llvm::TargetMachine>(tm);
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+std::string module_text(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+void verify(const llvm::Module& m, const std::string& what) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (llvm::verifyModule(m, &os)) internal_fail(fmt::format("{}: invalid LLVM IR: {}", what, s));
+}
+
+std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const CompileOptions& o,
+                                           llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
+                                           LoweringStats& stats) {
+  auto m = std::make_unique<llvm::Module>(fn.name, ctx);
+  m->setTargetTriple(tm.getTargetTriple().str());
+  m->setDataLayout(tm.createDataLayout());
+  auto hooks = o.target == Target::nvptx ? make_nvptx_hooks() : make_emu_hooks();
+  stats = lower_kernel(fn, o, *hooks, *m);
+  verify(*m, "kernel " + fn.name);
+  optimize(*m, tm);
+  return m;
+}
+
+std::unique_ptr<llvm::Module> parse_module(const std::string& text, llvm::LLVMContext& ctx) {
+  llvm::SMDiagnostic diag;
+  auto m = llvm::parseAssemblyString(text, diag, ctx);
+  if (!m) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    diag.print("llvm_ir", os);
+    throw UserError("cannot parse LLVM IR: " + s);
+  }
+  return m;
+}
+
+std::string emit_code(llvm::Module& m, llvm::TargetMachine& tm, llvm::CodeGenFileType kind) {
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, kind)) internal_fail("target cannot emit this file type");
+  pm.run(m);
+  return std::string(buf.begin(), buf.end());
+}
+
+// Runs a command with stdout and stderr captured; returns the exit status.
+int run_command(const std::string& cmd, std::string& output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+// A fresh temporary directory, removed when this goes out of scope.
+class TempDir {
+public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tilec-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw UserError("cannot create a temporary directory in " + tmpl);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+private:
+  fs::path path_;
+};
+
+void write_file(const fs::path& p, const char* data, size_t n) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(data, static_cast<std::streamsize>(n));
+  if (!f) throw UserError("cannot write " + p.string());
+}
+
+std::vector<char> read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+} // namespace
+
+LoweredKernel lower_to_llvm(const ir::Function& fn, const CompileOptions& opts) {
+  check_options(opts);
+  auto tm = make_target_machine(opts);
+  llvm::LLVMContext ctx;
+  LoweredKernel r;
+  auto m = lower_module(fn, opts, ctx, *tm, r.stats);
+  r.symbol = fn.name;
+  r.llvm_ir = module_text(*m);
+  return r;
+}
+
+std::string emit_ptx(const std::string& llvm_ir, const CompileOptions& opts) {
+  check_options(opts);
+  auto tm = make_target_machine(opts);
+  llvm::LLVMContext ctx;
+  auto m = parse_module(llvm_ir, ctx);
+  return emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
+}
+
+std::vector<char> emit_object(const std::string& llvm_ir, const CompileOptions& opts) {
+  check_options(opts);
+  auto tm = make_target_machine(opts);
+  llvm::LLVMContext ctx;
+  auto m = parse_module(llvm_ir, ctx);
+  std::string obj = emit_code(*m, *tm, llvm::CodeGenFileType::ObjectFile);
+  return std::vector<char>(obj.begin(), obj.end());
+}
+
+std::optional<std::string> find_ptxas() {
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      if (dir.empty()) continue;
+      fs::path p = fs::path(dir) / "ptxas";
+      if (access(p.c_str(), X_OK) == 0) return p.string();
+    }
+  }
+  if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) return std::string("/usr/local/cuda/bin/ptxas");
+  return std::nullopt;
+}
+
+PtxasInfo parse_ptxas_log(const std::string& log) {
+  PtxasInfo info;
+  info.log = log;
+  std::smatch m;
+  auto grab = [&](const std::regex& re, int& out) {
+    if (std::regex_search(log, m, re)) out = std::stoi(m[1].str());
+  };
+  grab(std::regex(R"(Used (\d+) registers)"), info.registers);
+  grab(std::regex(R"((\d+) bytes spill stores)"), info.spill_stores);
+  grab(std::regex(R"((\d+) bytes spill loads)"), info.spill_loads);
+  grab(std::regex(R"((\d+) bytes smem)"), info.shared_bytes);
+  return info;
+}
+
+PtxasResult run_ptxas(const std::string& ptx, const std::string& arch, const std::string& ptxas) {
+  TempDir dir;
+  fs::path in = dir.path() / "kernel.ptx", out = dir.path() / "kernel.cubin";
+  write_file(in, ptx.data(), ptx.size());
+  std::string log;
+  int rc = run_command(fmt::format("{} -arch={} -v -o {} {}", shell_quote(ptxas), arch,
+                                   shell_quote(out.string()), shell_quote(in.string())),
+                       log);
+  if (rc != 0) throw PtxasError(fmt::format("ptxas failed (exit {}) for {}:\n{}", rc, arch, log));
+  PtxasResult r;
+  r.cubin = read_file(out);
+  r.info = parse_ptxas_log(log);
+  return r;
+}
+
+void link_emu_library(const std::vector<char>& object, const std::string& out_path) {
+  TempDir dir;
+  fs::path obj = dir.path() / "kernel.o";
+  write_file(obj, object.data(), object.size());
+  const char* cc = std::getenv("CC");
+  std::string driver = cc && *cc ? cc : "cc";
+  std::string log;
+  int rc = run_command(fmt::format("{} -shared -o {} {} -lm", driver, shell_quote(out_path),
+                                   shell_quote(obj.string())),
+                       log);
+  if (rc != 0) throw UserError(fmt::format("linking the emulator library {} failed (exit {}):\n{}", out_path, rc, log));
+}
+
+CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  check_options(opts);
+  auto tm = make_target_machine(opts);
+  llvm::LLVMContext ctx;
+  CompiledKernel r;
+  auto m = lower_module(fn, opts, ctx, *tm, r.stats);
+  r.symbol = fn.name;
+  r.llvm_ir = module_text(*m);
+  r.threads_per_block = r.stats.threads_per_block;
+  r.shared_bytes = r.stats.shared_bytes;
+  if (opts.target == Target::nvptx) {
+    r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
+    if (opts.run_ptxas)
+      if (auto ptxas = find_ptxas()) {
+        PtxasResult p = run_ptxas(r.ptx, opts.arch, *ptxas);
+        r.cubin = std::move(p.cubin);
+        r.ptxas = std::move(p.info);
+      }
+  } else {
+    std::string obj = emit_code(*m, *tm, llvm::CodeGenFileType::ObjectFile);
+    r.object.assign(obj.begin(), obj.end());
+  }
+  r.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+} // namespace tilec::codegen

@@ -1,0 +1,90 @@
+#pragma once
+// Tile IR -> LLVM IR -> PTX -> cubin (or, for the emulator, a host shared
+// library). Each stage is a function so `tilec ir --stage` can print any of
+// them; compile() runs them all. This header includes no LLVM header.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/ir.h"
+
+namespace tilec::codegen {
+
+enum class Target { nvptx, emu };
+
+struct CompileOptions {
+  std::string arch = "sm_90"; // sm_80 or sm_90 (nvptx)
+  int num_warps = 4;
+  Target target = Target::nvptx;
+  bool run_ptxas = true; // when ptxas is found
+};
+
+// Figures from `ptxas -v`.
+struct PtxasInfo {
+  int registers = 0;
+  int spill_stores = 0; // bytes
+  int spill_loads = 0;  // bytes
+  int shared_bytes = 0; // static shared memory
+  std::string log;
+};
+
+// What the lowering did, for tests that pin the cost of a kernel.
+struct LoweringStats {
+  int conversions = 0;      // layout conversions through shared memory
+  int barriers = 0;         // barriers emitted (before LLVM's optimizations)
+  int shared_bytes = 0;     // dynamic shared memory the kernel needs
+  int threads_per_block = 0;
+};
+
+struct LoweredKernel {
+  std::string symbol;
+  std::string llvm_ir; // optimized at O3
+  LoweringStats stats;
+};
+
+struct CompiledKernel {
+  std::string symbol;
+  std::string llvm_ir;
+  std::string ptx;                 // nvptx
+  std::vector<char> cubin;         // nvptx, when ptxas ran
+  std::optional<PtxasInfo> ptxas;  // nvptx, when ptxas ran
+  std::vector<char> object;        // emu: the x86-64 object file
+  int threads_per_block = 0;
+  int shared_bytes = 0; // dynamic shared memory to launch with
+  LoweringStats stats;
+  double compile_ms = 0;
+};
+
+// ptxas rejected the PTX; the message carries ptxas's log.
+class PtxasError : public UserError {
+public:
+  using UserError::UserError;
+};
+
+// Lowers and optimizes (O3) to LLVM IR text.
+LoweredKernel lower_to_llvm(const ir::Function& fn, const CompileOptions& opts);
+// LLVM IR text (from lower_to_llvm with target nvptx) -> PTX.
+std::string emit_ptx(const std::string& llvm_ir, const CompileOptions& opts);
+// LLVM IR text (target emu) -> an x86-64 ELF object file.
+std::vector<char> emit_object(const std::string& llvm_ir, const CompileOptions& opts);
+
+// ptxas on PATH, then /usr/local/cuda/bin/ptxas; nullopt if neither exists.
+std::optional<std::string> find_ptxas();
+struct PtxasResult {
+  std::vector<char> cubin;
+  PtxasInfo info;
+};
+// Assembles `ptx` for `arch` with `ptxas -v`; throws PtxasError with the log on failure.
+PtxasResult run_ptxas(const std::string& ptx, const std::string& arch, const std::string& ptxas);
+// Parses the `ptxas -v` log (registers, spills, shared memory).
+PtxasInfo parse_ptxas_log(const std::string& log);
+
+// Links an emu object into a shared library at `out_path` with the system C
+// compiler driver (`cc -shared`); throws UserError with the driver's output on failure.
+void link_emu_library(const std::vector<char>& object, const std::string& out_path);
+
+// All stages. Runs ptxas when opts.run_ptxas and ptxas is found.
+CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts);
+
+} // namespace tilec::codegen

@@ -1,0 +1,198 @@
+#include "codegen/layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "ir/error.h"
+
+namespace tilec::codegen {
+
+namespace {
+
+int log2i(int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); }
+
+int64_t pow2_floor(int64_t v) { return v <= 1 ? 1 : int64_t(1) << (63 - std::countl_zero(static_cast<uint64_t>(v))); }
+
+BlockedLayout make_base(int rank) {
+  BlockedLayout b;
+  b.size_per_thread.assign(rank, 1);
+  b.threads_per_warp.assign(rank, 1);
+  b.warps_per_block.assign(rank, 1);
+  return b;
+}
+
+} // namespace
+
+std::string Layout::str() const {
+  return fmt::format("blocked<spt=[{}], tpw=[{}], wpb=[{}], order=[{}]; dims=[{}]>",
+                     fmt::join(base.size_per_thread, ","), fmt::join(base.threads_per_warp, ","),
+                     fmt::join(base.warps_per_block, ","), fmt::join(base.order, ","),
+                     fmt::join(dims, ","));
+}
+
+int lane_shift(const BlockedLayout& b, int dim) {
+  int s = 0;
+  for (int d : b.order) {
+    if (d == dim) return s;
+    s += log2i(b.threads_per_warp[d]);
+  }
+  internal_fail("lane_shift: dim not in order");
+}
+
+int warp_shift(const BlockedLayout& b, int dim) {
+  int s = 0;
+  for (int d : b.order) {
+    if (d == dim) return s;
+    s += log2i(b.warps_per_block[d]);
+  }
+  internal_fail("warp_shift: dim not in order");
+}
+
+ThreadElems thread_elems(const Layout& l, const ir::Shape& shape) {
+  const BlockedLayout& b = l.base;
+  int rb = b.rank();
+  internal_assert(l.dims.size() == shape.size(), "layout rank matches the tile rank");
+  ThreadElems t;
+  t.base_shape.assign(rb, 1);
+  for (size_t d = 0; d < shape.size(); ++d) t.base_shape[l.dims[d]] = shape[d];
+  std::vector<int64_t> spt_eff(rb), reps(rb);
+  t.per_dim.resize(rb);
+  t.replicated.resize(rb);
+  for (int i = 0; i < rb; ++i) {
+    int64_t extent = t.base_shape[i];
+    spt_eff[i] = std::min<int64_t>(b.size_per_thread[i], extent);
+    reps[i] = std::max<int64_t>(1, extent / b.pass(i));
+    t.per_dim[i] = reps[i] * spt_eff[i];
+    t.replicated[i] = extent < b.pass(i) && b.threads_per_warp[i] * b.warps_per_block[i] > 1;
+    t.count *= t.per_dim[i];
+  }
+  if (rb > 0) {
+    int fast = b.order[0];
+    t.run = spt_eff[fast];
+    for (size_t d = 0; d < l.dims.size(); ++d)
+      if (l.dims[d] == fast) t.run_dim = static_cast<int>(d);
+    if (t.run_dim < 0) t.run = 1;
+  }
+  t.offset.resize(t.count);
+  std::vector<int64_t> off(rb);
+  for (int64_t j = 0; j < t.count; ++j) {
+    int64_t rest = j;
+    for (int d : b.order) {
+      int64_t e = rest % t.per_dim[d];
+      rest /= t.per_dim[d];
+      off[d] = (e / spt_eff[d]) * b.pass(d) + e % spt_eff[d];
+    }
+    t.offset[j].resize(shape.size());
+    for (size_t d = 0; d < shape.size(); ++d) t.offset[j][d] = off[l.dims[d]];
+  }
+  return t;
+}
+
+Layout access_layout(const ir::Shape& shape, int contig_dim, int vec, int num_warps) {
+  int r = static_cast<int>(shape.size());
+  internal_assert(r > 0 && contig_dim >= 0 && contig_dim < r, "access_layout of a tile");
+  BlockedLayout b = make_base(r);
+  b.order.push_back(contig_dim);
+  for (int d = r - 1; d >= 0; --d)
+    if (d != contig_dim) b.order.push_back(d);
+  b.size_per_thread[contig_dim] = static_cast<int>(std::min<int64_t>(vec, shape[contig_dim]));
+  int lanes = 32;
+  for (int d : b.order) {
+    int t = static_cast<int>(std::min<int64_t>(lanes, std::max<int64_t>(1, shape[d] / b.size_per_thread[d])));
+    b.threads_per_warp[d] = t;
+    lanes /= t;
+  }
+  b.threads_per_warp[b.order[0]] *= lanes;
+  int warps = num_warps;
+  for (auto it = b.order.rbegin(); it != b.order.rend(); ++it) {
+    int d = *it;
+    int64_t room = shape[d] / (int64_t(b.size_per_thread[d]) * b.threads_per_warp[d]);
+    int w = static_cast<int>(std::min<int64_t>(warps, std::max<int64_t>(1, room)));
+    b.warps_per_block[d] = w;
+    warps /= w;
+  }
+  b.warps_per_block[b.order.back()] *= warps;
+  Layout l{b, {}};
+  for (int d = 0; d < r; ++d) l.dims.push_back(d);
+  return l;
+}
+
+Layout default_layout(const ir::Shape& shape, int elem_bytes, int num_warps) {
+  int last = static_cast<int>(shape.size()) - 1;
+  return access_layout(shape, last, std::max(1, 16 / std::max(1, elem_bytes)), num_warps);
+}
+
+Layout dot_layout(int64_t m, int64_t n, int num_warps) {
+  int64_t per = std::max<int64_t>(1, m * n / (32 * num_warps));
+  int64_t sn = std::min<int64_t>({n, 8, int64_t(1) << ((log2i(per) + 1) / 2)});
+  int64_t sm = std::min<int64_t>(m, pow2_floor(std::max<int64_t>(1, per / sn)));
+  BlockedLayout b = make_base(2);
+  b.order = {1, 0};
+  b.size_per_thread = {static_cast<int>(sm), static_cast<int>(sn)};
+  int tn = static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, n / sn)));
+  b.threads_per_warp = {32 / tn, tn};
+  int wm = static_cast<int>(
+      std::min<int64_t>(num_warps, std::max<int64_t>(1, m / (sm * b.threads_per_warp[0]))));
+  b.warps_per_block = {wm, num_warps / wm};
+  return Layout{b, {0, 1}};
+}
+
+Layout canonical(Layout l) {
+  for (int b = l.base.rank() - 1; b >= 0; --b) {
+    bool mapped = std::find(l.dims.begin(), l.dims.end(), b) != l.dims.end();
+    if (mapped) continue;
+    l.base.size_per_thread[b] = 1;
+    if (l.base.threads_per_warp[b] != 1 || l.base.warps_per_block[b] != 1) continue;
+    l.base.size_per_thread.erase(l.base.size_per_thread.begin() + b);
+    l.base.threads_per_warp.erase(l.base.threads_per_warp.begin() + b);
+    l.base.warps_per_block.erase(l.base.warps_per_block.begin() + b);
+    l.base.order.erase(std::find(l.base.order.begin(), l.base.order.end(), b));
+    for (int& o : l.base.order)
+      if (o > b) --o;
+    for (int& d : l.dims)
+      if (d > b) --d;
+  }
+  return l;
+}
+
+Layout slice_layout(const Layout& l, int dim) {
+  Layout r = l;
+  r.dims.erase(r.dims.begin() + dim);
+  return canonical(r);
+}
+
+Layout expand_layout(const Layout& l, int axis) {
+  Layout r = l;
+  int rb = r.base.rank();
+  std::vector<int> free_dims;
+  for (int b = 0; b < rb; ++b)
+    if (std::find(r.dims.begin(), r.dims.end(), b) == r.dims.end()) free_dims.push_back(b);
+  int lo = axis > 0 ? r.dims[axis - 1] : -1;
+  int hi = axis < static_cast<int>(r.dims.size()) ? r.dims[axis] : rb;
+  int pick = -1;
+  for (int b : free_dims)
+    if (b > lo && b < hi) {
+      pick = b;
+      break;
+    }
+  if (pick < 0 && !free_dims.empty()) pick = free_dims[0];
+  if (pick < 0) {
+    pick = rb;
+    r.base.size_per_thread.push_back(1);
+    r.base.threads_per_warp.push_back(1);
+    r.base.warps_per_block.push_back(1);
+    r.base.order.push_back(rb);
+  }
+  r.dims.insert(r.dims.begin() + axis, pick);
+  return canonical(r);
+}
+
+Layout permute_layout(const Layout& l, const std::vector<int64_t>& perm) {
+  Layout r = l;
+  for (size_t i = 0; i < perm.size(); ++i) r.dims[i] = l.dims[perm[i]];
+  return r;
+}
+
+} // namespace tilec::codegen

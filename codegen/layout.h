@@ -1,0 +1,80 @@
+#pragma once
+// Layouts: which thread of a program (a thread block) holds which element of a
+// tile. See LOWERING.md section 1.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/types.h"
+
+namespace tilec::codegen {
+
+// Triton's blocked layout over `rank()` base dims. One pass of it covers
+// size_per_thread * threads_per_warp * warps_per_block elements per base dim; a
+// larger tile repeats the pattern, a smaller one is replicated across threads.
+struct BlockedLayout {
+  std::vector<int> size_per_thread;
+  std::vector<int> threads_per_warp; // product 32
+  std::vector<int> warps_per_block;  // product num_warps
+  std::vector<int> order;            // base dims, fastest varying first
+
+  int rank() const { return static_cast<int>(order.size()); }
+  int pass(int b) const { return size_per_thread[b] * threads_per_warp[b] * warps_per_block[b]; }
+  bool operator==(const BlockedLayout&) const = default;
+};
+
+// A tile's layout: a blocked layout and, for each tile dim, the base dim it
+// maps to. Base dims that no tile dim maps to have extent 1: the threads along
+// them hold the same elements. That makes reduce (unmap a dim), expand_dims
+// (map a free base dim), broadcast (same layout) and permute (reorder `dims`)
+// free of data movement.
+struct Layout {
+  BlockedLayout base;
+  std::vector<int> dims;
+
+  bool operator==(const Layout&) const = default;
+  std::string str() const;
+};
+
+// The coordinates a thread owns, for a layout applied to a tile shape. Element
+// j of a thread's register list sits at tile coordinate
+//   coord[d] = (thread_base[dims[d]] mod base_shape[dims[d]]) + offset[j][d]
+// where thread_base[b] = (warp_coord[b] * threads_per_warp[b] + lane_coord[b]) * size_per_thread[b].
+// The list runs along order[0] fastest, so runs of `run` consecutive elements
+// are contiguous along the tile dim mapped to order[0] (if any).
+struct ThreadElems {
+  std::vector<int64_t> base_shape; // per base dim: the tile dim's extent, or 1
+  std::vector<int64_t> per_dim;    // per base dim: elements a thread holds
+  int64_t count = 1;               // elements per thread
+  int64_t run = 1;                 // contiguous run length along order[0]
+  int run_dim = -1;                // tile dim mapped to order[0], or -1
+  std::vector<std::vector<int64_t>> offset; // [element][tile dim]
+  // Base dims along which several threads hold the same elements.
+  std::vector<bool> replicated;
+};
+
+ThreadElems thread_elems(const Layout& l, const ir::Shape& shape);
+
+// Lane/warp bit positions of a base dim in the lane and warp ids.
+int lane_shift(const BlockedLayout& b, int dim);
+int warp_shift(const BlockedLayout& b, int dim);
+
+// A layout for accessing memory contiguous along `contig_dim` with `vec`
+// elements per thread there: lanes fill the contiguous dim first, warps go to
+// the slowest dims first (so row reductions stay inside a warp).
+Layout access_layout(const ir::Shape& shape, int contig_dim, int vec, int num_warps);
+// The layout for a value with no memory access to anchor it.
+Layout default_layout(const ir::Shape& shape, int elem_bytes, int num_warps);
+// The output layout of dot [M, N]: a small 2-d block of outputs per thread.
+Layout dot_layout(int64_t m, int64_t n, int num_warps);
+
+// The layout of `l` with tile dim `dim` dropped (what reduce produces).
+Layout slice_layout(const Layout& l, int dim);
+// The layout of `l` with a size-1 tile dim inserted at `axis`.
+Layout expand_layout(const Layout& l, int axis);
+// Result dim i is operand dim perm[i].
+Layout permute_layout(const Layout& l, const std::vector<int64_t>& perm);
+// Removes base dims that no tile dim maps to and that hold no threads.
+Layout canonical(Layout l);
+
+} // namespace tilec::codegen

@@ -1,0 +1,327 @@
+#include "codegen/layout_plan.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace tilec::codegen {
+
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+int64_t pow2_floor(int64_t v) {
+  return v <= 1 ? 1 : int64_t(1) << (63 - std::countl_zero(static_cast<uint64_t>(v)));
+}
+
+int mem_bytes(const ir::Type& t) { return t.is_ptr() ? 8 : ir::dtype_bytes(t.dtype()); }
+
+bool is_view_or_elementwise(OpKind k) {
+  switch (k) {
+  case OpKind::Arange:
+  case OpKind::Constant:
+  case OpKind::Splat:
+  case OpKind::Broadcast:
+  case OpKind::ExpandDims:
+  case OpKind::Permute:
+  case OpKind::AddPtr:
+  case OpKind::Select:
+  case OpKind::Cast: return true;
+  default: return ir::is_elementwise(k);
+  }
+}
+
+const std::vector<LayoutId> kNoRequests;
+
+} // namespace
+
+bool is_trivial_reshape(const ir::Shape& from, const ir::Shape& to) {
+  ir::Shape a, b;
+  for (int64_t d : from)
+    if (d != 1) a.push_back(d);
+  for (int64_t d : to)
+    if (d != 1) b.push_back(d);
+  return a == b;
+}
+
+LayoutPlan::LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps)
+    : axis_(axis), num_warps_(num_warps) {
+  forward(fn.body);
+  backward(fn.body);
+}
+
+LayoutId LayoutPlan::intern(const Layout& l) {
+  Layout c = canonical(l);
+  for (size_t i = 0; i < layouts_.size(); ++i)
+    if (layouts_[i] == c) return static_cast<LayoutId>(i);
+  layouts_.push_back(std::move(c));
+  return static_cast<LayoutId>(layouts_.size() - 1);
+}
+
+LayoutId LayoutPlan::native(const Value* v) const {
+  auto it = native_.find(v);
+  return it == native_.end() ? kNone : it->second;
+}
+
+const std::vector<LayoutId>& LayoutPlan::requests(const Value* v) const {
+  auto it = requests_.find(v);
+  return it == requests_.end() ? kNoRequests : it->second;
+}
+
+LayoutPlan::Access LayoutPlan::access(const Value* ptr) const {
+  const ir::Shape& s = ptr->type.shape;
+  if (s.empty()) return {0, 1};
+  const AxisInfo& info = axis_.at(ptr);
+  int best = static_cast<int>(s.size()) - 1;
+  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d)
+    if (info.contiguity[d] > info.contiguity[best]) best = d;
+  int64_t vec = std::min<int64_t>({16 / ir::dtype_bytes(ptr->type.dtype()), info.contiguity[best], s[best]});
+  return {best, static_cast<int>(pow2_floor(std::max<int64_t>(1, vec)))};
+}
+
+LayoutId LayoutPlan::nat(const Value* v) const {
+  if (v->type.is_scalar()) return kScalar;
+  auto it = nat_.find(v);
+  return it == nat_.end() ? kNone : it->second;
+}
+
+LayoutId LayoutPlan::nat_or_default(const Value* v) {
+  LayoutId l = nat(v);
+  if (l != kNone) return l;
+  return intern(default_layout(v->type.shape, mem_bytes(v->type), num_warps_));
+}
+
+LayoutId LayoutPlan::derive_reshape(LayoutId id, const ir::Shape& from, const ir::Shape& to) {
+  Layout l = layout(id);
+  for (int d = static_cast<int>(from.size()) - 1; d >= 0; --d)
+    if (from[d] == 1) l = slice_layout(l, d);
+  for (size_t d = 0; d < to.size(); ++d)
+    if (to[d] == 1) l = expand_layout(l, static_cast<int>(d));
+  return intern(l);
+}
+
+void LayoutPlan::forward(const ir::Block& b) {
+  for (const auto& op : b.ops) forward_op(*op);
+}
+
+void LayoutPlan::forward_op(const Op& op) {
+  const Value* res = op.results.empty() ? nullptr : op.results[0];
+  auto set_native = [&](const Value* v, LayoutId l) {
+    if (v->type.is_scalar()) return;
+    native_[v] = l;
+    nat_[v] = l;
+  };
+  if (is_view_or_elementwise(op.kind) && res && !res->type.is_scalar()) {
+    LayoutId l = kNone;
+    switch (op.kind) {
+    case OpKind::Broadcast: l = nat(op.operands[0]); break;
+    case OpKind::ExpandDims: {
+      LayoutId s = nat(op.operands[0]);
+      if (s >= 0) l = intern(expand_layout(layout(s), static_cast<int>(op.attrs.axis)));
+      break;
+    }
+    case OpKind::Permute: {
+      LayoutId s = nat(op.operands[0]);
+      if (s >= 0) l = intern(permute_layout(layout(s), op.attrs.perm));
+      break;
+    }
+    default:
+      for (const Value* v : op.operands)
+        if (nat(v) >= 0) {
+          l = nat(v);
+          break;
+        }
+    }
+    if (l != kNone) nat_[res] = l;
+    else nat_.erase(res);
+    return;
+  }
+  switch (op.kind) {
+  case OpKind::Reshape: {
+    const Value* src = op.operands[0];
+    if (res->type.is_scalar()) return;
+    if (is_trivial_reshape(src->type.shape, res->type.shape)) {
+      LayoutId s = nat(src);
+      if (s >= 0) nat_[res] = derive_reshape(s, src->type.shape, res->type.shape);
+      else if (s == kScalar) nat_.erase(res);
+      return;
+    }
+    op_layouts_[&op] = {nat_or_default(src)};
+    set_native(res, nat_or_default(res));
+    return;
+  }
+  case OpKind::Load: {
+    if (res->type.is_scalar()) return;
+    Access a = access(op.operands[0]);
+    LayoutId l = intern(access_layout(res->type.shape, a.contig_dim, a.vec, num_warps_));
+    op_layouts_[&op] = {l};
+    set_native(res, l);
+    return;
+  }
+  case OpKind::Store: {
+    const Value* ptr = op.operands[0];
+    if (ptr->type.is_scalar()) {
+      op_layouts_[&op] = {kScalar};
+      return;
+    }
+    Access a = access(ptr);
+    LayoutId l = intern(access_layout(ptr->type.shape, a.contig_dim, a.vec, num_warps_));
+    // Storing straight from the value's own layout saves a conversion when that
+    // layout already runs along the contiguous dim with the full vector width.
+    LayoutId v = nat(op.operands[1]);
+    if (v >= 0) {
+      const Layout& vl = layout(v);
+      ThreadElems te = thread_elems(vl, ptr->type.shape);
+      bool coalesced = te.run_dim == a.contig_dim && te.run >= a.vec &&
+                       vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 4;
+      if (coalesced || a.vec == 1) l = v;
+    }
+    op_layouts_[&op] = {l};
+    return;
+  }
+  case OpKind::AtomicAdd: {
+    if (res->type.is_scalar()) {
+      op_layouts_[&op] = {kScalar};
+      return;
+    }
+    Access a = access(op.operands[0]);
+    LayoutId l = intern(access_layout(res->type.shape, a.contig_dim, 1, num_warps_));
+    op_layouts_[&op] = {l};
+    set_native(res, l);
+    return;
+  }
+  case OpKind::Reduce: {
+    LayoutId p = nat_or_default(op.operands[0]);
+    op_layouts_[&op] = {p};
+    if (!res->type.is_scalar()) set_native(res, intern(slice_layout(layout(p), static_cast<int>(op.attrs.axis))));
+    return;
+  }
+  case OpKind::Dot: {
+    const ir::Shape& s = res->type.shape;
+    LayoutId d = intern(dot_layout(s[0], s[1], num_warps_));
+    op_layouts_[&op] = {nat_or_default(op.operands[0]), nat_or_default(op.operands[1]), d};
+    set_native(res, d);
+    return;
+  }
+  case OpKind::For: {
+    const ir::Block& body = op.region(0);
+    size_t n = op.results.size();
+    std::vector<LayoutId> carried(n);
+    for (size_t i = 0; i < n; ++i) carried[i] = nat(op.operands[3 + i]);
+    auto run_body = [&] {
+      for (size_t i = 0; i < n; ++i) {
+        if (carried[i] >= 0) set_native(body.args[i + 1], carried[i]);
+        else {
+          nat_.erase(body.args[i + 1]);
+          native_.erase(body.args[i + 1]);
+        }
+      }
+      forward(body);
+    };
+    run_body();
+    bool changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (carried[i] != kNone) continue;
+      carried[i] = nat(body.terminator()->operands[i]);
+      if (carried[i] == kNone) carried[i] = nat_or_default(op.results[i]);
+      changed = true;
+    }
+    if (changed) run_body();
+    for (size_t i = 0; i < n; ++i) set_native(op.results[i], carried[i]);
+    return;
+  }
+  case OpKind::If: {
+    forward(op.region(0));
+    forward(op.region(1));
+    for (size_t i = 0; i < op.results.size(); ++i) {
+      LayoutId l = nat(op.region(0).terminator()->operands[i]);
+      if (l == kNone) l = nat(op.region(1).terminator()->operands[i]);
+      if (l == kNone) l = nat_or_default(op.results[i]);
+      set_native(op.results[i], l);
+    }
+    return;
+  }
+  default: return;
+  }
+}
+
+LayoutId LayoutPlan::operand_layout(const Op& op, const Value* v, LayoutId l) {
+  switch (op.kind) {
+  case OpKind::ExpandDims: return intern(slice_layout(layout(l), static_cast<int>(op.attrs.axis)));
+  case OpKind::Permute: {
+    Layout src = layout(l);
+    for (size_t i = 0; i < op.attrs.perm.size(); ++i) src.dims[op.attrs.perm[i]] = layout(l).dims[i];
+    return intern(src);
+  }
+  case OpKind::Reshape: return derive_reshape(l, op.results[0]->type.shape, v->type.shape);
+  default: return l;
+  }
+}
+
+void LayoutPlan::request(const Value* v, LayoutId l) {
+  if (v->type.is_scalar()) return;
+  internal_assert(l >= 0, "a tile is requested in a layout");
+  auto& r = requests_[v];
+  if (std::find(r.begin(), r.end(), l) == r.end()) r.push_back(l);
+}
+
+void LayoutPlan::backward(const ir::Block& b) {
+  for (auto it = b.ops.rbegin(); it != b.ops.rend(); ++it) backward_op(**it);
+}
+
+void LayoutPlan::backward_op(const Op& op) {
+  const Value* res = op.results.empty() ? nullptr : op.results[0];
+  if (is_view_or_elementwise(op.kind)) {
+    if (res->type.is_scalar()) return;
+    std::vector<LayoutId> ls = requests(res);
+    for (LayoutId l : ls)
+      for (const Value* v : op.operands)
+        if (!v->type.is_scalar()) request(v, operand_layout(op, v, l));
+    return;
+  }
+  switch (op.kind) {
+  case OpKind::Reshape:
+    if (res->type.is_scalar()) return;
+    if (is_trivial_reshape(op.operands[0]->type.shape, res->type.shape)) {
+      if (op.operands[0]->type.is_scalar()) return;
+      std::vector<LayoutId> ls = requests(res);
+      for (LayoutId l : ls) request(op.operands[0], operand_layout(op, op.operands[0], l));
+      return;
+    }
+    request(op.operands[0], op_layouts(&op)[0]);
+    return;
+  case OpKind::Load:
+  case OpKind::Store:
+  case OpKind::AtomicAdd: {
+    if (op.operands[0]->type.is_scalar()) return;
+    LayoutId l = op_layouts(&op)[0];
+    for (const Value* v : op.operands) request(v, l);
+    return;
+  }
+  case OpKind::Reduce: request(op.operands[0], op_layouts(&op)[0]); return;
+  case OpKind::Dot: {
+    const auto& ls = op_layouts(&op);
+    for (int i = 0; i < 3; ++i) request(op.operands[i], ls[i]);
+    return;
+  }
+  case OpKind::Yield: {
+    const Op* parent = op.parent->parent;
+    for (size_t i = 0; i < op.operands.size(); ++i)
+      if (!op.operands[i]->type.is_scalar()) request(op.operands[i], native(parent->results[i]));
+    return;
+  }
+  case OpKind::For:
+    backward(op.region(0));
+    for (size_t i = 0; i < op.results.size(); ++i)
+      if (!op.results[i]->type.is_scalar()) request(op.operands[3 + i], native(op.results[i]));
+    return;
+  case OpKind::If:
+    backward(op.region(0));
+    backward(op.region(1));
+    return;
+  default: return;
+  }
+}
+
+} // namespace tilec::codegen

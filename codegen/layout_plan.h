@@ -1,0 +1,74 @@
+#pragma once
+// Assigns layouts to the tiles of a kernel (LOWERING.md section 2).
+//
+// Loads take the coalesced layout their address tile's contiguity asks for;
+// reduce, dot, for/if results and non-trivial reshapes get one layout each
+// ("native"). Everything else (elementwise ops, arange, constants, splat,
+// broadcast, expand_dims, permute) is computed directly in whatever layout
+// its users ask for, so no data moves for them. A native value asked for in
+// another layout is converted through shared memory once, where it is defined.
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/axis_info.h"
+#include "codegen/layout.h"
+#include "ir/ir.h"
+
+namespace tilec::codegen {
+
+using LayoutId = int;
+inline constexpr LayoutId kScalar = -1; // rank-0 values: uniform across the program
+inline constexpr LayoutId kNone = -2;   // no preference (computed wherever needed)
+
+class LayoutPlan {
+public:
+  LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps);
+
+  const Layout& layout(LayoutId id) const { return layouts_.at(id); }
+  LayoutId intern(const Layout& l);
+
+  // The layout a value is produced in when it is materialized by its op (loads,
+  // reduce, dot, atomics, reshape, for/if results and loop-carried args), else kNone.
+  LayoutId native(const ir::Value* v) const;
+  // The layouts users need `v` in (kScalar entries are never listed).
+  const std::vector<LayoutId>& requests(const ir::Value* v) const;
+  // Per-op layouts: load/store/atomic: {access}; reduce: {operand};
+  // reshape: {operand}; dot: {a, b, result}.
+  const std::vector<LayoutId>& op_layouts(const ir::Op* op) const { return op_layouts_.at(op); }
+
+  // The tile dim along which an access is contiguous and its vector width.
+  struct Access {
+    int contig_dim = 0;
+    int vec = 1;
+  };
+  Access access(const ir::Value* ptr) const;
+
+  bool is_materialized(const ir::Value* v) const { return native_.count(v) != 0; }
+
+  // For an op computed in layout `l` (elementwise, broadcast, expand_dims,
+  // permute, trivial reshape): the layout its tile operand `v` is needed in.
+  LayoutId operand_layout(const ir::Op& op, const ir::Value* v, LayoutId l);
+
+private:
+  void forward(const ir::Block& b);
+  void forward_op(const ir::Op& op);
+  void backward(const ir::Block& b);
+  void backward_op(const ir::Op& op);
+  void request(const ir::Value* v, LayoutId l);
+  LayoutId nat(const ir::Value* v) const;
+  LayoutId nat_or_default(const ir::Value* v);
+  LayoutId derive_reshape(LayoutId l, const ir::Shape& from, const ir::Shape& to);
+
+  const AxisAnalysis& axis_;
+  int num_warps_;
+  std::vector<Layout> layouts_;
+  std::unordered_map<const ir::Value*, LayoutId> nat_;
+  std::unordered_map<const ir::Value*, LayoutId> native_;
+  std::unordered_map<const ir::Value*, std::vector<LayoutId>> requests_;
+  std::unordered_map<const ir::Op*, std::vector<LayoutId>> op_layouts_;
+};
+
+// True when reshape only adds or drops size-1 dims.
+bool is_trivial_reshape(const ir::Shape& from, const ir::Shape& to);
+
+} // namespace tilec::codegen

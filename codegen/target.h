@@ -1,0 +1,70 @@
+#pragma once
+// Target hooks: everything the SIMT lowering needs that differs between the
+// GPU (nvptx) and the CPU emulator (emu). The lowering branches on the target
+// nowhere else. Internal to codegen/ (includes LLVM headers).
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/compile.h"
+#include "ir/types.h"
+
+namespace tilec::codegen {
+
+class TargetHooks {
+public:
+  using Builder = llvm::IRBuilder<>;
+  virtual ~TargetHooks() = default;
+
+  // The kernel function for `params` (tile IR parameter types, lowered);
+  // kernel_params() then gives their values, read in the entry block.
+  virtual llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
+                                        const std::vector<llvm::Type*>& params, int threads) = 0;
+  virtual std::vector<llvm::Value*> kernel_params(Builder& b) = 0;
+
+  virtual llvm::Value* thread_id(Builder& b) = 0; // i32, 0 .. threads-1
+  virtual llvm::Value* block_id(Builder& b, int axis) = 0;
+  virtual llvm::Value* num_blocks(Builder& b, int axis) = 0;
+  virtual void barrier(Builder& b) = 0;
+  virtual llvm::Value* shared_base(Builder& b) = 0; // pointer to the dynamic shared region
+  virtual llvm::Value* shfl_xor(Builder& b, llvm::Value* i32, int lane_mask) = 0;
+  virtual llvm::Value* shfl_idx(Builder& b, llvm::Value* i32, llvm::Value* lane) = 0;
+
+  // f32 math; may be approximate (a few ulp), per ir/SEMANTICS.md.
+  virtual llvm::Value* exp2(Builder& b, llvm::Value* x) = 0;
+  virtual llvm::Value* log2(Builder& b, llvm::Value* x) = 0;
+  virtual llvm::Value* sqrt(Builder& b, llvm::Value* x) = 0;
+  virtual llvm::Value* rsqrt(Builder& b, llvm::Value* x) = 0;
+  virtual llvm::Value* tanh(Builder& b, llvm::Value* x) = 0;
+
+  // How f16/bf16 live in registers and memory, and their f32 conversions.
+  virtual llvm::Type* half_type(llvm::LLVMContext& c, ir::DType t) = 0;
+  virtual llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) = 0;
+  virtual llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) = 0;
+
+  virtual unsigned global_address_space() const = 0;
+  // Global memory; `pred` (i1, may be null) guards the access: when false,
+  // memory is not touched and the load yields zero.
+  virtual llvm::Value* load(Builder& b, llvm::Value* ptr, llvm::Type* ty, unsigned align,
+                            llvm::Value* pred) = 0;
+  virtual void store(Builder& b, llvm::Value* ptr, llvm::Value* v, unsigned align,
+                     llvm::Value* pred) = 0;
+  virtual llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v,
+                                  llvm::Value* pred) = 0;
+
+  // Annotations once the kernel body is complete.
+  virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) {}
+};
+
+std::unique_ptr<TargetHooks> make_nvptx_hooks();
+std::unique_ptr<TargetHooks> make_emu_hooks();
+
+// Runs `body` only where `pred` holds (no branch when pred is null or true);
+// returns `body`'s value there and zero elsewhere (null if body returns null).
+llvm::Value* guarded(llvm::IRBuilder<>& b, llvm::Value* pred,
+                     const std::function<llvm::Value*()>& body);
+
+} // namespace tilec::codegen

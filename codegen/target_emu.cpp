@@ -1,0 +1,135 @@
+// Target hooks for the CPU emulator: every GPU-specific action is a call into
+// the emulator runtime through the C ABI of codegen/emu_abi.h, passing the
+// calling thread's context (the kernel's hidden first argument).
+#include <map>
+
+#include "codegen/target.h"
+
+namespace tilec::codegen {
+
+namespace {
+
+class EmuHooks final : public TargetHooks {
+public:
+  llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
+                                const std::vector<llvm::Type*>& params, int) override {
+    llvm::LLVMContext& c = m.getContext();
+    auto* ptr = llvm::PointerType::get(c, 0);
+    auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m);
+    fn_->getArg(0)->setName("ctx");
+    fn_->getArg(1)->setName("args");
+    params_ = params;
+    return fn_;
+  }
+
+  std::vector<llvm::Value*> kernel_params(Builder& b) override {
+    std::vector<llvm::Value*> r;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      llvm::Value* slot = b.CreateConstGEP1_64(b.getPtrTy(), fn_->getArg(1), i);
+      llvm::Value* p = b.CreateLoad(b.getPtrTy(), slot);
+      r.push_back(b.CreateLoad(params_[i], p));
+    }
+    return r;
+  }
+
+  llvm::Value* thread_id(Builder& b) override { return call(b, "tilec_emu_thread_id", b.getInt32Ty(), {}); }
+  llvm::Value* block_id(Builder& b, int axis) override {
+    return call(b, "tilec_emu_block_id", b.getInt32Ty(), {b.getInt32(axis)});
+  }
+  llvm::Value* num_blocks(Builder& b, int axis) override {
+    return call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)});
+  }
+  void barrier(Builder& b) override { call(b, "tilec_emu_barrier", b.getVoidTy(), {}); }
+  llvm::Value* shared_base(Builder& b) override {
+    return call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
+  }
+  llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
+    return call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)});
+  }
+  llvm::Value* shfl_idx(Builder& b, llvm::Value* v, llvm::Value* lane) override {
+    return call(b, "tilec_emu_shfl_idx", b.getInt32Ty(), {v, lane});
+  }
+
+  llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }
+  llvm::Value* log2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x); }
+  llvm::Value* sqrt(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); }
+  llvm::Value* rsqrt(Builder& b, llvm::Value* x) override {
+    return b.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), sqrt(b, x));
+  }
+  llvm::Value* tanh(Builder& b, llvm::Value* x) override {
+    llvm::Module& m = *b.GetInsertBlock()->getModule();
+    auto f = m.getOrInsertFunction("tanhf", b.getFloatTy(), b.getFloatTy());
+    return b.CreateCall(f, {x});
+  }
+
+  llvm::Type* half_type(llvm::LLVMContext& c, ir::DType) override { return llvm::Type::getInt16Ty(c); }
+  llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) override {
+    return call(b, t == ir::DType::bf16 ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32",
+                b.getFloatTy(), {v});
+  }
+  llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) override {
+    return call(b, t == ir::DType::bf16 ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16",
+                b.getInt16Ty(), {v});
+  }
+
+  unsigned global_address_space() const override { return 0; }
+
+  llvm::Value* load(Builder& b, llvm::Value* ptr, llvm::Type* ty, unsigned, llvm::Value* pred) override {
+    return guarded(b, pred, [&]() -> llvm::Value* {
+      llvm::Value* tmp = scratch(ty);
+      call(b, "tilec_emu_load", b.getVoidTy(), {ptr, b.getInt32(bytes(ty)), tmp});
+      return b.CreateLoad(ty, tmp);
+    });
+  }
+  void store(Builder& b, llvm::Value* ptr, llvm::Value* v, unsigned, llvm::Value* pred) override {
+    guarded(b, pred, [&]() -> llvm::Value* {
+      llvm::Value* tmp = scratch(v->getType());
+      b.CreateStore(v, tmp);
+      call(b, "tilec_emu_store", b.getVoidTy(), {ptr, b.getInt32(bytes(v->getType())), tmp});
+      return nullptr;
+    });
+  }
+  llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v, llvm::Value* pred) override {
+    return guarded(b, pred, [&]() -> llvm::Value* {
+      bool f = v->getType()->isFloatingPointTy();
+      return call(b, f ? "tilec_emu_atomic_add_f32" : "tilec_emu_atomic_add_i32", v->getType(), {ptr, v});
+    });
+  }
+
+private:
+  // Calls tilec_emu_NAME(ctx, args...), declaring it on first use.
+  llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args) {
+    llvm::Module& m = *fn_->getParent();
+    std::vector<llvm::Type*> types{b.getPtrTy()};
+    for (llvm::Value* a : args) types.push_back(a->getType());
+    auto f = m.getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
+    args.insert(args.begin(), fn_->getArg(0));
+    return b.CreateCall(f, args);
+  }
+
+  unsigned bytes(llvm::Type* ty) const {
+    return static_cast<unsigned>(fn_->getParent()->getDataLayout().getTypeStoreSize(ty));
+  }
+
+  // One stack slot per type, in the entry block, reused by every access.
+  llvm::Value* scratch(llvm::Type* ty) {
+    auto it = scratch_.find(ty);
+    if (it != scratch_.end()) return it->second;
+    llvm::BasicBlock& entry = fn_->getEntryBlock();
+    Builder eb(&entry, entry.begin());
+    llvm::AllocaInst* a = eb.CreateAlloca(ty);
+    a->setAlignment(llvm::Align(16));
+    return scratch_[ty] = a;
+  }
+
+  llvm::Function* fn_ = nullptr;
+  std::vector<llvm::Type*> params_;
+  std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
+};
+
+} // namespace
+
+std::unique_ptr<TargetHooks> make_emu_hooks() { return std::make_unique<EmuHooks>(); }
+
+} // namespace tilec::codegen

@@ -1,0 +1,151 @@
+// Target hooks for NVIDIA GPUs: NVVM intrinsics, global memory in address
+// space 1, shared memory in address space 3, ptx_kernel entry points.
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Metadata.h>
+
+#include <numbers>
+
+#include "codegen/target.h"
+
+namespace tilec::codegen {
+
+namespace {
+
+constexpr unsigned kGlobal = 1;
+constexpr unsigned kShared = 3;
+
+class NvptxHooks final : public TargetHooks {
+public:
+  llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
+                                const std::vector<llvm::Type*>& params, int threads) override {
+    auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(m.getContext()), params, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m);
+    fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    for (auto& a : fn_->args())
+      if (a.getType()->isPointerTy()) // pointer arguments are 16-byte aligned (SEMANTICS.md)
+        a.addAttr(llvm::Attribute::getWithAlignment(m.getContext(), llvm::Align(16)));
+    return fn_;
+  }
+
+  std::vector<llvm::Value*> kernel_params(Builder&) override {
+    std::vector<llvm::Value*> r;
+    for (auto& a : fn_->args()) r.push_back(&a);
+    return r;
+  }
+
+  llvm::Value* thread_id(Builder& b) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+  }
+  llvm::Value* block_id(Builder& b, int axis) override {
+    static constexpr llvm::Intrinsic::ID ids[] = {llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x,
+                                                  llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y,
+                                                  llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z};
+    return b.CreateIntrinsic(ids[axis], {}, {});
+  }
+  llvm::Value* num_blocks(Builder& b, int axis) override {
+    static constexpr llvm::Intrinsic::ID ids[] = {llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x,
+                                                  llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y,
+                                                  llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_z};
+    return b.CreateIntrinsic(ids[axis], {}, {});
+  }
+  void barrier(Builder& b) override { b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+
+  llvm::Value* shared_base(Builder& b) override {
+    llvm::Module& m = *b.GetInsertBlock()->getModule();
+    if (auto* g = m.getNamedGlobal("tilec_smem")) return g;
+    auto* ty = llvm::ArrayType::get(b.getInt8Ty(), 0);
+    auto* g = new llvm::GlobalVariable(m, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                       "tilec_smem", nullptr, llvm::GlobalValue::NotThreadLocal,
+                                       kShared);
+    g->setAlignment(llvm::Align(16));
+    return g;
+  }
+
+  llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                             {b.getInt32(0xffffffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)});
+  }
+  llvm::Value* shfl_idx(Builder& b, llvm::Value* v, llvm::Value* lane) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_idx_i32, {},
+                             {b.getInt32(0xffffffffu), v, lane, b.getInt32(0x1f)});
+  }
+
+  llvm::Value* exp2(Builder& b, llvm::Value* x) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
+  }
+  llvm::Value* log2(Builder& b, llvm::Value* x) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x});
+  }
+  llvm::Value* sqrt(Builder& b, llvm::Value* x) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::sqrt, {x->getType()}, {x});
+  }
+  llvm::Value* rsqrt(Builder& b, llvm::Value* x) override {
+    return b.CreateIntrinsic(llvm::Intrinsic::nvvm_rsqrt_approx_f, {}, {x});
+  }
+  // tanh from ex2: 1 - 2 / (2^(2|x| log2 e) + 1), with the sign of x; an odd
+  // polynomial near zero, where that form loses relative precision.
+  llvm::Value* tanh(Builder& b, llvm::Value* x) override {
+    llvm::Type* f = x->getType();
+    auto c = [&](double v) { return llvm::ConstantFP::get(f, v); };
+    llvm::Value* ax = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+    llvm::Value* e = exp2(b, b.CreateFMul(ax, c(2.0 * std::numbers::log2e)));
+    llvm::Value* t = b.CreateFSub(c(1.0), b.CreateFDiv(c(2.0), b.CreateFAdd(e, c(1.0))));
+    llvm::Value* big = b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, t, x);
+    llvm::Value* x2 = b.CreateFMul(x, x);
+    llvm::Value* p = b.CreateFAdd(c(2.0 / 15.0), b.CreateFMul(x2, c(-17.0 / 315.0)));
+    p = b.CreateFAdd(c(-1.0 / 3.0), b.CreateFMul(x2, p));
+    llvm::Value* small = b.CreateFAdd(x, b.CreateFMul(b.CreateFMul(x, x2), p));
+    return b.CreateSelect(b.CreateFCmpOLT(ax, c(0.125)), small, big);
+  }
+
+  llvm::Type* half_type(llvm::LLVMContext& c, ir::DType t) override {
+    return t == ir::DType::bf16 ? llvm::Type::getBFloatTy(c) : llvm::Type::getHalfTy(c);
+  }
+  llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType) override {
+    return b.CreateFPExt(v, b.getFloatTy());
+  }
+  llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) override {
+    return b.CreateFPTrunc(v, half_type(b.getContext(), t));
+  }
+
+  unsigned global_address_space() const override { return kGlobal; }
+
+  llvm::Value* load(Builder& b, llvm::Value* ptr, llvm::Type* ty, unsigned align,
+                    llvm::Value* pred) override {
+    return guarded(b, pred, [&]() -> llvm::Value* {
+      return b.CreateAlignedLoad(ty, ptr, llvm::Align(align));
+    });
+  }
+  void store(Builder& b, llvm::Value* ptr, llvm::Value* v, unsigned align, llvm::Value* pred) override {
+    guarded(b, pred, [&]() -> llvm::Value* {
+      b.CreateAlignedStore(v, ptr, llvm::Align(align));
+      return nullptr;
+    });
+  }
+  llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v, llvm::Value* pred) override {
+    return guarded(b, pred, [&]() -> llvm::Value* {
+      auto op = v->getType()->isFloatingPointTy() ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add;
+      return b.CreateAtomicRMW(op, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic);
+    });
+  }
+
+  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) override {
+    llvm::LLVMContext& c = m.getContext();
+    auto* md = m.getOrInsertNamedMetadata("nvvm.annotations");
+    auto i32 = [&](int v) {
+      return llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(c), v));
+    };
+    llvm::Metadata* fm = llvm::ConstantAsMetadata::get(f);
+    md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "kernel"), i32(1)}));
+    md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxntidx"), i32(threads)}));
+  }
+
+private:
+  llvm::Function* fn_ = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<TargetHooks> make_nvptx_hooks() { return std::make_unique<NvptxHooks>(); }
+
+} // namespace tilec::codegen
