@@ -24,15 +24,15 @@ namespace {
 int elements_per_program(const rt::Manifest& m) {
   const rt::ParamType f32_ptr{rt::ScalarType::f32, true};
   const rt::ParamType i32{rt::ScalarType::i32, false};
-  bool shape = m.params.size() == 4 && m.params[0].type == f32_ptr &&
-               m.params[1].type == f32_ptr && m.params[2].type == f32_ptr &&
-               m.params[3].type == i32;
+  bool shape = m.params.size() == 4 && m.params[0].type == f32_ptr && m.params[1].type == f32_ptr &&
+               m.params[2].type == f32_ptr && m.params[3].type == i32;
   if (!shape)
     throw rt::LaunchArgumentError(fmt::format(
         "module '{}' is not a vector_add: want parameters (ptr<f32>, ptr<f32>, ptr<f32>, i32)",
         m.kernel));
   auto it = m.specialization.find("block");
-  const std::int64_t* block = it == m.specialization.end() ? nullptr : std::get_if<std::int64_t>(&it->second);
+  const std::int64_t* block =
+      it == m.specialization.end() ? nullptr : std::get_if<std::int64_t>(&it->second);
   if (!block || *block <= 0)
     throw rt::LaunchArgumentError(
         fmt::format("module '{}' has no positive integer specialization 'block'", m.kernel));

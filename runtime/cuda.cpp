@@ -45,12 +45,14 @@ LoadedDriver load_driver() {
   void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = ::dlerror();
-    d.unavailable = fmt::format("CUDA driver not found ({}){}",
-                                why ? why : "libcuda.so.1: cannot open shared object file", kAdvice);
+    d.unavailable =
+        fmt::format("CUDA driver not found ({}){}",
+                    why ? why : "libcuda.so.1: cannot open shared object file", kAdvice);
     return d;
   }
   // Never dlclose'd: the driver stays loaded for the life of the process.
-  auto get_proc = reinterpret_cast<decltype(&::cuGetProcAddress)>(::dlsym(lib, "cuGetProcAddress_v2"));
+  auto get_proc =
+      reinterpret_cast<decltype(&::cuGetProcAddress)>(::dlsym(lib, "cuGetProcAddress_v2"));
   if (!get_proc) {
     d.unavailable = fmt::format(
         "CUDA driver too old (libcuda.so.1 has no cuGetProcAddress_v2; CUDA 12.0 or newer is "
@@ -73,10 +75,11 @@ LoadedDriver load_driver() {
 #undef X
 
   if (CUresult r = d.api.cuInit(0); r != CUDA_SUCCESS) {
-    d.unavailable = r == CUDA_ERROR_NO_DEVICE
-                        ? fmt::format("no CUDA device found (cuInit: {}){}", describe(d.api, r), kAdvice)
-                        : fmt::format("CUDA driver failed to initialize (cuInit: {}){}",
-                                      describe(d.api, r), kAdvice);
+    d.unavailable =
+        r == CUDA_ERROR_NO_DEVICE
+            ? fmt::format("no CUDA device found (cuInit: {}){}", describe(d.api, r), kAdvice)
+            : fmt::format("CUDA driver failed to initialize (cuInit: {}){}", describe(d.api, r),
+                          kAdvice);
     return d;
   }
   int count = 0;
@@ -152,9 +155,9 @@ Module load_module(const Context& ctx, const Manifest& m) {
                                           m.kernel, m.threads_per_block, props.name,
                                           props.max_threads_per_block));
   if (m.shared_bytes > props.max_shared_per_block_optin)
-    throw LaunchArgumentError(fmt::format(
-        "kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}", m.kernel,
-        m.shared_bytes, props.name, props.max_shared_per_block_optin));
+    throw LaunchArgumentError(
+        fmt::format("kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}",
+                    m.kernel, m.shared_bytes, props.name, props.max_shared_per_block_optin));
 
   std::string arch = props.arch();
   if (!m.cubin.empty() && m.arch == arch) {
@@ -162,10 +165,12 @@ Module load_module(const Context& ctx, const Manifest& m) {
     return Module::from_cubin(ctx, std::vector<char>(image.begin(), image.end()),
                               m.code_path(m.cubin).string());
   }
-  if (!m.ptx.empty()) return Module::from_ptx(ctx, read_code_file(m, m.ptx), m.code_path(m.ptx).string());
+  if (!m.ptx.empty())
+    return Module::from_ptx(ctx, read_code_file(m, m.ptx), m.code_path(m.ptx).string());
   throw ManifestError(fmt::format("module '{}' has no code for {}: {}", m.kernel, arch,
-                                  m.cubin.empty() ? "no PTX or cubin in [code]"
-                                                  : "its cubin is for " + m.arch + " and it has no PTX"));
+                                  m.cubin.empty()
+                                      ? "no PTX or cubin in [code]"
+                                      : "its cubin is for " + m.arch + " and it has no PTX"));
 }
 
 } // namespace
@@ -182,7 +187,9 @@ int cuda_device_count() {
   return count;
 }
 
-std::string DeviceProperties::arch() const { return fmt::format("sm_{}{}", major, minor); }
+std::string DeviceProperties::arch() const {
+  return fmt::format("sm_{}{}", major, minor);
+}
 
 Context::Context(int device) : device_(device) {
   int count = cuda_device_count();
@@ -327,8 +334,8 @@ Module::Module(const Context& ctx, const void* image, const std::string& origin)
   info_log_ = info_log.c_str();
   if (r != CUDA_SUCCESS) {
     std::string log = error_log.c_str();
-    throw CudaError(fmt::format("cuModuleLoadDataEx({}) failed: {}{}", origin, describe(driver(), r),
-                                log.empty() ? "" : "\n" + log),
+    throw CudaError(fmt::format("cuModuleLoadDataEx({}) failed: {}{}", origin,
+                                describe(driver(), r), log.empty() ? "" : "\n" + log),
                     r);
   }
 }
@@ -360,7 +367,8 @@ Function Module::function(const std::string& symbol) const {
 int Function::registers() const {
   ScopedContext guard(*ctx_);
   int n = 0;
-  check(driver().cuFuncGetAttribute(&n, CU_FUNC_ATTRIBUTE_NUM_REGS, fn_), "cuFuncGetAttribute", name_);
+  check(driver().cuFuncGetAttribute(&n, CU_FUNC_ATTRIBUTE_NUM_REGS, fn_), "cuFuncGetAttribute",
+        name_);
   return n;
 }
 
@@ -374,7 +382,8 @@ void Function::launch(Dim3 grid, Dim3 block, unsigned shared_bytes, std::span<co
                       const Stream* stream) const {
   std::vector<void*> params;
   params.reserve(args.size());
-  for (const Arg& a : args) params.push_back(const_cast<void*>(a.value()));
+  for (const Arg& a : args)
+    params.push_back(const_cast<void*>(a.value()));
   ScopedContext guard(*ctx_);
   check(driver().cuLaunchKernel(fn_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                 shared_bytes, stream ? stream->handle() : nullptr, params.data(),

@@ -80,7 +80,9 @@ public:
   void download(void* host, std::size_t bytes) const;
   void fill_zero();
 
-  template <class T> void upload(const std::vector<T>& v) { upload(v.data(), v.size() * sizeof(T)); }
+  template <class T> void upload(const std::vector<T>& v) {
+    upload(v.data(), v.size() * sizeof(T));
+  }
   template <class T> std::vector<T> download() const {
     std::vector<T> v(bytes_ / sizeof(T));
     download(v.data(), v.size() * sizeof(T));

@@ -33,13 +33,12 @@ void check_launch_args(const Manifest& m, std::span<const Arg> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const ModuleParam& p = m.params[i];
     const Arg& a = args[i];
-    bool ok = p.type.is_pointer ? a.is_buffer()
-                                : !a.is_buffer() && a.scalar_type() == p.type.element;
+    bool ok =
+        p.type.is_pointer ? a.is_buffer() : !a.is_buffer() && a.scalar_type() == p.type.element;
     if (!ok)
       throw LaunchArgumentError(fmt::format(
           "kernel '{}' parameter '{}' (argument {} of {}) is {}{}, got {}", m.kernel, p.name, i + 1,
-          args.size(), p.type.str(), p.type.is_pointer ? " and needs a buffer" : "",
-          a.describe()));
+          args.size(), p.type.str(), p.type.is_pointer ? " and needs a buffer" : "", a.describe()));
   }
 }
 

@@ -79,7 +79,8 @@ public:
   }
 
   const toml::table& table(const toml::node& n, const std::string& path) const {
-    if (!n.is_table()) fail(&n, fmt::format("key '{}' must be a table, got {}", path, node_kind(n)));
+    if (!n.is_table())
+      fail(&n, fmt::format("key '{}' must be a table, got {}", path, node_kind(n)));
     return *n.as_table();
   }
 
@@ -110,8 +111,8 @@ std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
     p.type = *parsed;
     for (const ModuleParam& earlier : params)
       if (earlier.name == p.name)
-        r.fail(t.get("name"), fmt::format("key '{}.name': parameter '{}' appears twice", path,
-                                          p.name));
+        r.fail(t.get("name"),
+               fmt::format("key '{}.name': parameter '{}' appears twice", path, p.name));
     params.push_back(std::move(p));
   }
   return params;
@@ -129,8 +130,8 @@ std::map<std::string, SpecValue> read_specialization(const Reader& r, const toml
     else if (value.is_string())
       values.emplace(std::string(key.str()), value.as_string()->get());
     else
-      r.fail(&value,
-             fmt::format("key '{}' must be an integer or a string, got {}", path, node_kind(value)));
+      r.fail(&value, fmt::format("key '{}' must be an integer or a string, got {}", path,
+                                 node_kind(value)));
   }
   return values;
 }
@@ -204,7 +205,8 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& sour
 
 Manifest read_manifest(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw ManifestError(fmt::format("{}: cannot open: {}", file.string(), std::strerror(errno)));
+  if (!in)
+    throw ManifestError(fmt::format("{}: cannot open: {}", file.string(), std::strerror(errno)));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ManifestError(fmt::format("{}: cannot read", file.string()));

@@ -55,7 +55,7 @@ struct PtxasReport {
 struct Manifest {
   std::string kernel;
   std::string symbol;
-  std::string arch; // "sm_90"
+  std::string arch;                           // "sm_90"
   std::filesystem::path ptx, cubin, emulator; // empty when absent
   std::vector<ModuleParam> params;
   int threads_per_block = 0;

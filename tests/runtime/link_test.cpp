@@ -2,44 +2,18 @@
 // a host program launches compiled modules with runtime/ alone.
 #include <catch2/catch.hpp>
 
-#include <array>
-#include <cstdio>
-#include <filesystem>
-#include <string>
-#include <sys/wait.h>
+#include "tests/runtime/helpers.h"
+
+#include <algorithm>
 
 namespace fs = std::filesystem;
+using namespace tilec::rt::test;
 
 namespace {
 
-#ifdef TILEC_LAUNCH_MODULE_BINARY
-const fs::path kExample = TILEC_LAUNCH_MODULE_BINARY;
-const fs::path kRuntimeLibrary = TILEC_RUNTIME_LIBRARY;
-#else
-// <build>/tools/tilec → <build>/examples/launch_module, <build>/libtilec_runtime.a
-const fs::path kExample = fs::path(TILEC_BINARY).parent_path().parent_path() / "examples/launch_module";
-const fs::path kRuntimeLibrary = fs::path(TILEC_BINARY).parent_path().parent_path() / "libtilec_runtime.a";
-#endif
-
-struct Output {
-  int status = -1;
-  std::string text;
-};
-
-Output run(const std::string& command) {
-  Output out;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.text.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+bool have(const char* tool) {
+  return run_command(std::string("command -v ") + tool).status == 0;
 }
-
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
-
-bool have(const char* tool) { return run(std::string("command -v ") + tool).status == 0; }
 
 } // namespace
 
@@ -48,7 +22,7 @@ TEST_CASE("the example and the runtime library link without LLVM or the IR", "[r
   REQUIRE(fs::exists(kRuntimeLibrary));
 
   if (have("ldd")) {
-    Output ldd = run("ldd " + quoted(kExample));
+    Output ldd = run_command("ldd " + quoted(kExample));
     INFO(ldd.text);
     REQUIRE(ldd.status == 0);
     CHECK(ldd.text.find("libstdc++") != std::string::npos); // ldd really listed something
@@ -60,7 +34,7 @@ TEST_CASE("the example and the runtime library link without LLVM or the IR", "[r
 
   if (have("nm")) {
     for (const fs::path& file : {kExample, kRuntimeLibrary}) {
-      Output nm = run("nm -C " + quoted(file));
+      Output nm = run_command("nm -C " + quoted(file));
       INFO(file.string());
       REQUIRE(nm.status == 0);
       CHECK(nm.text.find("tilec::rt::") != std::string::npos);
@@ -75,8 +49,7 @@ TEST_CASE("the example and the runtime library link without LLVM or the IR", "[r
 
 TEST_CASE("the example exits 3 with one clear line when there is no CUDA driver", "[runtime]") {
   REQUIRE(fs::exists(kExample));
-  fs::path manifest = fs::path(TILEC_SOURCE_DIR) / "examples/vector_add/manifest.toml";
-  Output out = run(quoted(kExample) + " " + quoted(manifest) + " 1000");
+  Output out = run_command(quoted(kExample) + " " + quoted(kExampleManifest) + " 1000");
   INFO(out.text);
   if (out.status == 0) {
     CHECK(out.text.find("all correct") != std::string::npos); // a machine with a GPU
@@ -87,9 +60,9 @@ TEST_CASE("the example exits 3 with one clear line when there is no CUDA driver"
   CHECK(out.text.find("CUDA") != std::string::npos);
   CHECK(std::count(out.text.begin(), out.text.end(), '\n') == 1);
 
-  Output usage = run(quoted(kExample));
+  Output usage = run_command(quoted(kExample));
   CHECK(usage.status == 2);
-  Output bad_manifest = run(quoted(kExample) + " /nonexistent/m.toml");
+  Output bad_manifest = run_command(quoted(kExample) + " /nonexistent/m.toml");
   CHECK(bad_manifest.status == 2);
   CHECK_THAT(bad_manifest.text, Catch::Contains("/nonexistent/m.toml: cannot open"));
 }

@@ -3,29 +3,16 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/runtime/helpers.h"
+
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 using namespace tilec::rt;
+using tilec::rt::test::TempDir;
 
 namespace {
-
-// A fresh folder under the system temp dir, removed with the object.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("tilec_rt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
 
 Manifest full_manifest() {
   Manifest m;
@@ -35,10 +22,10 @@ Manifest full_manifest() {
   m.ptx = "paged_attention.ptx";
   m.cubin = "paged_attention.cubin";
   m.emulator = "emu/paged_attention.so";
-  m.params = {{"q", {ScalarType::f16, true}},       {"k_cache", {ScalarType::bf16, true}},
+  m.params = {{"q", {ScalarType::f16, true}},           {"k_cache", {ScalarType::bf16, true}},
               {"block_table", {ScalarType::i32, true}}, {"scale", {ScalarType::f32, false}},
-              {"flag", {ScalarType::i1, false}},     {"count", {ScalarType::i64, false}},
-              {"a", {ScalarType::i8, false}},        {"b", {ScalarType::i16, false}}};
+              {"flag", {ScalarType::i1, false}},        {"count", {ScalarType::i64, false}},
+              {"a", {ScalarType::i8, false}},           {"b", {ScalarType::i16, false}}};
   m.threads_per_block = 128;
   m.shared_bytes = 65536;
   m.specialization = {{"block_n", std::int64_t{64}},
@@ -139,7 +126,7 @@ TEST_CASE("a manifest round-trips through a file", "[runtime]") {
 }
 
 TEST_CASE("the example module's manifest is in canonical form", "[runtime]") {
-  fs::path file = fs::path(TILEC_SOURCE_DIR) / "examples/vector_add/manifest.toml";
+  fs::path file = tilec::rt::test::kExampleManifest;
   Manifest m = read_manifest(file);
   CHECK(m.kernel == "vector_add");
   REQUIRE(m.params.size() == 4);

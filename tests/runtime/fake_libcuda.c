@@ -1,0 +1,291 @@
+/* A stand-in for libcuda.so.1 so tests can drive runtime/cuda.cpp on machines without a GPU.
+ * Built as <build>/fake_cuda/libcuda.so.1 and picked up through LD_LIBRARY_PATH by a child
+ * process only. Device memory is host memory, and the one kernel it can "run" is vector_add
+ * (out = x + y over n floats), enough to check argument marshalling end to end.
+ *
+ * It insists on the discipline the real driver needs: calls that use a context fail with
+ * CUDA_ERROR_INVALID_CONTEXT unless one was pushed. With FAKE_CUDA_TRACE set it prints each
+ * notable call, and at exit what is still alive, to stderr. FAKE_CUDA_NO_DEVICE makes cuInit
+ * fail as on a machine with a driver but no GPU; FAKE_CUDA_OOM makes cuMemAlloc fail; PTX
+ * containing FAKE_JIT_ERROR fails to JIT with an error log. */
+#include <cuda.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int context_depth, retained, live_allocations, live_modules, live_streams, live_events;
+static struct { int unused; } the_context, the_module, the_function, a_stream, an_event;
+
+static int tracing(void) { return getenv("FAKE_CUDA_TRACE") != NULL; }
+#define TRACE(...)                                                                                 \
+  do {                                                                                             \
+    if (tracing()) fprintf(stderr, "fake: " __VA_ARGS__);                                          \
+  } while (0)
+#define NEED_CONTEXT()                                                                             \
+  do {                                                                                             \
+    if (context_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;                                     \
+  } while (0)
+
+static CUresult fake_cuGetErrorName(CUresult error, const char** s) {
+  switch (error) {
+  case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; return CUDA_SUCCESS;
+  case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return CUDA_SUCCESS;
+  case CUDA_ERROR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_PTX: *s = "CUDA_ERROR_INVALID_PTX"; return CUDA_SUCCESS;
+  case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return CUDA_SUCCESS;
+  default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static CUresult fake_cuGetErrorString(CUresult error, const char** s) {
+  switch (error) {
+  case CUDA_SUCCESS: *s = "no error"; return CUDA_SUCCESS;
+  case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; return CUDA_SUCCESS;
+  case CUDA_ERROR_NO_DEVICE: *s = "no CUDA-capable device is detected"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_CONTEXT: *s = "invalid device context"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_PTX: *s = "a PTX JIT compilation failed"; return CUDA_SUCCESS;
+  case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; return CUDA_SUCCESS;
+  default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static CUresult fake_cuInit(unsigned flags) {
+  (void)flags;
+  return getenv("FAKE_CUDA_NO_DEVICE") ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+}
+static CUresult fake_cuDriverGetVersion(int* v) { *v = 12040; return CUDA_SUCCESS; }
+static CUresult fake_cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult fake_cuDeviceGet(CUdevice* d, int ordinal) {
+  if (ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuDeviceGetName(char* name, int len, CUdevice d) {
+  (void)d;
+  snprintf(name, (size_t)len, "Fake CUDA Device");
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuDeviceTotalMem(size_t* bytes, CUdevice d) {
+  (void)d;
+  *bytes = (size_t)80 << 30;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  (void)d;
+  switch (a) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 * 1024; break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 227 * 1024; break;
+  case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+  default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  (void)d;
+  *c = (CUcontext)&the_context;
+  ++retained;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice d) {
+  (void)d;
+  if (retained == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --retained;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuCtxPushCurrent(CUcontext c) {
+  if (c != (CUcontext)&the_context || retained == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  ++context_depth;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuCtxPopCurrent(CUcontext* c) {
+  if (context_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --context_depth;
+  if (c) *c = (CUcontext)&the_context;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuCtxSynchronize(void) {
+  NEED_CONTEXT();
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuMemAlloc(CUdeviceptr* p, size_t bytes) {
+  NEED_CONTEXT();
+  if (getenv("FAKE_CUDA_OOM")) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  *p = (CUdeviceptr)(size_t)malloc(bytes);
+  ++live_allocations;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuMemFree(CUdeviceptr p) {
+  NEED_CONTEXT();
+  free((void*)(size_t)p);
+  --live_allocations;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
+  NEED_CONTEXT();
+  memcpy((void*)(size_t)dst, src, n);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  NEED_CONTEXT();
+  memcpy(dst, (const void*)(size_t)src, n);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
+  NEED_CONTEXT();
+  memset((void*)(size_t)dst, v, n);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuStreamCreate(CUstream* s, unsigned flags) {
+  (void)flags;
+  NEED_CONTEXT();
+  *s = (CUstream)&a_stream;
+  ++live_streams;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuStreamDestroy(CUstream s) {
+  (void)s;
+  NEED_CONTEXT();
+  --live_streams;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuStreamSynchronize(CUstream s) {
+  (void)s;
+  NEED_CONTEXT();
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuEventCreate(CUevent* e, unsigned flags) {
+  (void)flags;
+  NEED_CONTEXT();
+  *e = (CUevent)&an_event;
+  ++live_events;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuEventDestroy(CUevent e) {
+  (void)e;
+  NEED_CONTEXT();
+  --live_events;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuEventRecord(CUevent e, CUstream s) {
+  (void)e, (void)s;
+  NEED_CONTEXT();
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuEventSynchronize(CUevent e) {
+  (void)e;
+  NEED_CONTEXT();
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  (void)a, (void)b;
+  NEED_CONTEXT();
+  *ms = 0.25f;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned n,
+                                        CUjit_option* options, void** values) {
+  NEED_CONTEXT();
+  const char* text = (const char*)image;
+  int elf = memcmp(text, "\177ELF", 4) == 0;
+  TRACE("cuModuleLoadDataEx %s\n", elf ? "cubin" : "ptx");
+  if (!elf && strstr(text, "FAKE_JIT_ERROR")) {
+    for (unsigned i = 0; i < n; ++i)
+      if (options[i] == CU_JIT_ERROR_LOG_BUFFER)
+        snprintf((char*)values[i], 64, "ptxas fatal   : fake JIT error log line");
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  *m = (CUmodule)&the_module;
+  ++live_modules;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuModuleUnload(CUmodule m) {
+  (void)m;
+  NEED_CONTEXT();
+  --live_modules;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  (void)m;
+  NEED_CONTEXT();
+  if (strcmp(name, "vector_add") != 0) return CUDA_ERROR_NOT_FOUND;
+  *f = (CUfunction)&the_function;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  (void)f;
+  NEED_CONTEXT();
+  if (a != CU_FUNC_ATTRIBUTE_NUM_REGS) return CUDA_ERROR_INVALID_VALUE;
+  *v = 12;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  (void)f;
+  NEED_CONTEXT();
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+    TRACE("cuFuncSetAttribute max dynamic shared %d\n", v);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                    CUstream s, void** params, void** extra) {
+  (void)f, (void)s, (void)extra;
+  NEED_CONTEXT();
+  TRACE("cuLaunchKernel grid %ux%ux%u block %ux%ux%u shared %u\n", gx, gy, gz, bx, by, bz, shared);
+  if (!params || gx == 0 || bx == 0) return CUDA_ERROR_INVALID_VALUE;
+  float* x = (float*)(size_t) * (CUdeviceptr*)params[0];
+  float* y = (float*)(size_t) * (CUdeviceptr*)params[1];
+  float* out = (float*)(size_t) * (CUdeviceptr*)params[2];
+  int n = *(int*)params[3];
+  long threads = (long)gx * bx;
+  for (long j = 0; j < threads && j < n; ++j) out[j] = x[j] + y[j];
+  return CUDA_SUCCESS;
+}
+
+struct Entry {
+  const char* name;
+  void* fn;
+};
+#define ENTRY(name) {#name, (void*)fake_##name}
+static const struct Entry entries[] = {
+    ENTRY(cuGetErrorName),        ENTRY(cuGetErrorString),     ENTRY(cuInit),
+    ENTRY(cuDriverGetVersion),    ENTRY(cuDeviceGetCount),     ENTRY(cuDeviceGet),
+    ENTRY(cuDeviceGetName),       ENTRY(cuDeviceGetAttribute), ENTRY(cuDeviceTotalMem),
+    ENTRY(cuDevicePrimaryCtxRetain), ENTRY(cuDevicePrimaryCtxRelease), ENTRY(cuCtxPushCurrent),
+    ENTRY(cuCtxPopCurrent),       ENTRY(cuCtxSynchronize),     ENTRY(cuMemAlloc),
+    ENTRY(cuMemFree),             ENTRY(cuMemcpyHtoD),         ENTRY(cuMemcpyDtoH),
+    ENTRY(cuMemsetD8),            ENTRY(cuStreamCreate),       ENTRY(cuStreamDestroy),
+    ENTRY(cuStreamSynchronize),   ENTRY(cuEventCreate),        ENTRY(cuEventDestroy),
+    ENTRY(cuEventRecord),         ENTRY(cuEventSynchronize),   ENTRY(cuEventElapsedTime),
+    ENTRY(cuModuleLoadDataEx),    ENTRY(cuModuleUnload),       ENTRY(cuModuleGetFunction),
+    ENTRY(cuFuncGetAttribute),    ENTRY(cuFuncSetAttribute),   ENTRY(cuLaunchKernel),
+};
+
+/* cuda.h maps this name to cuGetProcAddress_v2, the symbol the runtime looks up. */
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                          CUdriverProcAddressQueryResult* status) {
+  *pfn = NULL;
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  if (version < 12000 || flags != CU_GET_PROC_ADDRESS_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); ++i)
+    if (strcmp(entries[i].name, symbol) == 0) {
+      *pfn = entries[i].fn;
+      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+__attribute__((destructor)) static void report_leftovers(void) {
+  TRACE("at exit: %d allocations, %d modules, %d streams, %d events, %d retained contexts, "
+        "context depth %d\n",
+        live_allocations, live_modules, live_streams, live_events, retained, context_depth);
+}
