@@ -59,10 +59,12 @@ int run(const char* manifest_file, int n) {
   dout.fill_zero();
 
   rt::Dim3 grid{static_cast<unsigned>((n + block - 1) / block)};
+  rt::Stream stream(ctx);
   rt::Event start(ctx), stop(ctx);
-  start.record();
-  kernel.launch(grid, {dx, dy, dout, n});
-  stop.record();
+  start.record(&stream);
+  kernel.launch(grid, {dx, dy, dout, n}, &stream);
+  stop.record(&stream);
+  stream.synchronize();
   float ms = stop.elapsed_ms(start);
 
   std::vector<float> out = dout.download<float>();
