@@ -1,0 +1,28 @@
+#pragma once
+// Tile IR cleanup passes. Each rewrites a function in place, keeps it valid for
+// the verifier and returns whether it changed anything.
+#include "ir/ir.h"
+
+namespace tilec::ir {
+
+// Evaluates ops whose operands are constants (elementwise ops, casts, splat,
+// broadcast, expand_dims, reshape, permute), select with a constant condition
+// and integer identities (x+0, x*1, x*0, ...), exactly as ir/SEMANTICS.md
+// defines them. Leaves alone what would be an error or undefined at run time
+// (integer division by zero, out-of-range float to int casts).
+bool fold_constants(Function& f);
+
+// Merges pure ops with the same kind, operands, attributes and result types
+// when the earlier one dominates the later (same block, or an enclosing one).
+// Loads, stores, atomics, for and if are never merged.
+bool cse(Function& f);
+
+// Removes ops whose results are unused and that have no side effects (loads
+// included), for/if ops whose regions have none, and loop-carried values of
+// for ops that feed nothing but themselves.
+bool dce(Function& f);
+
+// fold_constants, cse and dce, repeated until none changes anything.
+void run_default_passes(Function& f);
+
+} // namespace tilec::ir
