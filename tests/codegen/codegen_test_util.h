@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -47,6 +48,10 @@ inline std::vector<ArchResult> compile_all_archs(const ir::Function& fn, int num
     o.arch = arch;
     o.num_warps = num_warps;
     CompiledKernel k = compile(fn, o);
+    if (const char* dir = std::getenv("TILEC_DUMP_DIR")) { // debugging aid: keep the stages
+      std::ofstream(fmt::format("{}/{}.{}.ll", dir, fn.name, arch)) << k.llvm_ir;
+      std::ofstream(fmt::format("{}/{}.{}.ptx", dir, fn.name, arch)) << k.ptx;
+    }
     INFO("kernel " << fn.name << " for " << arch);
     REQUIRE(!k.ptx.empty());
     CHECK(k.ptx.find(".entry " + fn.name) != std::string::npos);

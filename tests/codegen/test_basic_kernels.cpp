@@ -167,3 +167,21 @@ TEST_CASE("vector add, softmax and matmul agree with the interpreter when emulat
     }, 1e-4);
   }
 }
+
+TEST_CASE("register use of the main kernels", "[codegen][report]") {
+  if (!have_ptxas()) return;
+  struct K {
+    const char* what;
+    ir::Kernel fn;
+  };
+  std::vector<K> ks;
+  ks.push_back({"vector_add block 1024", vector_add(1024)});
+  ks.push_back({"row_softmax 4x256", row_softmax(4, 256)});
+  ks.push_back({"matmul 64x64x16 f32", tiled_matmul(256, 256, 256, 64, 64, 16)});
+  ks.push_back({"matmul 64x64x16 f16", tiled_matmul(256, 256, 256, 64, 64, 16, DType::f16)});
+  for (auto& k : ks)
+    for (auto& [arch, c] : compile_all_archs(*k.fn))
+      WARN(k.what << " " << arch << ": " << c.ptxas->registers << " registers, " << c.stats.barriers
+                  << " barriers, " << c.stats.conversions << " conversions, " << c.shared_bytes
+                  << " B shared, " << c.compile_ms << " ms");
+}

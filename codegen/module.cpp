@@ -1,0 +1,73 @@
+#include "codegen/module.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "ir/printer.h"
+
+namespace tilec::codegen {
+
+namespace {
+
+void write_file_atomically(const std::filesystem::path& path, const void* data, size_t size) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw UserError(fmt::format("{}: cannot write", path.string()));
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!f) throw UserError(fmt::format("{}: write failed", path.string()));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+rt::ParamType param_type(const ir::Type& t) {
+  auto parsed = rt::parse_param_type(t.elem.str());
+  internal_assert(parsed.has_value(), "every IR element type has a manifest spelling");
+  return *parsed;
+}
+
+} // namespace
+
+std::string ir_hash(const ir::Function& fn) {
+  uint64_t h = 1469598103934665603ull; // FNV-1a
+  for (unsigned char c : ir::print(fn)) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const CompileOptions& opts,
+                          const std::map<std::string, rt::SpecValue>& specialization,
+                          const std::filesystem::path& dir, const std::string& name) {
+  std::filesystem::create_directories(dir);
+  rt::Manifest m;
+  m.kernel = fn.name;
+  m.symbol = k.symbol;
+  m.arch = opts.target == Target::nvptx ? opts.arch : "host";
+  for (const ir::Value* p : fn.params) m.params.push_back({p->name, param_type(p->type)});
+  m.threads_per_block = k.threads_per_block;
+  m.shared_bytes = k.shared_bytes;
+  m.specialization = specialization;
+  m.compiler_version = "tilec 0.1.0";
+  m.ir_hash = ir_hash(fn);
+  if (opts.target == Target::nvptx) {
+    m.ptx = name + ".ptx";
+    write_file_atomically(dir / m.ptx, k.ptx.data(), k.ptx.size());
+    if (!k.cubin.empty()) {
+      m.cubin = name + ".cubin";
+      write_file_atomically(dir / m.cubin, k.cubin.data(), k.cubin.size());
+    }
+    if (k.ptxas) m.ptxas = rt::PtxasReport{k.ptxas->registers, k.ptxas->spill_stores + k.ptxas->spill_loads};
+  } else {
+    m.emulator = name + ".so";
+    link_emu_library(k.object, (dir / m.emulator).string());
+  }
+  rt::write_manifest(m, dir / (name + ".toml"));
+  m.dir = dir;
+  return m;
+}
+
+} // namespace tilec::codegen

@@ -1,0 +1,23 @@
+#pragma once
+// A compiled module on disk: the code files plus the TOML manifest a host
+// program launches it from (runtime/manifest.h).
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "codegen/compile.h"
+#include "runtime/manifest.h"
+
+namespace tilec::codegen {
+
+// A stable hash (hex) of the kernel's printed IR: what the module cache keys on.
+std::string ir_hash(const ir::Function& fn);
+
+// Writes `<dir>/<name>.ptx` (+ `.cubin` when ptxas ran) for nvptx, or
+// `<dir>/<name>.so` for emu, and `<dir>/<name>.toml`; returns the manifest.
+// Every file is written to a temporary name and renamed into place.
+rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const CompileOptions& opts,
+                          const std::map<std::string, rt::SpecValue>& specialization,
+                          const std::filesystem::path& dir, const std::string& name);
+
+} // namespace tilec::codegen
