@@ -1,0 +1,829 @@
+#include "interp/interpreter.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "ir/float16.h"
+
+namespace tilec::interp {
+
+using ir::Block;
+using ir::DType;
+using ir::ElemType;
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+// Integers are kept sign-extended from their width, i1 as 0 or 1.
+int64_t wrap(int64_t x, DType t) {
+  switch (t) {
+  case DType::i1:
+    return x != 0;
+  case DType::i8:
+    return static_cast<int8_t>(x);
+  case DType::i16:
+    return static_cast<int16_t>(x);
+  case DType::i32:
+    return static_cast<int32_t>(x);
+  default:
+    return x;
+  }
+}
+
+template <class Narrow> void narrow_all(std::vector<int64_t>& v) {
+  for (int64_t& x : v)
+    x = static_cast<Narrow>(x);
+}
+
+// The dtype switch sits outside the element loop.
+void wrap_all(std::vector<int64_t>& v, DType t) {
+  switch (t) {
+  case DType::i1:
+    for (int64_t& x : v)
+      x = x != 0;
+    return;
+  case DType::i8:
+    return narrow_all<int8_t>(v);
+  case DType::i16:
+    return narrow_all<int16_t>(v);
+  case DType::i32:
+    return narrow_all<int32_t>(v);
+  default:
+    return;
+  }
+}
+
+float round_to(float x, DType t) {
+  if (t == DType::f16) return f16_bits_to_f32(f32_to_f16_bits(x));
+  if (t == DType::bf16) return bf16_bits_to_f32(f32_to_bf16_bits(x));
+  return x;
+}
+
+void round_all(std::vector<float>& v, DType t) {
+  if (t == DType::f32) return;
+  for (float& x : v)
+    x = round_to(x, t);
+}
+
+// Rounds `v` (an int64 or a double, both exact in long double) to `t` once. For
+// f16/bf16 it goes through an f32 rounded to odd, which keeps the second
+// rounding from differing from a direct one.
+float round_exact(long double v, DType t) {
+  float x = static_cast<float>(v);
+  if (t == DType::f32 || std::isnan(x)) return x;
+  if (static_cast<long double>(x) != v && !(std::bit_cast<uint32_t>(x) & 1))
+    x = std::nextafter(x, v > x ? INFINITY : -INFINITY);
+  return round_to(x, t);
+}
+
+// Truncates toward zero. Out of range is undefined in the IR; here it
+// saturates (as PTX's cvt.rzi does) and NaN gives 0, so it is never C++ UB.
+int64_t float_to_int(long double x, DType t) {
+  if (t == DType::i1) return x != 0;
+  if (std::isnan(x)) return 0;
+  long double limit = std::ldexp(1.0L, ir::dtype_bits(t) - 1);
+  if (x >= limit) return static_cast<int64_t>(static_cast<uint64_t>(limit) - 1);
+  if (x < -limit) return static_cast<int64_t>(0 - static_cast<uint64_t>(limit));
+  return static_cast<int64_t>(x);
+}
+
+// Two's complement arithmetic without signed-overflow UB.
+int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t wrapping_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+int64_t wrapping_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+
+// Element codec of buffer storage, shared by the kernel's memory ops and Buffer::get/set.
+template <class T> T read_as(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T> void write_as(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+int64_t read_int(const std::byte* p, DType t) {
+  switch (t) {
+  case DType::i1:
+    return read_as<uint8_t>(p) != 0;
+  case DType::i8:
+    return read_as<int8_t>(p);
+  case DType::i16:
+    return read_as<int16_t>(p);
+  case DType::i32:
+    return read_as<int32_t>(p);
+  case DType::i64:
+    return read_as<int64_t>(p);
+  default:
+    internal_fail("read_int of a float dtype");
+  }
+}
+
+float read_float(const std::byte* p, DType t) {
+  switch (t) {
+  case DType::f16:
+    return f16_bits_to_f32(read_as<uint16_t>(p));
+  case DType::bf16:
+    return bf16_bits_to_f32(read_as<uint16_t>(p));
+  case DType::f32:
+    return read_as<float>(p);
+  default:
+    internal_fail("read_float of an integer dtype");
+  }
+}
+
+void write_int(std::byte* p, DType t, int64_t x) {
+  switch (t) {
+  case DType::i1:
+    return write_as<uint8_t>(p, x != 0);
+  case DType::i8:
+    return write_as<int8_t>(p, static_cast<int8_t>(x));
+  case DType::i16:
+    return write_as<int16_t>(p, static_cast<int16_t>(x));
+  case DType::i32:
+    return write_as<int32_t>(p, static_cast<int32_t>(x));
+  case DType::i64:
+    return write_as<int64_t>(p, x);
+  default:
+    internal_fail("write_int of a float dtype");
+  }
+}
+
+void write_float(std::byte* p, DType t, float x) {
+  switch (t) {
+  case DType::f16:
+    return write_as<uint16_t>(p, f32_to_f16_bits(x));
+  case DType::bf16:
+    return write_as<uint16_t>(p, f32_to_bf16_bits(x));
+  case DType::f32:
+    return write_as<float>(p, x);
+  default:
+    internal_fail("write_float of an integer dtype");
+  }
+}
+
+// The storage of one SSA value: flat row-major arrays. Which ones are used
+// follows from the value's type: ints and i1 in `i`, floats in `f` (already
+// rounded to their dtype), pointers as argument-buffer index in `buf` and
+// element offset in `i`.
+struct Tile {
+  std::vector<int64_t> i;
+  std::vector<float> f;
+  std::vector<int32_t> buf;
+};
+
+// Calls `f(&Tile::member)` for each array a value of element type `e` uses, so
+// ops that only move elements are written once for every type.
+template <class F> void on_arrays(const ElemType& e, F&& f) {
+  if (e.is_ptr) {
+    f(&Tile::i);
+    f(&Tile::buf);
+  } else if (ir::is_float(e.dtype)) {
+    f(&Tile::f);
+  } else {
+    f(&Tile::i);
+  }
+}
+
+size_t tile_size(const Tile& t, const ElemType& e) {
+  return ir::is_float(e.dtype) && !e.is_ptr ? t.f.size() : t.i.size();
+}
+
+// The one elementwise loop: out[k] = f(in[k]...).
+template <class Out, class F, class First, class... Rest>
+void each(std::vector<Out>& out, F f, const std::vector<First>& first,
+          const std::vector<Rest>&... rest) {
+  size_t n = first.size();
+  out.resize(n);
+  for (size_t k = 0; k < n; ++k)
+    out[k] = f(first[k], rest[k]...);
+}
+
+template <class T>
+void gather(std::vector<T>& out, const std::vector<T>& in, const std::vector<int64_t>& index) {
+  each(
+      out, [&](int64_t j) { return in[j]; }, index);
+}
+
+// For each element of `shape` in row-major order, the flat index of the
+// operand element it reads, given that operand's stride for each result dim.
+std::vector<int64_t> strided_index(const ir::Shape& shape, const std::vector<int64_t>& strides) {
+  std::vector<int64_t> index(ir::num_elements(shape));
+  std::vector<int64_t> coord(shape.size(), 0);
+  int64_t src = 0;
+  for (int64_t& x : index) {
+    x = src;
+    for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+      src += strides[d];
+      if (++coord[d] < shape[d]) break;
+      src -= strides[d] * shape[d];
+      coord[d] = 0;
+    }
+  }
+  return index;
+}
+
+std::vector<int64_t> row_major_strides(const ir::Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d)
+    s[d] = s[d + 1] * shape[d + 1];
+  return s;
+}
+
+// Reduces the middle dim of `in` viewed as [outer, len, inner].
+template <class T, class F>
+void reduce_middle(std::vector<T>& out, const std::vector<T>& in, int64_t outer, int64_t len,
+                   int64_t inner, F combine) {
+  out.resize(outer * inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* src = in.data() + o * len * inner;
+    T* dst = out.data() + o * inner;
+    std::copy(src, src + inner, dst);
+    for (int64_t k = 1; k < len; ++k)
+      for (int64_t j = 0; j < inner; ++j)
+        dst[j] = combine(dst[j], src[k * inner + j]);
+  }
+}
+
+class Machine {
+public:
+  Machine(const ir::Function& fn, Grid grid) : fn_(fn), grid_(grid), vals_(fn.num_values()) {}
+
+  void bind(const std::vector<Arg>& args);
+  void run_program(Grid pid) {
+    pid_ = pid;
+    run_block(fn_.body);
+  }
+
+private:
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw UserError(fmt::format("{}: {}", fn_.name, msg));
+  }
+  [[noreturn]] void fail(const Op& op, const std::string& msg) const {
+    fail(fmt::format("{}: {}", op.loc.str(), msg));
+  }
+
+  const Tile& in(const Value* v) const {
+    const Tile& t = vals_[v->id];
+    internal_assert(tile_size(t, v->type.elem) ==
+                        static_cast<size_t>(ir::num_elements(v->type.shape)),
+                    "interpreter reads a value that was not computed");
+    return t;
+  }
+  Tile& out(const Value* v) { return vals_[v->id]; }
+
+  const Op* run_block(const Block& b);
+  void exec(const Op& op);
+  void exec_unary(const Op& op);
+  void exec_binary(const Op& op);
+  void exec_compare(const Op& op);
+  void exec_cast(const Op& op);
+  void exec_memory(const Op& op);
+  void exec_dot(const Op& op);
+  void exec_reduce(const Op& op);
+  void exec_for(const Op& op);
+
+  template <class Access, class Masked> void each_lane(const Op& op, Access access, Masked masked);
+
+  const ir::Function& fn_;
+  Grid grid_;
+  Grid pid_{};
+  std::vector<Tile> vals_; // by value id
+  std::vector<Buffer*> bufs_;
+  std::vector<int64_t> counts_; // element count of each of bufs_
+};
+
+void Machine::bind(const std::vector<Arg>& args) {
+  if (args.size() != fn_.params.size())
+    fail(fmt::format("expects {} arguments, got {}", fn_.params.size(), args.size()));
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Value* p = fn_.params[k];
+    const Arg& a = args[k];
+    std::string what = fmt::format("parameter '{}' ({})", p->name, p->type.str());
+    if (!p->type.is_scalar()) fail(what + " is a tile; parameters must be scalars or pointers");
+    DType t = p->type.dtype();
+    Tile& v = out(p);
+    if (p->type.is_ptr()) {
+      if (!a.buffer) fail(what + " was given a scalar, not a buffer");
+      if (a.buffer->dtype != t)
+        fail(fmt::format("{} was given buffer '{}' of {}", what, a.buffer->name,
+                         ir::dtype_name(a.buffer->dtype)));
+      v.buf = {static_cast<int32_t>(bufs_.size())};
+      v.i = {0};
+      bufs_.push_back(a.buffer);
+      counts_.push_back(static_cast<int64_t>(a.buffer->count()));
+    } else if (a.buffer) {
+      fail(fmt::format("{} was given buffer '{}', not a scalar", what, a.buffer->name));
+    } else if (ir::is_float(t)) {
+      v.f = {round_exact(a.f, t)};
+    } else {
+      if (wrap(a.i, t) != a.i) fail(fmt::format("{} was given {}, which does not fit", what, a.i));
+      v.i = {a.i};
+    }
+  }
+}
+
+const Op* Machine::run_block(const Block& b) {
+  for (const auto& op : b.ops) {
+    if (ir::is_terminator(op->kind)) return op.get();
+    exec(*op);
+  }
+  internal_fail("block without a terminator");
+}
+
+void Machine::exec(const Op& op) {
+  const auto& args = op.operands;
+  auto res_type = [&]() -> const ir::Type& { return op.result()->type; };
+  switch (op.kind) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_UNARY_OPS(TILEC_X) return exec_unary(op);
+    TILEC_BINARY_OPS(TILEC_X) return exec_binary(op);
+    TILEC_COMPARE_OPS(TILEC_X) return exec_compare(op);
+#undef TILEC_X
+  case OpKind::ProgramId:
+    out(op.result()).i = {pid_[op.attrs.axis]};
+    return;
+  case OpKind::NumPrograms:
+    out(op.result()).i = {grid_[op.attrs.axis]};
+    return;
+  case OpKind::Arange: {
+    auto& r = out(op.result()).i;
+    r.resize(res_type().shape[0]);
+    for (size_t k = 0; k < r.size(); ++k)
+      r[k] = op.attrs.start + static_cast<int64_t>(k);
+    return wrap_all(r, DType::i32);
+  }
+  case OpKind::Constant: {
+    size_t n = ir::num_elements(res_type().shape);
+    DType t = res_type().dtype();
+    const ir::ConstValue& c = op.attrs.value;
+    if (ir::is_float(t))
+      out(op.result()).f.assign(n, round_exact(c.f, t));
+    else
+      out(op.result()).i.assign(n, wrap(c.i, t));
+    return;
+  }
+  case OpKind::Splat: {
+    const Tile& a = in(args[0]);
+    Tile& r = out(op.result());
+    size_t n = ir::num_elements(res_type().shape);
+    on_arrays(res_type().elem, [&](auto m) { (r.*m).assign(n, (a.*m)[0]); });
+    return;
+  }
+  case OpKind::ExpandDims:
+  case OpKind::Reshape:
+    out(op.result()) = in(args[0]);
+    return;
+  case OpKind::Broadcast:
+  case OpKind::Permute: {
+    const ir::Shape& from = args[0]->type.shape;
+    std::vector<int64_t> strides = row_major_strides(from), mapped;
+    if (op.kind == OpKind::Broadcast) {
+      for (size_t d = 0; d < from.size(); ++d)
+        mapped.push_back(from[d] == 1 ? 0 : strides[d]);
+    } else {
+      for (int64_t d : op.attrs.perm)
+        mapped.push_back(strides[d]);
+    }
+    std::vector<int64_t> index = strided_index(res_type().shape, mapped);
+    const Tile& a = in(args[0]);
+    Tile& r = out(op.result());
+    on_arrays(res_type().elem, [&](auto m) { gather(r.*m, a.*m, index); });
+    return;
+  }
+  case OpKind::AddPtr: {
+    const Tile &p = in(args[0]), &o = in(args[1]);
+    Tile& r = out(op.result());
+    r.buf = p.buf;
+    each(r.i, wrapping_add, p.i, o.i);
+    return;
+  }
+  case OpKind::Select: {
+    const Tile &c = in(args[0]), &a = in(args[1]), &b = in(args[2]);
+    Tile& r = out(op.result());
+    on_arrays(res_type().elem, [&](auto m) {
+      each(
+          r.*m, [](int64_t ck, auto ak, auto bk) { return ck ? ak : bk; }, c.i, a.*m, b.*m);
+    });
+    return;
+  }
+  case OpKind::Load:
+  case OpKind::Store:
+  case OpKind::AtomicAdd:
+    return exec_memory(op);
+  case OpKind::Cast:
+    return exec_cast(op);
+  case OpKind::Dot:
+    return exec_dot(op);
+  case OpKind::Reduce:
+    return exec_reduce(op);
+  case OpKind::For:
+    return exec_for(op);
+  case OpKind::If: {
+    const Op* yield = run_block(op.region(in(args[0]).i[0] ? 0 : 1));
+    for (size_t k = 0; k < op.results.size(); ++k)
+      out(op.results[k]) = in(yield->operands[k]);
+    return;
+  }
+  case OpKind::Yield:
+  case OpKind::Return:
+    break; // handled by run_block
+  }
+  internal_fail(fmt::format("interpreter cannot execute {}", ir::op_name(op.kind)));
+}
+
+void Machine::exec_unary(const Op& op) {
+  const Tile& a = in(op.operands[0]);
+  Tile& r = out(op.result());
+  DType t = op.result()->type.dtype();
+  auto floats = [&](auto f) {
+    each(r.f, f, a.f);
+    round_all(r.f, t);
+  };
+  auto ints = [&](auto f) {
+    each(r.i, f, a.i);
+    wrap_all(r.i, t);
+  };
+  if (ir::is_float(t)) {
+    switch (op.kind) {
+    case OpKind::Exp:
+      return floats([](float x) { return std::exp(x); });
+    case OpKind::Exp2:
+      return floats([](float x) { return std::exp2(x); });
+    case OpKind::Log:
+      return floats([](float x) { return std::log(x); });
+    case OpKind::Tanh:
+      return floats([](float x) { return std::tanh(x); });
+    case OpKind::Sqrt:
+      return floats([](float x) { return std::sqrt(x); });
+    case OpKind::Rsqrt:
+      return floats([](float x) { return 1.0f / std::sqrt(x); });
+    case OpKind::Abs:
+      return floats([](float x) { return std::fabs(x); });
+    case OpKind::Neg:
+      return floats([](float x) { return -x; });
+    default:
+      break;
+    }
+  } else {
+    switch (op.kind) {
+    case OpKind::Abs:
+      return ints([](int64_t x) { return x < 0 ? wrapping_sub(0, x) : x; });
+    case OpKind::Neg:
+      return ints([](int64_t x) { return wrapping_sub(0, x); });
+    default:
+      break;
+    }
+  }
+  internal_fail(fmt::format("{} on {}", ir::op_name(op.kind), op.result()->type.str()));
+}
+
+void Machine::exec_binary(const Op& op) {
+  const Tile &a = in(op.operands[0]), &b = in(op.operands[1]);
+  Tile& r = out(op.result());
+  DType t = op.result()->type.dtype();
+  auto floats = [&](auto f) {
+    each(r.f, f, a.f, b.f);
+    round_all(r.f, t);
+  };
+  auto ints = [&](auto f) {
+    each(r.i, f, a.i, b.i);
+    wrap_all(r.i, t);
+  };
+  if (ir::is_float(t)) {
+    switch (op.kind) {
+    case OpKind::Add:
+      return floats(std::plus<float>());
+    case OpKind::Sub:
+      return floats(std::minus<float>());
+    case OpKind::Mul:
+      return floats(std::multiplies<float>());
+    case OpKind::Div:
+      return floats(std::divides<float>());
+    case OpKind::Rem:
+      return floats([](float x, float y) { return std::fmod(x, y); });
+    // fmin/fmax return the other operand when one is NaN (IEEE minNum/maxNum).
+    case OpKind::Min:
+      return floats([](float x, float y) { return std::fmin(x, y); });
+    case OpKind::Max:
+      return floats([](float x, float y) { return std::fmax(x, y); });
+    default:
+      break;
+    }
+  } else {
+    if ((op.kind == OpKind::Div || op.kind == OpKind::Rem) &&
+        std::find(b.i.begin(), b.i.end(), 0) != b.i.end())
+      fail(op, fmt::format("integer {} by zero", ir::op_name(op.kind)));
+    switch (op.kind) {
+    case OpKind::Add:
+      return ints(wrapping_add);
+    case OpKind::Sub:
+      return ints(wrapping_sub);
+    case OpKind::Mul:
+      return ints(wrapping_mul);
+    // x / -1 is spelled as a negation: INT64_MIN / -1 overflows in C++.
+    case OpKind::Div:
+      return ints([](int64_t x, int64_t y) { return y == -1 ? wrapping_sub(0, x) : x / y; });
+    case OpKind::Rem:
+      return ints([](int64_t x, int64_t y) { return y == -1 ? 0 : x % y; });
+    case OpKind::Min:
+      return ints([](int64_t x, int64_t y) { return std::min(x, y); });
+    case OpKind::Max:
+      return ints([](int64_t x, int64_t y) { return std::max(x, y); });
+    case OpKind::And:
+      return ints(std::bit_and<int64_t>());
+    case OpKind::Or:
+      return ints(std::bit_or<int64_t>());
+    case OpKind::Xor:
+      return ints(std::bit_xor<int64_t>());
+    default:
+      break;
+    }
+  }
+  internal_fail(fmt::format("{} on {}", ir::op_name(op.kind), op.result()->type.str()));
+}
+
+void Machine::exec_compare(const Op& op) {
+  const ir::Value *x = op.operands[0], *y = op.operands[1];
+  const Tile &a = in(x), &b = in(y);
+  std::vector<int64_t>& r = out(op.result()).i;
+  auto compare = [&](auto f) {
+    auto i1 = [f](auto p, auto q) -> int64_t { return f(p, q); };
+    if (x->type.is_ptr()) {
+      // Pointers are equal when they address one buffer at one offset.
+      each(
+          r,
+          [&](int64_t p, int32_t pb, int64_t q, int32_t qb) {
+            return i1(std::pair(bufs_[pb], p), std::pair(bufs_[qb], q));
+          },
+          a.i, a.buf, b.i, b.buf);
+    } else if (ir::is_float(x->type.dtype())) {
+      each(r, i1, a.f, b.f);
+    } else {
+      each(r, i1, a.i, b.i);
+    }
+  };
+  switch (op.kind) {
+  case OpKind::Eq:
+    return compare(std::equal_to<>());
+  case OpKind::Ne:
+    return compare(std::not_equal_to<>());
+  case OpKind::Lt:
+    return compare(std::less<>());
+  case OpKind::Le:
+    return compare(std::less_equal<>());
+  case OpKind::Gt:
+    return compare(std::greater<>());
+  case OpKind::Ge:
+    return compare(std::greater_equal<>());
+  default:
+    internal_fail(fmt::format("{} is not a comparison", ir::op_name(op.kind)));
+  }
+}
+
+void Machine::exec_cast(const Op& op) {
+  const Tile& a = in(op.operands[0]);
+  Tile& r = out(op.result());
+  DType from = op.operands[0]->type.dtype(), to = op.result()->type.dtype();
+  if (ir::is_int(from) && ir::is_int(to)) {
+    r.i = a.i;
+    wrap_all(r.i, to);
+  } else if (ir::is_int(from)) {
+    each(
+        r.f, [to](int64_t x) { return round_exact(x, to); }, a.i);
+  } else if (ir::is_int(to)) {
+    each(
+        r.i, [to](float x) { return float_to_int(x, to); }, a.f);
+  } else {
+    each(
+        r.f, [to](float x) { return round_to(x, to); }, a.f);
+  }
+}
+
+// The one loop over the lanes of a load, store or atomic_add: `access(k,
+// element address)` for each lane whose mask is true, once its address is
+// checked to lie inside its buffer, and `masked(k)` for the others.
+template <class Access, class Masked>
+void Machine::each_lane(const Op& op, Access access, Masked masked) {
+  const Tile& p = in(op.operands[0]);
+  const Tile* mask = op.mask() ? &in(op.mask()) : nullptr;
+  // Every buffer bound to this pointer type holds its dtype (checked in bind).
+  const int64_t elem_bytes = ir::dtype_bytes(op.operands[0]->type.dtype());
+  for (size_t k = 0; k < p.i.size(); ++k) {
+    if (mask && !mask->i[k]) {
+      masked(k);
+      continue;
+    }
+    int32_t b = p.buf[k];
+    int64_t offset = p.i[k];
+    if (offset < 0 || offset >= counts_[b])
+      fail(op, fmt::format("{} out of bounds: buffer '{}' has {} elements, offset {}",
+                           ir::op_name(op.kind), bufs_[b]->name, counts_[b], offset));
+    access(k, bufs_[b]->bytes.data() + offset * elem_bytes);
+  }
+}
+
+void Machine::exec_memory(const Op& op) {
+  DType t = op.operands[0]->type.dtype();
+  size_t n = in(op.operands[0]).i.size();
+  bool fl = ir::is_float(t);
+  switch (op.kind) {
+  case OpKind::Load: {
+    Tile& r = out(op.result());
+    const Tile* other = op.other() ? &in(op.other()) : nullptr;
+    if (fl) {
+      r.f.resize(n);
+      each_lane(
+          op, [&](size_t k, const std::byte* e) { r.f[k] = read_float(e, t); },
+          [&](size_t k) { r.f[k] = other ? other->f[k] : 0.0f; });
+    } else {
+      r.i.resize(n);
+      each_lane(
+          op, [&](size_t k, const std::byte* e) { r.i[k] = read_int(e, t); },
+          [&](size_t k) { r.i[k] = other ? other->i[k] : 0; });
+    }
+    return;
+  }
+  case OpKind::Store: {
+    const Tile& v = in(op.operands[1]);
+    auto nothing = [](size_t) {};
+    if (fl)
+      each_lane(
+          op, [&](size_t k, std::byte* e) { write_float(e, t, v.f[k]); }, nothing);
+    else
+      each_lane(
+          op, [&](size_t k, std::byte* e) { write_int(e, t, v.i[k]); }, nothing);
+    return;
+  }
+  case OpKind::AtomicAdd: {
+    const Tile& v = in(op.operands[1]);
+    Tile& r = out(op.result());
+    // Masked lanes return 0, as a load without `other` would.
+    if (fl) {
+      r.f.resize(n);
+      each_lane(
+          op,
+          [&](size_t k, std::byte* e) {
+            r.f[k] = read_float(e, t);
+            write_float(e, t, round_to(r.f[k] + v.f[k], t));
+          },
+          [&](size_t k) { r.f[k] = 0.0f; });
+    } else {
+      r.i.resize(n);
+      each_lane(
+          op,
+          [&](size_t k, std::byte* e) {
+            r.i[k] = read_int(e, t);
+            write_int(e, t, wrap(wrapping_add(r.i[k], v.i[k]), t));
+          },
+          [&](size_t k) { r.i[k] = 0; });
+    }
+    return;
+  }
+  default:
+    internal_fail(fmt::format("{} is not a memory op", ir::op_name(op.kind)));
+  }
+}
+
+void Machine::exec_dot(const Op& op) {
+  const Tile &a = in(op.operands[0]), &b = in(op.operands[1]), &acc = in(op.operands[2]);
+  const ir::Shape& as = op.operands[0]->type.shape;
+  int64_t m = as[0], kk = as[1], n = op.operands[1]->type.shape[1];
+  std::vector<float>& r = out(op.result()).f;
+  r = acc.f;
+  // Row by row, k ascending: each result element sums its products in k order.
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = 0; k < kk; ++k) {
+      float aik = a.f[i * kk + k];
+      for (int64_t j = 0; j < n; ++j)
+        r[i * n + j] += aik * b.f[k * n + j];
+    }
+}
+
+void Machine::exec_reduce(const Op& op) {
+  const Value* v = op.operands[0];
+  const ir::Shape& s = v->type.shape;
+  int64_t axis = op.attrs.axis, outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= s[d];
+  for (size_t d = axis + 1; d < s.size(); ++d)
+    inner *= s[d];
+  const Tile& a = in(v);
+  Tile& r = out(op.result());
+  DType t = v->type.dtype();
+  if (ir::is_float(t)) {
+    auto floats = [&](auto f) {
+      reduce_middle(r.f, a.f, outer, s[axis], inner, f);
+      round_all(r.f, t);
+    };
+    switch (op.attrs.reduce) {
+    case ir::ReduceKind::sum:
+      return floats(std::plus<float>());
+    case ir::ReduceKind::max:
+      return floats([](float x, float y) { return std::fmax(x, y); });
+    case ir::ReduceKind::min:
+      return floats([](float x, float y) { return std::fmin(x, y); });
+    }
+  } else {
+    auto ints = [&](auto f) {
+      reduce_middle(r.i, a.i, outer, s[axis], inner, f);
+      wrap_all(r.i, t);
+    };
+    switch (op.attrs.reduce) {
+    case ir::ReduceKind::sum:
+      return ints(wrapping_add);
+    case ir::ReduceKind::max:
+      return ints([](int64_t x, int64_t y) { return std::max(x, y); });
+    case ir::ReduceKind::min:
+      return ints([](int64_t x, int64_t y) { return std::min(x, y); });
+    }
+  }
+  internal_fail("bad reduce kind");
+}
+
+void Machine::exec_for(const Op& op) {
+  int64_t lb = in(op.operands[0]).i[0], ub = in(op.operands[1]).i[0];
+  int64_t step = in(op.operands[2]).i[0];
+  if (step <= 0) fail(op, fmt::format("for: step must be positive, got {}", step));
+  const Block& body = op.region(0);
+  size_t carried = op.results.size();
+  for (size_t k = 0; k < carried; ++k)
+    out(body.args[k + 1]) = in(op.operands[k + 3]);
+  std::vector<Tile> next(carried); // reused, so its storage survives iterations
+  // The induction variable lives in int64 and stops before passing ub, so it
+  // never wraps at the bounds' width.
+  for (int64_t iv = lb; iv < ub;) {
+    out(body.args[0]).i = {iv};
+    const Op* yield = run_block(body);
+    for (size_t k = 0; k < carried; ++k)
+      next[k] = in(yield->operands[k]);
+    for (size_t k = 0; k < carried; ++k)
+      std::swap(next[k], out(body.args[k + 1]));
+    if (static_cast<uint64_t>(ub) - static_cast<uint64_t>(iv) <= static_cast<uint64_t>(step)) break;
+    iv += step;
+  }
+  for (size_t k = 0; k < carried; ++k)
+    out(op.results[k]) = in(body.args[k + 1]);
+}
+
+} // namespace
+
+void Buffer::check_index(size_t i) const {
+  if (i >= count())
+    throw UserError(fmt::format("buffer '{}' has {} elements, no element {}", name, count(), i));
+}
+
+double Buffer::get(size_t i) const {
+  check_index(i);
+  const std::byte* p = bytes.data() + i * ir::dtype_bytes(dtype);
+  return ir::is_float(dtype) ? read_float(p, dtype) : static_cast<double>(read_int(p, dtype));
+}
+
+void Buffer::set(size_t i, double v) {
+  check_index(i);
+  std::byte* p = bytes.data() + i * ir::dtype_bytes(dtype);
+  if (ir::is_float(dtype))
+    write_float(p, dtype, round_exact(v, dtype));
+  else
+    write_int(p, dtype, float_to_int(v, dtype));
+}
+
+int64_t Buffer::get_int(size_t i) const {
+  check_index(i);
+  return read_int(bytes.data() + i * ir::dtype_bytes(dtype), dtype);
+}
+
+void Buffer::set_int(size_t i, int64_t v) {
+  check_index(i);
+  write_int(bytes.data() + i * ir::dtype_bytes(dtype), dtype, v);
+}
+
+void interpret(const ir::Function& fn, Grid grid, const std::vector<Arg>& args) {
+  for (int a = 0; a < 3; ++a)
+    if (grid[a] < 0 || grid[a] > std::numeric_limits<int32_t>::max())
+      throw UserError(
+          fmt::format("{}: grid dimension {} is {}, outside [0, 2^31)", fn.name, a, grid[a]));
+  Machine m(fn, grid);
+  m.bind(args);
+  for (int64_t z = 0; z < grid[2]; ++z)
+    for (int64_t y = 0; y < grid[1]; ++y)
+      for (int64_t x = 0; x < grid[0]; ++x)
+        m.run_program({x, y, z});
+}
+
+} // namespace tilec::interp

@@ -26,6 +26,12 @@ struct Buffer {
   // beyond 2^53).
   double get(size_t i) const;
   void set(size_t i, double v);
+  // Exact integer access (i64 too); integer dtypes only.
+  int64_t get_int(size_t i) const;
+  void set_int(size_t i, int64_t v); // wraps to the dtype's width
+
+private:
+  void check_index(size_t i) const; // a UserError past the end
 };
 
 // One kernel argument: a buffer for a pointer parameter, else a scalar.
