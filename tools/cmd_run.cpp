@@ -33,21 +33,21 @@ struct RunResult {
 
 std::string resolve_backend(const std::string& requested) {
   if (requested != "auto") return requested;
-  // The code generator is not wired to the GPU and emulator backends yet, so
-  // auto falls back to the interpreter.
-  return "interpret";
+  // cuda once it is wired and a device is present; until then always the emulator.
+  return "emulate";
 }
 
 // The launcher for a backend; BackendUnavailable (exit 3) when this machine or
 // build cannot run it.
 std::unique_ptr<templates::Launcher> make_launcher(const std::string& backend) {
   if (backend == "interpret") return templates::make_interpret_launcher();
+  if (backend == "emulate") return templates::make_emulate_launcher();
   if (backend == "cuda") {
     std::string reason;
     if (!rt::cuda_available(&reason)) throw rt::BackendUnavailable(reason);
     throw rt::BackendUnavailable("the cuda backend needs the code generator, which is not in this build yet");
   }
-  throw rt::BackendUnavailable("the emulate backend is not in this build yet; use --backend interpret");
+  throw rt::BackendUnavailable(fmt::format("unknown backend '{}'", backend));
 }
 
 RunResult stats_of(const templates::Launcher& l) {

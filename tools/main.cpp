@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   };
   add("list", "list the kernels the templates provide, with their parameters", add_list);
   add("ir", "print a kernel's IR at a stage", add_ir);
+  add("compile", "compile a kernel to PTX (+ cubin via ptxas) or an emulator library, with its manifest",
+      add_compile);
   add("run", "run a kernel on generated inputs and check it against its reference", add_run);
 
   try {
