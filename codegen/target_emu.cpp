@@ -40,15 +40,15 @@ public:
   llvm::Value* num_blocks(Builder& b, int axis) override {
     return call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)});
   }
-  void barrier(Builder& b) override { call(b, "tilec_emu_barrier", b.getVoidTy(), {}); }
+  void barrier(Builder& b) override { call(b, "tilec_emu_barrier", b.getVoidTy(), {}, true); }
   llvm::Value* shared_base(Builder& b) override {
     return call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
   }
   llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
-    return call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)});
+    return call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)}, true);
   }
   llvm::Value* shfl_idx(Builder& b, llvm::Value* v, llvm::Value* lane) override {
-    return call(b, "tilec_emu_shfl_idx", b.getInt32Ty(), {v, lane});
+    return call(b, "tilec_emu_shfl_idx", b.getInt32Ty(), {v, lane}, true);
   }
 
   llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }
@@ -98,14 +98,20 @@ public:
   }
 
 private:
-  // Calls tilec_emu_NAME(ctx, args...), declaring it on first use.
-  llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args) {
+  // Calls tilec_emu_NAME(ctx, args...), declaring it on first use. Barriers
+  // and shuffles are convergent, as on the GPU: LLVM must not duplicate them
+  // into divergent paths (the emulator checks every thread waits at one site).
+  llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
+                    bool convergent = false) {
     llvm::Module& m = *fn_->getParent();
     std::vector<llvm::Type*> types{b.getPtrTy()};
     for (llvm::Value* a : args) types.push_back(a->getType());
     auto f = m.getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
+    if (convergent) llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
     args.insert(args.begin(), fn_->getArg(0));
-    return b.CreateCall(f, args);
+    llvm::CallInst* c = b.CreateCall(f, args);
+    if (convergent) c->addFnAttr(llvm::Attribute::Convergent);
+    return c;
   }
 
   unsigned bytes(llvm::Type* ty) const {
