@@ -2,6 +2,7 @@
 // Runs a kernel's tile IR, op by op, over a grid of programs on host buffers:
 // the semantic oracle every other backend is checked against.
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -41,7 +42,11 @@ struct Arg {
   double f = 0.0;
   static Arg of(Buffer& b) { return {&b, 0, 0.0}; }
   static Arg of_int(int64_t v) { return {nullptr, v, static_cast<double>(v)}; }
-  static Arg of_float(double v) { return {nullptr, static_cast<int64_t>(v), v}; }
+  static Arg of_float(double v) {
+    // Only in-range values convert: int64_t(inf) or int64_t(1e30) is UB.
+    bool fits = std::fabs(v) < 0x1p63;
+    return {nullptr, fits ? static_cast<int64_t>(v) : 0, v};
+  }
 };
 
 using Grid = std::array<int64_t, 3>;
