@@ -6,6 +6,8 @@
 #include <unordered_map>
 
 #include "ir/op_rules.h"
+#include "ir/passes.h"
+#include "ir/verifier.h"
 
 namespace tilec::dsl {
 
@@ -292,6 +294,8 @@ Kernel KernelBuilder::finish(Loc loc) {
   if (b.block() != &fn_->body) fail(loc, "finish: called inside a loop or if body");
   b.loc = SourceLoc::from(loc);
   b.ret();
+  ir::verify(*fn_);
+  ir::run_default_passes(*fn_);
   fn_->renumber();
   Kernel k = std::move(fn_);
   fn_ = nullptr;

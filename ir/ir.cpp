@@ -1,6 +1,7 @@
 #include "ir/ir.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace tilec::ir {
 
@@ -81,7 +82,9 @@ bool parse_reduce_kind(std::string_view name, ReduceKind& out) {
 
 bool ConstValue::operator==(const ConstValue& o) const {
   if (is_float != o.is_float) return false;
-  if (is_float) return f == o.f || (f != f && o.f != o.f); // NaN equals NaN here
+  // Bitwise for floats: -0.0 and 0.0 are different constants, and a NaN
+  // equals the same NaN.
+  if (is_float) return std::bit_cast<uint64_t>(f) == std::bit_cast<uint64_t>(o.f);
   return i == o.i;
 }
 

@@ -2,7 +2,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -61,17 +60,17 @@ TEST_CASE("vector add with a ragged tail matches a C++ loop", "[interp]") {
   }
 }
 
-TEST_CASE("a 1M-element vector add runs well under a second", "[interp]") {
+// Its speed is measured in bench/ (bench_interpreter), not asserted here.
+TEST_CASE("a 1M-element vector add is exact", "[interp]") {
   KernelDef k("vadd");
   build_vector_add(k, 1024, true);
   std::mt19937 rng(2);
   int64_t n = 1 << 20;
   VectorAddRun r{random_buffer("x", DType::f32, n, rng, -1, 1),
                  random_buffer("y", DType::f32, n, rng, -1, 1), Buffer("out", DType::f32, n)};
-  auto start = std::chrono::steady_clock::now();
   interpret(k.fn, {n / 1024, 1, 1}, {Arg::of(r.x), Arg::of(r.y), Arg::of(r.out), Arg::of_int(n)});
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(seconds < 1.0);
+  for (int64_t i = 0; i < n; i += 4099)
+    REQUIRE(r.out.get(i) == double(float(r.x.get(i)) + float(r.y.get(i))));
   CHECK(r.out.get(n - 1) == double(float(r.x.get(n - 1)) + float(r.y.get(n - 1))));
 }
 
