@@ -21,5 +21,4 @@ build_dir=${TILEC_BUILD_DIR:-build}
 echo "==> configuring $build_dir"
 cmake -G Ninja -B "$build_dir" -S . -DCMAKE_BUILD_TYPE=Release -DTILEC_WERROR=ON >/dev/null
 echo "==> building"
-ninja -C "$build_dir" | grep -v '^\[' || true
-test "${PIPESTATUS[0]}" -eq 0
+ninja -C "$build_dir" --quiet
