@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <random>
 
 #include "dsl/dsl.h"
+#include "templates/prim_detail.h"
 
 namespace tilec::templates {
 
@@ -198,9 +198,10 @@ struct FusedSpec {
   bool alibi, softcap;
   PagedAttentionConfig cfg;
 
-  auto key() const {
-    return std::make_tuple(hq, hkv, sq, head_dim, block_size, int(dtype), alibi, softcap, cfg.block_n,
-                           cfg.head_group, cfg.num_splits);
+  // Names the specialization in the kernel cache.
+  std::string key() const {
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
+                       ir::dtype_name(dtype), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits);
   }
 };
 
@@ -325,9 +326,7 @@ interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   validate_paged_attention(in, false);
   const PagedAttentionShape& s = in.shape;
   FusedSpec sp = fused_spec(s, config);
-  static std::map<decltype(sp.key()), ir::Kernel> cache;
-  ir::Kernel& kernel = cache[sp.key()];
-  if (!kernel) kernel = build_fused(sp);
+  ir::Kernel kernel = prim::detail::cached_kernel(sp.key(), [&] { return build_fused(sp); });
 
   // The kernel only reads q, the caches, the tables and slopes; the buffers
   // are not modified, but Arg holds mutable pointers.
@@ -356,9 +355,9 @@ interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   launcher.launch(kernel, int(sp.cfg.num_warps), grid, args);
 
   if (S > 1) {
-    static std::map<std::tuple<int64_t, int64_t, int>, ir::Kernel> combine_cache;
-    ir::Kernel& combine = combine_cache[{S, s.head_dim, int(s.dtype)}];
-    if (!combine) combine = build_combine(S, s.head_dim, s.dtype);
+    ir::Kernel combine =
+        prim::detail::cached_kernel(fmt::format("paged_attention_combine/{}/{}/{}", S, s.head_dim, ir::dtype_name(s.dtype)),
+                              [&] { return build_combine(S, s.head_dim, s.dtype); });
     launcher.launch(combine, int(sp.cfg.num_warps), {rows, 1, 1},
                     {interp::Arg::of(po), interp::Arg::of(pm), interp::Arg::of(pl), interp::Arg::of(out)});
   }
