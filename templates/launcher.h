@@ -36,5 +36,7 @@ protected:
 
 // The tile-IR interpreter as a launcher.
 std::unique_ptr<Launcher> make_interpret_launcher();
+// The CPU emulator running the emu-target code (runtime/emulator.h) as a launcher.
+std::unique_ptr<Launcher> make_emulate_launcher();
 
 } // namespace tilec::templates

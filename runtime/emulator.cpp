@@ -1,0 +1,564 @@
+#include "runtime/emulator.h"
+
+#include "codegen/emu_abi.h"
+#include "runtime/emu_fiber.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <mutex>
+#include <thread>
+
+namespace tilec::rt {
+
+namespace {
+
+using KernelEntry = void (*)(tilec_emu_thread*, void* const*);
+
+// One buffer argument of a launch, with its counters.
+struct Track {
+  std::uintptr_t lo = 0, hi = 0; // [lo, hi)
+  std::string name;
+  std::size_t elem_bytes = 1;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> sectors; // one bit per 32-byte sector
+  std::size_t sector_words = 0;
+};
+
+struct Launch;
+
+enum class State : std::uint8_t { runnable, at_barrier, at_shuffle, done, failed };
+
+} // namespace
+} // namespace tilec::rt
+
+// A GPU thread: the context every generated call receives.
+struct tilec_emu_thread {
+  tilec::rt::emu::FiberContext fiber;
+  struct tilec_emu_worker* worker = nullptr;
+  std::uint32_t tid = 0;
+  tilec::rt::State state = tilec::rt::State::runnable;
+  const void* barrier_site = nullptr; // the call site a waiting thread is blocked at
+  std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
+  int last_track = 0; // the buffer this thread touched last: most accesses hit it again
+};
+
+namespace tilec::rt {
+namespace {
+
+// Counters of one worker, merged after the launch.
+struct Counters {
+  std::vector<std::int64_t> loaded, stored;
+};
+
+// Everything one launch shares between its workers.
+struct Launch {
+  const Manifest* manifest = nullptr;
+  KernelEntry entry = nullptr;
+  void* const* args = nullptr;
+  Dim3 grid;
+  std::uint32_t threads = 0;
+  std::size_t shared_bytes = 0;
+  std::vector<Track> tracks;          // sorted by lo
+  std::vector<int> track_of_param;    // index into tracks per parameter, -1 for scalars
+  std::atomic<std::uint64_t> next_block{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::string error;
+
+  void fail(std::string message) {
+    std::lock_guard lock(error_mutex);
+    if (error.empty()) error = std::move(message);
+    failed.store(true, std::memory_order_relaxed);
+  }
+};
+
+} // namespace
+} // namespace tilec::rt
+
+// An OS thread running blocks: its fibers, the scheduler's context, the block's shared memory.
+struct tilec_emu_worker {
+  tilec::rt::Launch* launch = nullptr;
+  tilec::rt::emu::FiberContext scheduler;
+  std::vector<tilec_emu_thread> threads;
+  tilec::rt::emu::PooledArena stacks;
+  std::unique_ptr<std::byte[]> shared_storage;
+  std::byte* shared = nullptr;
+  std::uint32_t block[3] = {0, 0, 0};
+  tilec::rt::Counters counters;
+  std::string error; // why the running block stopped, when it did
+};
+
+namespace tilec::rt {
+namespace {
+
+using Worker = tilec_emu_worker;
+
+std::string block_str(const Worker& w) { return fmt::format("({}, {}, {})", w.block[0], w.block[1], w.block[2]); }
+
+// Where a message comes from: "kernel 'softmax', block (3, 0, 0), thread 17".
+std::string where(const tilec_emu_thread* t) {
+  return fmt::format("kernel '{}', block {}, thread {}", t->worker->launch->manifest->kernel, block_str(*t->worker),
+                     t->tid);
+}
+
+// Stops the calling GPU thread for good: records why and hands control back to the
+// scheduler, which abandons the block. Fibers hold no resources, so nothing leaks.
+[[noreturn]] void abort_thread(tilec_emu_thread* t, std::string message) {
+  t->worker->error = std::move(message);
+  t->state = State::failed;
+  emu::fiber_switch(t->fiber, t->worker->scheduler);
+  std::abort(); // a failed fiber is never resumed
+}
+
+void yield(tilec_emu_thread* t) { emu::fiber_switch(t->fiber, t->worker->scheduler); }
+
+std::string offset_str(const Track& b, std::uintptr_t a) {
+  std::uintptr_t off = a - b.lo;
+  return fmt::format("byte offset {} (element {})", off, off / b.elem_bytes);
+}
+
+// The message for an access [a, a + n) that is not inside any one buffer.
+std::string out_of_bounds(const tilec_emu_thread* t, const char* what, std::uintptr_t a, std::uint32_t n) {
+  const Launch& l = *t->worker->launch;
+  std::string head = fmt::format("{}: {} of {} bytes", where(t), what, n);
+  for (const Track& b : l.tracks)
+    if (a >= b.lo && a < b.hi)
+      return fmt::format("{} at {} of buffer '{}' runs past its end ({} bytes, {} elements)", head,
+                         offset_str(b, a), b.name, b.hi - b.lo, (b.hi - b.lo) / b.elem_bytes);
+  const Track* nearest = nullptr;
+  std::uintptr_t best = UINTPTR_MAX;
+  for (const Track& b : l.tracks) {
+    std::uintptr_t d = a < b.lo ? b.lo - a : a - b.hi + 1;
+    if (d < best) best = d, nearest = &b;
+  }
+  if (!nearest) return fmt::format("{} at address {:#x}: the kernel was given no buffers", head, a);
+  const Track& b = *nearest;
+  std::intptr_t off = static_cast<std::intptr_t>(a - b.lo);
+  std::intptr_t elems = off >= 0 ? off / std::intptr_t(b.elem_bytes)
+                                 : -((-off + std::intptr_t(b.elem_bytes) - 1) / std::intptr_t(b.elem_bytes));
+  return fmt::format("{} at address {:#x} is out of bounds of every buffer; the nearest is '{}' ({} bytes, {} "
+                     "elements), at byte offset {} (element {}) from its start",
+                     head, a, b.name, b.hi - b.lo, (b.hi - b.lo) / b.elem_bytes, off, elems);
+}
+
+// Checks [addr, addr + n) against the launch's buffers and counts it; returns the buffer.
+int check_access(tilec_emu_thread* t, const void* addr, std::uint32_t n, bool load, bool store, const char* what) {
+  Launch& l = *t->worker->launch;
+  auto a = reinterpret_cast<std::uintptr_t>(addr);
+  int i = t->last_track;
+  if (i >= int(l.tracks.size()) || a < l.tracks[i].lo || a + n > l.tracks[i].hi || a + n < a) {
+    auto it = std::upper_bound(l.tracks.begin(), l.tracks.end(), a,
+                               [](std::uintptr_t v, const Track& b) { return v < b.lo; });
+    i = -1;
+    // Buffers may be empty or overlap (one passed twice, a view of another): look at every
+    // one that starts at or before the address.
+    while (it != l.tracks.begin()) {
+      --it;
+      if (a >= it->lo && a + n <= it->hi && a + n >= a) {
+        i = int(it - l.tracks.begin());
+        break;
+      }
+    }
+    if (i < 0) abort_thread(t, out_of_bounds(t, what, a, n));
+    t->last_track = i;
+  }
+  const Track& b = l.tracks[i];
+  if (n == 0 || (n & (n - 1)) != 0 || n > 16 || a % n != 0)
+    abort_thread(t, fmt::format("{}: misaligned {} of {} bytes at {} of buffer '{}' (address {:#x})", where(t), what,
+                                n, offset_str(b, a), b.name, a));
+  if (load) t->worker->counters.loaded[i] += n;
+  if (store) t->worker->counters.stored[i] += n;
+  std::uintptr_t first = (a - b.lo) >> 5, last = (a + n - 1 - b.lo) >> 5;
+  for (std::uintptr_t s = first; s <= last; ++s) {
+    std::atomic<std::uint64_t>& word = b.sectors[s >> 6];
+    std::uint64_t bit = std::uint64_t(1) << (s & 63);
+    if (!(word.load(std::memory_order_relaxed) & bit)) word.fetch_or(bit, std::memory_order_relaxed);
+  }
+  return i;
+}
+
+std::string ranges_str(const std::vector<std::uint32_t>& tids) {
+  std::string s;
+  for (std::size_t i = 0; i < tids.size();) {
+    std::size_t j = i;
+    while (j + 1 < tids.size() && tids[j + 1] == tids[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") +
+         (i == j ? std::to_string(tids[i]) : fmt::format("{}-{}", tids[i], tids[j]));
+    i = j + 1;
+  }
+  return s;
+}
+
+std::string site_str(const void* site) {
+  Dl_info info{};
+  if (site && dladdr(site, &info) && info.dli_sname)
+    return fmt::format("{}+{:#x}", info.dli_sname,
+                       reinterpret_cast<std::uintptr_t>(site) - reinterpret_cast<std::uintptr_t>(info.dli_saddr));
+  return fmt::format("{}", site);
+}
+
+// Why a block cannot make progress: every live thread waits, but no barrier or shuffle can
+// complete.
+std::string stuck_message(const Worker& w) {
+  std::vector<std::uint32_t> done;
+  std::vector<std::pair<const void*, std::vector<std::uint32_t>>> barriers; // per call site
+  std::vector<std::uint32_t> shuffles;
+  for (const tilec_emu_thread& t : w.threads) {
+    if (t.state == State::done) done.push_back(t.tid);
+    else if (t.state == State::at_shuffle) shuffles.push_back(t.tid);
+    else if (t.state == State::at_barrier) {
+      auto it = std::find_if(barriers.begin(), barriers.end(), [&](auto& b) { return b.first == t.barrier_site; });
+      if (it == barriers.end()) barriers.push_back({t.barrier_site, {t.tid}});
+      else it->second.push_back(t.tid);
+    }
+  }
+  std::string parts;
+  auto add = [&](const std::string& s) { parts += (parts.empty() ? "" : "; ") + s; };
+  for (auto& [site, tids] : barriers)
+    add(fmt::format("threads {} wait at {}barrier{}", ranges_str(tids), barriers.size() > 1 ? "" : "a ",
+                    barriers.size() > 1 ? " " + site_str(site) : ""));
+  if (!shuffles.empty()) add(fmt::format("threads {} wait at a warp shuffle", ranges_str(shuffles)));
+  if (!done.empty()) add(fmt::format("threads {} finished", ranges_str(done)));
+  const char* what = barriers.size() > 1           ? "threads wait at different barriers"
+                     : !barriers.empty() && !done.empty() ? "a barrier not reached by every thread of the block"
+                     : !shuffles.empty()                  ? "a warp shuffle not reached by every lane of its warp"
+                                                          : "a barrier not reached by every thread of the block";
+  return fmt::format("kernel '{}', block {}: {} ({})", w.launch->manifest->kernel, block_str(w), what, parts);
+}
+
+void fiber_main(void* p) {
+  auto* t = static_cast<tilec_emu_thread*>(p);
+  Launch& l = *t->worker->launch;
+  l.entry(t, l.args);
+  t->state = State::done;
+  yield(t);
+  std::abort(); // a finished fiber is never resumed
+}
+
+// Completes the shuffles of every warp whose live lanes all wait at one; returns whether any did.
+bool release_shuffles(Worker& w) {
+  bool released = false;
+  std::uint32_t n = std::uint32_t(w.threads.size());
+  for (std::uint32_t base = 0; base < n; base += 32) {
+    std::uint32_t end = std::min(n, base + 32);
+    bool all = true, any = false;
+    for (std::uint32_t i = base; i < end; ++i) {
+      all = all && w.threads[i].state == State::at_shuffle;
+      any = any || w.threads[i].state == State::at_shuffle;
+    }
+    if (!any || !all) continue;
+    for (std::uint32_t i = base; i < end; ++i) {
+      std::uint32_t src = base + w.threads[i].shfl_src;
+      w.threads[i].shfl_result = src < end ? w.threads[src].shfl_value : w.threads[i].shfl_value;
+    }
+    for (std::uint32_t i = base; i < end; ++i) w.threads[i].state = State::runnable;
+    released = true;
+  }
+  return released;
+}
+
+// Runs one block to the end; false (with w.error set) when it failed.
+bool run_block(Worker& w) {
+  Launch& l = *w.launch;
+  if (l.shared_bytes) std::memset(w.shared, 0xcd, l.shared_bytes); // stale data, like a GPU's
+  for (tilec_emu_thread& t : w.threads) {
+    t.state = State::runnable;
+    emu::fiber_init(t.fiber, w.stacks->stack(t.tid), w.stacks->bytes(), fiber_main, &t);
+  }
+  std::uint32_t n = std::uint32_t(w.threads.size());
+  for (;;) {
+    for (tilec_emu_thread& t : w.threads) {
+      if (t.state != State::runnable) continue;
+      emu::fiber_switch(w.scheduler, t.fiber);
+      if (t.state == State::failed) return false;
+    }
+    std::uint32_t done = 0, at_barrier = 0;
+    const void* site = nullptr;
+    bool one_site = true;
+    for (const tilec_emu_thread& t : w.threads) {
+      if (t.state == State::done) ++done;
+      else if (t.state == State::at_barrier) {
+        if (at_barrier++ == 0) site = t.barrier_site;
+        else one_site = one_site && t.barrier_site == site;
+      }
+    }
+    if (done == n) return true;
+    if (release_shuffles(w)) continue;
+    if (at_barrier == n && one_site) {
+      for (tilec_emu_thread& t : w.threads) t.state = State::runnable;
+      continue;
+    }
+    w.error = stuck_message(w);
+    return false;
+  }
+}
+
+void run_worker(Worker& w) {
+  Launch& l = *w.launch;
+  std::uint64_t total = std::uint64_t(l.grid.x) * l.grid.y * l.grid.z;
+  while (!l.failed.load(std::memory_order_relaxed)) {
+    std::uint64_t b = l.next_block.fetch_add(1, std::memory_order_relaxed);
+    if (b >= total) break;
+    w.block[0] = std::uint32_t(b % l.grid.x);
+    w.block[1] = std::uint32_t(b / l.grid.x % l.grid.y);
+    w.block[2] = std::uint32_t(b / l.grid.x / l.grid.y);
+    if (!run_block(w)) {
+      l.fail(w.error);
+      break;
+    }
+  }
+}
+
+void setup_worker(Worker& w, Launch& l, const EmuOptions& o) {
+  w.launch = &l;
+  w.threads.resize(l.threads);
+  for (std::uint32_t i = 0; i < l.threads; ++i) {
+    w.threads[i].worker = &w;
+    w.threads[i].tid = i;
+  }
+  w.stacks = emu::acquire_stacks(l.threads, o.stack_bytes);
+  w.shared_storage = std::make_unique<std::byte[]>(l.shared_bytes + 16);
+  auto p = reinterpret_cast<std::uintptr_t>(w.shared_storage.get());
+  w.shared = w.shared_storage.get() + ((16 - p % 16) % 16);
+  w.counters.loaded.assign(l.tracks.size(), 0);
+  w.counters.stored.assign(l.tracks.size(), 0);
+}
+
+// The tilec_emu_* functions must be visible to libraries opened later (see emulator.h).
+void ensure_abi_exported() {
+  static std::once_flag once;
+  static std::string problem;
+  std::call_once(once, [] {
+    void* ours = reinterpret_cast<void*>(&tilec_emu_barrier);
+    void* found = dlsym(RTLD_DEFAULT, "tilec_emu_barrier");
+    if (!found) {
+      // The runtime may sit in a shared library loaded RTLD_LOCAL: make its symbols global.
+      Dl_info info{};
+      if (dladdr(ours, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+      found = dlsym(RTLD_DEFAULT, "tilec_emu_barrier");
+    }
+    if (!found)
+      problem = "the emulator's tilec_emu_* functions are not exported by this program, so emulated kernels "
+                "cannot call them: link the executable with -rdynamic (CMake: ENABLE_EXPORTS ON)";
+    else if (found != ours)
+      problem = "another library in this process defines tilec_emu_* and shadows the emulator's; emulated "
+                "kernels would call it";
+  });
+  if (!problem.empty()) throw Error(problem);
+}
+
+} // namespace
+
+EmuModule::EmuModule(const Manifest& m) : manifest_(m) {
+  std::filesystem::path lib = m.code_path(m.emulator);
+  if (lib.empty()) throw ManifestError(fmt::format("module '{}' has no emulator library ([code] emulator)", m.kernel));
+  if (m.threads_per_block <= 0 || m.threads_per_block > 1024)
+    throw ManifestError(fmt::format("module '{}': threads_per_block {} is not in [1, 1024]", m.kernel,
+                                    m.threads_per_block));
+  if (m.shared_bytes < 0)
+    throw ManifestError(fmt::format("module '{}': shared_bytes {} is negative", m.kernel, m.shared_bytes));
+  ensure_abi_exported();
+  handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) throw Error(fmt::format("cannot open the emulator library of '{}': {}", m.kernel, dlerror()));
+  entry_ = dlsym(handle_, m.symbol.c_str());
+  if (!entry_) {
+    dlclose(handle_);
+    throw Error(fmt::format("the emulator library {} has no kernel symbol '{}'", lib.string(), m.symbol));
+  }
+}
+
+EmuModule::~EmuModule() {
+  if (handle_) dlclose(handle_);
+}
+
+EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span<const std::string> buffer_names,
+                                 const EmuOptions& options) const {
+  check_launch_args(manifest_, args);
+  if (!buffer_names.empty() && buffer_names.size() != args.size())
+    throw LaunchArgumentError(fmt::format("kernel '{}': {} buffer names for {} arguments", manifest_.kernel,
+                                          buffer_names.size(), args.size()));
+  auto t0 = std::chrono::steady_clock::now();
+  Launch l;
+  l.manifest = &manifest_;
+  l.entry = reinterpret_cast<KernelEntry>(entry_);
+  l.grid = grid;
+  l.threads = std::uint32_t(manifest_.threads_per_block);
+  l.shared_bytes = std::size_t(manifest_.shared_bytes);
+
+  std::vector<void*> values(args.size());
+  std::vector<std::pair<std::size_t, std::size_t>> order; // (param, track slot) before sorting
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    values[i] = const_cast<void*>(args[i].value());
+    if (!args[i].is_buffer()) continue;
+    Track t;
+    t.lo = std::uintptr_t(args[i].bits());
+    t.hi = t.lo + args[i].buffer_bytes();
+    t.name = buffer_names.empty() ? manifest_.params[i].name : buffer_names[i];
+    t.elem_bytes = std::max<std::size_t>(1, scalar_type_bytes(manifest_.params[i].type.element));
+    t.sector_words = ((args[i].buffer_bytes() + 31) / 32 + 63) / 64;
+    t.sectors = std::make_unique<std::atomic<std::uint64_t>[]>(t.sector_words);
+    l.tracks.push_back(std::move(t));
+    order.push_back({i, l.tracks.size() - 1});
+  }
+  std::vector<std::size_t> perm(l.tracks.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+  std::sort(perm.begin(), perm.end(), [&](std::size_t a, std::size_t b) { return l.tracks[a].lo < l.tracks[b].lo; });
+  std::vector<Track> sorted;
+  std::vector<std::size_t> slot_of(perm.size());
+  for (std::size_t k = 0; k < perm.size(); ++k) {
+    slot_of[perm[k]] = k;
+    sorted.push_back(std::move(l.tracks[perm[k]]));
+  }
+  l.tracks = std::move(sorted);
+  l.args = values.data();
+
+  std::uint64_t blocks = std::uint64_t(grid.x) * grid.y * grid.z;
+  int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  int nworkers = int(std::min<std::uint64_t>(blocks, std::uint64_t(options.workers > 0 ? options.workers : hw)));
+  std::vector<Worker> workers(std::size_t(std::max(nworkers, 0)));
+  for (Worker& w : workers) setup_worker(w, l, options);
+  if (workers.size() == 1) run_worker(workers[0]);
+  else if (workers.size() > 1) {
+    std::vector<std::thread> pool;
+    for (std::size_t i = 1; i < workers.size(); ++i) pool.emplace_back([&w = workers[i]] { run_worker(w); });
+    run_worker(workers[0]);
+    for (std::thread& th : pool) th.join();
+  }
+  if (l.failed.load()) throw EmulationError(l.error);
+
+  EmuLaunchStats st;
+  for (auto [param, slot] : order) {
+    std::size_t k = slot_of[slot];
+    const Track& t = l.tracks[k];
+    EmuBufferStats b;
+    b.name = t.name;
+    for (const Worker& w : workers) {
+      b.bytes_loaded += w.counters.loaded[k];
+      b.bytes_stored += w.counters.stored[k];
+    }
+    // A buffer passed twice is tracked twice but counts once in the totals (the first time).
+    bool repeat = false;
+    for (std::size_t j = 0; j < k; ++j) repeat = repeat || (l.tracks[j].lo == t.lo && l.tracks[j].hi == t.hi);
+    for (std::size_t wi = 0; wi < t.sector_words; ++wi)
+      b.unique_bytes += 32 * std::popcount(t.sectors[wi].load(std::memory_order_relaxed));
+    if (!repeat) {
+      st.bytes_loaded += b.bytes_loaded;
+      st.bytes_stored += b.bytes_stored;
+      st.unique_bytes += b.unique_bytes;
+    }
+    st.buffers.push_back(std::move(b));
+  }
+  st.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+} // namespace tilec::rt
+
+using tilec::rt::State;
+
+extern "C" {
+
+uint32_t tilec_emu_thread_id(tilec_emu_thread* t) { return t->tid; }
+uint32_t tilec_emu_block_dim(tilec_emu_thread* t) { return std::uint32_t(t->worker->threads.size()); }
+uint32_t tilec_emu_block_id(tilec_emu_thread* t, uint32_t axis) { return axis < 3 ? t->worker->block[axis] : 0; }
+uint32_t tilec_emu_num_blocks(tilec_emu_thread* t, uint32_t axis) {
+  const tilec::rt::Dim3& g = t->worker->launch->grid;
+  return axis == 0 ? g.x : axis == 1 ? g.y : axis == 2 ? g.z : 1;
+}
+
+void tilec_emu_barrier(tilec_emu_thread* t) {
+  t->barrier_site = __builtin_return_address(0);
+  t->state = State::at_barrier;
+  tilec::rt::yield(t);
+}
+
+void* tilec_emu_shared_base(tilec_emu_thread* t) { return t->worker->shared; }
+
+uint32_t tilec_emu_shfl_xor(tilec_emu_thread* t, uint32_t value, uint32_t lane_mask) {
+  t->shfl_value = value;
+  t->shfl_src = ((t->tid & 31) ^ lane_mask) & 31;
+  t->state = State::at_shuffle;
+  tilec::rt::yield(t);
+  return t->shfl_result;
+}
+
+uint32_t tilec_emu_shfl_idx(tilec_emu_thread* t, uint32_t value, uint32_t src_lane) {
+  t->shfl_value = value;
+  t->shfl_src = src_lane & 31;
+  t->state = State::at_shuffle;
+  tilec::rt::yield(t);
+  return t->shfl_result;
+}
+
+void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {
+  tilec::rt::check_access(t, addr, bytes, true, false, "load");
+  std::memcpy(dst, addr, bytes);
+}
+
+void tilec_emu_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src) {
+  tilec::rt::check_access(t, addr, bytes, false, true, "store");
+  std::memcpy(addr, src, bytes);
+}
+
+// Blocks run concurrently on several OS threads, so atomics are real atomics.
+float tilec_emu_atomic_add_f32(tilec_emu_thread* t, float* addr, float value) {
+  tilec::rt::check_access(t, addr, 4, true, true, "atomic add");
+  auto* word = reinterpret_cast<std::uint32_t*>(addr);
+  std::uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED);
+  for (;;) {
+    std::uint32_t next = std::bit_cast<std::uint32_t>(std::bit_cast<float>(old) + value);
+    if (__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      return std::bit_cast<float>(old);
+  }
+}
+
+int32_t tilec_emu_atomic_add_i32(tilec_emu_thread* t, int32_t* addr, int32_t value) {
+  tilec::rt::check_access(t, addr, 4, true, true, "atomic add");
+  return __atomic_fetch_add(addr, value, __ATOMIC_RELAXED);
+}
+
+// Round to nearest even, as ir/float16.h (kept here so the runtime needs nothing from ir/).
+float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t h) {
+  std::uint32_t sign = std::uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0) {
+    float v = std::ldexp(float(man), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
+}
+
+uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  std::uint32_t sign = (u >> 16) & 0x8000, exp = (u >> 23) & 0xff, man = u & 0x7fffff;
+  if (exp == 0xff) return std::uint16_t(sign | 0x7c00 | (man ? 0x200 : 0));
+  int e = int(exp) - 127 + 15;
+  if (e >= 31) return std::uint16_t(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return std::uint16_t(sign);
+    man |= 0x800000;
+    int shift = 14 - e;
+    std::uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return std::uint16_t(sign | half);
+  }
+  std::uint32_t half = (std::uint32_t(e) << 10) | (man >> 13), rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half; // a carry into the exponent is right
+  return std::uint16_t(sign | half);
+}
+
+float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return std::bit_cast<float>(std::uint32_t(bits) << 16); }
+
+uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if (std::isnan(f)) return std::uint16_t((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);
+  return std::uint16_t(u >> 16);
+}
+
+} // extern "C"

@@ -1,0 +1,80 @@
+#pragma once
+// The CPU emulator: runs a module compiled for the `emu` target (a shared library whose
+// kernel calls the tilec_emu_* functions of codegen/emu_abi.h) on host memory. Every GPU
+// thread of a block is a fiber on a small stack; a block's fibers share one OS thread,
+// switching at barriers and warp shuffles; the grid's blocks are spread over a pool of OS
+// threads. Every global access is checked against the launch's buffers and counted.
+//
+// Symbol resolution. The kernel library is linked with undefined tilec_emu_* references,
+// which the dynamic loader resolves against the process's global scope when the emulator
+// dlopens it. So the program that links this runtime must export them: an executable is
+// linked with -rdynamic (CMake: `set_target_properties(T PROPERTIES ENABLE_EXPORTS ON)`,
+// or just `-Wl,--export-dynamic-symbol=tilec_emu_*`); a shared library containing the
+// runtime exports them anyway, and if it was itself loaded RTLD_LOCAL the emulator promotes
+// it to RTLD_GLOBAL. When neither works, opening a module raises an Error saying so.
+#include "runtime/error.h"
+#include "runtime/launch.h"
+#include "runtime/manifest.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tilec::rt {
+
+// A kernel misbehaved under emulation: an access outside every buffer or misaligned, or a
+// barrier or shuffle that not every thread reached. The message names the kernel, the
+// block and thread, and (for accesses) the buffer and the byte and element offsets.
+class EmulationError : public Error {
+public:
+  using Error::Error;
+};
+
+struct EmuBufferStats {
+  std::string name;
+  std::int64_t bytes_loaded = 0, bytes_stored = 0;
+  std::int64_t unique_bytes = 0; // 32 x distinct 32-byte sectors touched (loads and stores)
+};
+
+// What one launch moved. Atomics count as a load and a store of their operand. Sectors are
+// counted from each buffer's start, as if it were allocated 32-byte aligned (GPU
+// allocations are), so the figures do not depend on where the host allocator put it.
+struct EmuLaunchStats {
+  std::int64_t bytes_loaded = 0, bytes_stored = 0, unique_bytes = 0;
+  double time_ms = 0.0;
+  std::vector<EmuBufferStats> buffers; // one per pointer argument, in parameter order
+};
+
+struct EmuOptions {
+  int workers = 0;                    // OS threads for the grid's blocks; 0: one per core
+  std::size_t stack_bytes = 64 << 10; // per GPU thread
+};
+
+// An emu module opened with dlopen: `m.emulator` (through m.code_path), m.symbol,
+// m.threads_per_block, m.shared_bytes and m.params are used.
+class EmuModule {
+public:
+  explicit EmuModule(const Manifest& m);
+  ~EmuModule();
+  EmuModule(const EmuModule&) = delete;
+  EmuModule& operator=(const EmuModule&) = delete;
+
+  const Manifest& manifest() const { return manifest_; }
+
+  // Runs the kernel over `grid` with `args` (checked against the manifest's parameters; a
+  // buffer's address is a host pointer). `buffer_names`, when given, names the arguments in
+  // error messages and stats instead of the parameter names. Throws EmulationError.
+  // Launches of one module may run concurrently.
+  EmuLaunchStats launch(Dim3 grid, std::span<const Arg> args,
+                        std::span<const std::string> buffer_names = {},
+                        const EmuOptions& options = {}) const;
+
+private:
+  Manifest manifest_;
+  void* handle_ = nullptr;
+  void* entry_ = nullptr;
+};
+
+} // namespace tilec::rt

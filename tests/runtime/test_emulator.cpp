@@ -1,0 +1,265 @@
+// The emulator on hand-written emu-ABI kernels (C, built with cc): scheduling, barriers,
+// shuffles, atomics under many OS threads, and the errors it must report instead of
+// crashing or hanging.
+#include <catch2/catch.hpp>
+
+#include "runtime/emulator.h"
+#include "tests/runtime/helpers.h"
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+using namespace tilec::rt;
+using namespace tilec::rt::test;
+
+namespace {
+
+const char* kKernels = R"C(
+#include "codegen/emu_abi.h"
+
+#define ARG(T, i) (*(T const*)args[i])
+
+/* out[block * threads + tid] = block id x,y,z and thread id packed; checks the ids. */
+void ids(tilec_emu_thread* c, void* const* args) {
+  int32_t* out = ARG(int32_t*, 0);
+  uint32_t nx = tilec_emu_num_blocks(c, 0), ny = tilec_emu_num_blocks(c, 1);
+  uint32_t b = tilec_emu_block_id(c, 0) + nx * (tilec_emu_block_id(c, 1) + ny * tilec_emu_block_id(c, 2));
+  uint32_t i = b * tilec_emu_block_dim(c) + tilec_emu_thread_id(c);
+  int32_t v = (int32_t)(b * 10000 + tilec_emu_thread_id(c));
+  tilec_emu_store(c, &out[i], 4, &v);
+}
+
+/* Reverses each block's values through shared memory (needs the barrier), then a warp
+   sum by shuffle-xor and a broadcast of lane 3 by shuffle-idx. */
+void shared_and_shuffles(tilec_emu_thread* c, void* const* args) {
+  const int32_t* in = ARG(int32_t*, 0);
+  int32_t* rev = ARG(int32_t*, 1);
+  int32_t* sums = ARG(int32_t*, 2);
+  int32_t* lane3 = ARG(int32_t*, 3);
+  uint32_t t = tilec_emu_thread_id(c), n = tilec_emu_block_dim(c), b = tilec_emu_block_id(c, 0);
+  int32_t* smem = (int32_t*)tilec_emu_shared_base(c);
+  int32_t v;
+  tilec_emu_load(c, &in[b * n + t], 4, &v);
+  smem[t] = v;
+  tilec_emu_barrier(c);
+  int32_t r = smem[n - 1 - t];
+  tilec_emu_barrier(c);
+  smem[t] = 0;
+  tilec_emu_store(c, &rev[b * n + t], 4, &r);
+  uint32_t s = (uint32_t)v;
+  for (uint32_t m = 16; m; m >>= 1) s += tilec_emu_shfl_xor(c, s, m);
+  int32_t si = (int32_t)s;
+  tilec_emu_store(c, &sums[b * n + t], 4, &si);
+  int32_t l3 = (int32_t)tilec_emu_shfl_idx(c, (uint32_t)v, 3);
+  tilec_emu_store(c, &lane3[b * n + t], 4, &l3);
+}
+
+/* Every thread of every block adds 1 to one counter (i32 and f32). */
+void atomics(tilec_emu_thread* c, void* const* args) {
+  tilec_emu_atomic_add_i32(c, ARG(int32_t*, 0), 1);
+  tilec_emu_atomic_add_f32(c, ARG(float*, 1), 1.0f);
+}
+
+/* Thread t stores to out[t + offset]: out of bounds when offset pushes past the end. */
+void store_at(tilec_emu_thread* c, void* const* args) {
+  float* out = ARG(float*, 0);
+  int64_t offset = ARG(int64_t, 1);
+  float v = 1.0f;
+  tilec_emu_store(c, out + (int64_t)tilec_emu_thread_id(c) + offset, 4, &v);
+}
+
+/* A 16-byte load from a 4-byte aligned address. */
+void misaligned(tilec_emu_thread* c, void* const* args) {
+  const float* in = ARG(float*, 0);
+  char tmp[16];
+  tilec_emu_load(c, in + 1, 16, tmp);
+}
+
+/* The first 16 threads wait at a barrier the others never reach. */
+void divergent_barrier(tilec_emu_thread* c, void* const* args) {
+  if (tilec_emu_thread_id(c) < 16) tilec_emu_barrier(c);
+}
+
+/* Two warps at two different barriers. */
+void different_barriers(tilec_emu_thread* c, void* const* args) {
+  if (tilec_emu_thread_id(c) < 32) {
+    tilec_emu_barrier(c);
+  } else {
+    tilec_emu_barrier(c);
+    tilec_emu_barrier(c);
+  }
+}
+
+/* Lane 0 of each warp skips a shuffle the other lanes wait in. */
+void divergent_shuffle(tilec_emu_thread* c, void* const* args) {
+  if (tilec_emu_thread_id(c) % 32 != 0) tilec_emu_shfl_xor(c, 1, 1);
+}
+)C";
+
+// Builds the kernels above once per process (at -O0, so branches keep their own barriers).
+const std::filesystem::path& kernel_library() {
+  static TempDir dir;
+  static std::filesystem::path lib = [] {
+    std::ofstream(dir.path / "kernels.c") << kKernels;
+    std::filesystem::path so = dir.path / "kernels.so";
+    Output o = run_command("cc -O0 -shared -fPIC -I " + quoted(TILEC_SOURCE_DIR) + " -o " + quoted(so) + " " +
+                           quoted(dir.path / "kernels.c"));
+    INFO(o.text);
+    REQUIRE(o.status == 0);
+    return so;
+  }();
+  return lib;
+}
+
+Manifest manifest(const std::string& symbol, std::vector<ModuleParam> params, int threads, int shared = 0) {
+  Manifest m;
+  m.kernel = symbol;
+  m.symbol = symbol;
+  m.arch = "host";
+  m.emulator = kernel_library();
+  m.params = std::move(params);
+  m.threads_per_block = threads;
+  m.shared_bytes = shared;
+  return m;
+}
+
+ParamType ptr(ScalarType t) { return {t, true}; }
+ParamType scalar(ScalarType t) { return {t, false}; }
+
+template <class T> Arg buf(std::vector<T>& v) {
+  return Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * sizeof(T));
+}
+
+std::string error_of(const EmuModule& m, Dim3 grid, std::vector<Arg> args,
+                     std::vector<std::string> names = {}) {
+  try {
+    m.launch(grid, args, names);
+  } catch (const EmulationError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("emulator: block and thread ids over a 3-d grid on several workers", "[emulator]") {
+  EmuModule m(manifest("ids", {{"out", ptr(ScalarType::i32)}}, 64));
+  Dim3 grid{3, 2, 4};
+  std::vector<std::int32_t> out(3 * 2 * 4 * 64, -1);
+  for (int workers : {1, 3}) {
+    EmuOptions o;
+    o.workers = workers;
+    std::vector<Arg> args{buf(out)};
+    EmuLaunchStats st = m.launch(grid, args, {}, o);
+    for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == std::int32_t(i / 64 * 10000 + i % 64));
+    CHECK(st.bytes_stored == std::int64_t(out.size() * 4));
+    CHECK(st.bytes_loaded == 0);
+    CHECK(st.unique_bytes == std::int64_t(out.size() * 4));
+    REQUIRE(st.buffers.size() == 1);
+    CHECK(st.buffers[0].name == "out");
+  }
+}
+
+TEST_CASE("emulator: shared memory, barriers and warp shuffles", "[emulator]") {
+  const int threads = 96, blocks = 5; // a partial warp count is fine: 3 full warps
+  EmuModule m(manifest("shared_and_shuffles",
+                       {{"in", ptr(ScalarType::i32)},
+                        {"rev", ptr(ScalarType::i32)},
+                        {"sums", ptr(ScalarType::i32)},
+                        {"lane3", ptr(ScalarType::i32)}},
+                       threads, threads * 4));
+  std::vector<std::int32_t> in(threads * blocks), rev(in.size()), sums(in.size()), lane3(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::int32_t(i * 7 % 101);
+  std::vector<Arg> args{buf(in), buf(rev), buf(sums), buf(lane3)};
+  m.launch({blocks, 1, 1}, args);
+  for (int b = 0; b < blocks; ++b)
+    for (int t = 0; t < threads; ++t) {
+      int i = b * threads + t;
+      REQUIRE(rev[i] == in[b * threads + threads - 1 - t]);
+      int warp = b * threads + t / 32 * 32, sum = 0;
+      for (int l = 0; l < 32; ++l) sum += in[warp + l];
+      REQUIRE(sums[i] == sum);
+      REQUIRE(lane3[i] == in[warp + 3]);
+    }
+}
+
+TEST_CASE("emulator: atomics are exact with blocks on many OS threads", "[emulator]") {
+  EmuModule m(manifest("atomics", {{"count", ptr(ScalarType::i32)}, {"fcount", ptr(ScalarType::f32)}}, 128));
+  std::vector<std::int32_t> count(1, 0);
+  std::vector<float> fcount(1, 0.0f);
+  EmuOptions o;
+  o.workers = 8;
+  std::vector<Arg> args{buf(count), buf(fcount)};
+  EmuLaunchStats st = m.launch({200, 1, 1}, args, {}, o);
+  CHECK(count[0] == 200 * 128);
+  CHECK(fcount[0] == 200.0f * 128);
+  CHECK(st.bytes_loaded == 2 * 4 * 200 * 128);
+  CHECK(st.bytes_stored == 2 * 4 * 200 * 128);
+  CHECK(st.unique_bytes == 64);
+}
+
+TEST_CASE("emulator: an out-of-bounds store names the kernel, buffer and offset", "[emulator]") {
+  EmuModule m(manifest("store_at", {{"out", ptr(ScalarType::f32)}, {"offset", scalar(ScalarType::i64)}}, 32));
+  std::vector<float> out(40), other(8);
+  // Thread 31 writes element 40 of a 40-element buffer.
+  std::string e = error_of(m, {1, 1, 1}, {buf(out), Arg(std::int64_t(9))}, {"results", ""});
+  INFO(e);
+  CHECK(e.find("kernel 'store_at'") != std::string::npos);
+  CHECK(e.find("'results'") != std::string::npos);
+  CHECK(e.find("store of 4 bytes") != std::string::npos);
+  CHECK(e.find("element 40") != std::string::npos);
+  CHECK(e.find("byte offset 160") != std::string::npos);
+  // Far before the buffer: in no buffer at all; the message names the nearest.
+  e = error_of(m, {1, 1, 1}, {buf(out), Arg(std::int64_t(-1000000))});
+  INFO(e);
+  CHECK(e.find("out of bounds of every buffer") != std::string::npos);
+  CHECK(e.find("nearest is 'out'") != std::string::npos);
+  CHECK(e.find("element -1000000") != std::string::npos);
+  // In bounds: fine, and the emulator is usable after errors.
+  CHECK(error_of(m, {2, 1, 1}, {buf(out), Arg(std::int64_t(8))}) == "");
+}
+
+TEST_CASE("emulator: a misaligned access is an error", "[emulator]") {
+  EmuModule m(manifest("misaligned", {{"in", ptr(ScalarType::f32)}}, 32));
+  std::vector<float> in(64);
+  std::string e = error_of(m, {1, 1, 1}, {buf(in)});
+  INFO(e);
+  CHECK(e.find("misaligned load of 16 bytes") != std::string::npos);
+  CHECK(e.find("byte offset 4 (element 1) of buffer 'in'") != std::string::npos);
+}
+
+TEST_CASE("emulator: barriers not reached by every thread are reported, not hung", "[emulator]") {
+  std::vector<float> unused(1);
+  {
+    EmuModule m(manifest("divergent_barrier", {{"x", ptr(ScalarType::f32)}}, 64));
+    std::string e = error_of(m, {2, 1, 1}, {buf(unused)});
+    INFO(e);
+    CHECK(e.find("kernel 'divergent_barrier', block (0, 0, 0)") != std::string::npos);
+    CHECK(e.find("barrier not reached by every thread") != std::string::npos);
+    CHECK(e.find("threads 0-15 wait at a barrier") != std::string::npos);
+    CHECK(e.find("threads 16-63 finished") != std::string::npos);
+  }
+  {
+    EmuModule m(manifest("different_barriers", {{"x", ptr(ScalarType::f32)}}, 64));
+    std::string e = error_of(m, {1, 1, 1}, {buf(unused)});
+    INFO(e);
+    CHECK(e.find("threads wait at different barriers") != std::string::npos);
+    CHECK(e.find("threads 0-31 wait at barrier different_barriers+") != std::string::npos);
+  }
+  {
+    EmuModule m(manifest("divergent_shuffle", {{"x", ptr(ScalarType::f32)}}, 64));
+    std::string e = error_of(m, {1, 1, 1}, {buf(unused)});
+    INFO(e);
+    CHECK(e.find("warp shuffle not reached by every lane") != std::string::npos);
+  }
+}
+
+TEST_CASE("emulator: arguments are checked against the manifest", "[emulator]") {
+  EmuModule m(manifest("store_at", {{"out", ptr(ScalarType::f32)}, {"offset", scalar(ScalarType::i64)}}, 32));
+  std::vector<float> out(32);
+  std::vector<Arg> args{buf(out), Arg(std::int32_t(0))};
+  CHECK_THROWS_AS(m.launch({1, 1, 1}, args), LaunchArgumentError);
+  Manifest bad = manifest("nosuchsymbol", {}, 32);
+  CHECK_THROWS_WITH(EmuModule(bad), Catch::Contains("no kernel symbol 'nosuchsymbol'"));
+}
