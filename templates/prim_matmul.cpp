@@ -96,16 +96,7 @@ Tensor matmul(Launcher& l, const Tensor& a, const Tensor& b, std::optional<DType
 
   // Broadcast the batch dims (numpy rules) as views of rank batch + 2.
   Shape a_batch(a.shape.begin(), a.shape.end() - 2), b_batch(b.shape.begin(), b.shape.end() - 2);
-  size_t rank = std::max(a_batch.size(), b_batch.size());
-  Shape batch(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < rank - a_batch.size() ? 1 : a_batch[i - (rank - a_batch.size())];
-    int64_t db = i < rank - b_batch.size() ? 1 : b_batch[i - (rank - b_batch.size())];
-    if (da != db && da != 1 && db != 1)
-      throw UserError(fmt::format("MatMul: batch dims of {} and {} do not broadcast",
-                                  ir::shape_str(a.shape), ir::shape_str(b.shape)));
-    batch[i] = da == 1 ? db : da;
-  }
+  Shape batch = broadcast_shapes(a_batch, b_batch, "MatMul: batch dims");
   Shape a_full = batch, b_full = batch, c_shape = batch;
   a_full.insert(a_full.end(), {m, kk});
   b_full.insert(b_full.end(), {kk, n});

@@ -26,15 +26,6 @@ namespace {
   throw UserError(fmt::format("recipe: {}: {}", prim_op_name(op), msg));
 }
 
-// Numpy broadcasting of `from` to `to` (BroadcastTo), or of two shapes to a common one.
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  size_t lead = to.size() - from.size();
-  for (size_t d = 0; d < from.size(); ++d)
-    if (from[d] != to[lead + d] && from[d] != 1) return false;
-  return true;
-}
-
 RecipeNode make_node(PrimOp op, std::vector<int> inputs, Shape shape, DType dtype) {
   RecipeNode n;
   n.op = op;
@@ -45,17 +36,7 @@ RecipeNode make_node(PrimOp op, std::vector<int> inputs, Shape shape, DType dtyp
 }
 
 Shape common_shape(PrimOp op, const Shape& a, const Shape& b) {
-  size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      reject(op,
-             fmt::format("shapes {} and {} do not broadcast", ir::shape_str(a), ir::shape_str(b)));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
+  return broadcast_shapes(a, b, fmt::format("recipe: {}", prim_op_name(op)));
 }
 
 } // namespace

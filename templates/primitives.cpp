@@ -72,6 +72,28 @@ Tensor from_buffer(interp::Buffer buffer, const Shape& shape) {
   return {std::make_shared<interp::Buffer>(std::move(buffer)), shape, row_major_strides(shape), 0};
 }
 
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view what) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw UserError(fmt::format("{}: shapes {} and {} do not broadcast", what, ir::shape_str(a),
+                                  ir::shape_str(b)));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  size_t lead = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != to[lead + d] && from[d] != 1) return false;
+  return true;
+}
+
 Tensor permute(const Tensor& x, const std::vector<int64_t>& perm) {
   std::vector<bool> seen(x.shape.size());
   bool ok = perm.size() == x.shape.size();
@@ -91,22 +113,15 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& perm) {
 }
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
-  auto fail = [&] {
+  if (!broadcasts_to(x.shape, shape))
     throw UserError(fmt::format("BroadcastTo: cannot broadcast {} to {}", ir::shape_str(x.shape),
                                 ir::shape_str(shape)));
-  };
-  if (x.shape.size() > shape.size()) fail();
   size_t lead = shape.size() - x.shape.size();
   Tensor r = x;
   r.shape = shape;
-  r.strides.assign(shape.size(), 0);
-  for (size_t d = 0; d < x.shape.size(); ++d) {
-    int64_t from = x.shape[d], to = shape[lead + d];
-    if (from == to)
-      r.strides[lead + d] = x.strides[d];
-    else if (from != 1)
-      fail();
-  }
+  r.strides.assign(shape.size(), 0); // new and size-1 dims repeat
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    if (x.shape[d] == shape[lead + d]) r.strides[lead + d] = x.strides[d];
   return r;
 }
 
@@ -450,20 +465,6 @@ void launch_elementwise(Launcher& l, Ew op, const Tensor& out, const std::vector
 Tensor copy_as(Launcher& l, const Tensor& x, DType dtype, const char* what) {
   Tensor out = empty(dtype, x.shape, what);
   launch_elementwise(l, Ew::copy, out, {x});
-  return out;
-}
-
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      throw UserError(fmt::format("{}: shapes {} and {} do not broadcast", op, ir::shape_str(a),
-                                  ir::shape_str(b)));
-    out[i] = da == 1 ? db : da;
-  }
   return out;
 }
 

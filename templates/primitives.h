@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "interp/interpreter.h"
@@ -52,6 +53,11 @@ std::vector<int64_t> row_major_strides(const ir::Shape& shape);
 Tensor empty(ir::DType dtype, const ir::Shape& shape, std::string name);
 // Takes `buffer` as a contiguous tensor of `shape`; its element count must match.
 Tensor from_buffer(interp::Buffer buffer, const ir::Shape& shape);
+
+// Numpy broadcasting: the common shape of a and b (UserError naming `what`
+// and both shapes when there is none), and whether `from` broadcasts to `to`.
+ir::Shape broadcast_shapes(const ir::Shape& a, const ir::Shape& b, std::string_view what);
+bool broadcasts_to(const ir::Shape& from, const ir::Shape& to);
 
 // --- views: no launch
 Tensor permute(const Tensor& x, const std::vector<int64_t>& perm); // result dim i = x dim perm[i]
