@@ -23,6 +23,7 @@ struct RunOptions {
   std::string path = "fused";
   std::optional<double> softmax_scale, softcap;
   std::string inputs_dir, out_file;
+  std::string tuned; // tuning database to take the config from
 };
 
 // What one launch on a backend measured; figures a backend cannot know stay empty.
@@ -106,6 +107,7 @@ int run_paged_attention(const Common& common, const RunOptions& o) {
                        s.alibi ? " alibi" : "");
   validate_paged_attention(in, o.path == "decompose");
   std::string backend = resolve_backend(o.backend);
+  if (!o.tuned.empty()) cfg = tuned_paged_attention_config(common, o.tuned, shape_params, in, !o.inputs_dir.empty(), backend, cfg);
   auto launcher = make_launcher(backend);
   interp::Buffer out = o.path == "fused" ? run_paged_attention_fused(in, cfg, *launcher)
                                          : run_paged_attention_decomposed(in, *launcher);
@@ -125,6 +127,11 @@ int run_paged_attention(const Common& common, const RunOptions& o) {
 
 } // namespace
 
+std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
+  backend = resolve_backend(requested);
+  return make_launcher(backend);
+}
+
 Action add_run(CLI::App& app, Common& common) {
   auto o = std::make_shared<RunOptions>();
   o->choice.add_options(app);
@@ -139,11 +146,12 @@ Action add_run(CLI::App& app, Common& common) {
   app.add_option("--softcap", o->softcap, "paged_attention: cap * tanh(s / cap) on the scores (default none)");
   app.add_option("--inputs", o->inputs_dir, "paged_attention: folder of q.npy k_cache.npy v_cache.npy "
                                             "block_table.npy context_lens.npy [alibi_slopes.npy]");
+  app.add_option("--tuned", o->tuned, "paged_attention: take the config from this tuning database (tilec autotune)");
   app.add_option("--out", o->out_file, "paged_attention: write the output here (.npy, q's dtype)");
   return [&common, o, &app]() -> int {
     const auto& t = o->choice.kernel();
     if (t.name == "paged_attention") return run_paged_attention(common, *o);
-    for (const char* flag : {"--path", "--softmax-scale", "--softcap", "--inputs", "--out"})
+    for (const char* flag : {"--path", "--softmax-scale", "--softcap", "--inputs", "--out", "--tuned"})
       if (app.count(flag) > 0)
         throw UserError(fmt::format("{} applies to paged_attention only, not {}", flag, t.name));
     auto params = o->choice.params();

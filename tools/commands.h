@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "codegen/compile.h"
+#include "templates/launcher.h"
+#include "templates/paged_attention.h"
 #include "templates/registry.h"
 
 namespace tilec::cli {
@@ -25,6 +27,20 @@ Action add_list(CLI::App& app, Common& common);
 Action add_ir(CLI::App& app, Common& common);
 Action add_run(CLI::App& app, Common& common);
 Action add_compile(CLI::App& app, Common& common);
+Action add_autotune(CLI::App& app, Common& common);
+
+// The launcher of the backend `requested` resolves to (`backend` gets its name);
+// BackendUnavailable (exit 3) when this machine or build cannot run it. In cmd_run.cpp.
+std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend);
+
+// `tilec run paged_attention --tuned DB`: the config runtime/tuning_db.h selects for this
+// problem (`shape` from --shape, or the shapes of `in` when `from_files`) on `backend`'s
+// device, else `fallback`; says which (cmd_autotune.cpp).
+templates::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db,
+                                                             const templates::ParamMap& shape,
+                                                             const templates::PagedAttentionInputs& in,
+                                                             bool from_files, const std::string& backend,
+                                                             const templates::PagedAttentionConfig& fallback);
 
 // Code-generation options from a template's parameters (num_warps) and the flags.
 codegen::CompileOptions compile_options(const templates::ParamMap& params, const std::string& arch,

@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   add("compile", "compile a kernel to PTX (+ cubin via ptxas) or an emulator library, with its manifest",
       add_compile);
   add("run", "run a kernel on generated inputs and check it against its reference", add_run);
+  add("autotune", "search a kernel's config space (TOML) and store the fastest correct configs in a database",
+      add_autotune);
 
   try {
     app.parse(argc, argv);

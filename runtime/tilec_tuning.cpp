@@ -1,0 +1,74 @@
+#include "runtime/tilec_tuning.h"
+
+#include <cstring>
+#include <deque>
+#include <string>
+
+#include "runtime/tuning_db.h"
+
+struct tilec_tuning_db {
+  tilec::rt::TuningDb db;
+  std::deque<std::string> names; // storage for the names handed out
+};
+
+namespace {
+
+void copy_out(const std::string& s, char* buf, size_t len) {
+  if (!buf || len == 0) return;
+  size_t n = std::min(len - 1, s.size());
+  std::memcpy(buf, s.data(), n);
+  buf[n] = '\0';
+}
+
+} // namespace
+
+extern "C" tilec_tuning_db* tilec_tuning_open(const char* path, char* err, size_t err_len) {
+  try {
+    auto* h = new tilec_tuning_db;
+    try {
+      h->db = tilec::rt::read_tuning_db(path ? path : "");
+    } catch (...) {
+      delete h;
+      throw;
+    }
+    return h;
+  } catch (const std::exception& e) {
+    copy_out(e.what(), err, err_len);
+    return nullptr;
+  }
+}
+
+extern "C" void tilec_tuning_close(tilec_tuning_db* db) { delete db; }
+
+extern "C" int tilec_tuning_size(const tilec_tuning_db* db) { return db ? int(db->db.entries.size()) : 0; }
+
+extern "C" int tilec_tuning_select(const tilec_tuning_db* db, const char* kernel, const char* device,
+                                   const char* key, const char** names, long long* values, int capacity,
+                                   char* note, size_t note_len) {
+  if (!db || !kernel || !device || !key) {
+    copy_out("tilec_tuning_select: a required argument is NULL", note, note_len);
+    return -1;
+  }
+  try {
+    auto sel = tilec::rt::select_config(db->db, kernel, device, tilec::rt::parse_key(key),
+                                        {"ctx", "batch", "max_blocks", "num_blocks"});
+    if (!sel) {
+      copy_out(std::string("nothing tuned for ") + key + "; use the defaults", note, note_len);
+      return 0;
+    }
+    copy_out(sel->note, note, note_len);
+    auto& mut = const_cast<tilec_tuning_db&>(*db);
+    int n = 0;
+    for (const auto& [name, v] : sel->entry.config) {
+      if (n >= capacity) break;
+      mut.names.push_back(name);
+      if (names) names[n] = mut.names.back().c_str();
+      if (values) values[n] = v;
+      ++n;
+    }
+    return n;
+  } catch (const std::exception& e) {
+    copy_out(e.what(), note, note_len);
+    return -1;
+  }
+}

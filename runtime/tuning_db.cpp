@@ -1,0 +1,396 @@
+#include "runtime/tuning_db.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+namespace tilec::rt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string value_str(const KeyValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  return std::get<std::string>(v);
+}
+
+class Reader {
+public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const toml::node& at, const std::string& msg) const {
+    const auto& b = at.source().begin;
+    throw TuningDbError(fmt::format("{}:{}:{}: {}", source_, b.line, b.column, msg));
+  }
+
+  const toml::node& need(const toml::table& t, std::string_view key) const {
+    const toml::node* n = t.get(key);
+    if (!n) fail(t, fmt::format("entry is missing key '{}'", key));
+    return *n;
+  }
+  std::string string(const toml::table& t, std::string_view key, bool required = true) const {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) fail(t, fmt::format("entry is missing key '{}'", key));
+      return {};
+    }
+    if (!n->is_string()) fail(*n, fmt::format("'{}' must be a string", key));
+    return n->as_string()->get();
+  }
+  std::optional<double> number(const toml::table& t, std::string_view key, bool required) const {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) fail(t, fmt::format("entry is missing key '{}'", key));
+      return std::nullopt;
+    }
+    if (n->is_integer()) return double(n->as_integer()->get());
+    if (n->is_floating_point()) return n->as_floating_point()->get();
+    fail(*n, fmt::format("'{}' must be a number", key));
+  }
+  std::optional<int64_t> integer(const toml::table& t, std::string_view key, bool required) const {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) fail(t, fmt::format("entry is missing key '{}'", key));
+      return std::nullopt;
+    }
+    if (!n->is_integer()) fail(*n, fmt::format("'{}' must be an integer", key));
+    return n->as_integer()->get();
+  }
+
+private:
+  std::string source_;
+};
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Holds an exclusive flock on a side file for the object's lifetime (the database itself
+// is replaced by rename, so it cannot carry the lock).
+class FileLock {
+public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw TuningDbError(fmt::format("{}: cannot open the lock file: {}", path, std::strerror(errno)));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd_);
+      throw TuningDbError(fmt::format("{}: cannot lock: {}", path, std::strerror(e)));
+    }
+  }
+  ~FileLock() {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+private:
+  int fd_ = -1;
+};
+
+void write_atomically(const std::string& path, const std::string& text) {
+  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw TuningDbError(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw TuningDbError(fmt::format("{}: write failed: {}", tmp, std::strerror(e)));
+    }
+    done += size_t(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw TuningDbError(fmt::format("{}: cannot replace it: {}", path, std::strerror(e)));
+  }
+}
+
+double log_distance(const KeyValue& a, const KeyValue& b) {
+  const auto* x = std::get_if<int64_t>(&a);
+  const auto* y = std::get_if<int64_t>(&b);
+  if (!x || !y) return value_str(a) == value_str(b) ? 0.0 : INFINITY;
+  return std::abs(std::log2(double(std::max<int64_t>(*x, 0) + 1)) - std::log2(double(std::max<int64_t>(*y, 0) + 1)));
+}
+
+} // namespace
+
+std::string format_key(const ProblemKey& key) {
+  std::string s;
+  for (const auto& [k, v] : key) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, value_str(v));
+  return s;
+}
+
+std::string format_config(const TunedConfig& cfg) {
+  std::string s;
+  for (const auto& [k, v] : cfg) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s;
+}
+
+ProblemKey parse_key(std::string_view text) {
+  ProblemKey key;
+  std::istringstream in{std::string(text)};
+  std::string item;
+  while (in >> item) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw TuningDbError(fmt::format("problem key '{}': '{}' is not NAME=VALUE", text, item));
+    std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (errno == 0 && end && *end == '\0') key[name] = int64_t(v);
+    else key[name] = value;
+  }
+  return key;
+}
+
+bool TuningEntry::same_slot(const TuningEntry& o) const {
+  return kernel == o.kernel && device == o.device && compute_capability == o.compute_capability &&
+         backend == o.backend && key == o.key && config == o.config;
+}
+
+void TuningDb::merge(const TuningDb& newer) {
+  for (const TuningEntry& e : newer.entries) {
+    bool replaced = false;
+    for (TuningEntry& mine : entries)
+      if (mine.same_slot(e)) {
+        mine = e;
+        replaced = true;
+        break;
+      }
+    if (!replaced) entries.push_back(e);
+  }
+}
+
+const TuningEntry* TuningDb::find(const TuningEntry& slot) const {
+  for (const TuningEntry& e : entries)
+    if (e.same_slot(slot)) return &e;
+  return nullptr;
+}
+
+TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
+  toml::table doc;
+  try {
+    doc = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw TuningDbError(fmt::format("{}:{}:{}: {}", source, b.line, b.column, e.description()));
+  }
+  Reader r(source);
+  TuningDb db;
+  if (const toml::node* v = doc.get("version")) {
+    if (!v->is_integer() || v->as_integer()->get() != 1) r.fail(*v, "unsupported version (this tilec reads version 1)");
+  }
+  for (auto&& [k, node] : doc)
+    if (k.str() != "version" && k.str() != "entry") r.fail(node, fmt::format("unknown key '{}'", k.str()));
+  const toml::node* entries = doc.get("entry");
+  if (!entries) return db;
+  const toml::array* arr = entries->as_array();
+  if (!arr) r.fail(*entries, "'entry' must be an array of tables ([[entry]])");
+  for (const toml::node& n : *arr) {
+    const toml::table* t = n.as_table();
+    if (!t) r.fail(n, "each entry must be a table");
+    TuningEntry e;
+    e.kernel = r.string(*t, "kernel");
+    e.device = r.string(*t, "device");
+    e.compute_capability = r.string(*t, "compute_capability", false);
+    e.backend = r.string(*t, "backend");
+    const toml::node& key = r.need(*t, "key");
+    if (!key.is_table()) r.fail(key, "'key' must be a table");
+    for (auto&& [name, v] : *key.as_table()) {
+      if (v.is_integer()) e.key[std::string(name.str())] = v.as_integer()->get();
+      else if (v.is_string()) e.key[std::string(name.str())] = v.as_string()->get();
+      else r.fail(v, fmt::format("key.{} must be an integer or a string", name.str()));
+    }
+    const toml::node& cfg = r.need(*t, "config");
+    if (!cfg.is_table()) r.fail(cfg, "'config' must be a table");
+    for (auto&& [name, v] : *cfg.as_table()) {
+      if (!v.is_integer()) r.fail(v, fmt::format("config.{} must be an integer", name.str()));
+      e.config[std::string(name.str())] = v.as_integer()->get();
+    }
+    e.median_ms = *r.number(*t, "median_ms", true);
+    e.min_ms = r.number(*t, "min_ms", false).value_or(e.median_ms);
+    e.max_ms = r.number(*t, "max_ms", false).value_or(e.median_ms);
+    e.repeats = r.integer(*t, "repeats", false).value_or(1);
+    e.gbps = r.number(*t, "gbps", false);
+    e.ideal_bytes = r.integer(*t, "ideal_bytes", false);
+    e.bytes_loaded = r.integer(*t, "bytes_loaded", false);
+    e.bytes_stored = r.integer(*t, "bytes_stored", false);
+    e.unique_bytes = r.integer(*t, "unique_bytes", false);
+    e.max_abs_err = r.number(*t, "max_abs_err", false);
+    e.measured_at = r.string(*t, "measured_at", false);
+    db.entries.push_back(std::move(e));
+  }
+  return db;
+}
+
+TuningDb read_tuning_db(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return {};
+    throw TuningDbError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_tuning_db(ss.str(), path);
+}
+
+std::string format_tuning_db(const TuningDb& db) {
+  toml::array entries;
+  for (const TuningEntry& e : db.entries) {
+    toml::table t;
+    t.insert("kernel", e.kernel);
+    t.insert("device", e.device);
+    t.insert("compute_capability", e.compute_capability);
+    t.insert("backend", e.backend);
+    toml::table key;
+    for (const auto& [k, v] : e.key) {
+      if (const auto* i = std::get_if<int64_t>(&v)) key.insert(k, *i);
+      else key.insert(k, std::get<std::string>(v));
+    }
+    key.is_inline(true);
+    t.insert("key", std::move(key));
+    toml::table cfg;
+    for (const auto& [k, v] : e.config) cfg.insert(k, v);
+    cfg.is_inline(true);
+    t.insert("config", std::move(cfg));
+    t.insert("median_ms", e.median_ms);
+    t.insert("min_ms", e.min_ms);
+    t.insert("max_ms", e.max_ms);
+    t.insert("repeats", e.repeats);
+    if (e.gbps) t.insert("gbps", *e.gbps);
+    if (e.ideal_bytes) t.insert("ideal_bytes", *e.ideal_bytes);
+    if (e.bytes_loaded) t.insert("bytes_loaded", *e.bytes_loaded);
+    if (e.bytes_stored) t.insert("bytes_stored", *e.bytes_stored);
+    if (e.unique_bytes) t.insert("unique_bytes", *e.unique_bytes);
+    if (e.max_abs_err) t.insert("max_abs_err", *e.max_abs_err);
+    t.insert("measured_at", e.measured_at.empty() ? utc_now() : e.measured_at);
+    entries.push_back(std::move(t));
+  }
+  toml::table doc;
+  doc.insert("version", 1);
+  if (!entries.empty()) doc.insert("entry", std::move(entries));
+  std::ostringstream out;
+  out << "# tilec tuning database (tilec autotune); entries merge by kernel, device, backend, key and config\n";
+  out << doc << "\n";
+  return out.str();
+}
+
+TuningDb merge_into_file(const std::string& path, const TuningDb& add, std::string* warning) {
+  FileLock lock(path + ".lock");
+  TuningDb db;
+  try {
+    db = read_tuning_db(path);
+  } catch (const TuningDbError& e) {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm);
+    std::string aside = fmt::format("{}.corrupt-{}", path, stamp);
+    std::error_code ec;
+    for (int i = 1; fs::exists(aside, ec); ++i) aside = fmt::format("{}.corrupt-{}-{}", path, stamp, i);
+    fs::rename(path, aside, ec);
+    if (ec) throw TuningDbError(fmt::format("{} (and it cannot be moved aside: {})", e.what(), ec.message()));
+    if (warning) *warning = fmt::format("{}; moved it to {} and started a new database", e.what(), aside);
+  }
+  db.merge(add);
+  for (TuningEntry& e : db.entries)
+    if (e.measured_at.empty()) e.measured_at = utc_now();
+  write_atomically(path, format_tuning_db(db));
+  return db;
+}
+
+std::string host_device_name(const std::string& backend) {
+  return backend == "interpret" ? "cpu-interpreter" : "cpu-emulator";
+}
+
+std::optional<Selection> select_config(const TuningDb& db, const std::string& kernel, const std::string& device,
+                                       const ProblemKey& key, const std::vector<std::string>& distance_fields) {
+  std::vector<const TuningEntry*> pool;
+  for (const TuningEntry& e : db.entries)
+    if (e.kernel == kernel && e.device == device) pool.push_back(&e);
+  std::string device_note;
+  if (pool.empty()) {
+    for (const TuningEntry& e : db.entries)
+      if (e.kernel == kernel) pool.push_back(&e);
+    if (pool.empty()) return std::nullopt;
+    device_note = fmt::format(" (nothing tuned on {}; using entries of other devices)", device);
+  }
+  auto fastest_of = [&](const ProblemKey& k) {
+    const TuningEntry* best = nullptr;
+    for (const TuningEntry* e : pool)
+      if (e->key == k && (!best || e->median_ms < best->median_ms)) best = e;
+    return best;
+  };
+  if (const TuningEntry* e = fastest_of(key))
+    return Selection{*e, "exact",
+                     fmt::format("tuned config {} for {} (exact key, {} on {}){}", format_config(e->config),
+                                 format_key(key), e->backend, e->device, device_note)};
+
+  auto is_distance = [&](const std::string& f) {
+    return std::find(distance_fields.begin(), distance_fields.end(), f) != distance_fields.end();
+  };
+  auto comparable = [&](const ProblemKey& k) {
+    for (const auto& [name, v] : key) {
+      if (is_distance(name)) continue;
+      auto it = k.find(name);
+      if (it == k.end() || it->second != v) return false;
+    }
+    for (const auto& [name, v] : k)
+      if (!is_distance(name) && !key.count(name)) return false;
+    return true;
+  };
+  const ProblemKey* nearest = nullptr;
+  std::vector<double> best_dist;
+  for (const TuningEntry* e : pool) {
+    if (!comparable(e->key)) continue;
+    std::vector<double> dist;
+    for (const std::string& f : distance_fields) {
+      auto a = key.find(f), b = e->key.find(f);
+      if (a == key.end() || b == e->key.end()) dist.push_back(a == key.end() && b == e->key.end() ? 0.0 : INFINITY);
+      else dist.push_back(log_distance(a->second, b->second));
+    }
+    if (!nearest || dist < best_dist) {
+      nearest = &e->key;
+      best_dist = dist;
+    }
+  }
+  if (!nearest) return std::nullopt;
+  const TuningEntry* e = fastest_of(*nearest);
+  return Selection{*e, "nearest",
+                   fmt::format("tuned config {} from the nearest key {} (asked for {}; {} on {}){}",
+                               format_config(e->config), format_key(*nearest), format_key(key), e->backend,
+                               e->device, device_note)};
+}
+
+} // namespace tilec::rt

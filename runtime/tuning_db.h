@@ -1,0 +1,109 @@
+#pragma once
+// The tuning database (DESIGN.md "Files that cross the boundary"): what `tilec autotune`
+// measured, keyed by kernel, device (name and compute capability), backend and problem
+// key, one entry per (key, config), so adding a config never discards earlier results.
+// A host program reads it and selects a config without the compiler (no LLVM here).
+//
+//   version = 1
+//
+//   [[entry]]
+//   kernel = "paged_attention"
+//   device = "NVIDIA H100 80GB HBM3"   # "cpu-emulator" / "cpu-interpreter" off the GPU
+//   compute_capability = "9.0"          # "" off the GPU
+//   backend = "cuda"                    # cuda | emulate | interpret
+//   key = { batch = 2, ctx = 256, dtype = "f32", head_dim = 64, hkv = 2, hq = 8, ... }
+//   config = { block_n = 32, head_group = 4, num_splits = 1, num_warps = 4 }
+//   median_ms = 0.0123
+//   min_ms = 0.0119
+//   max_ms = 0.0131
+//   repeats = 5
+//   gbps = 812.5                        # ideal bytes / median time
+//   ideal_bytes = 1056800
+//   bytes_loaded = 1100000              # optional: when the backend counts bytes
+//   bytes_stored = 8192
+//   unique_bytes = 1090000
+//   max_abs_err = 2.4e-07
+//   measured_at = "2025-01-01T12:00:00Z"
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace tilec::rt {
+
+// A database that cannot be read or parsed, or an entry missing a field; the message
+// names the file and line:column.
+class TuningDbError : public ManifestError {
+public:
+  using ManifestError::ManifestError;
+};
+
+using KeyValue = std::variant<int64_t, std::string>;
+using ProblemKey = std::map<std::string, KeyValue>;
+using TunedConfig = std::map<std::string, int64_t>;
+
+std::string format_key(const ProblemKey& key);      // "batch=2 ctx=256 dtype=f32"
+std::string format_config(const TunedConfig& cfg); // "block_n=32 num_warps=4"
+// Parses "k=v k=v" (integers where they parse as such, else strings); TuningDbError if malformed.
+ProblemKey parse_key(std::string_view text);
+
+struct TuningEntry {
+  std::string kernel, device, compute_capability, backend;
+  ProblemKey key;
+  TunedConfig config;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int64_t repeats = 0;
+  std::optional<double> gbps;
+  std::optional<int64_t> ideal_bytes, bytes_loaded, bytes_stored, unique_bytes;
+  std::optional<double> max_abs_err;
+  std::string measured_at;
+
+  // Whether `o` measures the same thing (everything but the measurements).
+  bool same_slot(const TuningEntry& o) const;
+};
+
+struct TuningDb {
+  std::vector<TuningEntry> entries;
+
+  // Adds `newer`'s entries, replacing those of the same slot.
+  void merge(const TuningDb& newer);
+  const TuningEntry* find(const TuningEntry& slot) const;
+};
+
+// Parses a database; TuningDbError naming `source`:line:column on anything malformed.
+TuningDb parse_tuning_db(std::string_view text, const std::string& source);
+// Reads `path`; a missing file is an empty database.
+TuningDb read_tuning_db(const std::string& path);
+std::string format_tuning_db(const TuningDb& db);
+
+// Under an exclusive flock on `path`.lock: reads what is on disk now, merges `add`
+// over it and replaces the file atomically (temporary file, fsync, rename), so
+// concurrent writers lose nothing. A file on disk that does not parse is moved aside
+// to `path`.corrupt-<timestamp> and `warning` says so. Returns the merged database.
+TuningDb merge_into_file(const std::string& path, const TuningDb& add, std::string* warning = nullptr);
+
+// The device name tilec uses for a CPU backend ("cpu-emulator", "cpu-interpreter").
+std::string host_device_name(const std::string& backend);
+
+struct Selection {
+  TuningEntry entry;   // the fastest measured config of the chosen key
+  std::string rule;    // "exact", "nearest"
+  std::string note;    // one line saying what was chosen and why
+};
+
+// Selects a config for `kernel` on `device` and problem `key`:
+//  1. entries of that device (if it has none, of any device, with a note);
+//  2. an entry with exactly `key`: the fastest config measured for it;
+//  3. else the nearest key that agrees on every field but `distance_fields`
+//     (nearest context length first, then batch: |log2| of the ratio);
+//  4. else nothing: the caller uses its defaults (and should say so).
+std::optional<Selection> select_config(const TuningDb& db, const std::string& kernel, const std::string& device,
+                                       const ProblemKey& key,
+                                       const std::vector<std::string>& distance_fields = {"ctx", "batch"});
+
+} // namespace tilec::rt

@@ -1,0 +1,124 @@
+// `tilec autotune` end to end on a tiny problem, and `tilec run --tuned` using its database.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "runtime/cuda.h"
+#include "runtime/tuning_db.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string out; // stdout and stderr together
+};
+
+Outcome run_tilec(const std::string& args) {
+  std::string cmd = std::string(TILEC_BINARY) + " " + args + " 2>&1";
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
+  int status = pclose(p);
+  REQUIRE(WIFEXITED(status));
+  o.code = WEXITSTATUS(status);
+  return o;
+}
+
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    dir = fs::temp_directory_path() / ("tilec_autotune_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+const char* kSpace = R"(kernel = "paged_attention"
+[params]
+block_n = [4, 8]
+head_group = [1, 2, 4]
+num_splits = [1, 2]
+num_warps = [1]
+[constraints]
+group = "(hq / hkv) % head_group == 0"
+[measure]
+warmup = 0
+repeats = 2
+)";
+
+const char* kShape = "--shape batch=1 hq=2 hkv=1 head_dim=16 block_size=4 ctx=8";
+
+} // namespace
+
+TEST_CASE("tilec autotune: tiny end to end, skip on rerun, run --tuned", "[autotune]") {
+  Scratch s;
+  std::string space = (s.dir / "space.toml").string(), db = (s.dir / "db.toml").string();
+  { std::ofstream(space) << kSpace; }
+  std::string common = "autotune paged_attention --space " + space + " " + kShape + " --backend interpret --no-ptxas -o " + db;
+
+  Outcome first = run_tilec(common + " --json");
+  INFO(first.out);
+  REQUIRE(first.code == 0);
+  CHECK_THAT(first.out, Catch::Contains("\"candidates\": 8") && Catch::Contains("\"measured\": 8") &&
+                            Catch::Contains("\"best\": {"));
+  tilec::rt::TuningDb d = tilec::rt::read_tuning_db(db);
+  REQUIRE(d.entries.size() == 8);
+  for (const auto& e : d.entries) {
+    CHECK(e.device == "cpu-interpreter");
+    CHECK(e.backend == "interpret");
+    CHECK(e.repeats == 2);
+    CHECK(e.ideal_bytes);
+    CHECK(e.min_ms <= e.median_ms);
+  }
+
+  Outcome again = run_tilec(common + " --json");
+  INFO(again.out);
+  REQUIRE(again.code == 0);
+  CHECK_THAT(again.out, Catch::Contains("\"measured\": 0") && Catch::Contains("\"skipped\": 8"));
+
+  Outcome run = run_tilec("run paged_attention --backend interpret --tuned " + db + " " + kShape);
+  INFO(run.out);
+  CHECK(run.code == 0);
+  CHECK_THAT(run.out, Catch::Contains("exact key"));
+  Outcome nearest = run_tilec("run paged_attention --backend interpret --tuned " + db +
+                          " --shape batch=1 hq=2 hkv=1 head_dim=16 block_size=4 ctx=12");
+  CHECK(nearest.code == 0);
+  CHECK_THAT(nearest.out, Catch::Contains("nearest key"));
+  Outcome none = run_tilec("run paged_attention --backend interpret --tuned " + db +
+                       " --shape batch=1 hq=4 hkv=1 head_dim=16 block_size=4 ctx=8");
+  CHECK(none.code == 0);
+  CHECK_THAT(none.out, Catch::Contains("using the default config"));
+}
+
+TEST_CASE("tilec autotune: a malformed space exits 2 with line and column", "[autotune]") {
+  Scratch s;
+  std::string space = (s.dir / "bad.toml").string();
+  { std::ofstream(space) << "kernel = \"paged_attention\"\n[params]\nblock_n = [16]\n[constraints]\nc = \"block_n < < 2\"\n"; }
+  Outcome o = run_tilec("autotune paged_attention --space " + space + " " + kShape + " --backend interpret -o " +
+                    (s.dir / "db.toml").string());
+  CHECK(o.code == 2);
+  CHECK_THAT(o.out, Catch::Contains("bad.toml:5:16:"));
+}
+
+TEST_CASE("tilec autotune --backend cuda without a GPU exits 3", "[autotune]") {
+  if (tilec::rt::cuda_available()) return;
+  Scratch s;
+  Outcome o = run_tilec("autotune paged_attention --space " + std::string(TILEC_SOURCE_DIR) +
+                    "/configs/paged_attention.toml " + kShape + " --backend cuda -o " + (s.dir / "db.toml").string());
+  CHECK(o.code == 3);
+}

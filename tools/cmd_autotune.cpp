@@ -1,0 +1,398 @@
+// tilec autotune: enumerate a search space (autotune/space.h), compile the candidates in
+// parallel, check each against the reference, time the survivors and merge the results
+// into the tuning database (runtime/tuning_db.h) after every measured config.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+#include "autotune/space.h"
+#include "codegen/compile.h"
+#include "runtime/cuda.h"
+#include "runtime/tuning_db.h"
+#include "templates/paged_attention.h"
+#include "tools/commands.h"
+#include "tools/json.h"
+
+namespace tilec::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) { g_interrupted = 1; }
+
+struct AutotuneOptions {
+  std::string kernel;
+  std::string space;
+  std::vector<std::vector<std::string>> shapes;
+  std::string db = "tuning.toml";
+  std::string backend = "auto";
+  std::string arch;
+  bool force = false;
+  bool no_ptxas = false;
+  unsigned jobs = 0;
+  uint64_t seed = 1;
+};
+
+// One candidate config of one problem key, as it goes through the stages.
+struct Candidate {
+  autotune::Values config;
+  std::string rejected; // why it was dropped; empty while it survives
+  std::optional<int> registers;
+};
+
+// Progress on stderr: a bar redrawn in place on a terminal, plain lines otherwise.
+class Progress {
+public:
+  Progress(std::string what, size_t total) : what_(std::move(what)), total_(total), tty_(::isatty(2)) {}
+  void step(const std::string& line) {
+    ++done_;
+    if (tty_) {
+      const int width = 30;
+      int filled = total_ ? int(width * done_ / total_) : width;
+      std::cerr << fmt::format("\r\033[K{} [{}{}] {}/{} {}", what_, std::string(size_t(filled), '#'),
+                               std::string(size_t(width - filled), '.'), done_, total_, line)
+                << std::flush;
+      if (done_ == total_) std::cerr << "\n";
+    } else {
+      std::cerr << fmt::format("{} [{}/{}] {}\n", what_, done_, total_, line);
+    }
+  }
+  void note(const std::string& line) {
+    if (tty_) std::cerr << "\r\033[K";
+    std::cerr << line << "\n";
+  }
+
+private:
+  std::string what_;
+  size_t total_, done_ = 0;
+  bool tty_;
+};
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Builds every candidate's kernel on a pool of threads (the DSL builder's current kernel
+// is thread_local) and, when ptxas is there, compiles it for the GPU and drops what ptxas
+// rejects or what spills.
+void compile_all(std::vector<Candidate>& cands, const templates::PagedAttentionShape& shape, unsigned jobs,
+                 const std::optional<std::string>& arch, Progress& progress) {
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  auto work = [&] {
+    for (size_t i; (i = next++) < cands.size();) {
+      if (g_interrupted) return;
+      Candidate& c = cands[i];
+      templates::PagedAttentionConfig cfg = templates::paged_attention_config(c.config);
+      try {
+        ir::Kernel k = templates::paged_attention_fused_kernel(shape, cfg);
+        if (arch) {
+          codegen::CompileOptions o;
+          o.arch = *arch;
+          o.num_warps = int(cfg.num_warps);
+          o.target = codegen::Target::nvptx;
+          codegen::CompiledKernel ck = codegen::compile(*k, o);
+          if (ck.ptxas) {
+            c.registers = ck.ptxas->registers;
+            int spills = ck.ptxas->spill_stores + ck.ptxas->spill_loads;
+            if (spills > 0)
+              c.rejected = fmt::format("spills on {} ({} bytes stored, {} loaded)", *arch, ck.ptxas->spill_stores,
+                                       ck.ptxas->spill_loads);
+          }
+        }
+      } catch (const codegen::PtxasError& e) {
+        c.rejected = "ptxas rejected it: " + first_line(e.what());
+      } catch (const UserError& e) {
+        c.rejected = first_line(e.what());
+      }
+      std::lock_guard lock(mutex);
+      progress.step(autotune::format_values(c.config) + (c.rejected.empty() ? "" : "  dropped: " + c.rejected));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, jobs); ++t) pool.emplace_back(work);
+  for (auto& t : pool) t.join();
+}
+
+// The problem key stored in the database: the --shape values, choices by name.
+rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::ParamMap& shape) {
+  rt::ProblemKey key;
+  for (const templates::Param& p : t.shape) {
+    int64_t v = shape.at(p.name);
+    if (p.choices.empty()) key[p.name] = v;
+    else key[p.name] = p.value_str(v);
+  }
+  return key;
+}
+
+JsonObject best_json(const rt::TuningEntry& e) {
+  JsonObject cfg;
+  for (const auto& [k, v] : e.config) cfg.integer(k, v);
+  JsonObject j;
+  j.str("key", rt::format_key(e.key)).raw("config", cfg.str()).number("median_ms", e.median_ms);
+  j.maybe("gbps", e.gbps);
+  return j;
+}
+
+int run_autotune(const Common& common, const AutotuneOptions& o) {
+  const templates::KernelTemplate* t = templates::find_template(o.kernel);
+  if (!t) throw UserError(fmt::format("unknown kernel '{}' (see tilec list)", o.kernel));
+  if (t->name != "paged_attention")
+    throw UserError(fmt::format("autotune supports paged_attention; '{}' has no tuning harness", o.kernel));
+  if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
+
+  autotune::SpaceNames names{t->name, {}, {}};
+  for (const auto& p : t->params) names.params.push_back(p.name);
+  for (const auto& p : t->shape) names.shape.push_back(p.name);
+  autotune::SearchSpace space = autotune::load_space(o.space, names);
+
+  std::string backend;
+  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::string device = rt::host_device_name(backend), cc;
+  std::optional<std::string> arch = o.arch.empty() ? std::optional<std::string>("sm_90") : o.arch;
+  if (backend == "cuda") {
+    rt::Context ctx(0);
+    device = ctx.properties().name;
+    cc = fmt::format("{}.{}", ctx.properties().major, ctx.properties().minor);
+    if (o.arch.empty()) arch = ctx.properties().arch();
+  }
+  if (o.no_ptxas || !codegen::find_ptxas()) arch.reset();
+  unsigned jobs = o.jobs ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+
+  // Reading through merge_into_file moves a corrupt database aside before tuning starts.
+  std::string warning;
+  rt::TuningDb db = rt::merge_into_file(o.db, {}, &warning);
+  if (!warning.empty()) std::cerr << "tilec: warning: " << warning << "\n";
+
+  struct sigaction sa{}, old{};
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND; // a second ^C ends the process at once
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old);
+  g_interrupted = 0;
+
+  size_t n_candidates = 0, n_rejected = 0, n_measured = 0, n_skipped = 0;
+  std::vector<rt::ProblemKey> keys;
+  for (const std::vector<std::string>& set : o.shapes) {
+    if (g_interrupted) break;
+    templates::ParamMap shape = templates::resolve_params(t->shape, set, "--shape");
+    templates::PagedAttentionShape ps = templates::paged_attention_shape(shape);
+    rt::ProblemKey key = problem_key(*t, shape);
+    keys.push_back(key);
+    autotune::Enumeration en = autotune::enumerate(space, shape);
+    say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(key),
+                            en.candidates.size(), space.size(), space.source));
+    n_candidates += en.candidates.size();
+    if (en.candidates.empty())
+      throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
+                                  rt::format_key(key), autotune::format_values(en.rejected.at(0).params),
+                                  en.rejected.at(0).reason));
+
+    rt::TuningEntry slot;
+    slot.kernel = t->name;
+    slot.device = device;
+    slot.compute_capability = cc;
+    slot.backend = backend;
+    slot.key = key;
+    std::vector<Candidate> todo;
+    size_t skipped_here = 0;
+    for (const autotune::Values& v : en.candidates) {
+      autotune::Values full;
+      for (const auto& p : t->params) full[p.name] = p.value;
+      for (const auto& [k, x] : v) full[k] = x;
+      slot.config = rt::TunedConfig(full.begin(), full.end());
+      if (!o.force && db.find(slot)) {
+        ++skipped_here;
+        continue;
+      }
+      todo.push_back({full, {}, {}});
+    }
+    n_skipped += skipped_here;
+    if (skipped_here)
+      say(common, fmt::format("  {} already in {} (use --force to measure again)", skipped_here, o.db));
+
+    Progress compiling("compile", todo.size());
+    compile_all(todo, ps, jobs, arch, compiling);
+
+    templates::PagedAttentionInputs in = templates::make_paged_attention_inputs(ps, o.seed, shape.at("ctx"));
+    templates::validate_paged_attention(in, false);
+    interp::Buffer want = templates::paged_attention_reference(in);
+    const int64_t ideal = templates::paged_attention_ideal_bytes(in);
+    // The tolerances of `tilec run`.
+    const double atol = ps.dtype == ir::DType::f32 ? 1e-5 : ps.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
+    const double rtol = ps.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
+
+    size_t survivors = 0;
+    for (const Candidate& c : todo) survivors += c.rejected.empty();
+    Progress measuring("measure", survivors);
+    for (Candidate& c : todo) {
+      if (g_interrupted) break;
+      if (!c.rejected.empty()) {
+        ++n_rejected;
+        say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
+        continue;
+      }
+      templates::PagedAttentionConfig cfg = templates::paged_attention_config(c.config);
+      std::vector<double> times;
+      templates::Comparison cmp;
+      templates::LaunchStats last;
+      try {
+        templates::Problem p;
+        launcher->reset_stats();
+        p.outputs = {p.add_buffer(templates::run_paged_attention_fused(in, cfg, *launcher))};
+        p.expected = {want};
+        p.atol = atol;
+        p.rtol = rtol;
+        cmp = templates::compare_outputs(p);
+        if (!cmp.ok) {
+          c.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", cmp.max_abs_err, cmp.first_mismatch);
+        } else {
+          for (int i = 0; i < space.warmup; ++i) templates::run_paged_attention_fused(in, cfg, *launcher);
+          for (int i = 0; i < space.repeats; ++i) {
+            launcher->reset_stats();
+            auto t0 = std::chrono::steady_clock::now();
+            templates::run_paged_attention_fused(in, cfg, *launcher);
+            double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            last = launcher->stats();
+            times.push_back(last.launches > 0 && last.time_ms > 0 ? last.time_ms : wall);
+          }
+        }
+      } catch (const UserError& e) {
+        c.rejected = "failed to run: " + first_line(e.what());
+      } catch (const rt::Error& e) {
+        c.rejected = "failed to run: " + first_line(e.what());
+      }
+      if (!c.rejected.empty()) {
+        ++n_rejected;
+        measuring.step(autotune::format_values(c.config) + "  dropped: " + c.rejected);
+        say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
+        continue;
+      }
+      rt::TuningEntry e = slot;
+      e.config = rt::TunedConfig(c.config.begin(), c.config.end());
+      e.median_ms = median(times);
+      e.min_ms = *std::min_element(times.begin(), times.end());
+      e.max_ms = *std::max_element(times.begin(), times.end());
+      e.repeats = int64_t(times.size());
+      e.ideal_bytes = ideal;
+      if (e.median_ms > 0) e.gbps = double(ideal) / (e.median_ms * 1e6);
+      e.bytes_loaded = last.bytes_loaded;
+      e.bytes_stored = last.bytes_stored;
+      e.unique_bytes = last.unique_bytes;
+      e.max_abs_err = cmp.max_abs_err;
+      rt::TuningDb one;
+      one.entries.push_back(e);
+      db = rt::merge_into_file(o.db, one, &warning); // after every config: ^C keeps what was measured
+      ++n_measured;
+      measuring.step(fmt::format("{}  median {:.4f} ms", autotune::format_values(c.config), e.median_ms));
+    }
+  }
+  sigaction(SIGINT, &old, nullptr);
+
+  std::vector<rt::TuningEntry> best;
+  for (const rt::ProblemKey& key : keys) {
+    auto sel = rt::select_config(db, t->name, device, key);
+    if (sel && sel->rule == "exact") {
+      best.push_back(sel->entry);
+      say(common, fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(key),
+                              rt::format_config(sel->entry.config), sel->entry.median_ms,
+                              sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
+    }
+  }
+  say(common, fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n_candidates,
+                          n_rejected, n_measured, n_skipped, o.db));
+  if (g_interrupted) std::cerr << fmt::format("tilec: interrupted; {} holds the {} configs measured so far\n", o.db, n_measured);
+  if (common.json) {
+    JsonObject j;
+    j.str("kernel", t->name).str("backend", backend).str("device", device);
+    j.integer("candidates", int64_t(n_candidates)).integer("rejected", int64_t(n_rejected));
+    j.integer("measured", int64_t(n_measured)).integer("skipped", int64_t(n_skipped));
+    if (best.empty()) j.null("best");
+    else if (keys.size() == 1) j.raw("best", best_json(best[0]).str());
+    else {
+      std::string arr;
+      for (const auto& e : best) arr += (arr.empty() ? "" : ", ") + best_json(e).str();
+      j.raw("best", "[" + arr + "]");
+    }
+    j.str("db", o.db).boolean("interrupted", g_interrupted != 0);
+    std::cout << j.str() << std::endl;
+  }
+  return g_interrupted ? kFailed : kOk;
+}
+
+} // namespace
+
+templates::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db_path,
+                                                             const templates::ParamMap& shape,
+                                                             const templates::PagedAttentionInputs& in,
+                                                             bool from_files, const std::string& backend,
+                                                             const templates::PagedAttentionConfig& fallback) {
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
+  templates::ParamMap problem = shape;
+  if (from_files) {
+    const templates::PagedAttentionShape& s = in.shape;
+    problem["batch"] = s.batch, problem["hq"] = s.hq, problem["hkv"] = s.hkv, problem["sq"] = s.sq;
+    problem["head_dim"] = s.head_dim, problem["block_size"] = s.block_size, problem["alibi"] = s.alibi;
+    problem["max_blocks"] = s.max_blocks, problem["num_blocks"] = s.num_blocks;
+    int64_t ctx = 0;
+    for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
+    problem["ctx"] = ctx;
+    for (const auto& p : t->shape)
+      if (p.name == "dtype")
+        for (size_t i = 0; i < p.choices.size(); ++i)
+          if (p.choices[i] == ir::dtype_name(s.dtype)) problem["dtype"] = int64_t(i);
+  }
+  std::string device = rt::host_device_name(backend);
+  if (backend == "cuda") device = rt::Context(0).properties().name;
+  rt::TuningDb db;
+  try {
+    db = rt::read_tuning_db(db_path);
+  } catch (const rt::TuningDbError& e) {
+    throw UserError(fmt::format("--tuned {}", e.what()));
+  }
+  rt::ProblemKey key = problem_key(*t, problem);
+  auto sel = rt::select_config(db, "paged_attention", device, key,
+                               {"ctx", "batch", "max_blocks", "num_blocks"});
+  if (!sel) {
+    say(common, fmt::format("--tuned {}: nothing tuned for {} on {}; using the default config", db_path,
+                            rt::format_key(key), device));
+    return fallback;
+  }
+  say(common, "--tuned " + db_path + ": " + sel->note);
+  templates::ParamMap cfg{{"block_n", fallback.block_n}, {"head_group", fallback.head_group},
+                         {"num_warps", fallback.num_warps}, {"num_splits", fallback.num_splits}};
+  for (const auto& [k, v] : sel->entry.config) cfg[k] = v;
+  return templates::paged_attention_config(cfg);
+}
+
+Action add_autotune(CLI::App& app, Common& common) {
+  auto o = std::make_shared<AutotuneOptions>();
+  app.add_option("kernel", o->kernel, "kernel to tune (paged_attention)")->required();
+  app.add_option("--space", o->space, "search space (TOML, e.g. configs/paged_attention.toml)")->required();
+  app.add_option("--shape", o->shapes, "problem sizes NAME=VALUE...; repeat --shape to tune several keys")
+      ->expected(1, -1)
+      ->required();
+  app.add_option("-o,--db", o->db, "tuning database to create or merge into")->capture_default_str();
+  app.add_option("--backend", o->backend, "where to time: auto, interpret, emulate or cuda")
+      ->check(CLI::IsMember({"auto", "interpret", "emulate", "cuda"}))
+      ->capture_default_str();
+  app.add_flag("--force", o->force, "measure again (key, config) pairs the database already has");
+  app.add_option("--arch", o->arch, "GPU arch for the ptxas check (default: the device's, else sm_90)");
+  app.add_flag("--no-ptxas", o->no_ptxas, "skip the ptxas register/spill check");
+  app.add_option("-j,--jobs", o->jobs, "compile threads (default: every core)");
+  app.add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
+  return [&common, o]() -> int { return run_autotune(common, *o); };
+}
+
+} // namespace tilec::cli
