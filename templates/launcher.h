@@ -19,6 +19,14 @@ struct LaunchStats {
   std::optional<int64_t> bytes_loaded, bytes_stored, unique_bytes;
 };
 
+// Kernel times of repeated launches (after warm-up launches that are not counted).
+struct TimingStats {
+  int warmup = 0, repeats = 0;
+  double median_ms = 0.0, min_ms = 0.0, max_ms = 0.0, mean_ms = 0.0;
+};
+// Summarizes per-launch times; UserError when `ms` is empty.
+TimingStats summarize_times(std::vector<double> ms, int warmup);
+
 class Launcher {
 public:
   virtual ~Launcher() = default;
@@ -27,6 +35,12 @@ public:
   // launcher moves data to and from its device as needed) and adds to stats().
   virtual void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
                       const std::vector<interp::Arg>& args) = 0;
+  // Times `repeats` launches after `warmup` untimed ones, for the autotuner and benchmarks.
+  // Leaves stats() unchanged; the host buffers end up as after the last launch (so a kernel
+  // that accumulates into its output accumulates every time). This default calls launch();
+  // a device backend overrides it to move the buffers once rather than per launch.
+  virtual TimingStats time(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
+                           const std::vector<interp::Arg>& args, int warmup, int repeats);
   const LaunchStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
@@ -38,5 +52,9 @@ protected:
 std::unique_ptr<Launcher> make_interpret_launcher();
 // The CPU emulator running the emu-target code (runtime/emulator.h) as a launcher.
 std::unique_ptr<Launcher> make_emulate_launcher();
+// The GPU through the CUDA Driver API (runtime/cuda.h): compiles each kernel for the device's
+// arch once, moves the buffers to the device and back around each launch, and times the
+// kernel with events. Throws rt::BackendUnavailable without a driver or device.
+std::unique_ptr<Launcher> make_cuda_launcher();
 
 } // namespace tilec::templates

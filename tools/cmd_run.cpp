@@ -34,8 +34,7 @@ struct RunResult {
 
 std::string resolve_backend(const std::string& requested) {
   if (requested != "auto") return requested;
-  // cuda once it is wired and a device is present; until then always the emulator.
-  return "emulate";
+  return rt::cuda_available() ? "cuda" : "emulate";
 }
 
 // The launcher for a backend; BackendUnavailable (exit 3) when this machine or
@@ -43,11 +42,7 @@ std::string resolve_backend(const std::string& requested) {
 std::unique_ptr<templates::Launcher> make_launcher(const std::string& backend) {
   if (backend == "interpret") return templates::make_interpret_launcher();
   if (backend == "emulate") return templates::make_emulate_launcher();
-  if (backend == "cuda") {
-    std::string reason;
-    if (!rt::cuda_available(&reason)) throw rt::BackendUnavailable(reason);
-    throw rt::BackendUnavailable("the cuda backend needs the code generator, which is not in this build yet");
-  }
+  if (backend == "cuda") return templates::make_cuda_launcher();
   throw rt::BackendUnavailable(fmt::format("unknown backend '{}'", backend));
 }
 

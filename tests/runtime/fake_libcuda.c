@@ -1,7 +1,9 @@
 /* A stand-in for libcuda.so.1 so tests can drive runtime/cuda.cpp on machines without a GPU.
  * Built as <build>/fake_cuda/libcuda.so.1 and picked up through LD_LIBRARY_PATH by a child
- * process only. Device memory is host memory, and the one kernel it can "run" is vector_add
- * (out = x + y over n floats), enough to check argument marshalling end to end.
+ * process only. Device memory is host memory. It loads any module and finds any kernel a PTX
+ * image declares (a cubin, any kernel), but the one it can "run" is vector_add (out = x + y
+ * over n floats, whatever the grid); other launches do nothing, so tests check what reached the
+ * driver: with FAKE_CUDA_TRACE it also prints allocations, copies and the launched kernel.
  *
  * It insists on the discipline the real driver needs: calls that use a context fail with
  * CUDA_ERROR_INVALID_CONTEXT unless one was pushed. With FAKE_CUDA_TRACE set it prints each
@@ -15,7 +17,17 @@
 #include <string.h>
 
 static int context_depth, retained, live_allocations, live_modules, live_streams, live_events;
-static struct { int unused; } the_context, the_module, the_function, a_stream, an_event;
+static struct { int unused; } the_context, a_stream, an_event;
+
+/* A loaded module: its PTX text (NULL for a cubin) and the functions looked up in it. */
+struct FakeFunction {
+  char name[128];
+};
+struct FakeModule {
+  char* ptx;
+  struct FakeFunction functions[16];
+  int function_count;
+};
 
 static int tracing(void) { return getenv("FAKE_CUDA_TRACE") != NULL; }
 #define TRACE(...)                                                                                 \
@@ -121,6 +133,7 @@ static CUresult fake_cuMemAlloc(CUdeviceptr* p, size_t bytes) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   *p = (CUdeviceptr)(size_t)malloc(bytes);
   ++live_allocations;
+  TRACE("cuMemAlloc %zu bytes\n", bytes);
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemFree(CUdeviceptr p) {
@@ -131,11 +144,13 @@ static CUresult fake_cuMemFree(CUdeviceptr p) {
 }
 static CUresult fake_cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
   NEED_CONTEXT();
+  TRACE("cuMemcpyHtoD %zu bytes\n", n);
   memcpy((void*)(size_t)dst, src, n);
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
   NEED_CONTEXT();
+  TRACE("cuMemcpyDtoH %zu bytes\n", n);
   memcpy(dst, (const void*)(size_t)src, n);
   return CUDA_SUCCESS;
 }
@@ -203,21 +218,49 @@ static CUresult fake_cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned
         snprintf((char*)values[i], 64, "ptxas fatal   : fake JIT error log line");
     return CUDA_ERROR_INVALID_PTX;
   }
-  *m = (CUmodule)&the_module;
+  struct FakeModule* module = calloc(1, sizeof(struct FakeModule));
+  if (!elf) {
+    size_t size = strlen(text) + 1;
+    module->ptx = malloc(size);
+    memcpy(module->ptx, text, size);
+  }
+  *m = (CUmodule)module;
   ++live_modules;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuModuleUnload(CUmodule m) {
-  (void)m;
   NEED_CONTEXT();
+  free(((struct FakeModule*)m)->ptx);
+  free(m);
   --live_modules;
   return CUDA_SUCCESS;
 }
+/* Whether `ptx` declares the kernel `name` (".entry name(" or ".entry name" and a space). */
+static int declares(const char* ptx, const char* name) {
+  size_t n = strlen(name);
+  for (const char* p = strstr(ptx, ".entry "); p; p = strstr(p + 1, ".entry ")) {
+    const char* q = p + 7;
+    while (*q == ' ' || *q == '\t') ++q;
+    if (strncmp(q, name, n) == 0 && (q[n] == '(' || q[n] == ' ' || q[n] == '\n' || q[n] == '\t'))
+      return 1;
+  }
+  return 0;
+}
+
 static CUresult fake_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
-  (void)m;
   NEED_CONTEXT();
-  if (strcmp(name, "vector_add") != 0) return CUDA_ERROR_NOT_FOUND;
-  *f = (CUfunction)&the_function;
+  struct FakeModule* module = (struct FakeModule*)m;
+  if (module->ptx && !declares(module->ptx, name)) return CUDA_ERROR_NOT_FOUND;
+  if (strlen(name) >= sizeof(module->functions[0].name)) return CUDA_ERROR_INVALID_VALUE;
+  for (int i = 0; i < module->function_count; ++i)
+    if (strcmp(module->functions[i].name, name) == 0) {
+      *f = (CUfunction)&module->functions[i];
+      return CUDA_SUCCESS;
+    }
+  if (module->function_count == 16) return CUDA_ERROR_INVALID_VALUE;
+  struct FakeFunction* fn = &module->functions[module->function_count++];
+  strcpy(fn->name, name);
+  *f = (CUfunction)fn;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
@@ -237,16 +280,18 @@ static CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, in
 static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                     unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                     CUstream s, void** params, void** extra) {
-  (void)f, (void)s, (void)extra;
+  (void)s, (void)extra;
   NEED_CONTEXT();
+  const char* name = ((struct FakeFunction*)f)->name;
+  TRACE("cuLaunchKernel %s\n", name);
   TRACE("cuLaunchKernel grid %ux%ux%u block %ux%ux%u shared %u\n", gx, gy, gz, bx, by, bz, shared);
   if (!params || gx == 0 || bx == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (strcmp(name, "vector_add") != 0) return CUDA_SUCCESS;
   float* x = (float*)(size_t) * (CUdeviceptr*)params[0];
   float* y = (float*)(size_t) * (CUdeviceptr*)params[1];
   float* out = (float*)(size_t) * (CUdeviceptr*)params[2];
   int n = *(int*)params[3];
-  long threads = (long)gx * bx;
-  for (long j = 0; j < threads && j < n; ++j) out[j] = x[j] + y[j];
+  for (int j = 0; j < n; ++j) out[j] = x[j] + y[j];
   return CUDA_SUCCESS;
 }
 
