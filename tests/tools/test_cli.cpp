@@ -95,7 +95,7 @@ TEST_CASE("tilec exit codes for bad usage", "[cli][errors]") {
   CHECK(tilec("run softmax --backend warp-drive").code == 2);
 }
 
-TEST_CASE("--json reports errors as a JSON last line too", "[cli][errors]") {
+TEST_CASE("errors are reported as a JSON last line under --json too", "[cli][errors]") {
   auto o = tilec("run nosuchkernel --json");
   CHECK(o.code == 2);
   CHECK_THAT(last_line(o.out), Catch::StartsWith("{\"ok\": false"));
