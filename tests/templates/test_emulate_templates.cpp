@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "tests/templates/test_util.h"
 #include "dsl/dsl.h"
 #include "runtime/emulator.h"
 #include "templates/kernels.h"
@@ -13,6 +14,7 @@
 
 using namespace tilec;
 using namespace tilec::templates;
+using test::max_err;
 
 namespace {
 
@@ -49,16 +51,6 @@ void check_template(const std::string& name, const ParamMap& params, const Param
   }
 }
 
-double max_err(const interp::Buffer& got, const interp::Buffer& want) {
-  REQUIRE(got.count() == want.count());
-  double e = 0;
-  for (size_t i = 0; i < got.count(); ++i) {
-    double d = std::abs(got.get(i) - want.get(i));
-    if (std::isnan(got.get(i))) d = INFINITY;
-    e = std::max(e, d);
-  }
-  return e;
-}
 
 } // namespace
 

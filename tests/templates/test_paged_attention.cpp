@@ -3,27 +3,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/templates/test_util.h"
 #include "runtime/npy.h"
 #include "templates/paged_attention.h"
 
 using namespace tilec;
 using namespace tilec::templates;
+using test::max_err;
 
 namespace {
 
-double tolerance(ir::DType t) { return t == ir::DType::f32 ? 2e-5 : t == ir::DType::f16 ? 4e-3 : 3e-2; }
 
-// Max |got - want| over the output.
-double max_err(const interp::Buffer& got, const interp::Buffer& want) {
-  REQUIRE(got.count() == want.count());
-  double e = 0;
-  for (size_t i = 0; i < got.count(); ++i) {
-    double d = std::abs(got.get(i) - want.get(i));
-    if (std::isnan(got.get(i))) d = INFINITY;
-    e = std::max(e, d);
-  }
-  return e;
-}
 
 // Points every block-table slot a sequence does not use far past the cache,
 // so reading one is an out-of-bounds error.
@@ -77,7 +67,7 @@ TEST_CASE("fused paged attention matches the reference over a grid of configs", 
             INFO("dtype " << ir::dtype_name(dt) << " ratio " << ratio << " sq " << sq << " alibi " << alibi
                           << " softcap " << softcap);
             auto got = run_paged_attention_fused(in, cfg, *launcher);
-            CHECK(max_err(got, want) <= tolerance(dt));
+            CHECK(max_err(got, want) <= test::paged_attention_tolerance(dt));
             for (size_t i = 0; i < size_t(s.hq * s.sq * s.head_dim); ++i) REQUIRE(got.get(i) == 0.0);
           }
 }

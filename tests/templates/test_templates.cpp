@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "tests/templates/test_util.h"
 #include "codegen/compile.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -161,19 +162,13 @@ TEST_CASE("fused and decomposed paged attention match the reference on the emula
             auto in = make_paged_attention_inputs(s, seed++);
             in.context_lens.set_int(0, 0); // an empty sequence next to a ragged one
             auto want = paged_attention_reference(in);
-            double tol = dt == ir::DType::f32 ? 2e-5 : dt == ir::DType::f16 ? 4e-3 : 3e-2;
             INFO(ir::dtype_name(dt) << " ratio " << ratio << " sq " << sq << " alibi " << alibi << " softcap "
                                     << softcap);
             for (bool fused : {true, false}) {
               INFO((fused ? "fused" : "decompose"));
               auto got = fused ? run_paged_attention_fused(in, {8, 0, 2, sq == 1 ? 2 : 1}, *launcher)
                                : run_paged_attention_decomposed(in, *launcher);
-              double err = 0;
-              for (size_t i = 0; i < want.count(); ++i) {
-                double d = std::abs(got.get(i) - want.get(i));
-                err = std::max(err, std::isnan(d) ? INFINITY : d);
-              }
-              CHECK(err <= tol);
+              CHECK(test::max_err(got, want) <= test::paged_attention_tolerance(dt));
             }
           }
 }
