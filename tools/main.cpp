@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   add("run", "run a kernel on generated inputs and check it against its reference", add_run);
   add("autotune", "search a kernel's config space (TOML) and store the fastest correct configs in a database",
       add_autotune);
+  add("bench", "compare a kernel's tuned configs against its defaults and print a table", add_bench);
+  add("fuzz", "differential fuzzing: random tile programs on the interpreter and the emulator must agree", add_fuzz);
 
   try {
     app.parse(argc, argv);
