@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Input fuzzing of tilec's readers (README "Input fuzzing"): builds the libFuzzer targets
+# of fuzz/targets/ with clang-19, AddressSanitizer and UBSan, then runs each over its seed
+# corpus (fuzz/corpus/<target>/) for RUNS inputs.
+#
+#   scripts/fuzz_inputs.sh [RUNS [TARGET...]]
+#
+# RUNS defaults to 10000 per target (the short run of the test suite); the targets are
+# ir_parser space_toml tuning_db_toml manifest_toml npy. Installs clang-19 and its
+# sanitizer runtimes when missing (Debian 12, as root or with sudo). The build lives in
+# ${TILEC_FUZZ_BUILD_DIR:-build-fuzz}; inputs libFuzzer finds new go to a temporary folder,
+# never to the committed corpus. A finding (crash, undefined behaviour, leak, timeout, a
+# reader error of the wrong type or a broken round trip) fails the script; its input is
+# kept in <build>/findings/ and shown, with the command that replays it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs=${1:-10000}
+shift || true
+all_targets=(ir_parser space_toml tuning_db_toml manifest_toml npy)
+targets=("$@")
+((${#targets[@]})) || targets=("${all_targets[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz_inputs.sh: unknown target '$t' (${all_targets[*]})" >&2; exit 2; }
+done
+[[ $runs =~ ^[0-9]+$ ]] || { echo "fuzz_inputs.sh: RUNS must be a number, got '$runs'" >&2; exit 2; }
+
+packages=(clang-19 libclang-rt-19-dev cmake ninja-build libfmt-dev libtomlplusplus-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "==> installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_dir=${TILEC_FUZZ_BUILD_DIR:-build-fuzz}
+echo "==> building the input fuzz targets in $build_dir"
+cmake -G Ninja -S fuzz/targets -B "$build_dir" -DCMAKE_CXX_COMPILER=clang++-19 \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTILEC_WERROR=ON >/dev/null
+ninja -C "$build_dir" --quiet -j "${TILEC_FUZZ_JOBS:-$(nproc)}" "${targets[@]/#/fuzz_}"
+
+# Longest input per target: the seeds fit (printed paged attention is about 11 KB).
+declare -A max_len=([ir_parser]=16384 [space_toml]=4096 [tuning_db_toml]=8192 [manifest_toml]=4096 [npy]=4096)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/tilec-fuzz.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+findings="$build_dir/findings"
+mkdir -p "$findings"
+failed=()
+start=$SECONDS
+for t in "${targets[@]}"; do
+  mkdir -p "$work/$t"
+  dict=()
+  [ -f "fuzz/targets/$t.dict" ] && dict=("-dict=fuzz/targets/$t.dict")
+  t0=$SECONDS
+  status=0
+  # New inputs go to $work/$t (first folder); the committed corpus is only read.
+  "$build_dir/fuzz_$t" -runs="$runs" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$findings/$t-" -print_final_stats=1 "${dict[@]}" \
+    "$work/$t" "fuzz/corpus/$t" >"$work/$t.log" 2>&1 || status=$?
+  done_line=$(grep -E '^Done [0-9]+ runs' "$work/$t.log" | tail -1 || true)
+  if ((status == 0)); then
+    echo "==> $t: ${done_line:-done} ($((SECONDS - t0)) s)"
+    continue
+  fi
+  failed+=("$t")
+  echo "==> $t: FINDING (exit $status after $((SECONDS - t0)) s); the fuzzer's report:" >&2
+  grep -v -E '^(#[0-9]+|INFO:|MS:|\s*$)' "$work/$t.log" | tail -60 >&2 || true
+  for f in $(grep -oE "Test unit written to \S+" "$work/$t.log" | awk '{print $5}'); do
+    echo "==> reproducer $f ($(stat -c %s "$f") bytes); replay: $build_dir/fuzz_$t $f" >&2
+    head -c 512 "$f" | od -A d -c | head -20 >&2
+  done
+done
+echo "==> input fuzzing: ${#targets[@]} targets x $runs runs in $((SECONDS - start)) s"
+if ((${#failed[@]})); then
+  echo "==> findings in: ${failed[*]} (reproducers in $findings/; add each to fuzz/corpus/<target>/ once fixed)" >&2
+  exit 1
+fi
