@@ -70,7 +70,8 @@ for t in "${targets[@]}"; do
   fi
   failed+=("$t")
   echo "==> $t: FINDING (exit $status after $((SECONDS - t0)) s); the fuzzer's report:" >&2
-  grep -v -E '^(#[0-9]+|INFO:|MS:|\s*$)' "$work/$t.log" | tail -60 >&2 || true
+  # The report without libFuzzer's progress lines and its dumps of the input (shown below).
+  grep -v -E '^(#[0-9]+|INFO:|MS:|Base64:|0x[0-9a-f]+,|\s*$)' "$work/$t.log" | tail -60 >&2 || true
   for f in $(grep -oE "Test unit written to \S+" "$work/$t.log" | awk '{print $5}'); do
     echo "==> reproducer $f ($(stat -c %s "$f") bytes); replay: $build_dir/fuzz_$t $f" >&2
     head -c 512 "$f" | od -A d -c | head -20 >&2
