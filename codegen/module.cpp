@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <fstream>
+#include <iterator>
 
 #include "ir/printer.h"
 
@@ -10,9 +14,16 @@ namespace tilec::codegen {
 
 namespace {
 
-void write_file_atomically(const std::filesystem::path& path, const void* data, size_t size) {
+// A name beside `path` no other writer (process or thread) uses at the same time.
+std::filesystem::path temp_beside(const std::filesystem::path& path) {
+  static std::atomic<unsigned> counter{0};
   std::filesystem::path tmp = path;
-  tmp += ".tmp";
+  tmp += fmt::format(".tmp.{}.{}", ::getpid(), counter++);
+  return tmp;
+}
+
+void write_file_atomically(const std::filesystem::path& path, const void* data, size_t size) {
+  std::filesystem::path tmp = temp_beside(path);
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) throw UserError(fmt::format("{}: cannot write", path.string()));
@@ -63,7 +74,15 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
     if (k.ptxas) m.ptxas = rt::PtxasReport{k.ptxas->registers, k.ptxas->spill_stores + k.ptxas->spill_loads};
   } else {
     m.emulator = name + ".so";
-    link_emu_library(k.object, (dir / m.emulator).string());
+    std::filesystem::path tmp = temp_beside(dir / m.emulator);
+    link_emu_library(k.object, tmp.string());
+    std::filesystem::rename(tmp, dir / m.emulator); // a process running the old library keeps its copy
+  }
+  for (auto [slot, file] : {std::pair{"ptx", &m.ptx}, {"cubin", &m.cubin}, {"emulator", &m.emulator}}) {
+    if (file->empty()) continue;
+    std::ifstream in(dir / *file, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    m.checksums[slot] = rt::file_checksum(data);
   }
   rt::write_manifest(m, dir / (name + ".toml"));
   m.dir = dir;

@@ -162,6 +162,14 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
     m.ptxas = PtxasReport{r.integer(t, "registers", "ptxas.registers", &t, 0, kIntMax),
                           r.integer(t, "spills", "ptxas.spills", &t, 0, kIntMax)};
   }
+  if (const toml::node* sums = doc.get("checksums")) {
+    const toml::table& t = r.table(*sums, "checksums");
+    for (const char* file : {"ptx", "cubin", "emulator"})
+      if (t.get(file)) m.checksums[file] = r.string(t, file, fmt::format("checksums.{}", file), &t);
+    for (auto&& [name, value] : t)
+      if (!m.checksums.count(std::string(name.str())))
+        r.fail(&value, fmt::format("key 'checksums.{}' names no code file (ptx, cubin, emulator)", name.str()));
+  }
   return m;
 }
 
@@ -188,6 +196,15 @@ std::string key(std::string_view k) {
 }
 
 } // namespace
+
+std::string file_checksum(std::string_view data) {
+  std::uint64_t h = 1469598103934665603ull; // FNV-1a 64
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{}:{:016x}", data.size(), h);
+}
 
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& source) {
   Reader r(source.string());
@@ -243,6 +260,10 @@ std::string format_manifest(const Manifest& m) {
   if (m.ptxas)
     out += fmt::format("\n[ptxas]\nregisters = {}\nspills = {}\n", m.ptxas->registers,
                        m.ptxas->spills);
+  if (!m.checksums.empty()) {
+    out += "\n[checksums]\n";
+    for (const auto& [file, sum] : m.checksums) out += fmt::format("{} = {}\n", key(file), quote(sum));
+  }
   return out;
 }
 

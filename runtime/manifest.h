@@ -25,6 +25,9 @@
 //   [ptxas]                     # optional
 //   registers = 16
 //   spills = 0
+//
+//   [checksums]                 # optional: "<bytes>:<FNV-1a 64 hex>" of each code file,
+//   ptx = "5321:8c1f0e2a9b3d4c5e"  # so a truncated or corrupt module is detected
 #include "runtime/types.h"
 
 #include <cstdint>
@@ -64,6 +67,7 @@ struct Manifest {
   std::string compiler_version;
   std::string ir_hash;
   std::optional<PtxasReport> ptxas;
+  std::map<std::string, std::string> checksums; // "ptx" / "cubin" / "emulator" -> file_checksum()
 
   // The folder the manifest was read from (not written); code paths are relative to it.
   std::filesystem::path dir;
@@ -73,6 +77,9 @@ struct Manifest {
 
   bool operator==(const Manifest&) const = default;
 };
+
+// "<bytes>:<FNV-1a 64 hex>" of `data`: what [checksums] records for a code file.
+std::string file_checksum(std::string_view data);
 
 // Both throw ManifestError naming the file, the line:column when known, and the key.
 Manifest read_manifest(const std::filesystem::path& file);

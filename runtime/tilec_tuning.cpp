@@ -4,6 +4,7 @@
 #include <deque>
 #include <string>
 
+#include "runtime/module_store.h"
 #include "runtime/tuning_db.h"
 
 struct tilec_tuning_db {
@@ -67,6 +68,46 @@ extern "C" int tilec_tuning_select(const tilec_tuning_db* db, const char* kernel
       ++n;
     }
     return n;
+  } catch (const std::exception& e) {
+    copy_out(e.what(), note, note_len);
+    return -1;
+  }
+}
+
+extern "C" int tilec_tuned_modules(const tilec_tuning_db* db, const char* kernel, const char* device,
+                                   const char* key, const char* arch, const char* dirs, const char* extra,
+                                   char* manifests, size_t manifests_len, char* note, size_t note_len) {
+  if (!db || !kernel || !device || !key || !arch) {
+    copy_out("tilec_tuned_modules: a required argument is NULL", note, note_len);
+    return -1;
+  }
+  try {
+    std::vector<std::filesystem::path> folders;
+    for (std::string rest = dirs ? dirs : ""; !rest.empty();) {
+      size_t colon = rest.find(':');
+      if (colon) folders.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    }
+    tilec::rt::Spec more;
+    if (extra)
+      for (const auto& [k, v] : tilec::rt::parse_key(extra)) more[k] = v;
+    tilec::rt::TunedModules t =
+        tilec::rt::load_tuned(db->db, kernel, device, tilec::rt::parse_key(key), arch, folders, more);
+    std::string paths;
+    for (const tilec::rt::Manifest& m : t.modules) {
+      // The manifest's file: tilec names a module's files alike (<name>.toml, <name>.ptx, ...).
+      const std::filesystem::path& code = !m.ptx.empty() ? m.ptx : !m.cubin.empty() ? m.cubin : m.emulator;
+      std::filesystem::path file = m.dir / code.stem();
+      file += ".toml";
+      paths += file.string() + "\n";
+    }
+    if (manifests && paths.size() >= manifests_len) {
+      copy_out("tilec_tuned_modules: the manifests buffer is too small", note, note_len);
+      return -1;
+    }
+    copy_out(paths, manifests, manifests_len);
+    copy_out(t.note, note, note_len);
+    return int(t.modules.size());
   } catch (const std::exception& e) {
     copy_out(e.what(), note, note_len);
     return -1;

@@ -36,6 +36,19 @@ int tilec_tuning_size(const tilec_tuning_db* db);
 int tilec_tuning_select(const tilec_tuning_db* db, const char* kernel, const char* device, const char* key,
                         const char** names, long long* values, int capacity, char* note, size_t note_len);
 
+/* Selects the config as tilec_tuning_select does (the documented defaults when nothing
+   fits) and finds the modules to launch for it, in launch order, for `arch` ("sm_80",
+   "sm_90", or "host" for the emulator): in `dirs` (folders separated by ':', e.g. one
+   written by `tilec autotune --export`; may be NULL), then the module cache ($TILEC_CACHE_DIR,
+   else ~/.cache/tilec). `extra` ("softcap=1", or NULL) names values that specialize the
+   modules without being part of the tuning key. Writes the manifest paths, one per line,
+   to `manifests` and a line saying what was chosen to `note`. Returns the number of
+   modules, or -1 when one is missing, corrupt or does not fit (the reason, naming the
+   module and the `tilec` command that builds it, in `note`). */
+int tilec_tuned_modules(const tilec_tuning_db* db, const char* kernel, const char* device, const char* key,
+                        const char* arch, const char* dirs, const char* extra, char* manifests,
+                        size_t manifests_len, char* note, size_t note_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
 #include "ir/float16.h"
 #include "ir/printer.h"
 #include "runtime/error.h"
+#include "runtime/module_store.h"
 
 namespace tilec::templates {
 
@@ -35,9 +36,7 @@ std::optional<rt::Manifest> read_cached(const fs::path& manifest, const std::str
   if (!fs::exists(manifest, ec)) return std::nullopt;
   try {
     rt::Manifest m = rt::read_manifest(manifest);
-    if (m.kernel != kernel) return std::nullopt;
-    for (const fs::path* f : {&m.ptx, &m.cubin, &m.emulator})
-      if (!f->empty() && !fs::exists(m.code_path(*f), ec)) return std::nullopt;
+    if (m.kernel != kernel || !rt::check_module(m).empty()) return std::nullopt; // missing, truncated, corrupt
     return m;
   } catch (const rt::ManifestError&) {
     return std::nullopt; // unreadable: compile again and overwrite it
@@ -47,11 +46,7 @@ std::optional<rt::Manifest> read_cached(const fs::path& manifest, const std::str
 } // namespace
 
 fs::path module_cache_dir(const std::string& backend) {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path dir = xdg && *xdg ? fs::path(xdg) / "tilec" / backend
-                 : home && *home ? fs::path(home) / ".cache" / "tilec" / backend
-                                 : fs::temp_directory_path() / "tilec-cache" / backend;
+  fs::path dir = rt::cache_root() / backend;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {

@@ -13,8 +13,8 @@
 
 namespace tilec::templates {
 
-// $XDG_CACHE_HOME/tilec/<backend>, else ~/.cache/tilec/<backend>, else a folder under the
-// temp dir; created when missing.
+// rt::cache_root()/<backend> ($TILEC_CACHE_DIR, else $XDG_CACHE_HOME/tilec, else
+// ~/.cache/tilec), else a folder under the temp dir; created when missing.
 std::filesystem::path module_cache_dir(const std::string& backend);
 
 // Identifies the code generator in this process (the GNU build id of the executable, else

@@ -321,6 +321,27 @@ ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const Page
   return build_fused(fused_spec(s, cfg));
 }
 
+ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, DType dtype) {
+  return build_combine(splits, head_dim, dtype);
+}
+
+std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
+                                                                 const PagedAttentionConfig& cfg) {
+  FusedSpec sp = fused_spec(s, cfg);
+  return {{"hq", sp.hq},
+          {"hkv", sp.hkv},
+          {"sq", sp.sq},
+          {"head_dim", sp.head_dim},
+          {"block_size", sp.block_size},
+          {"dtype", std::string(ir::dtype_name(sp.dtype))},
+          {"alibi", int64_t(sp.alibi)},
+          {"softcap", int64_t(sp.softcap)},
+          {"block_n", sp.cfg.block_n},
+          {"head_group", sp.cfg.head_group},
+          {"num_warps", sp.cfg.num_warps},
+          {"num_splits", sp.cfg.num_splits}};
+}
+
 interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,
                                          Launcher& launcher) {
   validate_paged_attention(in, false);

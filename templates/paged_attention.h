@@ -73,6 +73,12 @@ int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in);
 namespace tilec::templates {
 // The fused kernel for a problem shape and config (for `tilec ir`, codegen tests).
 ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// The kernel that combines `splits` f32 partials per row (num_splits > 1).
+ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, ir::DType dtype);
+// What the fused kernel (and its combine kernel) is specialized on, by the names of the
+// template's --shape and --set values plus softcap (0/1): the manifest's [specialization].
+std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
+                                                                 const PagedAttentionConfig& cfg);
 } // namespace tilec::templates
 
 namespace tilec::templates {
@@ -80,7 +86,8 @@ namespace tilec::templates {
 KernelTemplate paged_attention_template();
 
 // The problem described by `tilec run paged_attention --shape ...` values
-// (max_blocks 0: just enough pages for ctx; ctx -1: random lengths).
+// (max_blocks 0: just enough pages for ctx; ctx -1: random lengths). A "softcap" entry
+// (not a --shape name; module builders pass it) set to 1 specializes for a softcap.
 PagedAttentionShape paged_attention_shape(const ParamMap& shape);
 PagedAttentionConfig paged_attention_config(const ParamMap& params);
 

@@ -55,23 +55,48 @@ interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const s
 } // namespace
 
 PagedAttentionShape paged_attention_shape(const ParamMap& p) {
+  // Each size is bounded before any product of them is formed or allocated: a product of
+  // wild values would overflow, or ask for more memory than any machine has.
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  auto in_range = [&](const char* name, int64_t lo, int64_t hi) {
+    int64_t v = p.at(name);
+    if (v < lo || v > hi) throw UserError(fmt::format("--shape {}={}: must be from {} to {}", name, v, lo, hi));
+    return v;
+  };
   PagedAttentionShape s;
-  s.batch = p.at("batch");
-  s.hq = p.at("hq");
-  s.hkv = p.at("hkv");
-  s.sq = p.at("sq");
+  s.batch = in_range("batch", 1, kMaxDim);
+  s.hq = in_range("hq", 1, kMaxDim);
+  s.hkv = in_range("hkv", 1, kMaxDim);
+  s.sq = in_range("sq", 1, kMaxDim);
   s.head_dim = p.at("head_dim");
-  s.block_size = p.at("block_size");
+  if (!ir::is_pow2(s.head_dim) || s.head_dim < 16 || s.head_dim > 256)
+    throw UserError(fmt::format("--shape head_dim={}: must be a power of two from 16 to 256", s.head_dim));
+  s.block_size = in_range("block_size", 1, 256);
   s.dtype = *ir::parse_dtype(kDtypes.at(size_t(p.at("dtype"))));
-  s.alibi = p.at("alibi") != 0;
-  int64_t ctx = p.at("ctx");
-  s.max_blocks = p.at("max_blocks");
-  if (s.block_size <= 0) throw UserError(fmt::format("--shape block_size={}: must be positive", s.block_size));
+  s.alibi = in_range("alibi", 0, 1) != 0;
+  int64_t ctx = in_range("ctx", -1, int64_t(1) << 31);
+  s.max_blocks = in_range("max_blocks", 0, kMaxDim);
+  s.num_blocks = in_range("num_blocks", 0, kMaxDim);
+  if (auto cap = p.find("softcap"); cap != p.end() && cap->second) s.softcap = 1.0;
+  if (s.hq % s.hkv != 0)
+    throw UserError(fmt::format("--shape hq={} hkv={}: Hq is not a multiple of Hkv", s.hq, s.hkv));
   if (s.max_blocks == 0) s.max_blocks = ctx > 0 ? cdiv(ctx, s.block_size) : 16;
-  s.num_blocks = p.at("num_blocks");
   if (ctx > s.capacity())
     throw UserError(fmt::format("--shape ctx={} exceeds max_blocks * block_size = {} * {} = {}", ctx,
                                 s.max_blocks, s.block_size, s.capacity()));
+  // The kernels index with 32-bit integers. Products in double: exact for these bounds.
+  auto below_2g = [](const std::string& what, double elements) {
+    if (elements >= double(int64_t(1) << 31))
+      throw UserError(fmt::format("--shape: {} has {:.0f} elements; at most 2^31 are supported", what, elements));
+  };
+  double num_blocks = double(s.num_blocks ? s.num_blocks : s.batch * s.max_blocks);
+  below_2g(fmt::format("q [batch={}, hq={}, sq={}, head_dim={}]", s.batch, s.hq, s.sq, s.head_dim),
+           double(s.batch) * double(s.hq) * double(s.sq) * double(s.head_dim));
+  below_2g(fmt::format("the KV cache [num_blocks={}, block_size={}, hkv={}, head_dim={}]", num_blocks, s.block_size,
+                       s.hkv, s.head_dim),
+           num_blocks * double(s.block_size) * double(s.hkv) * double(s.head_dim));
+  below_2g(fmt::format("the block table [batch={}, max_blocks={}]", s.batch, s.max_blocks),
+           double(s.batch) * double(s.max_blocks));
   return s;
 }
 
@@ -102,6 +127,17 @@ KernelTemplate paged_attention_template() {
   t.build = [](const ParamMap& params, const ParamMap& shape) {
     PagedAttentionShape s = paged_attention_shape(shape);
     return paged_attention_fused_kernel(s, paged_attention_config(params));
+  };
+  t.build_all = [](const ParamMap& params, const ParamMap& shape) {
+    PagedAttentionShape s = paged_attention_shape(shape);
+    PagedAttentionConfig cfg = paged_attention_config(params);
+    std::vector<ir::Kernel> ks;
+    ks.push_back(paged_attention_fused_kernel(s, cfg));
+    if (cfg.num_splits > 1) ks.push_back(paged_attention_combine_kernel(cfg.num_splits, s.head_dim, s.dtype));
+    return ks;
+  };
+  t.module_spec = [](const ParamMap& params, const ParamMap& shape) {
+    return paged_attention_module_spec(paged_attention_shape(shape), paged_attention_config(params));
   };
   return t;
 }

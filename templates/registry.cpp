@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "templates/kernels.h"
@@ -59,6 +60,27 @@ const std::vector<KernelTemplate>& all_templates() {
   return all;
 }
 
+std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
+  if (t.build_all) return t.build_all(params, shape);
+  std::vector<ir::Kernel> ks;
+  ks.push_back(t.build(params, shape));
+  return ks;
+}
+
+std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
+                                                 const ParamMap& shape) {
+  if (t.module_spec) return t.module_spec(params, shape);
+  std::map<std::string, rt::SpecValue> spec;
+  for (const std::vector<Param>* declared : {&t.params, &t.shape})
+    for (const Param& p : *declared) {
+      auto it = (declared == &t.params ? params : shape).find(p.name);
+      int64_t v = it == (declared == &t.params ? params : shape).end() ? p.value : it->second;
+      if (p.choices.empty()) spec[p.name] = v;
+      else spec[p.name] = p.value_str(v);
+    }
+  return spec;
+}
+
 const KernelTemplate* find_template(std::string_view name) {
   for (const auto& t : all_templates())
     if (t.name == name) return &t;
@@ -69,11 +91,14 @@ ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<st
                         std::string_view flag) {
   ParamMap out;
   for (const Param& p : declared) out[p.name] = p.value;
+  std::map<std::string, std::string> given; // name -> the NAME=VALUE that set it
   for (const std::string& kv : overrides) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw UserError(fmt::format("{} '{}': expected NAME=VALUE", flag, kv));
     std::string name = kv.substr(0, eq), text = kv.substr(eq + 1);
+    if (auto [it, fresh] = given.emplace(name, kv); !fresh)
+      throw UserError(fmt::format("{} '{}': {} is given twice (first as '{}')", flag, kv, name, it->second));
     if (!out.count(name)) {
       std::vector<std::string> names;
       for (const Param& p : declared) names.push_back(p.name);
@@ -92,6 +117,8 @@ ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<st
     }
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc::result_out_of_range)
+      throw UserError(fmt::format("{} '{}': {} is out of range", flag, kv, text));
     if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
       throw UserError(fmt::format("{} '{}': '{}' is not an integer", flag, kv, text));
     out[name] = v;

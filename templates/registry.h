@@ -11,6 +11,7 @@
 
 #include "interp/interpreter.h"
 #include "ir/ir.h"
+#include "runtime/manifest.h"
 
 namespace tilec::templates {
 
@@ -72,7 +73,20 @@ struct KernelTemplate {
   // Builds the kernel; specializations may depend on problem sizes too.
   std::function<ir::Kernel(const ParamMap& params, const ParamMap& shape)> build;
   std::function<Problem(const ParamMap& params, const ParamMap& shape, uint64_t seed)> make_problem;
+  // Every kernel one run launches, in order, when there is more than `build`'s (paged
+  // attention with num_splits > 1 adds its combine kernel). Empty: {build(params, shape)}.
+  std::function<std::vector<ir::Kernel>(const ParamMap& params, const ParamMap& shape)> build_all = {};
+  // What a compiled module of this template is specialized on: recorded in its manifest and
+  // matched by rt::find_module. Empty: every parameter and problem size (choices by name).
+  std::function<std::map<std::string, rt::SpecValue>(const ParamMap& params, const ParamMap& shape)>
+      module_spec = {};
 };
+
+// The kernels of one run of `t` (build_all, else build).
+std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
+// What a module of `t` is specialized on (module_spec, else every value, choices by name).
+std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
+                                                 const ParamMap& shape);
 
 const std::vector<KernelTemplate>& all_templates();
 const KernelTemplate* find_template(std::string_view name);

@@ -2,6 +2,7 @@
 // parallel, check each against the reference, time the survivors and merge the results
 // into the tuning database (runtime/tuning_db.h) after every measured config.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,11 +17,14 @@
 #include "codegen/compile.h"
 #include "runtime/cuda.h"
 #include "runtime/tuning_db.h"
+#include "templates/module_builder.h"
 #include "templates/paged_attention.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 
 namespace tilec::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -36,6 +40,7 @@ struct AutotuneOptions {
   std::string arch;
   bool force = false;
   bool no_ptxas = false;
+  std::string export_dir;
   unsigned jobs = 0;
   uint64_t seed = 1;
 };
@@ -125,6 +130,18 @@ void compile_all(std::vector<Candidate>& cands, const templates::PagedAttentionS
   for (auto& t : pool) t.join();
 }
 
+JsonObject best_json(const rt::TuningEntry& e) {
+  JsonObject cfg;
+  for (const auto& [k, v] : e.config) cfg.integer(k, v);
+  JsonObject j;
+  j.str("key", rt::format_key(e.key)).raw("config", cfg.str()).number("median_ms", e.median_ms);
+  j.maybe("gbps", e.gbps);
+  return j;
+}
+
+
+} // namespace
+
 // The problem key stored in the database: the --shape values, choices by name.
 rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::ParamMap& shape) {
   rt::ProblemKey key;
@@ -136,14 +153,48 @@ rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::
   return key;
 }
 
-JsonObject best_json(const rt::TuningEntry& e) {
-  JsonObject cfg;
-  for (const auto& [k, v] : e.config) cfg.integer(k, v);
-  JsonObject j;
-  j.str("key", rt::format_key(e.key)).raw("config", cfg.str()).number("median_ms", e.median_ms);
-  j.maybe("gbps", e.gbps);
-  return j;
+PagedAttentionRun fused_run(const templates::PagedAttentionConfig& cfg) {
+  return [cfg](const templates::PagedAttentionInputs& in, templates::Launcher& l) {
+    return templates::run_paged_attention_fused(in, cfg, l);
+  };
 }
+
+Measurement measure_paged_attention(const templates::PagedAttentionInputs& in, const interp::Buffer& want,
+                                    const PagedAttentionRun& run, templates::Launcher& launcher, int warmup,
+                                    int repeats) {
+  // The tolerances of `tilec run`.
+  const ir::DType dt = in.shape.dtype;
+  Measurement r;
+  try {
+    templates::Problem p;
+    launcher.reset_stats();
+    p.outputs = {p.add_buffer(run(in, launcher))};
+    p.expected = {want};
+    p.atol = dt == ir::DType::f32 ? 1e-5 : dt == ir::DType::f16 ? 4e-3 : 3e-2;
+    p.rtol = dt == ir::DType::f32 ? 1e-4 : 1e-2;
+    r.cmp = templates::compare_outputs(p);
+    if (!r.cmp.ok) {
+      r.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", r.cmp.max_abs_err, r.cmp.first_mismatch);
+      return r;
+    }
+    for (int i = 0; i < warmup; ++i) run(in, launcher);
+    for (int i = 0; i < repeats; ++i) {
+      launcher.reset_stats();
+      auto t0 = std::chrono::steady_clock::now();
+      run(in, launcher);
+      double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      r.last = launcher.stats();
+      r.times.push_back(r.last.launches > 0 && r.last.time_ms > 0 ? r.last.time_ms : wall);
+    }
+  } catch (const UserError& e) {
+    r.rejected = "failed to run: " + first_line(e.what());
+  } catch (const rt::Error& e) {
+    r.rejected = "failed to run: " + first_line(e.what());
+  }
+  return r;
+}
+
+namespace {
 
 int run_autotune(const Common& common, const AutotuneOptions& o) {
   const templates::KernelTemplate* t = templates::find_template(o.kernel);
@@ -167,11 +218,23 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     cc = fmt::format("{}.{}", ctx.properties().major, ctx.properties().minor);
     if (o.arch.empty()) arch = ctx.properties().arch();
   }
+  // Exported modules: for the GPU arch, and for the emulator when not tuning on a GPU.
+  std::vector<std::string> export_archs{*arch};
+  if (backend != "cuda") export_archs.push_back("host");
   if (o.no_ptxas || !codegen::find_ptxas()) arch.reset();
   unsigned jobs = o.jobs ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
 
   // Reading through merge_into_file moves a corrupt database aside before tuning starts.
   std::string warning;
+  // Every --shape set is checked before the database is touched: bad input writes nothing.
+  std::vector<templates::ParamMap> shapes;
+  for (const std::vector<std::string>& set : o.shapes) {
+    shapes.push_back(templates::resolve_params(t->shape, set, "--shape"));
+    templates::validate_paged_attention(
+        templates::make_paged_attention_inputs(templates::paged_attention_shape(shapes.back()), o.seed,
+                                               shapes.back().at("ctx")),
+        false);
+  }
   rt::TuningDb db = rt::merge_into_file(o.db, {}, &warning);
   if (!warning.empty()) std::cerr << "tilec: warning: " << warning << "\n";
 
@@ -184,12 +247,13 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
 
   size_t n_candidates = 0, n_rejected = 0, n_measured = 0, n_skipped = 0;
   std::vector<rt::ProblemKey> keys;
-  for (const std::vector<std::string>& set : o.shapes) {
+  std::vector<templates::ParamMap> key_shapes; // the --shape values of each key
+  for (const templates::ParamMap& shape : shapes) {
     if (g_interrupted) break;
-    templates::ParamMap shape = templates::resolve_params(t->shape, set, "--shape");
     templates::PagedAttentionShape ps = templates::paged_attention_shape(shape);
     rt::ProblemKey key = problem_key(*t, shape);
     keys.push_back(key);
+    key_shapes.push_back(shape);
     autotune::Enumeration en = autotune::enumerate(space, shape);
     say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(key),
                             en.candidates.size(), space.size(), space.source));
@@ -229,9 +293,6 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     templates::validate_paged_attention(in, false);
     interp::Buffer want = templates::paged_attention_reference(in);
     const int64_t ideal = templates::paged_attention_ideal_bytes(in);
-    // The tolerances of `tilec run`.
-    const double atol = ps.dtype == ir::DType::f32 ? 1e-5 : ps.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
-    const double rtol = ps.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
 
     size_t survivors = 0;
     for (const Candidate& c : todo) survivors += c.rejected.empty();
@@ -243,42 +304,18 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
         say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
         continue;
       }
-      templates::PagedAttentionConfig cfg = templates::paged_attention_config(c.config);
-      std::vector<double> times;
-      templates::Comparison cmp;
-      templates::LaunchStats last;
-      try {
-        templates::Problem p;
-        launcher->reset_stats();
-        p.outputs = {p.add_buffer(templates::run_paged_attention_fused(in, cfg, *launcher))};
-        p.expected = {want};
-        p.atol = atol;
-        p.rtol = rtol;
-        cmp = templates::compare_outputs(p);
-        if (!cmp.ok) {
-          c.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", cmp.max_abs_err, cmp.first_mismatch);
-        } else {
-          for (int i = 0; i < space.warmup; ++i) templates::run_paged_attention_fused(in, cfg, *launcher);
-          for (int i = 0; i < space.repeats; ++i) {
-            launcher->reset_stats();
-            auto t0 = std::chrono::steady_clock::now();
-            templates::run_paged_attention_fused(in, cfg, *launcher);
-            double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            last = launcher->stats();
-            times.push_back(last.launches > 0 && last.time_ms > 0 ? last.time_ms : wall);
-          }
-        }
-      } catch (const UserError& e) {
-        c.rejected = "failed to run: " + first_line(e.what());
-      } catch (const rt::Error& e) {
-        c.rejected = "failed to run: " + first_line(e.what());
-      }
+      Measurement r = measure_paged_attention(in, want, fused_run(templates::paged_attention_config(c.config)),
+                                              *launcher, space.warmup, space.repeats);
+      c.rejected = r.rejected;
       if (!c.rejected.empty()) {
         ++n_rejected;
         measuring.step(autotune::format_values(c.config) + "  dropped: " + c.rejected);
         say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
         continue;
       }
+      const std::vector<double>& times = r.times;
+      const templates::LaunchStats& last = r.last;
+      const templates::Comparison& cmp = r.cmp;
       rt::TuningEntry e = slot;
       e.config = rt::TunedConfig(c.config.begin(), c.config.end());
       e.median_ms = median(times);
@@ -301,10 +338,21 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   sigaction(SIGINT, &old, nullptr);
 
   std::vector<rt::TuningEntry> best;
-  for (const rt::ProblemKey& key : keys) {
+  std::vector<std::string> exported;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const rt::ProblemKey& key = keys[i];
     auto sel = rt::select_config(db, t->name, device, key);
     if (sel && sel->rule == "exact") {
       best.push_back(sel->entry);
+      if (!o.export_dir.empty() && !g_interrupted)
+        for (const std::string& a : export_archs)
+          for (int64_t softcap : {0, 1}) { // the kernel is specialized on whether a softcap applies
+            templates::ParamMap params(sel->entry.config.begin(), sel->entry.config.end());
+            templates::ParamMap shape = key_shapes[i];
+            shape["softcap"] = softcap;
+            for (const rt::Manifest& m : templates::write_template_modules(*t, params, shape, a, o.export_dir, true))
+              exported.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
+          }
       say(common, fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(key),
                               rt::format_config(sel->entry.config), sel->entry.median_ms,
                               sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
@@ -312,6 +360,14 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   }
   say(common, fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n_candidates,
                           n_rejected, n_measured, n_skipped, o.db));
+  if (!o.export_dir.empty() && !g_interrupted) {
+    // The database travels with its modules: a deployment ships the folder.
+    fs::path copy = fs::path(o.export_dir) / fs::path(o.db).filename();
+    if (fs::absolute(copy).lexically_normal() != fs::absolute(o.db).lexically_normal())
+      rt::merge_into_file(copy.string(), db);
+    say(common, fmt::format("exported {} modules ({}) and the database to {}", exported.size(),
+                            fmt::join(export_archs, ", "), o.export_dir));
+  }
   if (g_interrupted) std::cerr << fmt::format("tilec: interrupted; {} holds the {} configs measured so far\n", o.db, n_measured);
   if (common.json) {
     JsonObject j;
@@ -326,6 +382,11 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
       j.raw("best", "[" + arr + "]");
     }
     j.str("db", o.db).boolean("interrupted", g_interrupted != 0);
+    if (!o.export_dir.empty()) {
+      std::string arr;
+      for (const std::string& e : exported) arr += (arr.empty() ? "\"" : ", \"") + json_escape(e) + "\"";
+      j.str("export_dir", o.export_dir).raw("exported", "[" + arr + "]");
+    }
     std::cout << j.str() << std::endl;
   }
   return g_interrupted ? kFailed : kOk;
@@ -389,6 +450,9 @@ Action add_autotune(CLI::App& app, Common& common) {
       ->capture_default_str();
   app.add_flag("--force", o->force, "measure again (key, config) pairs the database already has");
   app.add_option("--arch", o->arch, "GPU arch for the ptxas check (default: the device's, else sm_90)");
+  app.add_option("--export", o->export_dir,
+                 "write the winning modules (GPU arch, plus the emulator's off the GPU) and a copy of the "
+                 "database into this folder, for a host program to load with runtime/module_store.h");
   app.add_flag("--no-ptxas", o->no_ptxas, "skip the ptxas register/spill check");
   app.add_option("-j,--jobs", o->jobs, "compile threads (default: every core)");
   app.add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();

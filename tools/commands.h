@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codegen/compile.h"
+#include "runtime/tuning_db.h"
 #include "templates/launcher.h"
 #include "templates/paged_attention.h"
 #include "templates/registry.h"
@@ -43,6 +44,27 @@ templates::PagedAttentionConfig tuned_paged_attention_config(const Common& commo
                                                              const templates::PagedAttentionInputs& in,
                                                              bool from_files, const std::string& backend,
                                                              const templates::PagedAttentionConfig& fallback);
+
+// The problem key of the tuning database: the --shape values, choices by name (cmd_autotune.cpp).
+rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::ParamMap& shape);
+
+// One way of computing paged attention: the fused kernel with a config, or the decomposition.
+using PagedAttentionRun =
+    std::function<interp::Buffer(const templates::PagedAttentionInputs& in, templates::Launcher& launcher)>;
+PagedAttentionRun fused_run(const templates::PagedAttentionConfig& cfg);
+
+// `run` checked against `want` (the reference) with `tilec run`'s tolerances and, when correct,
+// timed: `warmup` untimed runs, then `repeats` timed ones (kernel time where the backend
+// measures it, else wall time). `rejected` says why it is unusable.
+struct Measurement {
+  std::string rejected;
+  std::vector<double> times;
+  templates::LaunchStats last; // of the last timed run
+  templates::Comparison cmp;
+};
+Measurement measure_paged_attention(const templates::PagedAttentionInputs& in, const interp::Buffer& want,
+                                    const PagedAttentionRun& run, templates::Launcher& launcher, int warmup,
+                                    int repeats);
 
 // Code-generation options from a template's parameters (num_warps) and the flags.
 codegen::CompileOptions compile_options(const templates::ParamMap& params, const std::string& arch,

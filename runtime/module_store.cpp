@@ -1,0 +1,198 @@
+#include "runtime/module_store.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+namespace tilec::rt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::mutex g_builder_mutex;
+ModuleBuilder g_builder;
+
+std::string spec_str(const SpecValue& v) {
+  if (auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
+  return std::get<std::string>(v);
+}
+
+std::string format_spec(const Spec& s) {
+  std::string out;
+  for (const auto& [k, v] : s) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, spec_str(v));
+  return out;
+}
+
+int64_t key_int(const ProblemKey& key, const std::string& name, int64_t fallback) {
+  auto it = key.find(name);
+  if (it == key.end()) return fallback;
+  if (auto* i = std::get_if<int64_t>(&it->second)) return *i;
+  return fallback;
+}
+
+} // namespace
+
+fs::path cache_root() {
+  if (const char* dir = std::getenv("TILEC_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "tilec";
+  if (const char* home = std::getenv("HOME"); home && *home) return fs::path(home) / ".cache" / "tilec";
+  return fs::temp_directory_path() / "tilec-cache";
+}
+
+fs::path cache_module_dir() { return cache_root() / "modules"; }
+
+std::string describe(const ModuleQuery& q) {
+  return fmt::format("{} for {} with {}", q.kernel, q.arch, format_spec(q.values));
+}
+
+Spec spec_of(const ProblemKey& key, const TunedConfig& config) {
+  Spec s(key.begin(), key.end());
+  for (const auto& [k, v] : config) s[k] = v;
+  return s;
+}
+
+std::string check_module(const Manifest& m) {
+  for (auto [slot, file] : {std::pair{"ptx", &m.ptx}, {"cubin", &m.cubin}, {"emulator", &m.emulator}}) {
+    if (file->empty()) continue;
+    fs::path path = m.code_path(*file);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return fmt::format("{}: missing", path.string());
+    auto sum = m.checksums.find(slot);
+    if (sum == m.checksums.end()) continue; // written before checksums were recorded
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string got = file_checksum(data);
+    if (got != sum->second)
+      return fmt::format("{}: truncated or corrupt (size:checksum {}, manifest says {})", path.string(), got,
+                         sum->second);
+  }
+  return "";
+}
+
+bool matches(const Manifest& m, const ModuleQuery& q) {
+  if (m.kernel != q.kernel || m.arch != q.arch) return false;
+  if (!q.ir_hash.empty() && m.ir_hash != q.ir_hash) return false;
+  for (const auto& [name, value] : m.specialization) {
+    auto it = q.values.find(name);
+    if (it == q.values.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+std::optional<Manifest> find_module(const std::vector<fs::path>& dirs, const ModuleQuery& q,
+                                    std::vector<std::string>* problems) {
+  for (const fs::path& dir : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::optional<Manifest> best;
+    fs::file_time_type best_time{};
+    for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it.depth() > 2) it.disable_recursion_pending();
+      const fs::path& path = it->path();
+      if (path.extension() != ".toml" || !it->is_regular_file(ec)) continue;
+      Manifest m;
+      try {
+        m = read_manifest(path);
+      } catch (const ManifestError& e) {
+        // Other TOML files (a tuning database) live beside modules: report only what
+        // looks like a manifest of the kernel asked for.
+        std::ifstream in(path);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (problems && text.find("[code]") != std::string::npos &&
+            text.find("kernel = \"" + q.kernel + "\"") != std::string::npos)
+          problems->push_back(fmt::format("skipped {}", e.what()));
+        continue;
+      }
+      if (!matches(m, q)) continue;
+      if (std::string why = check_module(m); !why.empty()) {
+        if (problems) problems->push_back(fmt::format("skipped {}: {}", path.string(), why));
+        continue;
+      }
+      fs::file_time_type t = fs::last_write_time(path, ec);
+      if (!best || t > best_time) best = std::move(m), best_time = t;
+    }
+    if (best) return best;
+  }
+  return std::nullopt;
+}
+
+void set_module_builder(ModuleBuilder builder) {
+  std::lock_guard lock(g_builder_mutex);
+  g_builder = std::move(builder);
+}
+
+bool have_module_builder() {
+  std::lock_guard lock(g_builder_mutex);
+  return bool(g_builder);
+}
+
+Manifest load_module(const ModuleQuery& q, const std::vector<fs::path>& dirs) {
+  ModuleBuilder builder;
+  {
+    std::lock_guard lock(g_builder_mutex);
+    builder = g_builder;
+  }
+  if (builder) return builder(q, dirs);
+  std::vector<fs::path> where = dirs;
+  where.push_back(cache_module_dir());
+  std::vector<std::string> problems;
+  if (auto m = find_module(where, q, &problems)) return *m;
+  std::string msg = fmt::format("no module {} in", describe(q));
+  for (size_t i = 0; i < where.size(); ++i) msg += fmt::format("{} {}", i ? "," : "", where[i].string());
+  for (const std::string& p : problems) msg += "\n  " + p;
+  if (!q.build_command.empty())
+    msg += fmt::format("\n  this program links only the tilec runtime; build the module with:\n    {} -o {}",
+                       q.build_command, (where.front() / q.kernel).string());
+  throw ModuleNotFound(msg);
+}
+
+TunedConfig default_config(const std::string& kernel, const ProblemKey& key) {
+  if (kernel != "paged_attention") return {};
+  int64_t hq = key_int(key, "hq", 1), hkv = key_int(key, "hkv", 1);
+  return {{"block_n", 32}, {"head_group", hkv > 0 ? hq / hkv : 1}, {"num_warps", 4}, {"num_splits", 1}};
+}
+
+std::vector<std::string> kernels_of(const std::string& kernel, const TunedConfig& config) {
+  std::vector<std::string> names{kernel};
+  if (kernel == "paged_attention") {
+    auto it = config.find("num_splits");
+    if (it != config.end() && it->second > 1) names.push_back("paged_attention_combine");
+  }
+  return names;
+}
+
+TunedModules load_tuned(const TuningDb& db, const std::string& kernel, const std::string& device,
+                        const ProblemKey& key, const std::string& arch, const std::vector<fs::path>& dirs,
+                        const Spec& extra) {
+  TunedModules t;
+  t.config = default_config(kernel, key);
+  t.selection = select_config(db, kernel, device, key, {"ctx", "batch", "max_blocks", "num_blocks"});
+  if (t.selection) {
+    for (const auto& [k, v] : t.selection->entry.config) t.config[k] = v;
+    t.note = t.selection->note;
+  } else {
+    t.note = fmt::format("nothing tuned for {} on {}; using the defaults {}", format_key(key), device,
+                         format_config(t.config));
+  }
+  ModuleQuery q;
+  q.arch = arch;
+  q.values = spec_of(key, t.config);
+  for (const auto& [k, v] : extra) q.values[k] = v;
+  if (kernel == "paged_attention") q.values.try_emplace("softcap", int64_t(0));
+  std::string sets, shapes;
+  for (const auto& [k, v] : t.config) sets += fmt::format(" {}={}", k, v);
+  for (const auto& [k, v] : key) shapes += fmt::format(" {}={}", k, spec_str(v));
+  q.build_command = fmt::format("tilec compile {} {} --set{} --shape{}", kernel,
+                                arch == "host" ? "--target emu" : "--arch " + arch, sets, shapes);
+  for (const std::string& name : kernels_of(kernel, t.config)) {
+    q.kernel = name;
+    t.modules.push_back(load_module(q, dirs));
+  }
+  return t;
+}
+
+} // namespace tilec::rt
