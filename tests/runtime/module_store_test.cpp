@@ -3,6 +3,9 @@
 // runtime-only host gets, and the C API over it.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -249,4 +252,45 @@ TEST_CASE("C API: tilec_tuned_modules lists the manifests or says what is missin
   CHECK_THAT(std::string(note), Catch::Contains("no module paged_attention for sm_80") &&
                                     Catch::Contains("tilec compile paged_attention --arch sm_80"));
   tilec_tuning_close(h);
+}
+
+TEST_CASE("two processes building the same module into one cache both get a whole module", "[runtime][modules]") {
+  rt::test::TempDir cache;
+  EnvVar env("TILEC_CACHE_DIR", cache.path.string());
+  auto key = key_of(shape_of(kShape));
+  rt::TuningDb empty;
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 2; ++i) {
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 1;
+      try {
+        templates::enable_module_builder();
+        rt::TunedModules t = rt::load_tuned(empty, "paged_attention", "cpu-emulator", key, "host", {});
+        code = t.modules.size() == 1 && rt::check_module(t.modules[0]).empty() ? 0 : 1;
+      } catch (...) {
+        code = 2;
+      }
+      ::_exit(code);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  rt::set_module_builder({});
+  std::vector<std::string> problems;
+  rt::ModuleQuery q;
+  q.kernel = "paged_attention";
+  q.arch = "host";
+  q.values = rt::spec_of(key, rt::default_config("paged_attention", key));
+  q.values["softcap"] = int64_t(0);
+  CHECK(rt::find_module({rt::cache_module_dir()}, q, &problems));
+  CHECK(problems.empty());
+  for (const auto& e : fs::directory_iterator(rt::cache_module_dir()))
+    CHECK(e.path().string().find(".tmp.") == std::string::npos); // no temporary left behind
 }
