@@ -1,0 +1,43 @@
+#pragma once
+// What "the interpreter and the emulator agree" means for a fuzz program (README "Differential
+// fuzzing", ir/SEMANTICS.md "Backends agree"):
+// - integer and i1 buffers: bitwise;
+// - float buffers that no inexact value reaches: bitwise, except that any two NaNs are equal;
+// - float buffers an inexact value may reach: within kUlpBound ulps of the buffer's dtype
+//   (distance in representable values; NaN only equals NaN, infinities only themselves).
+// A value is inexact when an op whose result the semantics leave a few ulps open computes it
+// (float exp, exp2 and log; float sum reductions, whose order is unspecified) or when it is
+// computed from an inexact value. The generator feeds inexact values only to ops that keep
+// their error within a few ulps (no subtraction, comparison or float-to-int cast of them), so
+// the bound holds however the program combines them.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "interp/interpreter.h"
+#include "ir/ir.h"
+
+namespace tilec::fuzz {
+
+// The ulp bound of inexact float outputs, per dtype.
+int64_t ulp_bound(ir::DType t);
+
+// Whether `op`'s result may differ between backends by a few ulps even when its operands agree.
+bool is_inexact_source(const ir::Op& op);
+
+// Per kernel parameter: whether an inexact value may be stored into (or atomically added to)
+// the buffer it points to. False for scalars.
+std::vector<bool> inexact_params(const ir::Function& fn);
+
+// Distance between two floats of dtype `t` in representable values of `t` (0 when equal, also
+// for +0 and -0); -1 when exactly one is NaN.
+int64_t ulp_distance(double a, double b, ir::DType t);
+
+struct BufferDiff {
+  int64_t mismatches = 0;
+  std::string first; // the first mismatching element, described; empty when they agree
+};
+// Compares `got` with the interpreter's `want` element by element under the rules above.
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact);
+
+} // namespace tilec::fuzz
