@@ -946,16 +946,18 @@ void Lowering::emit_if(const Op& op) {
   }
   b_.SetInsertPoint(merge);
   smem_dirty_ = dirty_after;
-  for (size_t i = 0; i < op.results.size(); ++i) {
-    Elems vals;
+  // Every phi first: defining a result may convert it to other layouts, which emits code.
+  std::vector<Elems> vals(op.results.size());
+  for (size_t i = 0; i < op.results.size(); ++i)
     for (size_t j = 0; j < out[0][i].size(); ++j) {
       llvm::PHINode* phi = b_.CreatePHI(out[0][i][j]->getType(), 2);
       phi->addIncoming(out[0][i][j], ends[0]);
       phi->addIncoming(out[1][i][j], ends[1]);
-      vals.push_back(phi);
+      vals[i].push_back(phi);
     }
+  for (size_t i = 0; i < op.results.size(); ++i) {
     const Value* res = op.results[i];
-    define(res, res->type.is_scalar() ? kScalar : plan_.native(res), std::move(vals));
+    define(res, res->type.is_scalar() ? kScalar : plan_.native(res), std::move(vals[i]));
   }
 }
 
