@@ -1,6 +1,7 @@
-// tilec bench: the tuned config of each problem against the template's defaults (and,
-// with --decompose, the seed's decomposition), each checked against the reference before
-// it is timed, as one table.
+// tilec bench: times kernels on a backend, each checked against its reference first, as one
+// table. For paged attention, the tuned config of each problem against the template's
+// defaults (and, with --decompose, the seed's decomposition); for the other templates, the
+// kernel at the given --set values on each --shape.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@ struct BenchOptions {
   std::string kernel;
   std::string db;
   std::vector<std::vector<std::string>> shapes;
+  std::vector<std::string> sets; // --set, templates other than paged_attention
   std::string backend = "auto";
   int warmup = 2, repeats = 10;
   uint64_t seed = 1;
@@ -79,22 +81,94 @@ std::vector<templates::ParamMap> problems(const templates::KernelTemplate& t, co
     out.push_back(templates::resolve_params(t.shape, set, fmt::format("{} key", o.db)));
   }
   if (out.empty())
-    throw UserError(fmt::format("{} has no {} entries for {}; give --shape NAME=VALUE... to benchmark", o.db, t.name,
-                                device));
+    throw UserError(fmt::format("{} has no {} entries for {}; give --shape NAME=VALUE... to benchmark", o.db,
+                                t.name, device));
   return out;
+}
+
+// Prints `cells` (a header row, then one row per problem) as aligned columns.
+void print_table(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& line : cells)
+    for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    std::string out;
+    for (size_t c = 0; c < cells[i].size(); ++c)
+      out += fmt::format("{:<{}}{}", cells[i][c], c + 1 < cells[i].size() ? width[c] : 0,
+                         c + 1 < cells[i].size() ? "  " : "");
+    std::cout << out << "\n";
+    if (i == 0) std::cout << std::string(out.size(), '-') << "\n";
+  }
+}
+
+std::string header(const std::string& kernel, const std::string& device, const std::string& backend,
+                   const BenchOptions& o) {
+  return fmt::format("{} on {} ({}), median of {} after {} warm-up{}", kernel, device, backend, o.repeats, o.warmup,
+                     backend == "cuda" ? "" : "; CPU timings, not GPU ones");
+}
+
+// Any template but paged_attention: its kernel at --set on each --shape (default sizes when none).
+int bench_template(const Common& common, const templates::KernelTemplate& t, const BenchOptions& o) {
+  if (!o.db.empty()) throw UserError(fmt::format("--tuned applies to paged_attention only, not {}", t.name));
+  if (o.decompose) throw UserError(fmt::format("--decompose applies to paged_attention only, not {}", t.name));
+  templates::ParamMap params = templates::resolve_params(t.params, o.sets, "--set");
+  std::vector<templates::ParamMap> shapes;
+  for (const auto& set : o.shapes) shapes.push_back(templates::resolve_params(t.shape, set, "--shape"));
+  if (shapes.empty()) shapes.push_back(templates::resolve_params(t.shape, {}, "--shape"));
+  std::string backend;
+  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::string device = rt::host_device_name(backend);
+  if (backend == "cuda") device = rt::Context(0).properties().name;
+  int num_warps = int(params.count("num_warps") ? params.at("num_warps") : 4);
+  std::string config;
+  for (const auto& [k, v] : params) config += fmt::format("{}{}={}", config.empty() ? "" : " ", k, v);
+
+  std::vector<std::vector<std::string>> cells{{"problem", "config", "median ms", "min ms", "max ms"}};
+  std::string rows;
+  for (const templates::ParamMap& shape : shapes) {
+    std::string sizes;
+    for (const auto& [k, v] : shape) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", k, v);
+    std::cerr << fmt::format("bench {} {}\n", t.name, sizes);
+    ir::Kernel k = t.build(params, shape);
+    templates::Problem p = t.make_problem(params, shape, o.seed);
+    launcher->launch(k, num_warps, p.grid, p.interp_args());
+    templates::Comparison c = templates::compare_outputs(p);
+    if (!c.ok)
+      throw rt::Error(fmt::format("{} {}: wrong result before timing (max_abs_err {:.3g}; {})", t.name, sizes,
+                                  c.max_abs_err, c.first_mismatch));
+    templates::TimingStats st = launcher->time(k, num_warps, p.grid, p.interp_args(), o.warmup, o.repeats);
+    cells.push_back({sizes, config, fmt::format("{:.4f}", st.median_ms), fmt::format("{:.4f}", st.min_ms),
+                     fmt::format("{:.4f}", st.max_ms)});
+    JsonObject j;
+    j.str("shape", sizes).str("config", config).number("median_ms", st.median_ms).number("min_ms", st.min_ms);
+    j.number("max_ms", st.max_ms).number("max_abs_err", c.max_abs_err);
+    rows += (rows.empty() ? "" : ", ") + j.str();
+  }
+  if (common.json) {
+    JsonObject j;
+    j.boolean("ok", true).str("kernel", t.name).str("backend", backend).str("device", device);
+    j.integer("warmup", o.warmup).integer("repeats", o.repeats).raw("rows", "[" + rows + "]");
+    std::cout << j.str() << std::endl;
+  } else {
+    std::cout << header(t.name, device, backend, o) << "\n";
+    print_table(cells);
+  }
+  return kOk;
 }
 
 int run_bench(const Common& common, const BenchOptions& o) {
   const templates::KernelTemplate* t = templates::find_template(o.kernel);
   if (!t) throw UserError(fmt::format("unknown kernel '{}' (see tilec list)", o.kernel));
-  if (t->name != "paged_attention")
-    throw UserError(fmt::format("bench supports paged_attention; '{}' has no tuning harness", o.kernel));
   if (o.repeats < 1) throw UserError(fmt::format("--repeats {}: must be at least 1", o.repeats));
   if (o.warmup < 0) throw UserError(fmt::format("--warmup {}: must not be negative", o.warmup));
-  if (!std::filesystem::exists(o.db)) throw UserError(fmt::format("--tuned {}: no such file", o.db));
+  if (t->name != "paged_attention") return bench_template(common, *t, o);
+  if (!o.sets.empty())
+    throw UserError("--set: paged_attention's configs come from --tuned (tuned) and the template (default)");
+  if (o.db.empty() && o.shapes.empty()) throw UserError("give --tuned DB.toml, --shape NAME=VALUE..., or both");
+  if (!o.db.empty() && !std::filesystem::exists(o.db)) throw UserError(fmt::format("--tuned {}: no such file", o.db));
   rt::TuningDb db;
   try {
-    db = rt::read_tuning_db(o.db);
+    if (!o.db.empty()) db = rt::read_tuning_db(o.db);
   } catch (const rt::TuningDbError& e) {
     throw UserError(fmt::format("--tuned {}", e.what()));
   }
@@ -138,9 +212,12 @@ int run_bench(const Common& common, const BenchOptions& o) {
     std::cerr << fmt::format("bench {}: default {}\n", rt::format_key(row.key), config_str(base));
     row.base = timed(measure_paged_attention(in, want, fused_run(base), *launcher, o.warmup, o.repeats), config_str(base),
                      row.ideal_bytes);
-    std::cerr << fmt::format("bench {}: tuned ({}) {}\n", rt::format_key(row.key), row.rule, config_str(tuned));
-    row.tuned = timed(measure_paged_attention(in, want, fused_run(tuned), *launcher, o.warmup, o.repeats), config_str(tuned),
-                      row.ideal_bytes);
+    if (!o.db.empty())
+      std::cerr << fmt::format("bench {}: tuned ({}) {}\n", rt::format_key(row.key), row.rule, config_str(tuned));
+    row.tuned = o.db.empty() ? row.base // nothing tuned to compare
+                             : timed(measure_paged_attention(in, want, fused_run(tuned), *launcher, o.warmup,
+                                                             o.repeats),
+                                     config_str(tuned), row.ideal_bytes);
     if (o.decompose) {
       std::cerr << fmt::format("bench {}: decompose\n", rt::format_key(row.key));
       Measurement m = measure_paged_attention(
@@ -168,19 +245,8 @@ int run_bench(const Common& common, const BenchOptions& o) {
     cells.push_back(std::move(line));
   }
   if (!common.json) {
-    std::vector<size_t> width(cells[0].size(), 0);
-    for (const auto& line : cells)
-      for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
-    std::cout << fmt::format("{} on {} ({}), median of {} after {} warm-up{}\n", t->name, device, backend, o.repeats,
-                             o.warmup, backend == "cuda" ? "" : "; CPU timings, not GPU ones");
-    for (size_t i = 0; i < cells.size(); ++i) {
-      std::string out;
-      for (size_t c = 0; c < cells[i].size(); ++c)
-        out += fmt::format("{:<{}}{}", cells[i][c], c + 1 < cells[i].size() ? width[c] : 0,
-                           c + 1 < cells[i].size() ? "  " : "");
-      std::cout << out << "\n";
-      if (i == 0) std::cout << std::string(out.size(), '-') << "\n";
-    }
+    std::cout << header(t->name, device, backend, o) << "\n";
+    print_table(cells);
     for (const Row& r : rows)
       for (const Timed* v : {&r.base, &r.tuned})
         if (!v->failed.empty()) std::cout << fmt::format("{} {}: {}\n", rt::format_key(r.key), v->config, v->failed);
@@ -209,8 +275,9 @@ int run_bench(const Common& common, const BenchOptions& o) {
 
 Action add_bench(CLI::App& app, Common& common) {
   auto o = std::make_shared<BenchOptions>();
-  app.add_option("kernel", o->kernel, "kernel to benchmark (paged_attention)")->required();
-  app.add_option("--tuned", o->db, "tuning database written by tilec autotune")->required();
+  app.add_option("kernel", o->kernel, "kernel to benchmark (see tilec list)")->required();
+  app.add_option("--tuned", o->db, "paged_attention: tuning database written by tilec autotune");
+  app.add_option("--set", o->sets, "other kernels: template parameters NAME=VALUE...")->expected(1, -1);
   app.add_option("--shape", o->shapes,
                  "problem sizes NAME=VALUE...; repeat for several problems (default: every key in the database "
                  "measured on this device)")
