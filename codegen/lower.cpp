@@ -532,6 +532,14 @@ llvm::Value* Lowering::binary(OpKind k, const ir::ElemType& e, llvm::Value* x, l
                                               to_f32(x, e.dtype), to_f32(y, e.dtype));
     return from_f32(r, e.dtype);
   }
+  if (!flt && (k == OpKind::Div || k == OpKind::Rem)) {
+    // The minimum value divided by -1 overflows: undefined in LLVM, a trap on x86. The IR
+    // wraps (SEMANTICS.md): x / -1 is -x, x % -1 is 0. Divide by 1 instead and fix up.
+    llvm::Value* minus_one = b_.CreateICmpEQ(y, llvm::ConstantInt::getSigned(y->getType(), -1));
+    llvm::Value* safe = b_.CreateSelect(minus_one, llvm::ConstantInt::get(y->getType(), 1), y);
+    if (k == OpKind::Rem) return b_.CreateSRem(x, safe);
+    return b_.CreateSelect(minus_one, b_.CreateNeg(x), b_.CreateSDiv(x, safe));
+  }
   for (const ArithRow& row : kArith)
     if (row.op == k) {
       if (!flt) return b_.CreateBinOp(row.int_op, x, y);
