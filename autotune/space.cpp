@@ -23,6 +23,11 @@ struct Expr {
 
 namespace {
 
+// Bounds that keep a hostile expression from exhausting the stack (parsing, evaluating
+// and freeing all recurse over the tree); real constraints stay far below them.
+constexpr int kMaxExprNesting = 64;
+constexpr int kMaxExprTerms = 1000;
+
 // A Pratt parser over the expression grammar documented in configs/paged_attention.toml.
 class ExprParser {
 public:
@@ -79,6 +84,13 @@ private:
     if (pos_ >= text_.size()) fail(pos_, "expected a number, a name or '(' but the expression ends");
     char c = text_[pos_];
     size_t at = pos_;
+    if (++terms_ > kMaxExprTerms) fail(at, fmt::format("expression has more than {} terms", kMaxExprTerms));
+    struct Nest {
+      int& depth;
+      ~Nest() { --depth; }
+    } nest{++depth_};
+    if (depth_ > kMaxExprNesting)
+      fail(at, fmt::format("expression nests '(', '-' and '!' more than {} deep", kMaxExprNesting));
     if (c == '-' || c == '!') {
       ++pos_;
       auto e = std::make_shared<Expr>();
@@ -121,6 +133,8 @@ private:
   std::string file_;
   int line_, column_;
   size_t pos_ = 0;
+  int depth_ = 0; // unary() calls in progress
+  int terms_ = 0; // unary() calls so far
 };
 
 void collect_names(const Expr& e, std::vector<const Expr*>& out) {
@@ -161,7 +175,11 @@ int64_t eval(const Expr& e, const Values& vars, const std::string& what) {
   }
   case Expr::unary: {
     int64_t v = eval(*e.lhs, vars, what);
-    return e.ident == "-" ? -v : int64_t(v == 0);
+    if (e.ident == "!") return v == 0;
+    if (v == INT64_MIN)
+      throw UserError(fmt::format("{}: -({}) overflows 64-bit integers (at column {} of the expression)", what, v,
+                                  e.column + 1));
+    return -v;
   }
   case Expr::binary: break;
   }
@@ -171,11 +189,17 @@ int64_t eval(const Expr& e, const Values& vars, const std::string& what) {
   if (op == "||" && a) return 1;
   int64_t b = eval(*e.rhs, vars, what);
   if (op == "&&" || op == "||") return b != 0;
-  if (op == "+") return a + b;
-  if (op == "-") return a - b;
-  if (op == "*") return a * b;
+  auto overflow = [&]() -> int64_t {
+    throw UserError(fmt::format("{}: {} {} {} overflows 64-bit integers (at column {} of the expression)", what, a,
+                                op, b, e.column + 1));
+  };
+  int64_t r = 0;
+  if (op == "+") return __builtin_add_overflow(a, b, &r) ? overflow() : r;
+  if (op == "-") return __builtin_sub_overflow(a, b, &r) ? overflow() : r;
+  if (op == "*") return __builtin_mul_overflow(a, b, &r) ? overflow() : r;
   if (op == "/" || op == "%") {
     if (b == 0) throw UserError(fmt::format("{}: division by zero (at column {} of the expression)", what, e.column + 1));
+    if (a == INT64_MIN && b == -1) return op == "/" ? overflow() : 0;
     return op == "/" ? a / b : a % b;
   }
   if (op == "==") return a == b;

@@ -99,3 +99,24 @@ TEST_CASE("enumeration is the constrained cross product", "[autotune]") {
   CHECK(en.rejected[0].params == Values{{"block_n", 32}, {"num_splits", 4}});
   CHECK_THAT(en.rejected[0].reason, Catch::Contains("work"));
 }
+
+// Found by input fuzzing (fuzz/corpus/space_toml/every_operator.toml): arithmetic that
+// leaves int64 was undefined behaviour; deep nesting overflowed the stack.
+TEST_CASE("constraint overflow and deep nesting are errors instead of undefined behaviour", "[autotune]") {
+  auto v = [](const std::string& text, Values vars = {}) { return eval(*parse_expr(text, "f", 1, 1), vars, "c"); };
+  const Values big{{"x", INT64_MAX}, {"m", INT64_MIN}};
+  CHECK_THROWS_WITH(v("x * 2", big), Catch::StartsWith("c: 9223372036854775807 * 2 overflows") &&
+                                         Catch::Contains("column 3"));
+  CHECK_THROWS_WITH(v("x + 1", big), Catch::Contains("overflows 64-bit integers"));
+  CHECK_THROWS_WITH(v("m - 1", big), Catch::Contains("overflows 64-bit integers"));
+  CHECK_THROWS_WITH(v("-m", big), Catch::Contains("overflows 64-bit integers"));
+  CHECK_THROWS_WITH(v("m / -1", big), Catch::Contains("overflows 64-bit integers"));
+  CHECK(v("m % -1", big) == 0);
+  CHECK(v("-x - 1", big) == INT64_MIN);
+  CHECK_THROWS_WITH(parse_expr(std::string(100000, '(') + "1", "f", 1, 1),
+                    Catch::StartsWith("f:1:65:") && Catch::Contains("more than 64 deep"));
+  CHECK_THROWS_WITH(parse_expr(std::string(100000, '-') + "1", "f", 1, 1), Catch::Contains("more than 64 deep"));
+  std::string sum = "1";
+  for (int i = 0; i < 100000; ++i) sum += "+1";
+  CHECK_THROWS_WITH(parse_expr(sum, "f", 1, 1), Catch::Contains("more than 1000 terms"));
+}
