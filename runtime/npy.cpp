@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "runtime/error.h"
 
@@ -78,7 +79,9 @@ NpyArray parse_npy(const std::vector<std::byte>& bytes, const std::string& name)
   size_t e = h.find(h[d], d + 1);
   if (e == std::string::npos) bad(name, "malformed .npy header: unterminated descr");
   a.descr = h.substr(d + 1, e - d - 1);
-  if (a.descr.size() < 3 || (a.descr[0] != '<' && a.descr[0] != '|') || a.item_size() <= 0)
+  // A byte order, a kind (bool, signed, unsigned, float) and the item size: "<f4", "|b1".
+  if (a.descr.size() < 3 || (a.descr[0] != '<' && a.descr[0] != '|') ||
+      std::string_view("biuf").find(a.descr[1]) == std::string_view::npos || a.item_size() <= 0)
     bad(name, fmt::format("unsupported dtype '{}' (little-endian numbers only)", a.descr));
 
   size_t f = find_key(h, "fortran_order", name);
@@ -105,6 +108,11 @@ NpyArray parse_npy(const std::vector<std::byte>& bytes, const std::string& name)
     a.shape.push_back(v);
     if (a.shape.size() > 8) bad(name, "more than 8 dimensions");
   }
+  // numpy's own limit: the array's bytes, zero dimensions aside, fit a signed 64-bit size.
+  int64_t bytes_of_nonzero_dims = a.item_size();
+  for (int64_t dim : a.shape)
+    if (dim != 0 && __builtin_mul_overflow(bytes_of_nonzero_dims, dim, &bytes_of_nonzero_dims))
+      bad(name, fmt::format("malformed .npy header: shape ({}) is too large (its size overflows 64 bits)", dims));
   size_t data_off = offset + header_len;
   long double want = static_cast<long double>(a.item_size());
   for (int64_t dim : a.shape) want *= static_cast<long double>(dim);
