@@ -293,7 +293,9 @@ void Generator::act_load() {
 }
 
 void Generator::act_unary() {
-  Value* v = pick_tile([](Value* v) { return v->type.dtype() != DType::i1; });
+  bool want_float = r_.chance(0.75);
+  Value* v = pick_tile([&](Value* v) { return ir::is_float(v->type.dtype()) == want_float && v->type.dtype() != DType::i1; });
+  if (!v) v = pick_tile([](Value* v) { return v->type.dtype() != DType::i1; });
   if (!v) return act_load();
   Info i = info(v);
   if (ir::is_int(v->type.dtype())) {
@@ -593,9 +595,17 @@ void Generator::act_store(bool forced) {
   if (!v) v = convert(offs_, t);
   Value* mask = nullptr;
   Value* a = offs_;
+  int64_t last = shape_.back();
   if (shape_.size() == 2 && r_.chance(0.3)) { // transposed: a different permutation of the slice
-    Value* tr = b_->permute(b_->reshape(a, {shape_[1], shape_[0]}), {1, 0});
-    a = tr;
+    a = b_->permute(b_->reshape(a, {shape_[1], shape_[0]}), {1, 0});
+  } else if (last > 1 && t != DType::i1 && r_.chance(0.25)) {
+    // Every lane of a row stores the row's maximum to the row's first element: lanes share
+    // addresses, with equal values, so whichever wins the result is one.
+    int axis = static_cast<int>(shape_.size()) - 1;
+    Value* row = b_->reduce(ir::ReduceKind::max, v, axis);
+    note(row, info(v));
+    v = b_->broadcast(b_->expand_dims(row, axis), shape_);
+    a = b_->binary(OpKind::Sub, a, b_->binary(OpKind::Rem, a, cst(DType::i32, double(last))));
   }
   if (out.count < total_) mask = b_->binary(OpKind::Lt, a, b_->splat(n_, shape_));
   else if (r_.chance(0.3)) mask = data_mask();

@@ -65,6 +65,7 @@ void inline_region(ir::Function& fn, Op* op, int r, const std::vector<Value*>& a
     blk.ops[k]->parent = outer;
     moved.push_back(std::move(blk.ops[k]));
   }
+  blk.ops.erase(blk.ops.begin(), blk.ops.end() - 1); // only the yield is left
   outer->ops.insert(at, std::make_move_iterator(moved.begin()), std::make_move_iterator(moved.end()));
   replace_results(fn, op, yielded);
 }
