@@ -97,7 +97,13 @@ Layout access_layout(const ir::Shape& shape, int contig_dim, int vec, int num_wa
   b.order.push_back(contig_dim);
   for (int d = r - 1; d >= 0; --d)
     if (d != contig_dim) b.order.push_back(d);
-  b.size_per_thread[contig_dim] = static_cast<int>(std::min<int64_t>(vec, shape[contig_dim]));
+  // As many elements per thread as the access allows, but no more than the tile gives each
+  // thread: a wider vector would make one pass of the layout larger than the tile, and
+  // threads would load the same elements again.
+  int64_t elems = 1;
+  for (int64_t d : shape) elems *= d;
+  int64_t fair = std::max<int64_t>(1, elems / (int64_t(32) * num_warps));
+  b.size_per_thread[contig_dim] = static_cast<int>(std::min<int64_t>({vec, shape[contig_dim], fair}));
   int lanes = 32;
   for (int d : b.order) {
     int t = static_cast<int>(std::min<int64_t>(lanes, std::max<int64_t>(1, shape[d] / b.size_per_thread[d])));
