@@ -5,7 +5,7 @@
 #
 #   scripts/fuzz_inputs.sh [RUNS [TARGET...]]
 #
-# RUNS defaults to 10000 per target (the short run of the test suite); the targets are
+# RUNS defaults to 20000 per target (the short run of the test suite); the targets are
 # ir_parser space_toml tuning_db_toml manifest_toml npy. Installs clang-19 and its
 # sanitizer runtimes when missing (Debian 12, as root or with sudo). The build lives in
 # ${TILEC_FUZZ_BUILD_DIR:-build-fuzz}; inputs libFuzzer finds new go to a temporary folder,
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=${1:-10000}
+runs=${1:-20000}
 shift || true
 all_targets=(ir_parser space_toml tuning_db_toml manifest_toml npy)
 targets=("$@")
