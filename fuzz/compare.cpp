@@ -29,7 +29,17 @@ bool is_inexact_source(const ir::Op& op) {
   }
 }
 
-std::vector<bool> inexact_params(const ir::Function& fn) {
+bool is_zero_sign_source(const ir::Op& op) {
+  if (op.results.size() != 1 || op.result()->type.is_ptr() || !ir::is_float(op.result()->type.dtype())) return false;
+  if (op.kind == ir::OpKind::Min || op.kind == ir::OpKind::Max) return true;
+  return op.kind == ir::OpKind::Reduce && op.attrs.reduce != ir::ReduceKind::sum;
+}
+
+namespace {
+
+// Per parameter: whether a value that `is_source` taints (or one computed from it) may be
+// stored into the buffer it points to.
+std::vector<bool> tainted_params(const ir::Function& fn, bool (*is_source)(const ir::Op&)) {
   size_t n = static_cast<size_t>(fn.num_values());
   std::vector<char> inexact(n, 0);
   std::vector<uint64_t> roots(n, 0); // pointer values: the parameters they may point into
@@ -54,7 +64,7 @@ std::vector<bool> inexact_params(const ir::Function& fn) {
   while (changed) {
     changed = false;
     ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) {
-      bool x = is_inexact_source(op);
+      bool x = is_source(op);
       uint64_t r = 0;
       for (const ir::Value* v : op.operands) {
         if (v->type.is_ptr()) r |= roots[v->id];
@@ -94,6 +104,11 @@ std::vector<bool> inexact_params(const ir::Function& fn) {
   return out;
 }
 
+} // namespace
+
+std::vector<bool> inexact_params(const ir::Function& fn) { return tainted_params(fn, is_inexact_source); }
+std::vector<bool> zero_sign_params(const ir::Function& fn) { return tainted_params(fn, is_zero_sign_source); }
+
 namespace {
 
 // The bits of `v` (exactly representable in `t`) as an integer ordered like the values.
@@ -121,7 +136,7 @@ int64_t ulp_distance(double a, double b, ir::DType t) {
   return d < 0 ? -d : d;
 }
 
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact) {
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact, bool any_zero_sign) {
   BufferDiff r;
   internal_assert(want.dtype == got.dtype && want.count() == got.count(), "compared buffers match in type and size");
   bool fl = ir::is_float(want.dtype);
@@ -135,7 +150,7 @@ BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got
       double a = want.get(i), b = got.get(i);
       d = ulp_distance(a, b, want.dtype);
       // Bitwise unless inexact: +0 and -0 differ.
-      same = d >= 0 && d <= bound && (inexact || std::isnan(a) || std::signbit(a) == std::signbit(b));
+      same = d >= 0 && d <= bound && (inexact || any_zero_sign || std::isnan(a) || std::signbit(a) == std::signbit(b));
     }
     if (same) continue;
     if (r.mismatches++ == 0)

@@ -2,7 +2,8 @@
 // What "the interpreter and the emulator agree" means for a fuzz program (README "Differential
 // fuzzing", ir/SEMANTICS.md "Backends agree"):
 // - integer and i1 buffers: bitwise;
-// - float buffers that no inexact value reaches: bitwise, except that any two NaNs are equal;
+// - float buffers that no inexact value reaches: bitwise, except that any two NaNs are equal
+//   (and +0 equals -0 where a min or max of zeros may reach);
 // - float buffers an inexact value may reach: within kUlpBound ulps of the buffer's dtype
 //   (distance in representable values; NaN only equals NaN, infinities only themselves).
 // A value is inexact when an op whose result the semantics leave a few ulps open computes it
@@ -29,6 +30,12 @@ bool is_inexact_source(const ir::Op& op);
 // the buffer it points to. False for scalars.
 std::vector<bool> inexact_params(const ir::Function& fn);
 
+// Whether `op`'s result may be a zero whose sign the semantics leave open: float min and max
+// (and their reductions) of +0 and -0 return either.
+bool is_zero_sign_source(const ir::Op& op);
+// Per kernel parameter: whether such a zero may reach the buffer; there +0 equals -0.
+std::vector<bool> zero_sign_params(const ir::Function& fn);
+
 // Distance between two floats of dtype `t` in representable values of `t` (0 when equal, also
 // for +0 and -0); -1 when exactly one is NaN.
 int64_t ulp_distance(double a, double b, ir::DType t);
@@ -37,7 +44,9 @@ struct BufferDiff {
   int64_t mismatches = 0;
   std::string first; // the first mismatching element, described; empty when they agree
 };
-// Compares `got` with the interpreter's `want` element by element under the rules above.
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact);
+// Compares `got` with the interpreter's `want` element by element under the rules above;
+// `any_zero_sign`: +0 equals -0.
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact,
+                           bool any_zero_sign = false);
 
 } // namespace tilec::fuzz

@@ -20,11 +20,13 @@ using ir::Shape;
 using ir::Type;
 using ir::Value;
 
-// What the generator knows of a float value: whether it is inexact (fuzz/compare.h) and
-// whether it is never negative (so sums of it cannot cancel).
+// What the generator knows of a float value: whether it is inexact (fuzz/compare.h), whether
+// it is never negative (so sums of it cannot cancel) and whether it may be a zero of either
+// sign (float min and max leave the sign open: it must not become the sign of an infinity).
 struct Info {
   bool inexact = false;
   bool nonneg = false;
+  bool zsign = false;
 };
 
 constexpr OpKind kCompares[] = {OpKind::Eq, OpKind::Ne, OpKind::Lt, OpKind::Le, OpKind::Gt, OpKind::Ge};
@@ -37,18 +39,19 @@ public:
 private:
   // --- values and scopes
   Type main(DType t) const { return ir::tile_type(t, shape_); }
-  Value* add(Value* v, Info i = {}) {
-    info_[v] = i;
-    (v->type.is_scalar() ? scalars_ : tiles_).back().push_back(v);
-    return v;
-  }
-  Info info(const Value* v) const {
-    auto it = info_.find(v);
-    return it == info_.end() ? Info{} : it->second;
-  }
   Value* note(Value* v, Info i) {
     info_[v] = i;
     return v;
+  }
+  // Makes `v` available to later actions, with what is known of it (`note`d before, or `i`).
+  Value* add(Value* v) {
+    (v->type.is_scalar() ? scalars_ : tiles_).back().push_back(v);
+    return v;
+  }
+  Value* add(Value* v, Info i) { return add(note(v, i)); }
+  Info info(const Value* v) const {
+    auto it = info_.find(v);
+    return it == info_.end() ? Info{} : it->second;
   }
   std::vector<Value*> visible_tiles() const {
     std::vector<Value*> all;
@@ -144,7 +147,8 @@ Value* Generator::convert(Value* v, DType to) {
   }
   Value* c = b_->cast(v, to);
   bool nonneg = ir::is_float(from) && ir::is_float(to) ? i.nonneg : from == DType::i1 || to == DType::i1;
-  return note(c, {i.inexact && ir::is_float(to), nonneg});
+  bool fl = ir::is_float(to);
+  return note(c, {i.inexact && fl, nonneg, i.zsign && fl});
 }
 
 Program Generator::run() {
@@ -302,14 +306,15 @@ void Generator::act_unary() {
     add(b_->unary(r_.chance(0.5) ? OpKind::Abs : OpKind::Neg, v));
     return;
   }
-  std::vector<OpKind> kinds{OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt, OpKind::Abs, OpKind::Neg};
+  std::vector<OpKind> kinds{OpKind::Tanh, OpKind::Sqrt, OpKind::Abs, OpKind::Neg};
+  if (!i.zsign) kinds.push_back(OpKind::Rsqrt); // rsqrt(-0) is -inf
   if (!i.inexact) kinds.insert(kinds.end(), {OpKind::Exp, OpKind::Exp2, OpKind::Log});
   OpKind k = r_.pick(kinds);
   Info out = i;
   switch (k) {
   case OpKind::Exp:
-  case OpKind::Exp2: out = {true, true}; break;
-  case OpKind::Log: out = {true, false}; break;
+  case OpKind::Exp2: out = {true, true, false}; break;
+  case OpKind::Log: out = {true, false, false}; break;
   case OpKind::Sqrt:
   case OpKind::Rsqrt:
   case OpKind::Abs: out.nonneg = true; break;
@@ -328,7 +333,7 @@ void Generator::act_binary() {
     b = t == DType::i1 ? cst(t, double(r_.range(0, 1)))
         : ir::is_float(t) ? cst(t, r_.pick(std::vector<double>{0.5, 2, -1.5, 3, 0.0, -0.0}))
                           : cst(t, double(r_.range(-9, 9)));
-    note(b, {false, ir::is_float(t) && b->def->attrs.value.f >= 0 && !std::signbit(b->def->attrs.value.f)});
+    note(b, {false, ir::is_float(t) && b->def->attrs.value.f >= 0 && !std::signbit(b->def->attrs.value.f), false});
   } else {
     Value* c = pick_tile([&](Value* v) { return ir::is_float(t) || !info(v).inexact; });
     b = c ? convert(c, t) : nullptr;
@@ -341,15 +346,18 @@ void Generator::act_binary() {
     kinds = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min,
              OpKind::Max, OpKind::And, OpKind::Or, OpKind::Xor};
   else if (ia.inexact || ib.inexact) {
-    kinds = {OpKind::Mul, OpKind::Div, OpKind::Min, OpKind::Max};
+    kinds = {OpKind::Mul, OpKind::Min, OpKind::Max};
+    if (!ib.zsign) kinds.push_back(OpKind::Div);
     if (ia.nonneg && ib.nonneg) kinds.push_back(OpKind::Add);
   } else {
-    kinds = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min, OpKind::Max};
+    kinds = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Rem, OpKind::Min, OpKind::Max};
+    if (!ib.zsign) kinds.push_back(OpKind::Div); // x / -0 is -inf
   }
   OpKind k = r_.pick(kinds);
   if (ir::is_int(t) && (k == OpKind::Div || k == OpKind::Rem)) // a zero divisor is undefined
     b = b_->select(b_->binary(OpKind::Eq, b, cst(t, 0)), nonzero_const(t), b);
-  Info out{ia.inexact || ib.inexact, false};
+  bool fl = ir::is_float(t);
+  Info out{ia.inexact || ib.inexact, false, fl && (ia.zsign || ib.zsign || k == OpKind::Min || k == OpKind::Max)};
   switch (k) {
   case OpKind::Add:
   case OpKind::Div:
@@ -369,7 +377,7 @@ void Generator::act_select() {
   Value* y = pick_tile([&](Value* v) { return v != x; });
   if (!y || !(y = convert(y, x->type.dtype()))) y = cst(x->type, 0);
   Info ix = info(x), iy = info(y);
-  add(b_->select(cond, x, y), {ix.inexact || iy.inexact, ix.nonneg && iy.nonneg});
+  add(b_->select(cond, x, y), {ix.inexact || iy.inexact, ix.nonneg && iy.nonneg, ix.zsign || iy.zsign});
 }
 
 void Generator::act_cast() {
@@ -384,12 +392,13 @@ void Generator::act_reduce() {
   Info i = info(v);
   auto kind = r_.pick(std::vector<ir::ReduceKind>{ir::ReduceKind::sum, ir::ReduceKind::max, ir::ReduceKind::min});
   if (ir::is_float(t) && kind == ir::ReduceKind::sum && !i.nonneg) { // float sums of mixed signs may cancel
-    v = unary(OpKind::Abs, v, {i.inexact, true});
+    v = unary(OpKind::Abs, v, {i.inexact, true, i.zsign});
     i.nonneg = true;
   }
   int axis = static_cast<int>(r_.range(0, static_cast<int64_t>(shape_.size()) - 1));
   Value* red = b_->reduce(kind, v, axis);
-  Info out{i.inexact || (ir::is_float(t) && kind == ir::ReduceKind::sum), i.nonneg};
+  bool fl = ir::is_float(t);
+  Info out{i.inexact || (fl && kind == ir::ReduceKind::sum), i.nonneg, fl && (i.zsign || kind != ir::ReduceKind::sum)};
   note(red, out);
   if (red->type.is_scalar()) {
     add(red, out);
@@ -444,8 +453,8 @@ void Generator::act_dot() {
   if (!a || !b) return act_binary();
   Info ia = info(a), ib = info(b);
   if (ia.inexact || ib.inexact) { // inexact products must not cancel in the sums
-    if (!ia.nonneg) a = unary(OpKind::Abs, a, ia = {ia.inexact, true});
-    if (!ib.nonneg) b = unary(OpKind::Abs, b, ib = {ib.inexact, true});
+    if (!ia.nonneg) a = unary(OpKind::Abs, a, ia = {ia.inexact, true, ia.zsign});
+    if (!ib.nonneg) b = unary(OpKind::Abs, b, ib = {ib.inexact, true, ib.zsign});
   }
   int64_t p = shape_.size() >= 2 ? elems_ / shape_.back() : int64_t(1) << (std::countr_zero(uint64_t(elems_)) / 2);
   int64_t q = elems_ / p;
@@ -467,7 +476,7 @@ void Generator::act_dot() {
     Value* d1 = b_->dot(b_->permute(a, {1, 0}), b, acc({q, q}));         // [Q, Q]
     d = b_->dot(af, d1, acc({p, q}));                                      // [P, Q]
   }
-  add(b_->reshape(d, shape_), {inexact, nonneg});
+  add(b_->reshape(d, shape_), {inexact, nonneg, ia.zsign || ib.zsign});
 }
 
 void Generator::act_splat() {
@@ -520,7 +529,8 @@ void Generator::act_for() {
     // The body was built assuming what the carried value's info says: keep it true.
     auto fits = [&](Value* v) {
       Info i = info(v);
-      return v->type == arg->type && (!i.inexact || ia.inexact) && (!ia.nonneg || i.nonneg);
+      return v->type == arg->type && (!i.inexact || ia.inexact) && (!ia.nonneg || i.nonneg) &&
+             (!i.zsign || ia.zsign);
     };
     Value* y = r_.chance(0.8) ? pick_tile(fits) : nullptr;
     yields.push_back(y ? y : arg);
@@ -569,6 +579,7 @@ void Generator::act_if() {
       Info i = info(y);
       out[k].inexact = out[k].inexact || i.inexact;
       out[k].nonneg = out[k].nonneg && i.nonneg;
+      out[k].zsign = out[k].zsign || i.zsign;
       yields.push_back(y);
     }
     b_->yield(yields);
@@ -603,7 +614,8 @@ void Generator::act_store(bool forced) {
     // addresses, with equal values, so whichever wins the result is one.
     int axis = static_cast<int>(shape_.size()) - 1;
     Value* row = b_->reduce(ir::ReduceKind::max, v, axis);
-    note(row, info(v));
+    Info iv = info(v);
+    note(row, {iv.inexact, iv.nonneg, iv.zsign || ir::is_float(t)});
     v = b_->broadcast(b_->expand_dims(row, axis), shape_);
     a = b_->binary(OpKind::Sub, a, b_->binary(OpKind::Rem, a, cst(DType::i32, double(last))));
   }
@@ -625,7 +637,7 @@ void Generator::act_atomic() {
   if (!v) v = convert(offs_, t);
   Value* mask = acc.count < total_ ? in_n_ : r_.chance(0.3) ? data_mask() : nullptr;
   Value* old = b_->atomic_add(b_->addptr(b_->splat(acc.param, shape_), offs_), v, mask);
-  add(old, {info(v).inexact, false});
+  add(old, {info(v).inexact, false, info(v).zsign});
   acc.used = true;
 }
 

@@ -24,17 +24,18 @@ Outcome run_program(const Program& p, templates::Launcher& launcher) {
   } catch (const rt::Error& e) {
     return {Verdict::disagree, fmt::format("the {} backend failed: {}", launcher.backend(), e.what())};
   }
-  std::vector<bool> inexact = inexact_params(fn);
+  std::vector<bool> inexact = inexact_params(fn), zero_sign = zero_sign_params(fn);
   Outcome out;
   for (size_t i = 0; i < fn.params.size(); ++i) {
     if (!fn.params[i]->type.is_ptr()) continue;
-    BufferDiff d = compare_buffers(want[i], got[i], inexact[i]);
+    BufferDiff d = compare_buffers(want[i], got[i], inexact[i], zero_sign[i]);
     if (!d.mismatches) continue;
     out.verdict = Verdict::disagree;
     out.message += fmt::format("{}{} of {} elements of '{}' differ ({}); first: {}", out.message.empty() ? "" : "\n",
                                d.mismatches, want[i].count(), want[i].name,
-                               inexact[i] ? fmt::format("inexact, {} ulps allowed", ulp_bound(want[i].dtype))
-                                          : "bitwise",
+                               inexact[i]     ? fmt::format("inexact, {} ulps allowed", ulp_bound(want[i].dtype))
+                               : zero_sign[i] ? "bitwise but for the sign of zero"
+                                              : "bitwise",
                                d.first);
   }
   return out;

@@ -1,6 +1,7 @@
 #include "fuzz/shrink.h"
 
 #include <algorithm>
+#include <set>
 
 #include "ir/builder.h"
 #include "ir/passes.h"
@@ -70,8 +71,62 @@ void inline_region(ir::Function& fn, Op* op, int r, const std::vector<Value*>& a
   replace_results(fn, op, yielded);
 }
 
+// The values addresses are computed from: shrinking them could make lanes collide (a race) or
+// leave their buffer, so they stay as generated.
+std::set<const Value*> address_slice(const ir::Function& fn) {
+  std::set<const Value*> in;
+  auto add = [&](const Value* v) { return !v->type.is_ptr() && in.insert(v).second; };
+  for (bool changed = true; changed;) {
+    changed = false;
+    ir::walk(const_cast<ir::Block&>(fn.body), [&](Op& op) {
+      if (op.kind == OpKind::AddPtr) changed |= add(op.operands[1]);
+      bool used = false;
+      for (const Value* r : op.results) used = used || in.count(r);
+      if (used)
+        for (const Value* o : op.operands) changed |= add(o);
+      for (size_t k = 0; op.kind == OpKind::Yield && k < op.operands.size(); ++k)
+        if (in.count(op.parent->parent->results[k])) changed |= add(op.operands[k]);
+      if (op.kind == OpKind::For)
+        for (size_t k = 1; k < op.region(0).args.size(); ++k)
+          if (in.count(op.region(0).args[k])) {
+            changed |= add(op.operands[k + 2]);
+            changed |= add(op.region(0).terminator()->operands[k - 1]);
+          }
+    });
+  }
+  return in;
+}
+
+bool is_nonzero_constant(const Value* v) {
+  return v->def && v->def->kind == OpKind::Constant && !(v->def->attrs.value == ir::ConstValue::of_int(0));
+}
+
+// The generator's guards against undefined behaviour are still there: integer divisors are
+// selected away from zero (or nonzero constants), floats are clamped before becoming integers.
+bool guards_intact(const ir::Function& fn) {
+  bool ok = true;
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](Op& op) {
+    if (op.kind != OpKind::Div && op.kind != OpKind::Rem && op.kind != OpKind::Cast) return;
+    const ir::Type& t = op.operands[0]->type;
+    if ((op.kind == OpKind::Div || op.kind == OpKind::Rem) && ir::is_int(t.dtype())) {
+      const Value* d = op.operands[1];
+      ok = ok && ((d->def && d->def->kind == OpKind::Select) || is_nonzero_constant(d));
+    }
+    if (op.kind == OpKind::Cast && ir::is_float(t.dtype()) && ir::is_int(op.result()->type.dtype()) &&
+        op.result()->type.dtype() != ir::DType::i1) {
+      const Op* lo = op.operands[0]->def;
+      const Op* hi = lo && lo->kind == OpKind::Min ? lo->operands[0]->def : nullptr;
+      ok = ok && hi && hi->kind == OpKind::Max && is_nonzero_constant(lo->operands[1]) &&
+           is_nonzero_constant(hi->operands[1]);
+    }
+  });
+  return ok;
+}
+
 // Applies variant `v` of the simplifications of `op`; false when there is no such variant.
 bool simplify(ir::Function& fn, Op* op, int v) {
+  for (const Value* r : op->results)
+    if (r->type.is_ptr() || address_slice(fn).count(r)) return false;
   switch (op->kind) {
   case OpKind::Store:
     if (v) return false;
@@ -150,6 +205,7 @@ Program shrink(const Program& failing, const StillFails& still_fails, int max_ch
         try {
           ir::dce(fn);
           ir::verify(fn);
+          if (!guards_intact(fn)) continue;
           c = clone(c); // renumbered; also proves the text round-trips
         } catch (const UserError&) {
           continue;
