@@ -1,6 +1,10 @@
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <unistd.h>
 
 #include "codegen/compile.h"
 #include "codegen/module.h"
@@ -19,6 +23,27 @@ struct CompileArgs {
   std::string target = "nvptx";
   std::string out_dir;
 };
+
+// Rejects an output folder compile could not fill, before any work: nothing is created
+// when the command fails. `files` are the names the module will have in it.
+void check_out_dir(const std::filesystem::path& dir, const std::vector<std::string>& files) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) throw UserError("--out: the folder name is empty");
+  std::error_code ec;
+  fs::path existing = dir;
+  while (!fs::exists(existing, ec) && existing.has_relative_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing, ec))
+    throw UserError(fmt::format("--out {}: {} is not a folder", dir.string(), existing.string()));
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw UserError(fmt::format("--out {}: cannot write in {}: {}", dir.string(), existing.string(),
+                                std::strerror(errno)));
+  if (existing != dir) return; // to be created: nothing in it yet
+  for (const std::string& f : files)
+    if (fs::is_directory(dir / f, ec))
+      throw UserError(fmt::format("--out {}: {} is a folder, not a module file", dir.string(), f));
+}
 
 } // namespace
 
@@ -47,15 +72,21 @@ Action add_compile(CLI::App& app, Common& common) {
     const auto& t = a->choice.kernel();
     auto params = a->choice.params();
     auto shape = a->choice.shape();
-    ir::Kernel k = t.build(params, shape);
-    ir::verify(*k);
+    std::vector<ir::Kernel> kernels = templates::build_kernels(t, params, shape);
+    const ir::Kernel& k = kernels.front();
+    for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
+    check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();
     codegen::CompiledKernel ck = codegen::compile(*k, opts);
-    std::map<std::string, rt::SpecValue> spec;
-    for (auto& [name, v] : params) spec[name] = v;
-    for (auto& [name, v] : shape) spec[name] = v;
+    // What the module is specialized on, as rt::find_module matches it.
+    std::map<std::string, rt::SpecValue> spec = templates::module_spec(t, params, shape);
     rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name);
+    for (size_t i = 1; i < kernels.size(); ++i) { // kernels launched after it (a combine step)
+      const ir::Function& c = *kernels[i];
+      codegen::write_module(c, codegen::compile(c, opts), opts, spec, a->out_dir, c.name);
+      say(common, fmt::format("{} -> {}", c.name, (std::filesystem::path(a->out_dir) / (c.name + ".toml")).string()));
+    }
     auto path = [&](const std::filesystem::path& f) -> std::optional<std::string> {
       if (f.empty()) return std::nullopt;
       return (std::filesystem::path(a->out_dir) / f).string();

@@ -1,6 +1,10 @@
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <unistd.h>
 
 #include "interp/interpreter.h"
 #include "ir/verifier.h"
@@ -23,6 +27,7 @@ struct RunOptions {
   std::string path = "fused";
   std::optional<double> softmax_scale, softcap;
   std::string inputs_dir, out_file;
+  bool out_given = false; // --out "" too
   std::string tuned; // tuning database to take the config from
 };
 
@@ -79,8 +84,32 @@ void print_result(const Common& common, const std::string& kernel, const std::st
   }
 }
 
+// Rejects an --out file that could not be written, before the run: a failed command writes
+// nothing (write_npy itself writes beside the file and renames it into place).
+void check_out_file(const std::string& file) {
+  namespace fs = std::filesystem;
+  if (file.empty()) throw UserError("--out: the file name is empty");
+  std::error_code ec;
+  fs::path path(file), folder = path.parent_path();
+  if (folder.empty()) folder = ".";
+  if (fs::is_directory(path, ec)) throw UserError(fmt::format("--out {}: is a folder", file));
+  if (!fs::exists(folder, ec)) throw UserError(fmt::format("--out {}: folder {} does not exist", file, folder.string()));
+  if (!fs::is_directory(folder, ec)) throw UserError(fmt::format("--out {}: {} is not a folder", file, folder.string()));
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    throw UserError(fmt::format("--out {}: cannot write in {}: {}", file, folder.string(), std::strerror(errno)));
+}
+
 int run_paged_attention(const Common& common, const RunOptions& o) {
   using namespace templates;
+  if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
+  if (!o.tuned.empty()) {
+    // A database that is not there is a mistyped name, not an empty database.
+    std::error_code ec;
+    if (!std::filesystem::exists(o.tuned, ec))
+      throw UserError(fmt::format("--tuned {}: no such file (tilec autotune -o writes one)", o.tuned));
+    if (!std::filesystem::is_regular_file(o.tuned, ec))
+      throw UserError(fmt::format("--tuned {}: not a file", o.tuned));
+  }
   auto shape_params = o.choice.shape();
   auto cfg = paged_attention_config(o.choice.params());
   PagedAttentionInputs in;
@@ -133,7 +162,9 @@ Action add_run(CLI::App& app, Common& common) {
   app.add_option("--backend", o->backend, "where to run: auto, interpret, emulate or cuda")
       ->check(CLI::IsMember({"auto", "interpret", "emulate", "cuda"}))
       ->capture_default_str();
-  app.add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the generated inputs")
+      ->check(CLI::NonNegativeNumber) // CLI11 would wrap -1 around
+      ->capture_default_str();
   app.add_option("--path", o->path, "paged_attention: fused (block-table walk) or decompose (primitive ops)")
       ->check(CLI::IsMember({"fused", "decompose"}))
       ->capture_default_str();
@@ -144,6 +175,7 @@ Action add_run(CLI::App& app, Common& common) {
   app.add_option("--tuned", o->tuned, "paged_attention: take the config from this tuning database (tilec autotune)");
   app.add_option("--out", o->out_file, "paged_attention: write the output here (.npy, q's dtype)");
   return [&common, o, &app]() -> int {
+    o->out_given = app.count("--out") > 0;
     const auto& t = o->choice.kernel();
     if (t.name == "paged_attention") return run_paged_attention(common, *o);
     for (const char* flag : {"--path", "--softmax-scale", "--softcap", "--inputs", "--out", "--tuned"})

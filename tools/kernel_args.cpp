@@ -1,6 +1,9 @@
 #include "tools/kernel_args.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ir/types.h"
 
 namespace tilec::cli {
 
@@ -18,13 +21,15 @@ const templates::KernelTemplate& KernelChoice::kernel() const {
 }
 
 templates::ParamMap KernelChoice::params() const {
-  return templates::resolve_params(kernel().params, sets, "--set");
+  templates::ParamMap p = templates::resolve_params(kernel().params, sets, "--set");
+  // Checked here for every command, not only those that compile for a GPU.
+  if (auto it = p.find("num_warps"); it != p.end() && (!ir::is_pow2(it->second) || it->second > 32))
+    throw UserError(fmt::format("--set num_warps={}: must be a power of two from 1 to 32", it->second));
+  return p;
 }
 
-} // namespace tilec::cli
-
-namespace tilec::cli {
 templates::ParamMap KernelChoice::shape() const {
   return templates::resolve_params(kernel().shape, shapes, "--shape");
 }
+
 } // namespace tilec::cli

@@ -1,10 +1,6 @@
 // `tilec autotune` end to end on a tiny problem, and `tilec run --tuned` using its database.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,28 +8,23 @@
 
 #include "runtime/cuda.h"
 #include "runtime/tuning_db.h"
+#include "tests/tilec_process.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
+// Ran to an exit (never a signal); stdout and stderr together in `out`.
 struct Outcome {
   int code = -1;
-  std::string out; // stdout and stderr together
+  std::string out;
 };
 
 Outcome run_tilec(const std::string& args) {
-  std::string cmd = std::string(TILEC_BINARY) + " " + args + " 2>&1";
-  Outcome o;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
-  int status = pclose(p);
-  REQUIRE(WIFEXITED(status));
-  o.code = WEXITSTATUS(status);
-  return o;
+  tilec::test::Process p = tilec::test::run_tilec(args);
+  INFO("tilec " << args << "\n" << p.text());
+  REQUIRE(p.exited());
+  return {p.exit_code, p.out + p.err};
 }
 
 struct Scratch {
