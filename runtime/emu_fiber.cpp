@@ -3,6 +3,7 @@
 #include "runtime/error.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -10,11 +11,26 @@
 #include <unistd.h>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TILEC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TILEC_ASAN 1
+#endif
+#endif
+#ifndef TILEC_ASAN
+#define TILEC_ASAN 0
+#endif
+#if TILEC_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #if defined(__x86_64__)
 // tilec_emu_fiber_switch(void** save_sp, void* load_sp): pushes the callee-saved registers
 // and the floating-point control state, stores the stack pointer, and pops the other
 // fiber's. A new fiber's first "return" lands in tilec_emu_fiber_start, which calls
-// entry(arg) from r13(r12) on a 16-byte aligned stack.
+// r13(r12), that is fiber_entry(&context), on a 16-byte aligned stack.
 asm(R"(
   .text
   .p2align 4
@@ -62,9 +78,68 @@ extern "C" void tilec_emu_fiber_start();
 
 namespace tilec::rt::emu {
 
+namespace {
+
+#if TILEC_ASAN
+// The context this OS thread last switched away from. When it is the thread's own stack, the
+// fiber that starts or resumes next learns that stack's bounds from ASan and records them
+// there, so that switching back can name them.
+thread_local FiberContext* t_switched_from = nullptr;
+#endif
+
+// Tells ASan which stack runs next. A null `fake_stack`: `from` is never resumed, so its
+// fake stack (detect_stack_use_after_return) is freed.
+void before_switch(FiberContext& from, const FiberContext& to, void** fake_stack) {
+#if TILEC_ASAN
+  t_switched_from = &from;
+  __sanitizer_start_switch_fiber(fake_stack, to.stack, to.stack_size);
+#endif
+}
+
+// Runs first on the stack switched to.
+void after_switch(void* fake_stack) {
+#if TILEC_ASAN
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+  __sanitizer_finish_switch_fiber(fake_stack, &bottom, &size);
+  if (FiberContext* from = t_switched_from; from && !from->is_fiber) {
+    from->stack = bottom;
+    from->stack_size = size;
+  }
+#endif
+}
+
+// The first function a new fiber runs.
+void fiber_entry(void* p) {
+  after_switch(nullptr);
+  auto* ctx = static_cast<FiberContext*>(p);
+  ctx->entry(ctx->arg);
+  std::abort(); // entry ends with fiber_exit
+}
+
+// What fiber_init does on every platform; a stack reused from an abandoned fiber may still
+// hold ASan's poisoned redzones of that fiber's frames.
+void init_common(FiberContext& ctx, void* stack, std::size_t size, void (*entry)(void*), void* arg) {
+  ctx.entry = entry;
+  ctx.arg = arg;
+  ctx.stack = stack;
+  ctx.stack_size = size;
+  ctx.is_fiber = true;
+#if TILEC_ASAN
+  __asan_unpoison_memory_region(stack, size);
+#endif
+}
+
+} // namespace
+
 #if defined(__x86_64__)
 
+namespace {
+void raw_switch(FiberContext& from, FiberContext& to) { tilec_emu_fiber_switch(&from.sp, to.sp); }
+} // namespace
+
 void fiber_init(FiberContext& ctx, void* stack, std::size_t size, void (*entry)(void*), void* arg) {
+  init_common(ctx, stack, size, entry, arg);
   auto top = (reinterpret_cast<std::uintptr_t>(stack) + size) & ~std::uintptr_t(15);
   auto* w = reinterpret_cast<std::uint64_t*>(top);
   w[-1] = 0;
@@ -72,8 +147,8 @@ void fiber_init(FiberContext& ctx, void* stack, std::size_t size, void (*entry)(
   w[-3] = reinterpret_cast<std::uint64_t>(&tilec_emu_fiber_start); // return address
   w[-4] = 0;                                                       // rbp
   w[-5] = 0;                                                       // rbx
-  w[-6] = reinterpret_cast<std::uint64_t>(arg);                    // r12
-  w[-7] = reinterpret_cast<std::uint64_t>(entry);                  // r13
+  w[-6] = reinterpret_cast<std::uint64_t>(&ctx);                   // r12
+  w[-7] = reinterpret_cast<std::uint64_t>(&fiber_entry);           // r13
   w[-8] = 0;                                                       // r14
   w[-9] = 0;                                                       // r15
   std::uint32_t csr[2] = {0x1f80, 0x037f}; // MXCSR and x87 control word defaults
@@ -81,32 +156,41 @@ void fiber_init(FiberContext& ctx, void* stack, std::size_t size, void (*entry)(
   ctx.sp = &w[-10];
 }
 
-void fiber_switch(FiberContext& from, FiberContext& to) { tilec_emu_fiber_switch(&from.sp, to.sp); }
-
 #else
 
 namespace {
 // makecontext passes int arguments only: the context's address travels as two halves.
 void start_trampoline(unsigned hi, unsigned lo) {
-  auto* ctx = reinterpret_cast<FiberContext*>((std::uintptr_t(hi) << 32) | lo);
-  ctx->entry(ctx->arg);
+  fiber_entry(reinterpret_cast<FiberContext*>((std::uintptr_t(hi) << 32) | lo));
 }
+
+void raw_switch(FiberContext& from, FiberContext& to) { swapcontext(&from.uc, &to.uc); }
 } // namespace
 
 void fiber_init(FiberContext& ctx, void* stack, std::size_t size, void (*entry)(void*), void* arg) {
+  init_common(ctx, stack, size, entry, arg);
   getcontext(&ctx.uc);
   ctx.uc.uc_stack.ss_sp = stack;
   ctx.uc.uc_stack.ss_size = size;
   ctx.uc.uc_link = nullptr;
-  ctx.entry = entry;
-  ctx.arg = arg;
   auto p = reinterpret_cast<std::uintptr_t>(&ctx);
   makecontext(&ctx.uc, reinterpret_cast<void (*)()>(start_trampoline), 2, unsigned(p >> 32), unsigned(p));
 }
 
-void fiber_switch(FiberContext& from, FiberContext& to) { swapcontext(&from.uc, &to.uc); }
-
 #endif
+
+void fiber_switch(FiberContext& from, FiberContext& to) {
+  void* fake_stack = nullptr;
+  before_switch(from, to, &fake_stack);
+  raw_switch(from, to);
+  after_switch(fake_stack);
+}
+
+void fiber_exit(FiberContext& from, FiberContext& to) {
+  before_switch(from, to, nullptr);
+  raw_switch(from, to);
+  std::abort(); // never resumed
+}
 
 StackArena::StackArena(std::size_t count, std::size_t bytes) : count_(count) {
   auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));

@@ -11,21 +11,30 @@
 
 namespace tilec::rt::emu {
 
+// A fiber made by fiber_init, or an OS thread's own stack (a default-constructed context that
+// a fiber_switch saves into).
 struct FiberContext {
 #if defined(__x86_64__)
   void* sp = nullptr;
 #else
   ucontext_t uc;
+#endif
   void (*entry)(void*) = nullptr;
   void* arg = nullptr;
-#endif
+  // The stack this context runs on, for AddressSanitizer, which must be told of every
+  // switch; for an OS thread's stack, learned on each switch away from it.
+  const void* stack = nullptr;
+  std::size_t stack_size = 0;
+  bool is_fiber = false;
 };
 
 // Prepares `ctx` so that switching to it runs entry(arg) on [stack, stack + size). `entry`
-// must never return: it ends by switching away for good.
+// must never return: it ends with fiber_exit.
 void fiber_init(FiberContext& ctx, void* stack, std::size_t size, void (*entry)(void*), void* arg);
 // Saves the running fiber's state in `from` and resumes `to`.
 void fiber_switch(FiberContext& from, FiberContext& to);
+// Like fiber_switch, for a fiber that will never be resumed (finished or abandoned).
+[[noreturn]] void fiber_exit(FiberContext& from, FiberContext& to);
 
 // `count` stacks of `bytes` each, every one with an inaccessible guard page below it, so an
 // overflow faults instead of corrupting a neighbour. Arenas are pooled and reused.

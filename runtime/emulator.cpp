@@ -107,12 +107,13 @@ std::string where(const tilec_emu_thread* t) {
 }
 
 // Stops the calling GPU thread for good: records why and hands control back to the
-// scheduler, which abandons the block. Fibers hold no resources, so nothing leaks.
-[[noreturn]] void abort_thread(tilec_emu_thread* t, std::string message) {
+// scheduler, which abandons the block. The fiber's frames are never unwound, so a caller
+// builds `message` in a statement of its own: temporaries of the calling expression would
+// never be destroyed (a leak).
+[[noreturn]] void abort_thread(tilec_emu_thread* t, std::string&& message) {
   t->worker->error = std::move(message);
   t->state = State::failed;
-  emu::fiber_switch(t->fiber, t->worker->scheduler);
-  std::abort(); // a failed fiber is never resumed
+  emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
 
 void yield(tilec_emu_thread* t) { emu::fiber_switch(t->fiber, t->worker->scheduler); }
@@ -164,13 +165,18 @@ int check_access(tilec_emu_thread* t, const void* addr, std::uint32_t n, bool lo
         break;
       }
     }
-    if (i < 0) abort_thread(t, out_of_bounds(t, what, a, n));
+    if (i < 0) {
+      std::string message = out_of_bounds(t, what, a, n);
+      abort_thread(t, std::move(message));
+    }
     t->last_track = i;
   }
   const Track& b = l.tracks[i];
-  if (n == 0 || (n & (n - 1)) != 0 || n > 16 || a % n != 0)
-    abort_thread(t, fmt::format("{}: misaligned {} of {} bytes at {} of buffer '{}' (address {:#x})", where(t), what,
-                                n, offset_str(b, a), b.name, a));
+  if (n == 0 || (n & (n - 1)) != 0 || n > 16 || a % n != 0) {
+    std::string message = fmt::format("{}: misaligned {} of {} bytes at {} of buffer '{}' (address {:#x})", where(t),
+                                      what, n, offset_str(b, a), b.name, a);
+    abort_thread(t, std::move(message));
+  }
   if (load) t->worker->counters.loaded[i] += n;
   if (store) t->worker->counters.stored[i] += n;
   std::uintptr_t first = (a - b.lo) >> 5, last = (a + n - 1 - b.lo) >> 5;
@@ -236,8 +242,7 @@ void fiber_main(void* p) {
   Launch& l = *t->worker->launch;
   l.entry(t, l.args);
   t->state = State::done;
-  yield(t);
-  std::abort(); // a finished fiber is never resumed
+  emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
 
 // Completes the shuffles of every warp whose live lanes all wait at one; returns whether any did.
