@@ -70,7 +70,7 @@ TEST_CASE("fuzz: floats compare bitwise or within the ulp bound", "[fuzz]") {
   CHECK(compare_buffers(i, j, true).mismatches == 1); // integers are always bitwise
 }
 
-TEST_CASE("fuzz: exp, log and float sums make outputs inexact; integer work does not", "[fuzz]") {
+TEST_CASE("fuzz: exp, log and float sums make outputs inexact, integer work does not", "[fuzz]") {
   bool some_inexact = false, some_exact = false;
   for (uint64_t s = 1; s <= 60; ++s) {
     Program p = generate(s);
@@ -98,7 +98,7 @@ TEST_CASE("fuzz: the runner finds a planted disagreement", "[fuzz]") {
   }
 }
 
-TEST_CASE("fuzz: a backend that throws disagrees; a program the interpreter rejects is invalid", "[fuzz]") {
+TEST_CASE("fuzz: a backend that throws disagrees, a program the interpreter rejects is invalid", "[fuzz]") {
   PlantedBugLauncher throws([](const ir::Function&, const std::vector<interp::Arg>&) {
     throw UserError("planted failure");
   });
