@@ -111,21 +111,25 @@ std::vector<bool> zero_sign_params(const ir::Function& fn) { return tainted_para
 
 namespace {
 
-// The bits of `v` (exactly representable in `t`) as an integer ordered like the values.
-int64_t ordered_bits(double v, ir::DType t) {
-  int64_t bits = 0, sign = 0;
+// The bit pattern of `v` (exactly representable in `t`).
+int64_t raw_bits(double v, ir::DType t) {
   switch (t) {
-  case ir::DType::f16: bits = f32_to_f16_bits(static_cast<float>(v)), sign = 0x8000; break;
-  case ir::DType::bf16: bits = f32_to_bf16_bits(static_cast<float>(v)), sign = 0x8000; break;
-  default: bits = std::bit_cast<uint32_t>(static_cast<float>(v)), sign = 0x80000000ll; break;
+  case ir::DType::f16: return f32_to_f16_bits(static_cast<float>(v));
+  case ir::DType::bf16: return f32_to_bf16_bits(static_cast<float>(v));
+  default: return std::bit_cast<uint32_t>(static_cast<float>(v));
   }
+}
+
+// The bits of `v` as an integer ordered like the values (+0 and -0 both 0).
+int64_t ordered_bits(double v, ir::DType t) {
+  int64_t bits = raw_bits(v, t), sign = t == ir::DType::f32 ? 0x80000000ll : 0x8000;
   return bits & sign ? -(bits & (sign - 1)) : bits;
 }
 
 std::string describe(const interp::Buffer& b, size_t i) {
   if (ir::is_int(b.dtype)) return fmt::format("{}", b.get_int(i));
   double v = b.get(i);
-  return fmt::format("{} ({:#x})", v, ordered_bits(v, b.dtype));
+  return fmt::format("{} ({:#x})", v, raw_bits(v, b.dtype));
 }
 
 } // namespace
