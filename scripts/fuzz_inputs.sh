@@ -59,8 +59,9 @@ for t in "${targets[@]}"; do
   [ -f "fuzz/targets/$t.dict" ] && dict=("-dict=fuzz/targets/$t.dict")
   t0=$SECONDS
   status=0
-  # New inputs go to $work/$t (first folder); the committed corpus is only read.
-  "$build_dir/fuzz_$t" -runs="$runs" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 \
+  # New inputs go to $work/$t (first folder); the committed corpus is only read. Scratch
+  # files (the npy target's) go to $work too, so an aborted run leaves none behind.
+  TMPDIR="$work" "$build_dir/fuzz_$t" -runs="$runs" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$findings/$t-" -print_final_stats=1 "${dict[@]}" \
     "$work/$t" "fuzz/corpus/$t" >"$work/$t.log" 2>&1 || status=$?
   done_line=$(grep -E '^Done [0-9]+ runs' "$work/$t.log" | tail -1 || true)
