@@ -2,7 +2,7 @@
 // attention config the tuning database holds for its problem on its device, and which
 // modules to launch for it, from a folder written by `tilec autotune --export DIR`.
 //
-//   tuned_modules DIR/tuning.toml DIR "cpu-emulator" host \
+//   tuned_modules DIR/tuning.toml DIR "cpu-emulator" host
 //       "batch=4 hq=8 hkv=2 sq=1 head_dim=64 block_size=16 ctx=512 dtype=f16 alibi=0 max_blocks=32 num_blocks=0"
 //
 // Prints the config and each module's kernel, threads and parameters; exits 2 with the

@@ -4,7 +4,9 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -92,31 +94,48 @@ std::string compiler_identity() {
 rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions& opts, const std::string& backend) {
   static const std::string identity = compiler_identity();
   static std::mutex mutex;
-  static std::map<std::string, rt::Manifest> modules; // by the full key, for this process
-  static int counter = 0;
+  // By the full key, for this process. The lock guards the map only: different kernels
+  // compile in parallel, and a thread asking for one being compiled waits for it.
+  static std::map<std::string, std::shared_future<rt::Manifest>> modules;
+  static std::atomic<int> counter{0};
 
   std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={}\ncompiler={}\n", ir::print(fn),
                                 target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas, identity);
-  std::lock_guard lock(mutex);
-  if (auto it = modules.find(key); it != modules.end()) return it->second;
-
-  std::string hash = fmt::format("{:016x}", fnv1a(key));
-  fs::path dir = module_cache_dir(backend);
-  fs::path manifest = dir / (hash + ".toml");
-  std::optional<rt::Manifest> m = read_cached(manifest, fn.name);
-  if (!m) {
-    codegen::CompiledKernel k = codegen::compile(fn, opts);
-    fs::path tmp = dir / fmt::format("tmp-{}-{}", ::getpid(), counter++);
-    fs::create_directories(tmp);
-    codegen::write_module(fn, k, opts, {{"num_warps", std::int64_t(opts.num_warps)}}, tmp, hash);
-    for (const fs::directory_entry& e : fs::directory_iterator(tmp))
-      if (e.path().extension() != ".toml") fs::rename(e.path(), dir / e.path().filename());
-    fs::rename(tmp / (hash + ".toml"), manifest);
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    m = rt::read_manifest(manifest);
+  std::promise<rt::Manifest> promise;
+  std::shared_future<rt::Manifest> pending;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = modules.find(key); it != modules.end()) pending = it->second;
+    else modules.emplace(key, promise.get_future().share());
   }
-  return modules.emplace(std::move(key), std::move(*m)).first->second;
+  if (pending.valid()) return pending.get(); // compiled, or being compiled by another thread
+  try {
+    std::string hash = fmt::format("{:016x}", fnv1a(key));
+    fs::path dir = module_cache_dir(backend);
+    fs::path manifest = dir / (hash + ".toml");
+    std::optional<rt::Manifest> m = read_cached(manifest, fn.name);
+    if (!m) {
+      codegen::CompiledKernel k = codegen::compile(fn, opts);
+      fs::path tmp = dir / fmt::format("tmp-{}-{}", ::getpid(), counter++);
+      fs::create_directories(tmp);
+      codegen::write_module(fn, k, opts, {{"num_warps", std::int64_t(opts.num_warps)}}, tmp, hash);
+      for (const fs::directory_entry& e : fs::directory_iterator(tmp))
+        if (e.path().extension() != ".toml") fs::rename(e.path(), dir / e.path().filename());
+      fs::rename(tmp / (hash + ".toml"), manifest);
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      m = rt::read_manifest(manifest);
+    }
+    promise.set_value(*m);
+    return *m;
+  } catch (...) {
+    { // a failed compile is not cached: the next caller tries again (and gets the error)
+      std::lock_guard lock(mutex);
+      modules.erase(key);
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
 }
 
 rt::Arg scalar_arg(const ir::Type& type, const interp::Arg& a) {

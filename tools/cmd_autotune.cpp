@@ -21,6 +21,7 @@
 #include "templates/paged_attention.h"
 #include "tools/commands.h"
 #include "tools/json.h"
+#include "tools/progress.h"
 
 namespace tilec::cli {
 
@@ -52,33 +53,6 @@ struct Candidate {
   std::optional<int> registers;
 };
 
-// Progress on stderr: a bar redrawn in place on a terminal, plain lines otherwise.
-class Progress {
-public:
-  Progress(std::string what, size_t total) : what_(std::move(what)), total_(total), tty_(::isatty(2)) {}
-  void step(const std::string& line) {
-    ++done_;
-    if (tty_) {
-      const int width = 30;
-      int filled = total_ ? int(width * done_ / total_) : width;
-      std::cerr << fmt::format("\r\033[K{} [{}{}] {}/{} {}", what_, std::string(size_t(filled), '#'),
-                               std::string(size_t(width - filled), '.'), done_, total_, line)
-                << std::flush;
-      if (done_ == total_) std::cerr << "\n";
-    } else {
-      std::cerr << fmt::format("{} [{}/{}] {}\n", what_, done_, total_, line);
-    }
-  }
-  void note(const std::string& line) {
-    if (tty_) std::cerr << "\r\033[K";
-    std::cerr << line << "\n";
-  }
-
-private:
-  std::string what_;
-  size_t total_, done_ = 0;
-  bool tty_;
-};
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
