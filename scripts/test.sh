@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Sets up and builds tilec, then runs every test (ctest over the Catch2 suite).
-# With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run
-# instead of skipping the PTX checks.
+# Sets up and builds tilec, then runs every test: the Catch2 suite (ctest), a short
+# libFuzzer run of each input reader (scripts/fuzz_inputs.sh, clang-19) and the suite again
+# built with AddressSanitizer and UBSan (scripts/sanitize.sh, in ./build-asan).
+# With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run instead of
+# skipping the PTX checks. TILEC_QUICK=1 runs the plain suite only (for a fast local loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -13,3 +15,11 @@ if [ "${TILEC_REQUIRE_PTXAS:-0}" = 1 ]; then
 fi
 echo "==> testing"
 ctest --test-dir "${TILEC_BUILD_DIR:-build}" --output-on-failure -j2
+if [ "${TILEC_QUICK:-0}" = 1 ]; then
+  echo "==> TILEC_QUICK=1: skipped input fuzzing and the sanitizer build"
+  exit 0
+fi
+echo "==> input fuzzing (short runs)"
+./scripts/fuzz_inputs.sh
+echo "==> the test suite under AddressSanitizer and UBSan"
+./scripts/sanitize.sh
