@@ -77,14 +77,8 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
   if (!t) internal_fail("LLVM target " + triple + " is missing: " + err);
   llvm::TargetOptions to;
-  // The x86 back end does not treat calls to convergent functions as convergent: its tail
-  // duplication copies a barrier into both arms of a branch, and the emulator (rightly)
-  // rejects threads that wait at different barrier sites. Machine-level optimization is
-  // therefore off for the emu target; the IR is still optimized at O3 (optimize()), where
-  // `convergent` is honoured.
-  auto level = gpu ? llvm::CodeGenOptLevel::Aggressive : llvm::CodeGenOptLevel::None;
   auto* tm = t->createTargetMachine(triple, gpu ? o.arch : "x86-64", gpu ? "+ptx80" : "", to,
-                                    llvm::Reloc::PIC_, std::nullopt, level);
+                                    llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive);
   if (!tm) internal_fail("cannot create a target machine for " + triple);
   return std::unique_ptr<llvm::TargetMachine>(tm);
 }

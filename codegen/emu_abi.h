@@ -37,8 +37,10 @@ uint32_t tilec_emu_block_dim(tilec_emu_thread* ctx);
 uint32_t tilec_emu_block_id(tilec_emu_thread* ctx, uint32_t axis);
 uint32_t tilec_emu_num_blocks(tilec_emu_thread* ctx, uint32_t axis);
 
-/* Block-wide barrier (__syncthreads): every thread of the block must reach it. */
-void tilec_emu_barrier(tilec_emu_thread* ctx);
+/* Block-wide barrier (__syncthreads): every thread of the block must reach the barrier
+ * numbered `id` (the lowering numbers a kernel's barriers; a back end that copies a call
+ * into both arms of a branch keeps its number, so the copies are one barrier). */
+void tilec_emu_barrier(tilec_emu_thread* ctx, uint32_t id);
 /* The block's shared memory. */
 void* tilec_emu_shared_base(tilec_emu_thread* ctx);
 

@@ -40,7 +40,9 @@ public:
   llvm::Value* num_blocks(Builder& b, int axis) override {
     return call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)});
   }
-  void barrier(Builder& b) override { call(b, "tilec_emu_barrier", b.getVoidTy(), {}, true); }
+  void barrier(Builder& b) override {
+    call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
+  }
   llvm::Value* shared_base(Builder& b) override {
     return call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
   }
@@ -131,6 +133,7 @@ private:
 
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Type*> params_;
+  std::uint32_t next_barrier_ = 0; // the number of the next barrier of this kernel
   std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
 };
 

@@ -42,7 +42,7 @@ struct tilec_emu_thread {
   struct tilec_emu_worker* worker = nullptr;
   std::uint32_t tid = 0;
   tilec::rt::State state = tilec::rt::State::runnable;
-  const void* barrier_site = nullptr; // the call site a waiting thread is blocked at
+  std::uint32_t barrier_id = 0; // the barrier a waiting thread is blocked at (tilec_emu_barrier)
   std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
   int last_track = 0; // the buffer this thread touched last: most accesses hit it again
 };
@@ -200,34 +200,26 @@ std::string ranges_str(const std::vector<std::uint32_t>& tids) {
   return s;
 }
 
-std::string site_str(const void* site) {
-  Dl_info info{};
-  if (site && dladdr(site, &info) && info.dli_sname)
-    return fmt::format("{}+{:#x}", info.dli_sname,
-                       reinterpret_cast<std::uintptr_t>(site) - reinterpret_cast<std::uintptr_t>(info.dli_saddr));
-  return fmt::format("{}", site);
-}
-
 // Why a block cannot make progress: every live thread waits, but no barrier or shuffle can
 // complete.
 std::string stuck_message(const Worker& w) {
   std::vector<std::uint32_t> done;
-  std::vector<std::pair<const void*, std::vector<std::uint32_t>>> barriers; // per call site
+  std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> barriers; // per barrier
   std::vector<std::uint32_t> shuffles;
   for (const tilec_emu_thread& t : w.threads) {
     if (t.state == State::done) done.push_back(t.tid);
     else if (t.state == State::at_shuffle) shuffles.push_back(t.tid);
     else if (t.state == State::at_barrier) {
-      auto it = std::find_if(barriers.begin(), barriers.end(), [&](auto& b) { return b.first == t.barrier_site; });
-      if (it == barriers.end()) barriers.push_back({t.barrier_site, {t.tid}});
+      auto it = std::find_if(barriers.begin(), barriers.end(), [&](auto& b) { return b.first == t.barrier_id; });
+      if (it == barriers.end()) barriers.push_back({t.barrier_id, {t.tid}});
       else it->second.push_back(t.tid);
     }
   }
   std::string parts;
   auto add = [&](const std::string& s) { parts += (parts.empty() ? "" : "; ") + s; };
-  for (auto& [site, tids] : barriers)
+  for (auto& [id, tids] : barriers)
     add(fmt::format("threads {} wait at {}barrier{}", ranges_str(tids), barriers.size() > 1 ? "" : "a ",
-                    barriers.size() > 1 ? " " + site_str(site) : ""));
+                    barriers.size() > 1 ? fmt::format(" #{}", id) : ""));
   if (!shuffles.empty()) add(fmt::format("threads {} wait at a warp shuffle", ranges_str(shuffles)));
   if (!done.empty()) add(fmt::format("threads {} finished", ranges_str(done)));
   const char* what = barriers.size() > 1           ? "threads wait at different barriers"
@@ -283,18 +275,18 @@ bool run_block(Worker& w) {
       if (t.state == State::failed) return false;
     }
     std::uint32_t done = 0, at_barrier = 0;
-    const void* site = nullptr;
-    bool one_site = true;
+    std::uint32_t barrier = 0;
+    bool one_barrier = true;
     for (const tilec_emu_thread& t : w.threads) {
       if (t.state == State::done) ++done;
       else if (t.state == State::at_barrier) {
-        if (at_barrier++ == 0) site = t.barrier_site;
-        else one_site = one_site && t.barrier_site == site;
+        if (at_barrier++ == 0) barrier = t.barrier_id;
+        else one_barrier = one_barrier && t.barrier_id == barrier;
       }
     }
     if (done == n) return true;
     if (release_shuffles(w)) continue;
-    if (at_barrier == n && one_site) {
+    if (at_barrier == n && one_barrier) {
       for (tilec_emu_thread& t : w.threads) t.state = State::runnable;
       continue;
     }
@@ -476,8 +468,8 @@ uint32_t tilec_emu_num_blocks(tilec_emu_thread* t, uint32_t axis) {
   return axis == 0 ? g.x : axis == 1 ? g.y : axis == 2 ? g.z : 1;
 }
 
-void tilec_emu_barrier(tilec_emu_thread* t) {
-  t->barrier_site = __builtin_return_address(0);
+void tilec_emu_barrier(tilec_emu_thread* t, uint32_t id) {
+  t->barrier_id = id;
   t->state = State::at_barrier;
   tilec::rt::yield(t);
 }

@@ -42,9 +42,9 @@ void shared_and_shuffles(tilec_emu_thread* c, void* const* args) {
   int32_t v;
   tilec_emu_load(c, &in[b * n + t], 4, &v);
   smem[t] = v;
-  tilec_emu_barrier(c);
+  tilec_emu_barrier(c, 0);
   int32_t r = smem[n - 1 - t];
-  tilec_emu_barrier(c);
+  tilec_emu_barrier(c, 1);
   smem[t] = 0;
   tilec_emu_store(c, &rev[b * n + t], 4, &r);
   uint32_t s = (uint32_t)v;
@@ -78,16 +78,16 @@ void misaligned(tilec_emu_thread* c, void* const* args) {
 
 /* The first 16 threads wait at a barrier the others never reach. */
 void divergent_barrier(tilec_emu_thread* c, void* const* args) {
-  if (tilec_emu_thread_id(c) < 16) tilec_emu_barrier(c);
+  if (tilec_emu_thread_id(c) < 16) tilec_emu_barrier(c, 0);
 }
 
 /* Two warps at two different barriers. */
 void different_barriers(tilec_emu_thread* c, void* const* args) {
   if (tilec_emu_thread_id(c) < 32) {
-    tilec_emu_barrier(c);
+    tilec_emu_barrier(c, 0);
   } else {
-    tilec_emu_barrier(c);
-    tilec_emu_barrier(c);
+    tilec_emu_barrier(c, 1);
+    tilec_emu_barrier(c, 2);
   }
 }
 
@@ -245,7 +245,7 @@ TEST_CASE("emulator: barriers not reached by every thread are reported, not hung
     std::string e = error_of(m, {1, 1, 1}, {buf(unused)});
     INFO(e);
     CHECK(e.find("threads wait at different barriers") != std::string::npos);
-    CHECK(e.find("threads 0-31 wait at barrier different_barriers+") != std::string::npos);
+    CHECK(e.find("threads 0-31 wait at barrier #0; threads 32-63 wait at barrier #1") != std::string::npos);
   }
   {
     EmuModule m(manifest("divergent_shuffle", {{"x", ptr(ScalarType::f32)}}, 64));
