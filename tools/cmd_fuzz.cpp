@@ -3,6 +3,10 @@
 // fails the command (exit 1).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -104,6 +108,20 @@ const CLI::Validator kPositive(
     },
     "POSITIVE");
 
+// The module cache of one fuzz run: its programs are never run again, so their modules go to a
+// folder of their own, removed at the end, rather than filling ~/.cache/tilec.
+struct ScratchCache {
+  std::filesystem::path dir;
+  ScratchCache() {
+    dir = std::filesystem::temp_directory_path() / fmt::format("tilec-fuzz-cache-{}", ::getpid());
+    ::setenv("TILEC_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~ScratchCache() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
 } // namespace
 
 Action add_fuzz(CLI::App& app, Common& common) {
@@ -118,6 +136,7 @@ Action add_fuzz(CLI::App& app, Common& common) {
   auto files = std::make_shared<std::vector<std::string>>();
   app.add_option("--replay", *files, "rerun these saved programs (e.g. tests/fuzz/regressions/*.tir) instead");
   return [&common, o, files]() -> int {
+    ScratchCache cache;
     if (!files->empty()) return replay(common, *files);
     if (o->jobs == 0) o->jobs = std::max(1u, std::thread::hardware_concurrency());
     return run_fuzz_command(common, *o);
