@@ -212,7 +212,7 @@ std::vector<BadCase> param_cases(const std::vector<std::string>& cmd) {
 
 } // namespace
 
-TEST_CASE("bad input: no command, an unknown command", "[cli][errors]") {
+TEST_CASE("bad input: no command or an unknown command", "[cli][errors]") {
   check_all({
       {{}, {"subcommand"}},
       {{"frobnicate"}, {"frobnicate"}},
