@@ -27,8 +27,17 @@ rt::Manifest write_one(const ir::Function& fn, const codegen::CompileOptions& op
   return codegen::write_module(fn, ck, opts, spec, dir, name);
 }
 
-std::string module_name(const ir::Function& fn, const std::string& arch) {
-  return fmt::format("{}-{}-{}", fn.name, codegen::ir_hash(fn), arch);
+// `<kernel>-<hash>-<arch>`, the hash over the IR and the specialization: one IR can serve
+// several specializations (the combine kernel does not depend on softcap), and each needs a
+// manifest of its own.
+std::string module_name(const ir::Function& fn, const std::map<std::string, rt::SpecValue>& spec,
+                        const std::string& arch) {
+  std::string text = codegen::ir_hash(fn);
+  for (const auto& [k, v] : spec)
+    text += fmt::format(" {}={}", k, std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
+                                                                        : std::get<std::string>(v));
+  std::string sum = rt::file_checksum(text); // "<bytes>:<hash>"
+  return fmt::format("{}-{}-{}", fn.name, sum.substr(sum.find(':') + 1), arch);
 }
 
 // The template whose runs launch `kernel`: the one of that name, else the longest whose
@@ -70,7 +79,7 @@ std::vector<rt::Manifest> write_template_modules(const KernelTemplate& t, const 
   auto spec = module_spec(t, params, shape);
   std::vector<rt::Manifest> out;
   for (const ir::Kernel& k : build_kernels(t, params, shape))
-    out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, arch) : k->name));
+    out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name));
   return out;
 }
 
@@ -90,8 +99,8 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
     std::vector<fs::path> where = dirs;
     where.push_back(rt::cache_module_dir());
     if (auto m = rt::find_module(where, exact)) return *m;
-    return write_one(*k, options_for(params, q.arch), module_spec(*t, params, shape), rt::cache_module_dir(),
-                     module_name(*k, q.arch));
+    auto spec = module_spec(*t, params, shape);
+    return write_one(*k, options_for(params, q.arch), spec, rt::cache_module_dir(), module_name(*k, spec, q.arch));
   }
   throw rt::ModuleNotFound(fmt::format("template {} does not launch kernel '{}' for {}", t->name, q.kernel,
                                        rt::describe(q)));
