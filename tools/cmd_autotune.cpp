@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <unistd.h>
 
 #include "autotune/space.h"
@@ -170,6 +173,19 @@ Measurement measure_paged_attention(const templates::PagedAttentionInputs& in, c
 
 namespace {
 
+// The database path must name a file in an existing folder: checked before any work, so a
+// bad -o leaves nothing behind (not even the lock file).
+void check_db_path(const std::string& db) {
+  if (db.empty()) throw UserError("-o: the database file name is empty");
+  fs::path p(db), parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) throw UserError(fmt::format("-o {}: is a folder, not a database file", db));
+  if (!fs::is_directory(parent, ec))
+    throw UserError(fmt::format("-o {}: {} is not an existing folder", db, parent.string()));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw UserError(fmt::format("-o {}: cannot write in {}: {}", db, parent.string(), std::strerror(errno)));
+}
+
 int run_autotune(const Common& common, const AutotuneOptions& o) {
   const templates::KernelTemplate* t = templates::find_template(o.kernel);
   if (!t) throw UserError(fmt::format("unknown kernel '{}' (see tilec list)", o.kernel));
@@ -209,8 +225,20 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
                                                shapes.back().at("ctx")),
         false);
   }
-  rt::TuningDb db = rt::merge_into_file(o.db, {}, &warning);
-  if (!warning.empty()) std::cerr << "tilec: warning: " << warning << "\n";
+  check_db_path(o.db);
+  if (!o.export_dir.empty()) {
+    std::error_code ec;
+    if (fs::exists(o.export_dir, ec) && !fs::is_directory(o.export_dir, ec))
+      throw UserError(fmt::format("--export {}: exists and is not a folder", o.export_dir));
+  }
+  // Read only: nothing is written until a config is measured (a corrupt file is moved aside
+  // then, by merge_into_file); bad input found later leaves no file behind.
+  rt::TuningDb db;
+  try {
+    db = rt::read_tuning_db(o.db);
+  } catch (const rt::TuningDbError& e) {
+    std::cerr << "tilec: warning: " << e.what() << "; it will be moved aside when the first result is stored\n";
+  }
 
   struct sigaction sa{}, old{};
   sa.sa_handler = on_sigint;
@@ -305,6 +333,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
       rt::TuningDb one;
       one.entries.push_back(e);
       db = rt::merge_into_file(o.db, one, &warning); // after every config: ^C keeps what was measured
+      if (!warning.empty()) measuring.note("tilec: warning: " + std::exchange(warning, ""));
       ++n_measured;
       measuring.step(fmt::format("{}  median {:.4f} ms", autotune::format_values(c.config), e.median_ms));
     }
@@ -428,8 +457,10 @@ Action add_autotune(CLI::App& app, Common& common) {
                  "write the winning modules (GPU arch, plus the emulator's off the GPU) and a copy of the "
                  "database into this folder, for a host program to load with runtime/module_store.h");
   app.add_flag("--no-ptxas", o->no_ptxas, "skip the ptxas register/spill check");
-  app.add_option("-j,--jobs", o->jobs, "compile threads (default: every core)");
-  app.add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
+  app.add_option("-j,--jobs", o->jobs, "compile threads (default: every core)")->check(CLI::Range(1u, 1024u));
+  app.add_option("--seed", o->seed, "seed of the generated inputs")
+      ->check(kSeedCheck)
+      ->capture_default_str();
   return [&common, o]() -> int { return run_autotune(common, *o); };
 }
 

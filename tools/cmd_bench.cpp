@@ -14,6 +14,7 @@
 #include "templates/paged_attention.h"
 #include "tools/commands.h"
 #include "tools/json.h"
+#include "tools/kernel_args.h"
 
 namespace tilec::cli {
 
@@ -111,7 +112,7 @@ std::string header(const std::string& kernel, const std::string& device, const s
 int bench_template(const Common& common, const templates::KernelTemplate& t, const BenchOptions& o) {
   if (!o.db.empty()) throw UserError(fmt::format("--tuned applies to paged_attention only, not {}", t.name));
   if (o.decompose) throw UserError(fmt::format("--decompose applies to paged_attention only, not {}", t.name));
-  templates::ParamMap params = templates::resolve_params(t.params, o.sets, "--set");
+  templates::ParamMap params = resolve_set(t, o.sets);
   std::vector<templates::ParamMap> shapes;
   for (const auto& set : o.shapes) shapes.push_back(templates::resolve_params(t.shape, set, "--shape"));
   if (shapes.empty()) shapes.push_back(templates::resolve_params(t.shape, {}, "--shape"));
@@ -166,6 +167,8 @@ int run_bench(const Common& common, const BenchOptions& o) {
     throw UserError("--set: paged_attention's configs come from --tuned (tuned) and the template (default)");
   if (o.db.empty() && o.shapes.empty()) throw UserError("give --tuned DB.toml, --shape NAME=VALUE..., or both");
   if (!o.db.empty() && !std::filesystem::exists(o.db)) throw UserError(fmt::format("--tuned {}: no such file", o.db));
+  if (!o.db.empty() && std::filesystem::is_directory(o.db))
+    throw UserError(fmt::format("--tuned {}: is a folder, not a tuning database", o.db));
   rt::TuningDb db;
   try {
     if (!o.db.empty()) db = rt::read_tuning_db(o.db);
@@ -287,7 +290,7 @@ Action add_bench(CLI::App& app, Common& common) {
       ->capture_default_str();
   app.add_option("--warmup", o->warmup, "untimed runs before timing")->capture_default_str();
   app.add_option("--repeats", o->repeats, "timed runs (the table shows their median)")->capture_default_str();
-  app.add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the generated inputs")->check(kSeedCheck)->capture_default_str();
   app.add_flag("--decompose", o->decompose, "also time the seed's decomposition (its cost grows with capacity)");
   return [&common, o]() -> int { return run_bench(common, *o); };
 }

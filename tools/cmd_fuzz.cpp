@@ -129,13 +129,18 @@ Action add_fuzz(CLI::App& app, Common& common) {
   o->save_dir = "tests/fuzz/regressions";
   o->jobs = 0;
   app.add_option("--count", o->count, "programs to generate and run")->check(kPositive)->capture_default_str();
-  app.add_option("--seed", o->seed, "seed of the first program (program i uses seed + i)")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the first program (program i uses seed + i)")
+      ->check(kSeedCheck)
+      ->capture_default_str();
   app.add_option("--save-dir", o->save_dir, "where shrunk failing programs are written")->capture_default_str();
   app.add_option("-j,--jobs", o->jobs, "worker threads (default: every core)")->check(kPositive);
   app.add_flag("--no-shrink", [o](int64_t) { o->shrink = false; }, "report failing programs as generated");
   auto files = std::make_shared<std::vector<std::string>>();
   app.add_option("--replay", *files, "rerun these saved programs (e.g. tests/fuzz/regressions/*.tir) instead");
   return [&common, o, files]() -> int {
+    std::error_code ec;
+    if (std::filesystem::exists(o->save_dir, ec) && !std::filesystem::is_directory(o->save_dir, ec))
+      throw UserError(fmt::format("--save-dir {}: exists and is not a folder", o->save_dir));
     ScratchCache cache;
     if (!files->empty()) return replay(common, *files);
     if (o->jobs == 0) o->jobs = std::max(1u, std::thread::hardware_concurrency());

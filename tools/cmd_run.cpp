@@ -163,7 +163,7 @@ Action add_run(CLI::App& app, Common& common) {
       ->check(CLI::IsMember({"auto", "interpret", "emulate", "cuda"}))
       ->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the generated inputs")
-      ->check(CLI::NonNegativeNumber) // CLI11 would wrap -1 around
+      ->check(kSeedCheck)
       ->capture_default_str();
   app.add_option("--path", o->path, "paged_attention: fused (block-table walk) or decompose (primitive ops)")
       ->check(CLI::IsMember({"fused", "decompose"}))

@@ -70,6 +70,13 @@ Measurement measure_paged_attention(const templates::PagedAttentionInputs& in, c
 codegen::CompileOptions compile_options(const templates::ParamMap& params, const std::string& arch,
                                         const std::string& target);
 
+// For --seed (an unsigned option, which CLI11 would wrap a negative value around).
+inline const CLI::Validator kSeedCheck(
+    [](std::string& v) {
+      return !v.empty() && v[0] == '-' ? "must be a non-negative integer, got " + v : std::string();
+    },
+    "SEED");
+
 // Prints a human line (suppressed under --json, whose only stdout line is the object).
 void say(const Common& c, const std::string& line);
 

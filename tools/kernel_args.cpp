@@ -20,8 +20,10 @@ const templates::KernelTemplate& KernelChoice::kernel() const {
   throw UserError(fmt::format("unknown kernel '{}' (known: {})", name, fmt::join(names, ", ")));
 }
 
-templates::ParamMap KernelChoice::params() const {
-  templates::ParamMap p = templates::resolve_params(kernel().params, sets, "--set");
+templates::ParamMap KernelChoice::params() const { return resolve_set(kernel(), sets); }
+
+templates::ParamMap resolve_set(const templates::KernelTemplate& t, const std::vector<std::string>& sets) {
+  templates::ParamMap p = templates::resolve_params(t.params, sets, "--set");
   // Checked here for every command, not only those that compile for a GPU.
   if (auto it = p.find("num_warps"); it != p.end() && (!ir::is_pow2(it->second) || it->second > 32))
     throw UserError(fmt::format("--set num_warps={}: must be a power of two from 1 to 32", it->second));

@@ -8,6 +8,9 @@
 
 namespace tilec::cli {
 
+// `t`'s --set values with the checks every command applies (num_warps a power of two to 32).
+templates::ParamMap resolve_set(const templates::KernelTemplate& t, const std::vector<std::string>& sets);
+
 struct KernelChoice {
   std::string name;
   std::vector<std::string> sets;

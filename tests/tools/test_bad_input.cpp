@@ -384,8 +384,45 @@ TEST_CASE("bad input: tilec autotune", "[cli][errors][autotune]") {
       {into("{dir}/adir"), {"{dir}/adir"}},
       {into("{dir}/afile/db.toml"), {"{dir}/afile"}},
       {into("{dir}/no_such_folder/db.toml"), {"{dir}/no_such_folder"}},
+      {into(""), {"-o", "empty"}},
+      {with_shape(at({"--space", space, "--seed", "-1"})), {"--seed", "-1"}},
+      {with_shape(at({"--space", space, "-j", "0"})), {"--jobs", "0"}},
+      {with_shape(at({"--space", space, "--export", "{dir}/afile"})), {"--export", "{dir}/afile"}},
   };
   if (!tilec::rt::cuda_available())
     cases.push_back({with_shape(at({"--space", space, "--backend", "cuda"})), {"cuda"}, 3});
   check_all(cases);
+}
+
+TEST_CASE("bad input: tilec bench", "[cli][errors]") {
+  std::vector<BadCase> cases = {
+      {{"bench"}, {"kernel"}},
+      {{"bench", "nosuchkernel"}, {"nosuchkernel"}},
+      {{"bench", "paged_attention"}, {"--tuned", "--shape"}},
+      {{"bench", "paged_attention", "--tuned", "{dir}/no_such_db.toml"}, {"{dir}/no_such_db.toml"}},
+      {{"bench", "paged_attention", "--tuned", "{dir}/adir"}, {"{dir}/adir", "folder"}},
+      {{"bench", "paged_attention", "--shape", "hq=2", "--set", "block_n=8"}, {"--set"}},
+      {{"bench", "softmax", "--tuned", "{dir}/no_such_db.toml"}, {"--tuned", "softmax"}},
+      {{"bench", "softmax", "--decompose"}, {"--decompose"}},
+      {{"bench", "softmax", "--repeats", "0"}, {"--repeats", "0"}},
+      {{"bench", "softmax", "--warmup", "-1"}, {"--warmup", "-1"}},
+      {{"bench", "softmax", "--seed", "-1"}, {"--seed", "-1"}},
+      {{"bench", "softmax", "--backend", "warp-drive"}, {"warp-drive"}},
+  };
+  if (!tilec::rt::cuda_available()) cases.push_back({{"bench", "softmax", "--backend", "cuda"}, {"cuda"}, 3});
+  check_all(cases);
+  check_all(param_cases({"bench", "softmax", "--backend", "interpret"}));
+}
+
+TEST_CASE("bad input: tilec fuzz", "[cli][errors]") {
+  check_all({
+      {{"fuzz", "--count", "0"}, {"--count", "0"}},
+      {{"fuzz", "--count", "-3"}, {"--count", "-3"}},
+      {{"fuzz", "--count", "many"}, {"--count", "many"}},
+      {{"fuzz", "--jobs", "0"}, {"--jobs", "0"}},
+      {{"fuzz", "--seed", "-1"}, {"--seed", "-1"}},
+      {{"fuzz", "--save-dir", "{dir}/afile"}, {"--save-dir", "{dir}/afile"}},
+      {{"fuzz", "--replay", "{dir}/no_such.tir"}, {"{dir}/no_such.tir"}},
+      {{"fuzz", "--replay", "{dir}/empty.toml"}, {"{dir}/empty.toml", "not a fuzz program"}},
+  });
 }
