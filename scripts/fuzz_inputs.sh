@@ -25,18 +25,7 @@ for t in "${targets[@]}"; do
 done
 [[ $runs =~ ^[0-9]+$ ]] || { echo "fuzz_inputs.sh: RUNS must be a number, got '$runs'" >&2; exit 2; }
 
-packages=(clang-19 libclang-rt-19-dev cmake ninja-build libfmt-dev libtomlplusplus-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "==> installing: ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+./scripts/install_packages.sh clang-19 libclang-rt-19-dev cmake ninja-build libfmt-dev libtomlplusplus-dev
 
 build_dir=${TILEC_FUZZ_BUILD_DIR:-build-fuzz}
 echo "==> building the input fuzz targets in $build_dir"

@@ -4,18 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake ninja-build ccache pkg-config llvm-19-dev libtomlplusplus-dev catch2 libcli11-dev libfmt-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "==> installing: ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+./scripts/install_packages.sh g++ cmake ninja-build ccache pkg-config llvm-19-dev libtomlplusplus-dev catch2 libcli11-dev libfmt-dev
 
 build_dir=${TILEC_BUILD_DIR:-build}
 echo "==> configuring $build_dir"
