@@ -170,7 +170,7 @@ TunedModules load_tuned(const TuningDb& db, const std::string& kernel, const std
                         const Spec& extra) {
   TunedModules t;
   t.config = default_config(kernel, key);
-  t.selection = select_config(db, kernel, device, key, {"ctx", "batch", "max_blocks", "num_blocks"});
+  t.selection = select_config(db, kernel, device, key, kSizeFields);
   if (t.selection) {
     for (const auto& [k, v] : t.selection->entry.config) t.config[k] = v;
     t.note = t.selection->note;

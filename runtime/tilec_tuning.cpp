@@ -52,7 +52,7 @@ extern "C" int tilec_tuning_select(const tilec_tuning_db* db, const char* kernel
   }
   try {
     auto sel = tilec::rt::select_config(db->db, kernel, device, tilec::rt::parse_key(key),
-                                        {"ctx", "batch", "max_blocks", "num_blocks"});
+                                        tilec::rt::kSizeFields);
     if (!sel) {
       copy_out(std::string("nothing tuned for ") + key + "; use the defaults", note, note_len);
       return 0;

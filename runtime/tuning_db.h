@@ -90,6 +90,10 @@ TuningDb merge_into_file(const std::string& path, const TuningDb& add, std::stri
 // The device name tilec uses for a CPU backend ("cpu-emulator", "cpu-interpreter").
 std::string host_device_name(const std::string& backend);
 
+// The key fields that are sizes rather than the problem's kind: a key differing from a
+// tuned one only in these is served by the nearest tuned key (select_config).
+inline const std::vector<std::string> kSizeFields = {"ctx", "batch", "max_blocks", "num_blocks"};
+
 struct Selection {
   TuningEntry entry;   // the fastest measured config of the chosen key
   std::string rule;    // "exact", "nearest"

@@ -427,7 +427,7 @@ templates::PagedAttentionConfig tuned_paged_attention_config(const Common& commo
   }
   rt::ProblemKey key = problem_key(*t, problem);
   auto sel = rt::select_config(db, "paged_attention", device, key,
-                               {"ctx", "batch", "max_blocks", "num_blocks"});
+                               rt::kSizeFields);
   if (!sel) {
     say(common, fmt::format("--tuned {}: nothing tuned for {} on {}; using the default config", db_path,
                             rt::format_key(key), device));

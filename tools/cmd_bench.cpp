@@ -204,7 +204,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
 
     templates::PagedAttentionConfig base = templates::paged_attention_config(defaults);
     base.head_group = base.head_group ? base.head_group : ps.group();
-    auto sel = rt::select_config(db, t->name, device, row.key, {"ctx", "batch", "max_blocks", "num_blocks"});
+    auto sel = rt::select_config(db, t->name, device, row.key, rt::kSizeFields);
     templates::ParamMap tuned_params = defaults;
     if (sel)
       for (const auto& [k, v] : sel->entry.config) tuned_params[k] = v;
