@@ -8,8 +8,8 @@
 
 #include "bench/bench_common.h"
 #include "codegen/compile.h"
-#include "templates/paged_attention.h"
-#include "templates/registry.h"
+#include "kernels/paged_attention.h"
+#include "kernels/registry.h"
 
 using namespace tilec;
 
@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
   bool ptxas = codegen::find_ptxas().has_value();
   fmt::print("{:<18} {:>10} {:>12} {:>12} {:>12}  (median of {}, {})\n", "kernel", "build ms", "to PTX ms",
              ptxas ? "+ptxas ms" : "(no ptxas)", "registers", repeats, arch);
-  for (const auto& t : templates::all_templates()) {
-    templates::ParamMap params, shape;
+  for (const auto& t : kernels::all_templates()) {
+    kernels::ParamMap params, shape;
     for (const auto& p : t.params) params[p.name] = p.value;
     for (const auto& p : t.shape) shape[p.name] = p.value;
     ir::Kernel k;

@@ -12,7 +12,7 @@
 // values. Exit codes: 0 all right, 1 a wrong result or failing call, 2 bad usage or modules,
 // 3 no CUDA driver or device.
 #include "runtime/cuda.h"
-#include "runtime/error.h"
+#include "abi/error.h"
 
 #include <fmt/format.h>
 

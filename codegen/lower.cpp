@@ -13,7 +13,7 @@
 
 #include "codegen/axis_info.h"
 #include "codegen/layout_plan.h"
-#include "ir/float16.h"
+#include "abi/float16.h"
 #include "ir/op_rules.h"
 
 namespace tilec::codegen {

@@ -1,12 +1,12 @@
 #pragma once
 // A compiled module on disk: the code files plus the TOML manifest a host
-// program launches it from (runtime/manifest.h).
+// program launches it from (abi/manifest.h).
 #include <filesystem>
 #include <map>
 #include <string>
 
 #include "codegen/compile.h"
-#include "runtime/manifest.h"
+#include "abi/manifest.h"
 
 namespace tilec::codegen {
 

@@ -1,5 +1,5 @@
 // Target hooks for the CPU emulator: every GPU-specific action is a call into
-// the emulator runtime through the C ABI of codegen/emu_abi.h, passing the
+// the emulator runtime through the C ABI of abi/emu_abi.h, passing the
 // calling thread's context (the kernel's hidden first argument).
 #include <map>
 

@@ -6,7 +6,7 @@
 // Exit codes follow the tilec CLI: 0 right result, 1 wrong result or a failing driver call,
 // 2 bad usage or a module that is not a vector_add, 3 no CUDA driver or device.
 #include "runtime/cuda.h"
-#include "runtime/error.h"
+#include "abi/error.h"
 
 #include <fmt/format.h>
 

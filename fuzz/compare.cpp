@@ -5,7 +5,7 @@
 #include <bit>
 #include <cmath>
 
-#include "ir/float16.h"
+#include "abi/float16.h"
 
 namespace tilec::fuzz {
 

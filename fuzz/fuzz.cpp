@@ -1,4 +1,5 @@
 #include "fuzz/fuzz.h"
+#include "backends/launchers.h"
 
 #include <fmt/format.h>
 
@@ -47,7 +48,7 @@ FuzzSummary run_fuzz(const FuzzOptions& o, const Progress& progress) {
   std::mutex mutex;
   std::atomic<int64_t> next{0};
   auto work = [&] {
-    auto launcher = templates::make_emulate_launcher();
+    auto launcher = backends::make_emulate_launcher();
     for (int64_t i; (i = next++) < o.count;) {
       uint64_t seed = o.seed + static_cast<uint64_t>(i);
       Failure f;

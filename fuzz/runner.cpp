@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include "fuzz/compare.h"
-#include "runtime/error.h"
+#include "abi/error.h"
 
 namespace tilec::fuzz {
 
-Outcome run_program(const Program& p, templates::Launcher& launcher) {
+Outcome run_program(const Program& p, kernels::Launcher& launcher) {
   const ir::Function& fn = *p.kernel;
   std::vector<interp::Buffer> want = make_buffers(p), got = want;
   try {

@@ -10,7 +10,7 @@
 #include <limits>
 #include <utility>
 
-#include "ir/float16.h"
+#include "abi/float16.h"
 
 namespace tilec::interp {
 

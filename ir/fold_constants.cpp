@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "ir/float16.h"
+#include "abi/float16.h"
 #include "ir/op_rules.h"
 #include "ir/passes.h"
 

@@ -1,6 +1,6 @@
 #include "runtime/cuda.h"
 
-#include "runtime/error.h"
+#include "abi/error.h"
 
 #include <cuda.h>
 #include <dlfcn.h>

@@ -8,7 +8,7 @@
 // be used from any thread. None may outlive the Context it was made from; a Function lives
 // as long as its Module.
 #include "runtime/launch.h"
-#include "runtime/manifest.h"
+#include "abi/manifest.h"
 
 #include <cstddef>
 #include <cstdint>

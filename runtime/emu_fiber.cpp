@@ -1,6 +1,6 @@
 #include "runtime/emu_fiber.h"
 
-#include "runtime/error.h"
+#include "abi/error.h"
 
 #include <cstdint>
 #include <cstdlib>

@@ -1,6 +1,7 @@
 #include "runtime/emulator.h"
 
-#include "codegen/emu_abi.h"
+#include "abi/emu_abi.h"
+#include "abi/float16.h"
 #include "runtime/emu_fiber.h"
 
 #include <algorithm>
@@ -519,43 +520,10 @@ int32_t tilec_emu_atomic_add_i32(tilec_emu_thread* t, int32_t* addr, int32_t val
   return __atomic_fetch_add(addr, value, __ATOMIC_RELAXED);
 }
 
-// Round to nearest even, as ir/float16.h (kept here so the runtime needs nothing from ir/).
-float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t h) {
-  std::uint32_t sign = std::uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  if (exp == 0) {
-    float v = std::ldexp(float(man), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
-}
-
-uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  std::uint32_t sign = (u >> 16) & 0x8000, exp = (u >> 23) & 0xff, man = u & 0x7fffff;
-  if (exp == 0xff) return std::uint16_t(sign | 0x7c00 | (man ? 0x200 : 0));
-  int e = int(exp) - 127 + 15;
-  if (e >= 31) return std::uint16_t(sign | 0x7c00);
-  if (e <= 0) {
-    if (e < -10) return std::uint16_t(sign);
-    man |= 0x800000;
-    int shift = 14 - e;
-    std::uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return std::uint16_t(sign | half);
-  }
-  std::uint32_t half = (std::uint32_t(e) << 10) | (man >> 13), rem = man & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half; // a carry into the exponent is right
-  return std::uint16_t(sign | half);
-}
-
-float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return std::bit_cast<float>(std::uint32_t(bits) << 16); }
-
-uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if (std::isnan(f)) return std::uint16_t((u >> 16) | 0x40);
-  u += 0x7fff + ((u >> 16) & 1);
-  return std::uint16_t(u >> 16);
-}
+// The one f16/bf16 conversion of the project (abi/float16.h): round to nearest even, NaN stays NaN.
+float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::f16_bits_to_f32(bits); }
+uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) { return tilec::f32_to_f16_bits(f); }
+float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::bf16_bits_to_f32(bits); }
+uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) { return tilec::f32_to_bf16_bits(f); }
 
 } // extern "C"

@@ -1,6 +1,6 @@
 #pragma once
 // The CPU emulator: runs a module compiled for the `emu` target (a shared library whose
-// kernel calls the tilec_emu_* functions of codegen/emu_abi.h) on host memory. Every GPU
+// kernel calls the tilec_emu_* functions of abi/emu_abi.h) on host memory. Every GPU
 // thread of a block is a fiber on a small stack; a block's fibers share one OS thread,
 // switching at barriers and warp shuffles; the grid's blocks are spread over a pool of OS
 // threads. Every global access is checked against the launch's buffers and counted.
@@ -12,9 +12,9 @@
 // or just `-Wl,--export-dynamic-symbol=tilec_emu_*`); a shared library containing the
 // runtime exports them anyway, and if it was itself loaded RTLD_LOCAL the emulator promotes
 // it to RTLD_GLOBAL. When neither works, opening a module raises an Error saying so.
-#include "runtime/error.h"
+#include "abi/error.h"
 #include "runtime/launch.h"
-#include "runtime/manifest.h"
+#include "abi/manifest.h"
 
 #include <cstdint>
 #include <memory>

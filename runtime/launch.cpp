@@ -1,6 +1,6 @@
 #include "runtime/launch.h"
 
-#include "runtime/error.h"
+#include "abi/error.h"
 
 #include <bit>
 #include <fmt/format.h>

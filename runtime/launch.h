@@ -1,8 +1,8 @@
 #pragma once
 // Launch arguments and their check against a module's parameter list; shared by every
 // backend that launches from a manifest.
-#include "runtime/manifest.h"
-#include "runtime/types.h"
+#include "abi/manifest.h"
+#include "abi/types.h"
 
 #include <cstddef>
 #include <cstdint>

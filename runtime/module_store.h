@@ -8,7 +8,7 @@
 // problem key and the config, so it may name more: batch or ctx do not specialize the
 // paged-attention kernel). A module whose code files are missing or fail their recorded
 // checksums is never used. A host that also links the compiler registers a builder
-// (templates::enable_module_builder) and gets missing modules compiled on the spot; one
+// (backends::enable_module_builder) and gets missing modules compiled on the spot; one
 // that links only the runtime gets ModuleNotFound naming the module and the command
 // that builds it.
 #include <filesystem>
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/manifest.h"
+#include "abi/error.h"
+#include "abi/manifest.h"
 #include "runtime/tuning_db.h"
 
 namespace tilec::rt {
@@ -63,7 +63,7 @@ std::optional<Manifest> find_module(const std::vector<std::filesystem::path>& di
 // into the cache.
 using ModuleBuilder = std::function<Manifest(const ModuleQuery& q, const std::vector<std::filesystem::path>& dirs)>;
 // Installs (or, with an empty function, removes) the builder load_module uses. The
-// compiler library provides one: templates::enable_module_builder().
+// compiler library provides one: backends::enable_module_builder().
 void set_module_builder(ModuleBuilder builder);
 bool have_module_builder();
 

@@ -9,7 +9,7 @@
 #include <iterator>
 #include <string_view>
 
-#include "runtime/error.h"
+#include "abi/error.h"
 
 namespace tilec::rt {
 

@@ -32,7 +32,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/error.h"
+#include "abi/error.h"
 
 namespace tilec::rt {
 

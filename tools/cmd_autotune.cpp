@@ -20,8 +20,8 @@
 #include "codegen/compile.h"
 #include "runtime/cuda.h"
 #include "runtime/tuning_db.h"
-#include "templates/module_builder.h"
-#include "templates/paged_attention.h"
+#include "backends/module_builder.h"
+#include "kernels/paged_attention.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 #include "tools/progress.h"
@@ -68,7 +68,7 @@ double median(std::vector<double> v) {
 // Builds every candidate's kernel on a pool of threads (the DSL builder's current kernel
 // is thread_local) and, when ptxas is there, compiles it for the GPU and drops what ptxas
 // rejects or what spills.
-void compile_all(std::vector<Candidate>& cands, const templates::PagedAttentionShape& shape, unsigned jobs,
+void compile_all(std::vector<Candidate>& cands, const kernels::PagedAttentionShape& shape, unsigned jobs,
                  const std::optional<std::string>& arch, Progress& progress) {
   std::atomic<size_t> next{0};
   std::mutex mutex;
@@ -76,9 +76,9 @@ void compile_all(std::vector<Candidate>& cands, const templates::PagedAttentionS
     for (size_t i; (i = next++) < cands.size();) {
       if (g_interrupted) return;
       Candidate& c = cands[i];
-      templates::PagedAttentionConfig cfg = templates::paged_attention_config(c.config);
+      kernels::PagedAttentionConfig cfg = kernels::paged_attention_config(c.config);
       try {
-        ir::Kernel k = templates::paged_attention_fused_kernel(shape, cfg);
+        ir::Kernel k = kernels::paged_attention_fused_kernel(shape, cfg);
         if (arch) {
           codegen::CompileOptions o;
           o.arch = *arch;
@@ -120,9 +120,9 @@ JsonObject best_json(const rt::TuningEntry& e) {
 } // namespace
 
 // The problem key stored in the database: the --shape values, choices by name.
-rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::ParamMap& shape) {
+rt::ProblemKey problem_key(const kernels::KernelTemplate& t, const kernels::ParamMap& shape) {
   rt::ProblemKey key;
-  for (const templates::Param& p : t.shape) {
+  for (const kernels::Param& p : t.shape) {
     int64_t v = shape.at(p.name);
     if (p.choices.empty()) key[p.name] = v;
     else key[p.name] = p.value_str(v);
@@ -130,26 +130,26 @@ rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::
   return key;
 }
 
-PagedAttentionRun fused_run(const templates::PagedAttentionConfig& cfg) {
-  return [cfg](const templates::PagedAttentionInputs& in, templates::Launcher& l) {
-    return templates::run_paged_attention_fused(in, cfg, l);
+PagedAttentionRun fused_run(const kernels::PagedAttentionConfig& cfg) {
+  return [cfg](const kernels::PagedAttentionInputs& in, kernels::Launcher& l) {
+    return kernels::run_paged_attention_fused(in, cfg, l);
   };
 }
 
-Measurement measure_paged_attention(const templates::PagedAttentionInputs& in, const interp::Buffer& want,
-                                    const PagedAttentionRun& run, templates::Launcher& launcher, int warmup,
+Measurement measure_paged_attention(const kernels::PagedAttentionInputs& in, const interp::Buffer& want,
+                                    const PagedAttentionRun& run, kernels::Launcher& launcher, int warmup,
                                     int repeats) {
   // The tolerances of `tilec run`.
   const ir::DType dt = in.shape.dtype;
   Measurement r;
   try {
-    templates::Problem p;
+    kernels::Problem p;
     launcher.reset_stats();
     p.outputs = {p.add_buffer(run(in, launcher))};
     p.expected = {want};
     p.atol = dt == ir::DType::f32 ? 1e-5 : dt == ir::DType::f16 ? 4e-3 : 3e-2;
     p.rtol = dt == ir::DType::f32 ? 1e-4 : 1e-2;
-    r.cmp = templates::compare_outputs(p);
+    r.cmp = kernels::compare_outputs(p);
     if (!r.cmp.ok) {
       r.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", r.cmp.max_abs_err, r.cmp.first_mismatch);
       return r;
@@ -187,7 +187,7 @@ void check_db_path(const std::string& db) {
 }
 
 int run_autotune(const Common& common, const AutotuneOptions& o) {
-  const templates::KernelTemplate* t = templates::find_template(o.kernel);
+  const kernels::KernelTemplate* t = kernels::find_template(o.kernel);
   if (!t) throw UserError(fmt::format("unknown kernel '{}' (see tilec list)", o.kernel));
   if (t->name != "paged_attention")
     throw UserError(fmt::format("autotune supports paged_attention; '{}' has no tuning harness", o.kernel));
@@ -199,7 +199,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   autotune::SearchSpace space = autotune::load_space(o.space, names);
 
   std::string backend;
-  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::unique_ptr<kernels::Launcher> launcher = backend_launcher(o.backend, backend);
   std::string device = rt::host_device_name(backend), cc;
   std::optional<std::string> arch = o.arch.empty() ? std::optional<std::string>("sm_90") : o.arch;
   if (backend == "cuda") {
@@ -217,11 +217,11 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   // Reading through merge_into_file moves a corrupt database aside before tuning starts.
   std::string warning;
   // Every --shape set is checked before the database is touched: bad input writes nothing.
-  std::vector<templates::ParamMap> shapes;
+  std::vector<kernels::ParamMap> shapes;
   for (const std::vector<std::string>& set : o.shapes) {
-    shapes.push_back(templates::resolve_params(t->shape, set, "--shape"));
-    templates::validate_paged_attention(
-        templates::make_paged_attention_inputs(templates::paged_attention_shape(shapes.back()), o.seed,
+    shapes.push_back(kernels::resolve_params(t->shape, set, "--shape"));
+    kernels::validate_paged_attention(
+        kernels::make_paged_attention_inputs(kernels::paged_attention_shape(shapes.back()), o.seed,
                                                shapes.back().at("ctx")),
         false);
   }
@@ -249,10 +249,10 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
 
   size_t n_candidates = 0, n_rejected = 0, n_measured = 0, n_skipped = 0;
   std::vector<rt::ProblemKey> keys;
-  std::vector<templates::ParamMap> key_shapes; // the --shape values of each key
-  for (const templates::ParamMap& shape : shapes) {
+  std::vector<kernels::ParamMap> key_shapes; // the --shape values of each key
+  for (const kernels::ParamMap& shape : shapes) {
     if (g_interrupted) break;
-    templates::PagedAttentionShape ps = templates::paged_attention_shape(shape);
+    kernels::PagedAttentionShape ps = kernels::paged_attention_shape(shape);
     rt::ProblemKey key = problem_key(*t, shape);
     keys.push_back(key);
     key_shapes.push_back(shape);
@@ -291,10 +291,10 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     Progress compiling("compile", todo.size());
     compile_all(todo, ps, jobs, arch, compiling);
 
-    templates::PagedAttentionInputs in = templates::make_paged_attention_inputs(ps, o.seed, shape.at("ctx"));
-    templates::validate_paged_attention(in, false);
-    interp::Buffer want = templates::paged_attention_reference(in);
-    const int64_t ideal = templates::paged_attention_ideal_bytes(in);
+    kernels::PagedAttentionInputs in = kernels::make_paged_attention_inputs(ps, o.seed, shape.at("ctx"));
+    kernels::validate_paged_attention(in, false);
+    interp::Buffer want = kernels::paged_attention_reference(in);
+    const int64_t ideal = kernels::paged_attention_ideal_bytes(in);
 
     size_t survivors = 0;
     for (const Candidate& c : todo) survivors += c.rejected.empty();
@@ -306,7 +306,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
         say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
         continue;
       }
-      Measurement r = measure_paged_attention(in, want, fused_run(templates::paged_attention_config(c.config)),
+      Measurement r = measure_paged_attention(in, want, fused_run(kernels::paged_attention_config(c.config)),
                                               *launcher, space.warmup, space.repeats);
       c.rejected = r.rejected;
       if (!c.rejected.empty()) {
@@ -316,8 +316,8 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
         continue;
       }
       const std::vector<double>& times = r.times;
-      const templates::LaunchStats& last = r.last;
-      const templates::Comparison& cmp = r.cmp;
+      const kernels::LaunchStats& last = r.last;
+      const kernels::Comparison& cmp = r.cmp;
       rt::TuningEntry e = slot;
       e.config = rt::TunedConfig(c.config.begin(), c.config.end());
       e.median_ms = median(times);
@@ -350,10 +350,10 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
       if (!o.export_dir.empty() && !g_interrupted)
         for (const std::string& a : export_archs)
           for (int64_t softcap : {0, 1}) { // the kernel is specialized on whether a softcap applies
-            templates::ParamMap params(sel->entry.config.begin(), sel->entry.config.end());
-            templates::ParamMap shape = key_shapes[i];
+            kernels::ParamMap params(sel->entry.config.begin(), sel->entry.config.end());
+            kernels::ParamMap shape = key_shapes[i];
             shape["softcap"] = softcap;
-            for (const rt::Manifest& m : templates::write_template_modules(*t, params, shape, a, o.export_dir, true))
+            for (const rt::Manifest& m : backends::write_template_modules(*t, params, shape, a, o.export_dir, true))
               exported.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
           }
       say(common, fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(key),
@@ -397,15 +397,15 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
 
 } // namespace
 
-templates::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db_path,
-                                                             const templates::ParamMap& shape,
-                                                             const templates::PagedAttentionInputs& in,
+kernels::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db_path,
+                                                             const kernels::ParamMap& shape,
+                                                             const kernels::PagedAttentionInputs& in,
                                                              bool from_files, const std::string& backend,
-                                                             const templates::PagedAttentionConfig& fallback) {
-  const templates::KernelTemplate* t = templates::find_template("paged_attention");
-  templates::ParamMap problem = shape;
+                                                             const kernels::PagedAttentionConfig& fallback) {
+  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  kernels::ParamMap problem = shape;
   if (from_files) {
-    const templates::PagedAttentionShape& s = in.shape;
+    const kernels::PagedAttentionShape& s = in.shape;
     problem["batch"] = s.batch, problem["hq"] = s.hq, problem["hkv"] = s.hkv, problem["sq"] = s.sq;
     problem["head_dim"] = s.head_dim, problem["block_size"] = s.block_size, problem["alibi"] = s.alibi;
     problem["max_blocks"] = s.max_blocks, problem["num_blocks"] = s.num_blocks;
@@ -434,10 +434,10 @@ templates::PagedAttentionConfig tuned_paged_attention_config(const Common& commo
     return fallback;
   }
   say(common, "--tuned " + db_path + ": " + sel->note);
-  templates::ParamMap cfg{{"block_n", fallback.block_n}, {"head_group", fallback.head_group},
+  kernels::ParamMap cfg{{"block_n", fallback.block_n}, {"head_group", fallback.head_group},
                          {"num_warps", fallback.num_warps}, {"num_splits", fallback.num_splits}};
   for (const auto& [k, v] : sel->entry.config) cfg[k] = v;
-  return templates::paged_attention_config(cfg);
+  return kernels::paged_attention_config(cfg);
 }
 
 Action add_autotune(CLI::App& app, Common& common) {

@@ -11,7 +11,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/tuning_db.h"
-#include "templates/paged_attention.h"
+#include "kernels/paged_attention.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 #include "tools/kernel_args.h"
@@ -44,7 +44,7 @@ Timed timed(const Measurement& m, const std::string& config, int64_t ideal) {
   t.config = config;
   t.failed = m.rejected;
   if (!m.rejected.empty()) return t;
-  templates::TimingStats st = templates::summarize_times(m.times, 0);
+  kernels::TimingStats st = kernels::summarize_times(m.times, 0);
   t.median_ms = st.median_ms, t.min_ms = st.min_ms, t.max_ms = st.max_ms;
   if (st.median_ms > 0) t.gbps = double(ideal) / (st.median_ms * 1e6);
   t.unique_bytes = m.last.unique_bytes;
@@ -61,16 +61,16 @@ JsonObject timed_json(const Timed& t) {
   return j;
 }
 
-std::string config_str(const templates::PagedAttentionConfig& c) {
+std::string config_str(const kernels::PagedAttentionConfig& c) {
   return fmt::format("block_n={} head_group={} num_splits={} num_warps={}", c.block_n, c.head_group, c.num_splits,
                      c.num_warps);
 }
 
 // The --shape sets to measure: those given, else every key the database measured on this device.
-std::vector<templates::ParamMap> problems(const templates::KernelTemplate& t, const BenchOptions& o,
+std::vector<kernels::ParamMap> problems(const kernels::KernelTemplate& t, const BenchOptions& o,
                                           const rt::TuningDb& db, const std::string& device) {
-  std::vector<templates::ParamMap> out;
-  for (const auto& set : o.shapes) out.push_back(templates::resolve_params(t.shape, set, "--shape"));
+  std::vector<kernels::ParamMap> out;
+  for (const auto& set : o.shapes) out.push_back(kernels::resolve_params(t.shape, set, "--shape"));
   if (!out.empty()) return out;
   std::set<std::string> seen;
   for (const rt::TuningEntry& e : db.entries) {
@@ -79,7 +79,7 @@ std::vector<templates::ParamMap> problems(const templates::KernelTemplate& t, co
     for (const auto& [k, v] : e.key)
       set.push_back(k + "=" + (std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
                                                                    : std::get<std::string>(v)));
-    out.push_back(templates::resolve_params(t.shape, set, fmt::format("{} key", o.db)));
+    out.push_back(kernels::resolve_params(t.shape, set, fmt::format("{} key", o.db)));
   }
   if (out.empty())
     throw UserError(fmt::format("{} has no {} entries for {}; give --shape NAME=VALUE... to benchmark", o.db,
@@ -109,15 +109,15 @@ std::string header(const std::string& kernel, const std::string& device, const s
 }
 
 // Any template but paged_attention: its kernel at --set on each --shape (default sizes when none).
-int bench_template(const Common& common, const templates::KernelTemplate& t, const BenchOptions& o) {
+int bench_template(const Common& common, const kernels::KernelTemplate& t, const BenchOptions& o) {
   if (!o.db.empty()) throw UserError(fmt::format("--tuned applies to paged_attention only, not {}", t.name));
   if (o.decompose) throw UserError(fmt::format("--decompose applies to paged_attention only, not {}", t.name));
-  templates::ParamMap params = resolve_set(t, o.sets);
-  std::vector<templates::ParamMap> shapes;
-  for (const auto& set : o.shapes) shapes.push_back(templates::resolve_params(t.shape, set, "--shape"));
-  if (shapes.empty()) shapes.push_back(templates::resolve_params(t.shape, {}, "--shape"));
+  kernels::ParamMap params = resolve_set(t, o.sets);
+  std::vector<kernels::ParamMap> shapes;
+  for (const auto& set : o.shapes) shapes.push_back(kernels::resolve_params(t.shape, set, "--shape"));
+  if (shapes.empty()) shapes.push_back(kernels::resolve_params(t.shape, {}, "--shape"));
   std::string backend;
-  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::unique_ptr<kernels::Launcher> launcher = backend_launcher(o.backend, backend);
   std::string device = rt::host_device_name(backend);
   if (backend == "cuda") device = rt::Context(0).properties().name;
   int num_warps = int(params.count("num_warps") ? params.at("num_warps") : 4);
@@ -126,18 +126,18 @@ int bench_template(const Common& common, const templates::KernelTemplate& t, con
 
   std::vector<std::vector<std::string>> cells{{"problem", "config", "median ms", "min ms", "max ms"}};
   std::string rows;
-  for (const templates::ParamMap& shape : shapes) {
+  for (const kernels::ParamMap& shape : shapes) {
     std::string sizes;
     for (const auto& [k, v] : shape) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", k, v);
     std::cerr << fmt::format("bench {} {}\n", t.name, sizes);
     ir::Kernel k = t.build(params, shape);
-    templates::Problem p = t.make_problem(params, shape, o.seed);
+    kernels::Problem p = t.make_problem(params, shape, o.seed);
     launcher->launch(k, num_warps, p.grid, p.interp_args());
-    templates::Comparison c = templates::compare_outputs(p);
+    kernels::Comparison c = kernels::compare_outputs(p);
     if (!c.ok)
       throw rt::Error(fmt::format("{} {}: wrong result before timing (max_abs_err {:.3g}; {})", t.name, sizes,
                                   c.max_abs_err, c.first_mismatch));
-    templates::TimingStats st = launcher->time(k, num_warps, p.grid, p.interp_args(), o.warmup, o.repeats);
+    kernels::TimingStats st = launcher->time(k, num_warps, p.grid, p.interp_args(), o.warmup, o.repeats);
     cells.push_back({sizes, config, fmt::format("{:.4f}", st.median_ms), fmt::format("{:.4f}", st.min_ms),
                      fmt::format("{:.4f}", st.max_ms)});
     JsonObject j;
@@ -158,7 +158,7 @@ int bench_template(const Common& common, const templates::KernelTemplate& t, con
 }
 
 int run_bench(const Common& common, const BenchOptions& o) {
-  const templates::KernelTemplate* t = templates::find_template(o.kernel);
+  const kernels::KernelTemplate* t = kernels::find_template(o.kernel);
   if (!t) throw UserError(fmt::format("unknown kernel '{}' (see tilec list)", o.kernel));
   if (o.repeats < 1) throw UserError(fmt::format("--repeats {}: must be at least 1", o.repeats));
   if (o.warmup < 0) throw UserError(fmt::format("--warmup {}: must not be negative", o.warmup));
@@ -177,12 +177,12 @@ int run_bench(const Common& common, const BenchOptions& o) {
   }
 
   std::string backend;
-  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::unique_ptr<kernels::Launcher> launcher = backend_launcher(o.backend, backend);
   std::string device = rt::host_device_name(backend);
   if (backend == "cuda") device = rt::Context(0).properties().name;
 
-  templates::ParamMap defaults;
-  for (const templates::Param& p : t->params) defaults[p.name] = p.value;
+  kernels::ParamMap defaults;
+  for (const kernels::Param& p : t->params) defaults[p.name] = p.value;
 
   struct Row {
     rt::ProblemKey key;
@@ -193,22 +193,22 @@ int run_bench(const Common& common, const BenchOptions& o) {
   };
   std::vector<Row> rows;
   bool any_failed = false;
-  for (const templates::ParamMap& shape : problems(*t, o, db, device)) {
+  for (const kernels::ParamMap& shape : problems(*t, o, db, device)) {
     Row row;
     row.key = problem_key(*t, shape);
-    templates::PagedAttentionShape ps = templates::paged_attention_shape(shape);
-    templates::PagedAttentionInputs in = templates::make_paged_attention_inputs(ps, o.seed, shape.at("ctx"));
-    templates::validate_paged_attention(in, false);
-    interp::Buffer want = templates::paged_attention_reference(in);
-    row.ideal_bytes = templates::paged_attention_ideal_bytes(in);
+    kernels::PagedAttentionShape ps = kernels::paged_attention_shape(shape);
+    kernels::PagedAttentionInputs in = kernels::make_paged_attention_inputs(ps, o.seed, shape.at("ctx"));
+    kernels::validate_paged_attention(in, false);
+    interp::Buffer want = kernels::paged_attention_reference(in);
+    row.ideal_bytes = kernels::paged_attention_ideal_bytes(in);
 
-    templates::PagedAttentionConfig base = templates::paged_attention_config(defaults);
+    kernels::PagedAttentionConfig base = kernels::paged_attention_config(defaults);
     base.head_group = base.head_group ? base.head_group : ps.group();
     auto sel = rt::select_config(db, t->name, device, row.key, rt::kSizeFields);
-    templates::ParamMap tuned_params = defaults;
+    kernels::ParamMap tuned_params = defaults;
     if (sel)
       for (const auto& [k, v] : sel->entry.config) tuned_params[k] = v;
-    templates::PagedAttentionConfig tuned = templates::paged_attention_config(tuned_params);
+    kernels::PagedAttentionConfig tuned = kernels::paged_attention_config(tuned_params);
     tuned.head_group = tuned.head_group ? tuned.head_group : ps.group();
     row.rule = sel ? sel->rule : "default";
 
@@ -224,7 +224,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
     if (o.decompose) {
       std::cerr << fmt::format("bench {}: decompose\n", rt::format_key(row.key));
       Measurement m = measure_paged_attention(
-          in, want, [](const auto& i, auto& l) { return templates::run_paged_attention_decomposed(i, l); }, *launcher,
+          in, want, [](const auto& i, auto& l) { return kernels::run_paged_attention_decomposed(i, l); }, *launcher,
           std::min(o.warmup, 1), o.repeats);
       row.decomposed = timed(m, "decompose", row.ideal_bytes);
     }

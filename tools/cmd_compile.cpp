@@ -47,7 +47,7 @@ void check_out_dir(const std::filesystem::path& dir, const std::vector<std::stri
 
 } // namespace
 
-codegen::CompileOptions compile_options(const templates::ParamMap& params, const std::string& arch,
+codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,
                                         const std::string& target) {
   codegen::CompileOptions o;
   o.arch = arch;
@@ -72,7 +72,7 @@ Action add_compile(CLI::App& app, Common& common) {
     const auto& t = a->choice.kernel();
     auto params = a->choice.params();
     auto shape = a->choice.shape();
-    std::vector<ir::Kernel> kernels = templates::build_kernels(t, params, shape);
+    std::vector<ir::Kernel> kernels = kernels::build_kernels(t, params, shape);
     const ir::Kernel& k = kernels.front();
     for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
@@ -80,7 +80,7 @@ Action add_compile(CLI::App& app, Common& common) {
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();
     codegen::CompiledKernel ck = codegen::compile(*k, opts);
     // What the module is specialized on, as rt::find_module matches it.
-    std::map<std::string, rt::SpecValue> spec = templates::module_spec(t, params, shape);
+    std::map<std::string, rt::SpecValue> spec = kernels::module_spec(t, params, shape);
     rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name);
     for (size_t i = 1; i < kernels.size(); ++i) { // kernels launched after it (a combine step)
       const ir::Function& c = *kernels[i];

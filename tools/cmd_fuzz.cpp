@@ -11,6 +11,7 @@
 #include <iostream>
 #include <thread>
 
+#include "backends/launchers.h"
 #include "fuzz/fuzz.h"
 #include "tools/commands.h"
 #include "tools/json.h"
@@ -78,7 +79,7 @@ int run_fuzz_command(const Common& common, const fuzz::FuzzOptions& o) {
 
 // Reruns saved programs (regression files): exit 1 when any still disagrees.
 int replay(const Common& common, const std::vector<std::string>& files) {
-  auto launcher = templates::make_emulate_launcher();
+  auto launcher = backends::make_emulate_launcher();
   size_t failed = 0;
   std::string results;
   for (const std::string& path : files) {

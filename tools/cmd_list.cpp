@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "templates/registry.h"
+#include "kernels/registry.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 
@@ -10,7 +10,7 @@ namespace tilec::cli {
 
 namespace {
 
-std::string params_json(const std::vector<templates::Param>& ps) {
+std::string params_json(const std::vector<kernels::Param>& ps) {
   std::string out = "[";
   for (size_t i = 0; i < ps.size(); ++i) {
     JsonObject o;
@@ -28,7 +28,7 @@ Action add_list(CLI::App& app, Common& common) {
   return [&common] {
     std::string kernels = "[";
     bool first = true;
-    for (const auto& t : templates::all_templates()) {
+    for (const auto& t : kernels::all_templates()) {
       say(common, fmt::format("{}  {}", t.name, t.summary));
       for (const auto& p : t.params)
         say(common, fmt::format("    --set   {:<16} {}", fmt::format("{}={}", p.name, p.value_str()), p.help));

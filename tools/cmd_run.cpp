@@ -6,13 +6,14 @@
 #include <iostream>
 #include <unistd.h>
 
+#include "backends/launchers.h"
 #include "interp/interpreter.h"
 #include "ir/verifier.h"
 #include "runtime/cuda.h"
-#include "runtime/error.h"
+#include "abi/error.h"
 #include "tools/commands.h"
 #include "tools/json.h"
-#include "templates/paged_attention.h"
+#include "kernels/paged_attention.h"
 #include "tools/kernel_args.h"
 
 namespace tilec::cli {
@@ -44,14 +45,14 @@ std::string resolve_backend(const std::string& requested) {
 
 // The launcher for a backend; BackendUnavailable (exit 3) when this machine or
 // build cannot run it.
-std::unique_ptr<templates::Launcher> make_launcher(const std::string& backend) {
-  if (backend == "interpret") return templates::make_interpret_launcher();
-  if (backend == "emulate") return templates::make_emulate_launcher();
-  if (backend == "cuda") return templates::make_cuda_launcher();
+std::unique_ptr<kernels::Launcher> make_launcher(const std::string& backend) {
+  if (backend == "interpret") return kernels::make_interpret_launcher();
+  if (backend == "emulate") return backends::make_emulate_launcher();
+  if (backend == "cuda") return backends::make_cuda_launcher();
   throw rt::BackendUnavailable(fmt::format("unknown backend '{}'", backend));
 }
 
-RunResult stats_of(const templates::Launcher& l) {
+RunResult stats_of(const kernels::Launcher& l) {
   const auto& st = l.stats();
   RunResult r;
   r.time_ms = st.time_ms;
@@ -63,7 +64,7 @@ RunResult stats_of(const templates::Launcher& l) {
 
 void print_result(const Common& common, const std::string& kernel, const std::string& backend,
                   std::optional<std::string> path, const std::string& what,
-                  const templates::Comparison& c, const RunResult& r) {
+                  const kernels::Comparison& c, const RunResult& r) {
   say(common, fmt::format("{} [{}] on {}: {}  max_abs_err {:.3g}  max_rel_err {:.3g}  {:.3f} ms", kernel,
                           what, backend, c.ok ? "ok" : "MISMATCH", c.max_abs_err, c.max_rel_err, r.time_ms));
   if (r.bytes_loaded)
@@ -100,7 +101,7 @@ void check_out_file(const std::string& file) {
 }
 
 int run_paged_attention(const Common& common, const RunOptions& o) {
-  using namespace templates;
+  using namespace kernels;
   if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
   if (!o.tuned.empty()) {
     // A database that is not there is a mistyped name, not an empty database.
@@ -142,7 +143,7 @@ int run_paged_attention(const Common& common, const RunOptions& o) {
   p.expected = {paged_attention_reference(in)};
   p.atol = s.dtype == ir::DType::f32 ? 1e-5 : s.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
   p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
-  templates::Comparison c = compare_outputs(p);
+  kernels::Comparison c = compare_outputs(p);
   RunResult r = stats_of(*launcher);
   r.ideal_bytes = paged_attention_ideal_bytes(in);
   print_result(common, "paged_attention", backend, o.path, what, c, r);
@@ -151,7 +152,7 @@ int run_paged_attention(const Common& common, const RunOptions& o) {
 
 } // namespace
 
-std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
+std::unique_ptr<kernels::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
   backend = resolve_backend(requested);
   return make_launcher(backend);
 }
@@ -186,11 +187,11 @@ Action add_run(CLI::App& app, Common& common) {
     std::string backend = resolve_backend(o->backend);
     ir::Kernel k = t.build(params, shape);
     ir::verify(*k);
-    templates::Problem p = t.make_problem(params, shape, o->seed);
+    kernels::Problem p = t.make_problem(params, shape, o->seed);
     auto launcher = make_launcher(backend);
     launcher->launch(k, int(params.count("num_warps") ? params.at("num_warps") : 4), p.grid, p.interp_args());
     RunResult r = stats_of(*launcher);
-    templates::Comparison c = templates::compare_outputs(p);
+    kernels::Comparison c = kernels::compare_outputs(p);
 
     std::string sizes;
     for (auto& [name, v] : shape) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", name, v);

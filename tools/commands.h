@@ -8,9 +8,9 @@
 
 #include "codegen/compile.h"
 #include "runtime/tuning_db.h"
-#include "templates/launcher.h"
-#include "templates/paged_attention.h"
-#include "templates/registry.h"
+#include "kernels/launcher.h"
+#include "kernels/paged_attention.h"
+#include "kernels/registry.h"
 
 namespace tilec::cli {
 
@@ -34,24 +34,24 @@ Action add_fuzz(CLI::App& app, Common& common);  // cmd_fuzz.cpp
 
 // The launcher of the backend `requested` resolves to (`backend` gets its name);
 // BackendUnavailable (exit 3) when this machine or build cannot run it. In cmd_run.cpp.
-std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend);
+std::unique_ptr<kernels::Launcher> backend_launcher(const std::string& requested, std::string& backend);
 
 // `tilec run paged_attention --tuned DB`: the config runtime/tuning_db.h selects for this
 // problem (`shape` from --shape, or the shapes of `in` when `from_files`) on `backend`'s
 // device, else `fallback`; says which (cmd_autotune.cpp).
-templates::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db,
-                                                             const templates::ParamMap& shape,
-                                                             const templates::PagedAttentionInputs& in,
+kernels::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db,
+                                                             const kernels::ParamMap& shape,
+                                                             const kernels::PagedAttentionInputs& in,
                                                              bool from_files, const std::string& backend,
-                                                             const templates::PagedAttentionConfig& fallback);
+                                                             const kernels::PagedAttentionConfig& fallback);
 
 // The problem key of the tuning database: the --shape values, choices by name (cmd_autotune.cpp).
-rt::ProblemKey problem_key(const templates::KernelTemplate& t, const templates::ParamMap& shape);
+rt::ProblemKey problem_key(const kernels::KernelTemplate& t, const kernels::ParamMap& shape);
 
 // One way of computing paged attention: the fused kernel with a config, or the decomposition.
 using PagedAttentionRun =
-    std::function<interp::Buffer(const templates::PagedAttentionInputs& in, templates::Launcher& launcher)>;
-PagedAttentionRun fused_run(const templates::PagedAttentionConfig& cfg);
+    std::function<interp::Buffer(const kernels::PagedAttentionInputs& in, kernels::Launcher& launcher)>;
+PagedAttentionRun fused_run(const kernels::PagedAttentionConfig& cfg);
 
 // `run` checked against `want` (the reference) with `tilec run`'s tolerances and, when correct,
 // timed: `warmup` untimed runs, then `repeats` timed ones (kernel time where the backend
@@ -59,15 +59,15 @@ PagedAttentionRun fused_run(const templates::PagedAttentionConfig& cfg);
 struct Measurement {
   std::string rejected;
   std::vector<double> times;
-  templates::LaunchStats last; // of the last timed run
-  templates::Comparison cmp;
+  kernels::LaunchStats last; // of the last timed run
+  kernels::Comparison cmp;
 };
-Measurement measure_paged_attention(const templates::PagedAttentionInputs& in, const interp::Buffer& want,
-                                    const PagedAttentionRun& run, templates::Launcher& launcher, int warmup,
+Measurement measure_paged_attention(const kernels::PagedAttentionInputs& in, const interp::Buffer& want,
+                                    const PagedAttentionRun& run, kernels::Launcher& launcher, int warmup,
                                     int repeats);
 
 // Code-generation options from a template's parameters (num_warps) and the flags.
-codegen::CompileOptions compile_options(const templates::ParamMap& params, const std::string& arch,
+codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,
                                         const std::string& target);
 
 // For --seed (an unsigned option, which CLI11 would wrap a negative value around).

@@ -13,25 +13,25 @@ void KernelChoice::add_options(CLI::App& app) {
   app.add_option("--shape", shapes, "problem size NAME=VALUE (repeatable)")->take_all();
 }
 
-const templates::KernelTemplate& KernelChoice::kernel() const {
-  if (const auto* t = templates::find_template(name)) return *t;
+const kernels::KernelTemplate& KernelChoice::kernel() const {
+  if (const auto* t = kernels::find_template(name)) return *t;
   std::vector<std::string> names;
-  for (const auto& t : templates::all_templates()) names.push_back(t.name);
+  for (const auto& t : kernels::all_templates()) names.push_back(t.name);
   throw UserError(fmt::format("unknown kernel '{}' (known: {})", name, fmt::join(names, ", ")));
 }
 
-templates::ParamMap KernelChoice::params() const { return resolve_set(kernel(), sets); }
+kernels::ParamMap KernelChoice::params() const { return resolve_set(kernel(), sets); }
 
-templates::ParamMap resolve_set(const templates::KernelTemplate& t, const std::vector<std::string>& sets) {
-  templates::ParamMap p = templates::resolve_params(t.params, sets, "--set");
+kernels::ParamMap resolve_set(const kernels::KernelTemplate& t, const std::vector<std::string>& sets) {
+  kernels::ParamMap p = kernels::resolve_params(t.params, sets, "--set");
   // Checked here for every command, not only those that compile for a GPU.
   if (auto it = p.find("num_warps"); it != p.end() && (!ir::is_pow2(it->second) || it->second > 32))
     throw UserError(fmt::format("--set num_warps={}: must be a power of two from 1 to 32", it->second));
   return p;
 }
 
-templates::ParamMap KernelChoice::shape() const {
-  return templates::resolve_params(kernel().shape, shapes, "--shape");
+kernels::ParamMap KernelChoice::shape() const {
+  return kernels::resolve_params(kernel().shape, shapes, "--shape");
 }
 
 } // namespace tilec::cli

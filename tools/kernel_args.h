@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "templates/registry.h"
+#include "kernels/registry.h"
 
 namespace tilec::cli {
 
 // `t`'s --set values with the checks every command applies (num_warps a power of two to 32).
-templates::ParamMap resolve_set(const templates::KernelTemplate& t, const std::vector<std::string>& sets);
+kernels::ParamMap resolve_set(const kernels::KernelTemplate& t, const std::vector<std::string>& sets);
 
 struct KernelChoice {
   std::string name;
@@ -18,9 +18,9 @@ struct KernelChoice {
 
   void add_options(CLI::App& app);
   // The template named by `name`; a UserError listing the known ones if none.
-  const templates::KernelTemplate& kernel() const;
-  templates::ParamMap params() const;
-  templates::ParamMap shape() const;
+  const kernels::KernelTemplate& kernel() const;
+  kernels::ParamMap params() const;
+  kernels::ParamMap shape() const;
 };
 
 } // namespace tilec::cli

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ir/error.h"
-#include "runtime/error.h"
+#include "abi/error.h"
 #include "runtime/npy.h"
 #include "tools/commands.h"
 #include "tools/json.h"

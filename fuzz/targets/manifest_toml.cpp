@@ -1,10 +1,10 @@
-// Input fuzzing of the module-manifest reader (runtime/manifest.h): any bytes either
+// Input fuzzing of the module-manifest reader (abi/manifest.h): any bytes either
 // parse or raise ManifestError naming the file. A parsed manifest must format and parse
 // back to an equal manifest, and format to the same text again.
 #include "fuzz/targets/fuzz_target.h"
 
-#include "runtime/error.h"
-#include "runtime/manifest.h"
+#include "abi/error.h"
+#include "abi/manifest.h"
 
 using namespace tilec;
 using namespace tilec::fuzz_targets;

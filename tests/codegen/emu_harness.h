@@ -15,11 +15,12 @@
 #include <fstream>
 #include <string>
 
+#include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "interp/interpreter.h"
-#include "ir/float16.h"
-#include "runtime/error.h"
-#include "templates/launcher.h"
+#include "abi/float16.h"
+#include "abi/error.h"
+#include "kernels/launcher.h"
 
 namespace tilec::codegen::test {
 
@@ -28,7 +29,7 @@ namespace tilec::codegen::test {
 // the emulate launcher. Returns "" or what went wrong.
 inline std::string run_emulated(const ir::Function& fn, interp::Grid grid, const std::vector<interp::Arg>& args,
                                 int num_warps = 4) {
-  auto launcher = templates::make_emulate_launcher();
+  auto launcher = backends::make_emulate_launcher();
   ir::Kernel k(std::shared_ptr<ir::Function>(), const_cast<ir::Function*>(&fn)); // not owned
   try {
     launcher->launch(k, num_warps, grid, args);

@@ -1,6 +1,6 @@
 // Every template kernel through the GPU pipeline (sm_80 and sm_90, ptxas with
 // zero spills) and, on the emu target, against its reference.
-#include "templates/registry.h"
+#include "kernels/registry.h"
 #include "tests/codegen/codegen_test_util.h"
 #include "tests/codegen/emu_harness.h"
 
@@ -9,10 +9,10 @@ using namespace tilec::codegen;
 using namespace tilec::codegen::test;
 
 TEST_CASE("every template kernel compiles for the GPU and runs correctly emulated", "[codegen][templates]") {
-  for (const templates::KernelTemplate& t : templates::all_templates()) {
+  for (const kernels::KernelTemplate& t : kernels::all_templates()) {
     INFO("template " << t.name);
-    templates::ParamMap params = templates::resolve_params(t.params, {}, "--set");
-    templates::ParamMap shape = templates::resolve_params(t.shape, {}, "--shape");
+    kernels::ParamMap params = kernels::resolve_params(t.params, {}, "--set");
+    kernels::ParamMap shape = kernels::resolve_params(t.shape, {}, "--shape");
     ir::Kernel fn = t.build(params, shape);
     int num_warps = params.count("num_warps") ? static_cast<int>(params.at("num_warps")) : 4;
     for (auto& [arch, k] : compile_all_archs(*fn, num_warps))
@@ -20,10 +20,10 @@ TEST_CASE("every template kernel compiles for the GPU and runs correctly emulate
         WARN(t.name << " " << arch << ": " << k.ptxas->registers << " registers, " << k.stats.conversions
                     << " conversions, " << k.stats.barriers << " barriers, " << k.shared_bytes << " B shared");
     if (!t.make_problem) continue; // paged attention has its own runner and tests
-    templates::Problem p = t.make_problem(params, shape, 7);
+    kernels::Problem p = t.make_problem(params, shape, 7);
     std::string err = run_emulated(*fn, p.grid, p.interp_args(), num_warps);
     REQUIRE(err == "");
-    templates::Comparison c = templates::compare_outputs(p);
+    kernels::Comparison c = kernels::compare_outputs(p);
     INFO(c.first_mismatch);
     CHECK(c.ok);
   }

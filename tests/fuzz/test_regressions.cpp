@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backends/launchers.h"
 #include "fuzz/runner.h"
 
 using namespace tilec;
@@ -11,7 +12,7 @@ using namespace tilec::fuzz;
 // Every program the fuzzer ever shrank and saved must now agree.
 TEST_CASE("fuzz: every saved regression replays and agrees", "[fuzz][emulate]") {
   std::filesystem::path dir = std::filesystem::path(TILEC_SOURCE_DIR) / "tests/fuzz/regressions";
-  auto launcher = templates::make_emulate_launcher();
+  auto launcher = backends::make_emulate_launcher();
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().extension() != ".tir") continue;

@@ -7,7 +7,7 @@
 
 #include "interp/interpreter.h"
 #include "ir/builder.h"
-#include "ir/float16.h"
+#include "abi/float16.h"
 
 namespace tilec::interp::test {
 

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "ir/builder.h"
-#include "ir/float16.h"
+#include "abi/float16.h"
 #include "ir/passes.h"
 #include "ir/verifier.h"
 

@@ -1,5 +1,5 @@
 #include "runtime/cuda.h"
-#include "runtime/error.h"
+#include "abi/error.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // Drives runtime/cuda.cpp end to end against a stand-in libcuda.so.1 (fake_libcuda.c): the
 // example host program runs in a child process whose LD_LIBRARY_PATH finds the fake first.
 // The fake enforces that a context is current, and reports at exit what is still alive.
-#include "runtime/manifest.h"
+#include "abi/manifest.h"
 
 #include "tests/runtime/helpers.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "abi/error.h"
 #include "runtime/launch.h"
 
 #include <catch2/catch.hpp>

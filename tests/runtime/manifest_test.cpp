@@ -1,5 +1,5 @@
-#include "runtime/error.h"
-#include "runtime/manifest.h"
+#include "abi/error.h"
+#include "abi/manifest.h"
 
 #include <catch2/catch.hpp>
 

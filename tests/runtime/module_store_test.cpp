@@ -12,8 +12,8 @@
 #include "codegen/compile.h"
 #include "runtime/module_store.h"
 #include "runtime/tilec_tuning.h"
-#include "templates/module_builder.h"
-#include "templates/paged_attention.h"
+#include "backends/module_builder.h"
+#include "kernels/paged_attention.h"
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;
@@ -41,19 +41,19 @@ struct NoBuilder {
   ~NoBuilder() { rt::set_module_builder({}); }
 };
 
-const templates::KernelTemplate& paged() { return *templates::find_template("paged_attention"); }
+const kernels::KernelTemplate& paged() { return *kernels::find_template("paged_attention"); }
 
-templates::ParamMap shape_of(std::vector<std::string> set) {
-  return templates::resolve_params(paged().shape, set, "--shape");
+kernels::ParamMap shape_of(std::vector<std::string> set) {
+  return kernels::resolve_params(paged().shape, set, "--shape");
 }
-templates::ParamMap params_of(std::vector<std::string> set) {
-  return templates::resolve_params(paged().params, set, "--set");
+kernels::ParamMap params_of(std::vector<std::string> set) {
+  return kernels::resolve_params(paged().params, set, "--set");
 }
 
 // The tuning key `tilec autotune` would store for these --shape values.
-rt::ProblemKey key_of(const templates::ParamMap& shape) {
+rt::ProblemKey key_of(const kernels::ParamMap& shape) {
   rt::ProblemKey key;
-  for (const templates::Param& p : paged().shape)
+  for (const kernels::Param& p : paged().shape)
     key[p.name] = p.choices.empty() ? rt::KeyValue(shape.at(p.name)) : rt::KeyValue(p.value_str(shape.at(p.name)));
   return key;
 }
@@ -81,7 +81,7 @@ const std::vector<std::string> kShape{"batch=2", "hq=4", "hkv=2", "head_dim=16",
 
 TEST_CASE("manifest checksums: recorded, read back, and catch a truncated code file", "[runtime][modules]") {
   rt::test::TempDir dir;
-  auto ms = templates::write_template_modules(paged(), params_of({"block_n=8"}), shape_of(kShape), "host",
+  auto ms = backends::write_template_modules(paged(), params_of({"block_n=8"}), shape_of(kShape), "host",
                                               dir.path, true);
   REQUIRE(ms.size() == 1);
   const rt::Manifest& m = ms[0];
@@ -102,8 +102,8 @@ TEST_CASE("manifest checksums: recorded, read back, and catch a truncated code f
 TEST_CASE("find_module matches on every specialization value and skips corrupt modules", "[runtime][modules]") {
   rt::test::TempDir dir;
   auto shape = shape_of(kShape);
-  templates::write_template_modules(paged(), params_of({"block_n=8"}), shape, "host", dir.path, true);
-  templates::write_template_modules(paged(), params_of({"block_n=16"}), shape, "host", dir.path, true);
+  backends::write_template_modules(paged(), params_of({"block_n=8"}), shape, "host", dir.path, true);
+  backends::write_template_modules(paged(), params_of({"block_n=16"}), shape, "host", dir.path, true);
 
   rt::ModuleQuery q;
   q.kernel = "paged_attention";
@@ -158,7 +158,7 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
   EnvVar env("TILEC_CACHE_DIR", cache.path.string());
   auto shape = shape_of(kShape);
   auto params = params_of({"block_n=8", "head_group=1", "num_splits=2", "num_warps=2"});
-  auto written = templates::write_template_modules(paged(), params, shape, "host", dir.path, true);
+  auto written = backends::write_template_modules(paged(), params, shape, "host", dir.path, true);
   REQUIRE(written.size() == 2); // the fused kernel and its combine kernel
   rt::TuningDb db;
   db.entries.push_back(tuned_entry(key_of(shape), rt::TunedConfig(params.begin(), params.end())));
@@ -184,8 +184,8 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
 
 TEST_CASE("the runtime's paged-attention defaults are the template's", "[runtime][modules]") {
   auto shape = shape_of({"hq=12", "hkv=3"});
-  templates::PagedAttentionConfig d = templates::paged_attention_config(templates::resolve_params(paged().params, {}, "--set"));
-  auto spec = templates::paged_attention_module_spec(templates::paged_attention_shape(shape), d);
+  kernels::PagedAttentionConfig d = kernels::paged_attention_config(kernels::resolve_params(paged().params, {}, "--set"));
+  auto spec = kernels::paged_attention_module_spec(kernels::paged_attention_shape(shape), d);
   for (const auto& [name, v] : rt::default_config("paged_attention", key_of(shape)))
     CHECK(spec.at(name) == rt::SpecValue(v));
 }
@@ -194,7 +194,7 @@ TEST_CASE("with the compiler linked, a missing module is built into the cache, r
           "[runtime][modules]") {
   rt::test::TempDir cache;
   EnvVar env("TILEC_CACHE_DIR", cache.path.string());
-  templates::enable_module_builder();
+  backends::enable_module_builder();
   struct Reset {
     ~Reset() { rt::set_module_builder({}); }
   } reset;
@@ -227,7 +227,7 @@ TEST_CASE("C API: tilec_tuned_modules lists the manifests or says what is missin
   EnvVar env("TILEC_CACHE_DIR", cache.path.string());
   auto shape = shape_of(kShape);
   auto params = params_of({"block_n=8", "head_group=2", "num_splits=1", "num_warps=4"});
-  templates::write_template_modules(paged(), params, shape, "host", dir.path, true);
+  backends::write_template_modules(paged(), params, shape, "host", dir.path, true);
   rt::TuningDb db;
   db.entries.push_back(tuned_entry(key_of(shape), rt::TunedConfig(params.begin(), params.end())));
   fs::path db_path = dir.path / "tuning.toml";
@@ -266,7 +266,7 @@ TEST_CASE("two processes building the same module into one cache both get a whol
     if (pid == 0) {
       int code = 1;
       try {
-        templates::enable_module_builder();
+        backends::enable_module_builder();
         rt::TunedModules t = rt::load_tuned(empty, "paged_attention", "cpu-emulator", key, "host", {});
         code = t.modules.size() == 1 && rt::check_module(t.modules[0]).empty() ? 0 : 1;
       } catch (...) {

@@ -16,7 +16,7 @@ using namespace tilec::rt::test;
 namespace {
 
 const char* kKernels = R"C(
-#include "codegen/emu_abi.h"
+#include "abi/emu_abi.h"
 
 #define ARG(T, i) (*(T const*)args[i])
 

@@ -18,7 +18,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/npy.h"
-#include "templates/paged_attention.h"
+#include "kernels/paged_attention.h"
 #include "tests/tilec_process.h"
 
 namespace fs = std::filesystem;
@@ -50,12 +50,12 @@ const fs::path& fixtures() {
     std::ofstream(d / "empty.toml");
 
     // A valid paged-attention input folder, then broken copies of it.
-    tilec::templates::PagedAttentionShape s;
+    tilec::kernels::PagedAttentionShape s;
     s.batch = 2, s.hq = 2, s.hkv = 1, s.head_dim = 16, s.block_size = 4, s.max_blocks = 2, s.num_blocks = 4;
-    tilec::templates::PagedAttentionInputs in = tilec::templates::make_paged_attention_inputs(s, 1, 8);
+    tilec::kernels::PagedAttentionInputs in = tilec::kernels::make_paged_attention_inputs(s, 1, 8);
     auto make = [&](const char* name) {
       fs::path p = d / name;
-      tilec::templates::write_paged_attention_inputs(p.string(), in);
+      tilec::kernels::write_paged_attention_inputs(p.string(), in);
       return p;
     };
     make("inputs_ok");

@@ -1,0 +1,73 @@
+/* The C ABI between code generated for the `emu` target and the CPU emulator
+ * that runs it (runtime/, which implements every function declared here).
+ * Plain C: includable without LLVM, from C or C++.
+ *
+ * The emulator runs each GPU thread of a block as a fiber. Generated code never
+ * touches globals or thread-locals; every call takes first the calling GPU
+ * thread's context, an opaque pointer the emulator passed to the kernel.
+ *
+ * Kernel entry. A kernel named S (CompiledKernel::symbol) is exported as
+ *
+ *     void S(tilec_emu_thread* ctx, void* const* args);
+ *
+ * args[i] points at the value of kernel parameter i, in the order of the
+ * function's parameters, stored as: pointers `void*`; i1 `uint8_t` (0 or 1);
+ * i8/i16/i32/i64 `int8_t`..`int64_t`; f32 `float`; f16 and bf16 `uint16_t`
+ * (their bit patterns). Each thread of each block calls S once. Shared memory
+ * is the dynamic size CompiledKernel::shared_bytes, 16-byte aligned, one
+ * region per block.
+ *
+ * Math (exp2f, log2f, sqrtf, tanhf) comes from the C library: link with -lm.
+ */
+#ifndef TILEC_ABI_EMU_ABI_H
+#define TILEC_ABI_EMU_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tilec_emu_thread tilec_emu_thread;
+
+/* Thread index within the block (x only; blocks are 1-d), and block size. */
+uint32_t tilec_emu_thread_id(tilec_emu_thread* ctx);
+uint32_t tilec_emu_block_dim(tilec_emu_thread* ctx);
+/* Block index and grid size along axis 0, 1 or 2. */
+uint32_t tilec_emu_block_id(tilec_emu_thread* ctx, uint32_t axis);
+uint32_t tilec_emu_num_blocks(tilec_emu_thread* ctx, uint32_t axis);
+
+/* Block-wide barrier (__syncthreads): every thread of the block must reach the barrier
+ * numbered `id` (the lowering numbers a kernel's barriers; a back end that copies a call
+ * into both arms of a branch keeps its number, so the copies are one barrier). */
+void tilec_emu_barrier(tilec_emu_thread* ctx, uint32_t id);
+/* The block's shared memory. */
+void* tilec_emu_shared_base(tilec_emu_thread* ctx);
+
+/* Warp shuffles over the 32 lanes of the caller's warp (lane = thread_id % 32);
+ * every lane of the warp calls them together, like shfl.sync with a full mask.
+ * xor: returns `value` of lane (lane ^ lane_mask). idx: of lane `src_lane`. */
+uint32_t tilec_emu_shfl_xor(tilec_emu_thread* ctx, uint32_t value, uint32_t lane_mask);
+uint32_t tilec_emu_shfl_idx(tilec_emu_thread* ctx, uint32_t value, uint32_t src_lane);
+
+/* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
+ * emulator checks [addr, addr + bytes) against the launch's buffers (an error
+ * names the kernel, the buffer and the offset) and counts the bytes. Masked-off
+ * lanes never call these. */
+void tilec_emu_load(tilec_emu_thread* ctx, const void* addr, uint32_t bytes, void* dst);
+void tilec_emu_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, const void* src);
+/* Atomic add; returns the old value. */
+float tilec_emu_atomic_add_f32(tilec_emu_thread* ctx, float* addr, float value);
+int32_t tilec_emu_atomic_add_i32(tilec_emu_thread* ctx, int32_t* addr, int32_t value);
+
+/* f16 / bf16 <-> f32, round to nearest even (see abi/float16.h). */
+float tilec_emu_f16_to_f32(tilec_emu_thread* ctx, uint16_t bits);
+uint16_t tilec_emu_f32_to_f16(tilec_emu_thread* ctx, float value);
+float tilec_emu_bf16_to_f32(tilec_emu_thread* ctx, uint16_t bits);
+uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread* ctx, float value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,296 @@
+#include "abi/manifest.h"
+
+#include "abi/error.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unistd.h>
+
+namespace tilec::rt {
+namespace {
+
+std::string_view node_kind(const toml::node& n) {
+  switch (n.type()) {
+  case toml::node_type::table:
+    return "a table";
+  case toml::node_type::array:
+    return "an array";
+  case toml::node_type::string:
+    return "a string";
+  case toml::node_type::integer:
+    return "an integer";
+  case toml::node_type::floating_point:
+    return "a float";
+  case toml::node_type::boolean:
+    return "a boolean";
+  default:
+    return "a date or time";
+  }
+}
+
+// Reads typed fields out of the parsed document; every failure names the file, the
+// position of the offending node (or of the table missing a key) and the key's full path.
+class Reader {
+public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const toml::node* at, const std::string& msg) const {
+    std::string where = source_;
+    if (at && at->source().begin)
+      where += fmt::format(":{}:{}", at->source().begin.line, at->source().begin.column);
+    throw ManifestError(where + ": " + msg);
+  }
+
+  // `where` is the node a missing key is reported at (nullptr for the document itself).
+  const toml::node* find(const toml::table& t, std::string_view key, const std::string& path,
+                         const toml::node* where, bool required) const {
+    const toml::node* n = t.get(key);
+    if (!n && required) fail(where, fmt::format("missing key '{}'", path));
+    return n;
+  }
+
+  std::string string(const toml::table& t, std::string_view key, const std::string& path,
+                     const toml::node* where, bool required = true) const {
+    const toml::node* n = find(t, key, path, where, required);
+    if (!n) return {};
+    if (!n->is_string())
+      fail(n, fmt::format("key '{}' must be a string, got {}", path, node_kind(*n)));
+    std::string s = n->as_string()->get();
+    if (required && s.empty()) fail(n, fmt::format("key '{}' must not be empty", path));
+    return s;
+  }
+
+  int integer(const toml::table& t, std::string_view key, const std::string& path,
+              const toml::node* where, std::int64_t min, std::int64_t max) const {
+    const toml::node* n = find(t, key, path, where, true);
+    if (!n->is_integer())
+      fail(n, fmt::format("key '{}' must be an integer, got {}", path, node_kind(*n)));
+    std::int64_t v = n->as_integer()->get();
+    if (v < min || v > max)
+      fail(n, fmt::format("key '{}' is {}, must be in [{}, {}]", path, v, min, max));
+    return static_cast<int>(v);
+  }
+
+  const toml::table& table(const toml::node& n, const std::string& path) const {
+    if (!n.is_table())
+      fail(&n, fmt::format("key '{}' must be a table, got {}", path, node_kind(n)));
+    return *n.as_table();
+  }
+
+private:
+  std::string source_;
+};
+
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
+std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
+  const toml::node* node = r.find(doc, "params", "params", nullptr, true);
+  if (!node->is_array())
+    r.fail(node, fmt::format("key 'params' must be an array of tables, got {}", node_kind(*node)));
+  std::vector<ModuleParam> params;
+  const toml::array& array = *node->as_array();
+  for (std::size_t i = 0; i < array.size(); ++i) {
+    std::string path = fmt::format("params[{}]", i);
+    const toml::table& t = r.table(array[i], path);
+    ModuleParam p;
+    p.name = r.string(t, "name", path + ".name", &t);
+    std::string type = r.string(t, "type", path + ".type", &t);
+    auto parsed = parse_param_type(type);
+    if (!parsed)
+      r.fail(t.get("type"),
+             fmt::format("key '{}.type' is '{}', not a parameter type (i1 i8 i16 i32 i64 f16 "
+                         "bf16 f32, or ptr<T> of one)",
+                         path, type));
+    p.type = *parsed;
+    for (const ModuleParam& earlier : params)
+      if (earlier.name == p.name)
+        r.fail(t.get("name"),
+               fmt::format("key '{}.name': parameter '{}' appears twice", path, p.name));
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+std::map<std::string, SpecValue> read_specialization(const Reader& r, const toml::table& doc) {
+  std::map<std::string, SpecValue> values;
+  const toml::node* node = doc.get("specialization");
+  if (!node) return values;
+  const toml::table& t = r.table(*node, "specialization");
+  for (auto&& [key, value] : t) {
+    std::string path = fmt::format("specialization.{}", key.str());
+    if (value.is_integer())
+      values.emplace(std::string(key.str()), value.as_integer()->get());
+    else if (value.is_string())
+      values.emplace(std::string(key.str()), value.as_string()->get());
+    else
+      r.fail(&value, fmt::format("key '{}' must be an integer or a string, got {}", path,
+                                 node_kind(value)));
+  }
+  return values;
+}
+
+Manifest read_document(const Reader& r, const toml::table& doc) {
+  Manifest m;
+  m.kernel = r.string(doc, "kernel", "kernel", nullptr);
+  m.symbol = r.string(doc, "symbol", "symbol", nullptr);
+  m.arch = r.string(doc, "arch", "arch", nullptr);
+  m.threads_per_block = r.integer(doc, "threads_per_block", "threads_per_block", nullptr, 1, 1024);
+  m.shared_bytes = r.integer(doc, "shared_bytes", "shared_bytes", nullptr, 0, kIntMax);
+  m.compiler_version = r.string(doc, "compiler_version", "compiler_version", nullptr);
+  m.ir_hash = r.string(doc, "ir_hash", "ir_hash", nullptr);
+
+  const toml::node* code_node = r.find(doc, "code", "code", nullptr, true);
+  const toml::table& code = r.table(*code_node, "code");
+  m.ptx = r.string(code, "ptx", "code.ptx", &code, false);
+  m.cubin = r.string(code, "cubin", "code.cubin", &code, false);
+  m.emulator = r.string(code, "emulator", "code.emulator", &code, false);
+  if (m.ptx.empty() && m.cubin.empty() && m.emulator.empty())
+    r.fail(&code, "missing key 'code.ptx' (the [code] table names no ptx, cubin or emulator file)");
+
+  m.params = read_params(r, doc);
+  m.specialization = read_specialization(r, doc);
+
+  if (const toml::node* ptxas = doc.get("ptxas")) {
+    const toml::table& t = r.table(*ptxas, "ptxas");
+    m.ptxas = PtxasReport{r.integer(t, "registers", "ptxas.registers", &t, 0, kIntMax),
+                          r.integer(t, "spills", "ptxas.spills", &t, 0, kIntMax)};
+  }
+  if (const toml::node* sums = doc.get("checksums")) {
+    const toml::table& t = r.table(*sums, "checksums");
+    for (const char* file : {"ptx", "cubin", "emulator"})
+      if (t.get(file)) m.checksums[file] = r.string(t, file, fmt::format("checksums.{}", file), &t);
+    for (auto&& [name, value] : t)
+      if (!m.checksums.count(std::string(name.str())))
+        r.fail(&value, fmt::format("key 'checksums.{}' names no code file (ptx, cubin, emulator)", name.str()));
+  }
+  return m;
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string key(std::string_view k) {
+  bool bare = !k.empty();
+  for (char c : k)
+    bare = bare && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+  return bare ? std::string(k) : quote(k);
+}
+
+} // namespace
+
+std::string file_checksum(std::string_view data) {
+  std::uint64_t h = 1469598103934665603ull; // FNV-1a 64
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{}:{:016x}", data.size(), h);
+}
+
+Manifest parse_manifest(std::string_view text, const std::filesystem::path& source) {
+  Reader r(source.string());
+  toml::table doc;
+  try {
+    doc = toml::parse(text, source.string());
+  } catch (const toml::parse_error& e) {
+    throw ManifestError(fmt::format("{}:{}:{}: {}", source.string(), e.source().begin.line,
+                                    e.source().begin.column, e.description()));
+  }
+  Manifest m = read_document(r, doc);
+  m.dir = source.parent_path();
+  return m;
+}
+
+Manifest read_manifest(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw ManifestError(fmt::format("{}: cannot open: {}", file.string(), std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ManifestError(fmt::format("{}: cannot read", file.string()));
+  return parse_manifest(text.str(), file);
+}
+
+std::string format_manifest(const Manifest& m) {
+  std::string out = "# tilec module manifest\n";
+  out += fmt::format("kernel = {}\n", quote(m.kernel));
+  out += fmt::format("symbol = {}\n", quote(m.symbol));
+  out += fmt::format("arch = {}\n", quote(m.arch));
+  out += fmt::format("threads_per_block = {}\n", m.threads_per_block);
+  out += fmt::format("shared_bytes = {}\n", m.shared_bytes);
+  out += fmt::format("compiler_version = {}\n", quote(m.compiler_version));
+  out += fmt::format("ir_hash = {}\n", quote(m.ir_hash));
+
+  out += "\n[code]\n";
+  if (!m.ptx.empty()) out += fmt::format("ptx = {}\n", quote(m.ptx.generic_string()));
+  if (!m.cubin.empty()) out += fmt::format("cubin = {}\n", quote(m.cubin.generic_string()));
+  if (!m.emulator.empty())
+    out += fmt::format("emulator = {}\n", quote(m.emulator.generic_string()));
+
+  for (const ModuleParam& p : m.params)
+    out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n", quote(p.name), quote(p.type.str()));
+
+  out += "\n[specialization]\n";
+  for (const auto& [name, value] : m.specialization) {
+    if (auto* i = std::get_if<std::int64_t>(&value))
+      out += fmt::format("{} = {}\n", key(name), *i);
+    else
+      out += fmt::format("{} = {}\n", key(name), quote(std::get<std::string>(value)));
+  }
+
+  if (m.ptxas)
+    out += fmt::format("\n[ptxas]\nregisters = {}\nspills = {}\n", m.ptxas->registers,
+                       m.ptxas->spills);
+  if (!m.checksums.empty()) {
+    out += "\n[checksums]\n";
+    for (const auto& [file, sum] : m.checksums) out += fmt::format("{} = {}\n", key(file), quote(sum));
+  }
+  return out;
+}
+
+void write_manifest(const Manifest& m, const std::filesystem::path& file) {
+  std::string text = format_manifest(m);
+  parse_manifest(text, file); // refuse to write what could not be read back
+
+  std::filesystem::path tmp = file;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      int err = errno;
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      throw ManifestError(fmt::format("{}: cannot write: {}", file.string(), std::strerror(err)));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw ManifestError(fmt::format("{}: cannot write: {}", file.string(), ec.message()));
+  }
+}
+
+} // namespace tilec::rt

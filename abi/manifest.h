@@ -1,0 +1,92 @@
+#pragma once
+// The manifest of a compiled module: what a host program needs to launch its kernel
+// without the compiler (symbol, parameters in order, block size, shared memory, code files).
+//
+//   kernel = "vector_add"
+//   symbol = "vector_add"
+//   arch = "sm_90"
+//   threads_per_block = 128
+//   shared_bytes = 0
+//   compiler_version = "tilec 0.1.0"
+//   ir_hash = "9c0e54b1d2a3f4e5"
+//
+//   [code]                      # paths relative to the manifest's folder; at least one
+//   ptx = "vector_add.ptx"
+//   cubin = "vector_add.cubin"  # optional
+//   emulator = "vector_add.so"  # optional: the emu target's shared library
+//
+//   [[params]]                  # in launch order
+//   name = "x"
+//   type = "ptr<f32>"           # i1 i8 i16 i32 i64 f16 bf16 f32, or ptr<T>
+//
+//   [specialization]            # template parameter values: integers or strings
+//   block = 1024
+//
+//   [ptxas]                     # optional
+//   registers = 16
+//   spills = 0
+//
+//   [checksums]                 # optional: "<bytes>:<FNV-1a 64 hex>" of each code file,
+//   ptx = "5321:8c1f0e2a9b3d4c5e"  # so a truncated or corrupt module is detected
+#include "abi/types.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace tilec::rt {
+
+struct ModuleParam {
+  std::string name;
+  ParamType type;
+  bool operator==(const ModuleParam&) const = default;
+};
+
+using SpecValue = std::variant<std::int64_t, std::string>;
+
+struct PtxasReport {
+  int registers = 0;
+  int spills = 0; // spill bytes, stores plus loads
+  bool operator==(const PtxasReport&) const = default;
+};
+
+struct Manifest {
+  std::string kernel;
+  std::string symbol;
+  std::string arch;                           // "sm_90"
+  std::filesystem::path ptx, cubin, emulator; // empty when absent
+  std::vector<ModuleParam> params;
+  int threads_per_block = 0;
+  int shared_bytes = 0; // dynamic shared memory per block
+  std::map<std::string, SpecValue> specialization;
+  std::string compiler_version;
+  std::string ir_hash;
+  std::optional<PtxasReport> ptxas;
+  std::map<std::string, std::string> checksums; // "ptx" / "cubin" / "emulator" -> file_checksum()
+
+  // The folder the manifest was read from (not written); code paths are relative to it.
+  std::filesystem::path dir;
+  std::filesystem::path code_path(const std::filesystem::path& file) const {
+    return file.empty() ? file : dir / file;
+  }
+
+  bool operator==(const Manifest&) const = default;
+};
+
+// "<bytes>:<FNV-1a 64 hex>" of `data`: what [checksums] records for a code file.
+std::string file_checksum(std::string_view data);
+
+// Both throw ManifestError naming the file, the line:column when known, and the key.
+Manifest read_manifest(const std::filesystem::path& file);
+Manifest parse_manifest(std::string_view text, const std::filesystem::path& source);
+
+std::string format_manifest(const Manifest& m);
+// Checks the manifest reads back, then writes a temporary file beside `file` and renames it.
+void write_manifest(const Manifest& m, const std::filesystem::path& file);
+
+} // namespace tilec::rt

@@ -1,0 +1,89 @@
+// The emulate backend: each kernel is compiled for the emu target once (per printed IR and
+// warp count), cached in this process and on disk, and run by the CPU emulator
+// (runtime/emulator.h) on the host buffers themselves.
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+#include "codegen/compile.h"
+#include "runtime/emulator.h"
+#include "kernels/launcher.h"
+#include "backends/module_cache.h"
+
+namespace tilec::backends {
+
+using kernels::Launcher;
+
+namespace {
+
+// The loaded emu modules of this process, by kernel (printed IR) and warp count; the
+// compiled libraries themselves come from the shared module cache (launcher_support.h).
+class ModuleCache {
+public:
+  static ModuleCache& get() {
+    static auto* c = new ModuleCache; // never destroyed: modules stay loaded until exit
+    return *c;
+  }
+
+  std::shared_ptr<const rt::EmuModule> module(const ir::Function& fn, int num_warps) {
+    codegen::CompileOptions o;
+    o.target = codegen::Target::emu;
+    o.num_warps = num_warps;
+    rt::Manifest manifest = cached_module(fn, o, "emu");
+    std::string key = (manifest.dir / manifest.emulator).string();
+    std::lock_guard lock(mutex_);
+    auto it = modules_.find(key);
+    if (it != modules_.end()) return it->second;
+    auto m = std::make_shared<const rt::EmuModule>(manifest);
+    modules_.emplace(std::move(key), m);
+    return m;
+  }
+
+private:
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const rt::EmuModule>> modules_;
+};
+
+// A kernel argument as the emulator takes it, by the parameter's type.
+rt::Arg to_rt_arg(const ir::Type& t, const interp::Arg& a, const std::string& kernel, const std::string& param) {
+  if (!t.is_ptr()) return scalar_arg(t, a);
+  if (!a.buffer) throw UserError(fmt::format("kernel '{}': parameter '{}' needs a buffer", kernel, param));
+  return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(a.buffer->bytes.data()), a.buffer->bytes.size());
+}
+
+class EmulateLauncher final : public Launcher {
+public:
+  std::string backend() const override { return "emulate"; }
+
+  void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
+              const std::vector<interp::Arg>& args) override {
+    const ir::Function& fn = *kernel;
+    if (args.size() != fn.params.size())
+      throw UserError(fmt::format("kernel '{}' takes {} arguments, got {}", fn.name, fn.params.size(), args.size()));
+    for (int64_t g : grid)
+      if (g < 1 || g > std::int64_t(UINT32_MAX))
+        throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive", fn.name, grid[0], grid[1],
+                                    grid[2]));
+    auto module = ModuleCache::get().module(fn, num_warps);
+    std::vector<rt::Arg> rt_args;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < args.size(); ++i) {
+      rt_args.push_back(to_rt_arg(fn.params[i]->type, args[i], fn.name, fn.params[i]->name));
+      names.push_back(args[i].buffer && !args[i].buffer->name.empty() ? args[i].buffer->name : fn.params[i]->name);
+    }
+    rt::Dim3 dim{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
+    rt::EmuLaunchStats st = module->launch(dim, rt_args, names);
+    stats_.launches++;
+    stats_.time_ms += st.time_ms;
+    stats_.bytes_loaded = stats_.bytes_loaded.value_or(0) + st.bytes_loaded;
+    stats_.bytes_stored = stats_.bytes_stored.value_or(0) + st.bytes_stored;
+    stats_.unique_bytes = stats_.unique_bytes.value_or(0) + st.unique_bytes;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Launcher> make_emulate_launcher() { return std::make_unique<EmulateLauncher>(); }
+
+} // namespace tilec::backends

@@ -1,0 +1,31 @@
+#pragma once
+// Modules addressed by what they are specialized on (runtime/module_store.h), compiled
+// here: for `tilec autotune --export`, `tilec compile`, and as the runtime's builder in a
+// host that links the compiler.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/module_store.h"
+#include "kernels/registry.h"
+
+namespace tilec::backends {
+
+// Compiles every kernel of one run of `t` (build_kernels) for `arch` ("sm_80", "sm_90", or
+// "host" for the emulator) and writes each into `dir` with module_spec(t, ...) as its
+// specialization. With `unique_names` a module is named `<kernel>-<ir hash>-<arch>`, so
+// many configs share a folder; else `<kernel>` (`tilec compile -o DIR`). In launch order.
+std::vector<rt::Manifest> write_template_modules(const kernels::KernelTemplate& t, const kernels::ParamMap& params,
+                                                 const kernels::ParamMap& shape, const std::string& arch,
+                                                 const std::filesystem::path& dir, bool unique_names);
+
+// The builder rt::load_module uses once enable_module_builder() ran: finds the template
+// that makes q.kernel, rebuilds its IR from q.values, and returns a module of exactly that
+// IR from `dirs` or rt::cache_module_dir() whose files check out, else compiles it into
+// the cache (each file renamed into place, so concurrent processes see whole modules).
+rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<std::filesystem::path>& dirs);
+
+// Installs build_module as the runtime's module builder.
+void enable_module_builder();
+
+} // namespace tilec::backends

@@ -1,0 +1,155 @@
+#include "backends/module_cache.h"
+
+#include <fmt/format.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <mutex>
+
+#include "codegen/module.h"
+#include "abi/float16.h"
+#include "ir/printer.h"
+#include "abi/error.h"
+#include "runtime/module_store.h"
+
+namespace tilec::backends {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+const char* target_name(codegen::Target t) { return t == codegen::Target::emu ? "emu" : "nvptx"; }
+
+// A usable module at `manifest`: it reads, is `kernel`, and every code file it names exists.
+std::optional<rt::Manifest> read_cached(const fs::path& manifest, const std::string& kernel) {
+  std::error_code ec;
+  if (!fs::exists(manifest, ec)) return std::nullopt;
+  try {
+    rt::Manifest m = rt::read_manifest(manifest);
+    if (m.kernel != kernel || !rt::check_module(m).empty()) return std::nullopt; // missing, truncated, corrupt
+    return m;
+  } catch (const rt::ManifestError&) {
+    return std::nullopt; // unreadable: compile again and overwrite it
+  }
+}
+
+} // namespace
+
+fs::path module_cache_dir(const std::string& backend) {
+  fs::path dir = rt::cache_root() / backend;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    dir = fs::temp_directory_path() / fmt::format("tilec-cache-{}", ::getuid()) / backend;
+    fs::create_directories(dir);
+  }
+  return dir;
+}
+
+std::string compiler_identity() {
+  std::string id;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE) continue;
+          auto* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+          const char* end = p + ph.p_memsz;
+          while (p + sizeof(ElfW(Nhdr)) <= end) {
+            auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+            const char* name = p + sizeof(ElfW(Nhdr));
+            const char* desc = name + ((n->n_namesz + 3) & ~3u);
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::string_view(name, 3) == "GNU") {
+              auto* s = static_cast<std::string*>(out);
+              for (unsigned j = 0; j < n->n_descsz; ++j) *s += fmt::format("{:02x}", std::uint8_t(desc[j]));
+              return 1;
+            }
+            p = desc + ((n->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1; // the first object is the executable: look no further
+      },
+      &id);
+  if (!id.empty()) return id;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "unknown";
+  auto size = fs::file_size(exe, ec);
+  auto time = fs::last_write_time(exe, ec).time_since_epoch().count();
+  return fmt::format("{}:{}:{}", exe.string(), size, time);
+}
+
+rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions& opts, const std::string& backend) {
+  static const std::string identity = compiler_identity();
+  static std::mutex mutex;
+  // By the full key, for this process. The lock guards the map only: different kernels
+  // compile in parallel, and a thread asking for one being compiled waits for it.
+  static std::map<std::string, std::shared_future<rt::Manifest>> modules;
+  static std::atomic<int> counter{0};
+
+  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={}\ncompiler={}\n", ir::print(fn),
+                                target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas, identity);
+  std::promise<rt::Manifest> promise;
+  std::shared_future<rt::Manifest> pending;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = modules.find(key); it != modules.end()) pending = it->second;
+    else modules.emplace(key, promise.get_future().share());
+  }
+  if (pending.valid()) return pending.get(); // compiled, or being compiled by another thread
+  try {
+    std::string hash = fmt::format("{:016x}", fnv1a(key));
+    fs::path dir = module_cache_dir(backend);
+    fs::path manifest = dir / (hash + ".toml");
+    std::optional<rt::Manifest> m = read_cached(manifest, fn.name);
+    if (!m) {
+      codegen::CompiledKernel k = codegen::compile(fn, opts);
+      fs::path tmp = dir / fmt::format("tmp-{}-{}", ::getpid(), counter++);
+      fs::create_directories(tmp);
+      codegen::write_module(fn, k, opts, {{"num_warps", std::int64_t(opts.num_warps)}}, tmp, hash);
+      for (const fs::directory_entry& e : fs::directory_iterator(tmp))
+        if (e.path().extension() != ".toml") fs::rename(e.path(), dir / e.path().filename());
+      fs::rename(tmp / (hash + ".toml"), manifest);
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      m = rt::read_manifest(manifest);
+    }
+    promise.set_value(*m);
+    return *m;
+  } catch (...) {
+    { // a failed compile is not cached: the next caller tries again (and gets the error)
+      std::lock_guard lock(mutex);
+      modules.erase(key);
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
+}
+
+rt::Arg scalar_arg(const ir::Type& type, const interp::Arg& a) {
+  switch (type.dtype()) {
+  case ir::DType::i1: return rt::Arg(a.i != 0);
+  case ir::DType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
+  case ir::DType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
+  case ir::DType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
+  case ir::DType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
+  case ir::DType::f32: return rt::Arg(static_cast<float>(a.f));
+  case ir::DType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
+  case ir::DType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
+  }
+  internal_fail("unknown dtype");
+}
+
+} // namespace tilec::backends

@@ -1,0 +1,388 @@
+// Paged attention: inputs, validation, the C++ reference and the fused kernel.
+#include "kernels/paged_attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "dsl/dsl.h"
+#include "kernels/prim_detail.h"
+
+namespace tilec::kernels {
+
+double PagedAttentionShape::scale() const {
+  return softmax_scale != 0.0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shape, uint64_t seed,
+                                                 int64_t ctx) {
+  PagedAttentionInputs in;
+  in.shape = shape;
+  PagedAttentionShape& s = in.shape;
+  if (s.num_blocks == 0) s.num_blocks = s.batch * s.max_blocks;
+  size_t cache = size_t(s.num_blocks * s.block_size * s.hkv * s.head_dim);
+  in.q = interp::Buffer("q", s.dtype, size_t(s.batch * s.hq * s.sq * s.head_dim));
+  in.k_cache = interp::Buffer("k_cache", s.dtype, cache);
+  in.v_cache = interp::Buffer("v_cache", s.dtype, cache);
+  in.block_table = interp::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
+  in.context_lens = interp::Buffer("context_lens", ir::DType::i32, size_t(s.batch));
+  fill_uniform(in.q, seed, -1, 1);
+  fill_uniform(in.k_cache, seed + 1, -1, 1);
+  fill_uniform(in.v_cache, seed + 2, -1, 1);
+
+  std::mt19937_64 rng(seed + 3);
+  std::vector<int64_t> pages(size_t(s.num_blocks));
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = int64_t(i);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    int64_t len = ctx >= 0 ? ctx : int64_t(rng() % uint64_t(s.capacity() + 1));
+    in.context_lens.set_int(size_t(b), len);
+    int64_t live_blocks = cdiv(len, s.block_size);
+    for (int64_t k = 0; k < s.max_blocks; ++k) {
+      // Sequences use distinct pages while there are enough; unused slots point at
+      // random (valid) pages, so both paths can run on these inputs.
+      int64_t page = pages[size_t((b * s.max_blocks + k) % s.num_blocks)];
+      if (k >= live_blocks) page = int64_t(rng() % uint64_t(s.num_blocks));
+      in.block_table.set_int(size_t(b * s.max_blocks + k), page);
+    }
+  }
+  if (s.alibi) {
+    in.alibi_slopes = interp::Buffer("alibi_slopes", ir::DType::f32, size_t(s.hq));
+    for (int64_t h = 0; h < s.hq; ++h) in.alibi_slopes.set(size_t(h), std::exp2(-8.0 * double(h + 1) / double(s.hq)));
+  }
+  return in;
+}
+
+namespace {
+
+void expect_count(const interp::Buffer& b, int64_t want, const std::string& dims) {
+  if (static_cast<int64_t>(b.count()) != want)
+    throw UserError(fmt::format("{}: has {} elements, expected {} ({})", b.name, b.count(), want, dims));
+}
+
+} // namespace
+
+void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
+  const PagedAttentionShape& s = in.shape;
+  auto positive = [](const char* name, int64_t v) {
+    if (v <= 0) throw UserError(fmt::format("paged_attention: {} must be positive, got {}", name, v));
+  };
+  positive("batch", s.batch);
+  positive("hq", s.hq);
+  positive("hkv", s.hkv);
+  positive("sq", s.sq);
+  positive("block_size", s.block_size);
+  positive("max_blocks", s.max_blocks);
+  positive("num_blocks", s.num_blocks);
+  if (s.hq % s.hkv != 0)
+    throw UserError(fmt::format("paged_attention: Hq = {} is not a multiple of Hkv = {}", s.hq, s.hkv));
+  if (!ir::is_pow2(s.head_dim) || s.head_dim < 16 || s.head_dim > 256)
+    throw UserError(fmt::format("paged_attention: head_dim {} must be a power of two from 16 to 256", s.head_dim));
+  if (s.block_size > 256)
+    throw UserError(fmt::format("paged_attention: block_size {} exceeds 256", s.block_size));
+  if (!ir::is_float(s.dtype))
+    throw UserError(fmt::format("paged_attention: q/k/v dtype must be f32, f16 or bf16, not {}", ir::dtype_name(s.dtype)));
+  for (const interp::Buffer* b : {&in.q, &in.k_cache, &in.v_cache})
+    if (b->dtype != s.dtype)
+      throw UserError(fmt::format("{}: dtype {} differs from q's {}", b->name, ir::dtype_name(b->dtype), ir::dtype_name(s.dtype)));
+  for (const interp::Buffer* b : {&in.block_table, &in.context_lens})
+    if (b->dtype != ir::DType::i32)
+      throw UserError(fmt::format("{}: dtype must be u32 or i32, got {}", b->name, ir::dtype_name(b->dtype)));
+  expect_count(in.q, s.batch * s.hq * s.sq * s.head_dim, fmt::format("[B={}, Hq={}, Sq={}, D={}]", s.batch, s.hq, s.sq, s.head_dim));
+  int64_t cache = s.num_blocks * s.block_size * s.hkv * s.head_dim;
+  std::string cache_dims = fmt::format("[num_blocks={}, block_size={}, Hkv={}, D={}]", s.num_blocks, s.block_size, s.hkv, s.head_dim);
+  expect_count(in.k_cache, cache, cache_dims);
+  expect_count(in.v_cache, cache, cache_dims);
+  if (cache >= (int64_t(1) << 31))
+    throw UserError(fmt::format("paged_attention: the caches hold {} elements; at most 2^31 are supported", cache));
+  expect_count(in.block_table, s.batch * s.max_blocks, fmt::format("[B={}, max_blocks={}]", s.batch, s.max_blocks));
+  expect_count(in.context_lens, s.batch, fmt::format("[B={}]", s.batch));
+  if (s.alibi) {
+    if (in.alibi_slopes.dtype != ir::DType::f32)
+      throw UserError(fmt::format("alibi_slopes: dtype must be f32, got {}", ir::dtype_name(in.alibi_slopes.dtype)));
+    expect_count(in.alibi_slopes, s.hq, fmt::format("[Hq={}]", s.hq));
+  }
+  double scale = s.scale();
+  if (!std::isfinite(scale)) throw UserError(fmt::format("paged_attention: softmax scale {} is not finite", scale));
+  if (s.softcap && !(std::isfinite(*s.softcap) && *s.softcap > 0))
+    throw UserError(fmt::format("paged_attention: softcap {} is not a positive finite number", *s.softcap));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    int64_t len = in.context_lens.get_int(size_t(b));
+    if (len < 0 || len > s.capacity())
+      throw UserError(fmt::format("context_lens[{}] = {} exceeds max_blocks * block_size = {} * {} = {}", b,
+                                  static_cast<uint32_t>(len), s.max_blocks, s.block_size, s.capacity()));
+    int64_t used = decompose ? s.max_blocks : cdiv(len, s.block_size);
+    for (int64_t k = 0; k < used; ++k) {
+      int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + k));
+      if (page < 0 || page >= s.num_blocks)
+        throw UserError(fmt::format("block_table[{}, {}] = {} is not below num_blocks = {}{}", b, k,
+                                    static_cast<uint32_t>(page), s.num_blocks,
+                                    decompose ? " (the decompose path reads every entry)" : ""));
+    }
+  }
+}
+
+interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
+  const PagedAttentionShape& s = in.shape;
+  const int64_t D = s.head_dim;
+  interp::Buffer out("out", ir::DType::f32, in.q.count());
+  std::vector<double> scores;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    int64_t len = in.context_lens.get_int(size_t(b));
+    for (int64_t h = 0; h < s.hq; ++h) {
+      int64_t kvh = h / s.group();
+      for (int64_t i = 0; i < s.sq; ++i) {
+        size_t qrow = size_t(((b * s.hq + h) * s.sq + i) * D);
+        auto key_row = [&](int64_t j) {
+          int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
+          return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
+        };
+        scores.assign(size_t(len), 0.0);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < len; ++j) {
+          size_t krow = key_row(j);
+          double dotp = 0;
+          for (int64_t d = 0; d < D; ++d) dotp += in.q.get(qrow + d) * in.k_cache.get(krow + d);
+          double sc = dotp * s.scale();
+          if (s.softcap) sc = *s.softcap * std::tanh(sc / *s.softcap);
+          if (s.alibi) sc += in.alibi_slopes.get(size_t(h)) * double(j - i);
+          scores[size_t(j)] = sc;
+          m = std::max(m, sc);
+        }
+        double sum = 0;
+        for (double& sc : scores) sum += (sc = std::exp(sc - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < len; ++j) acc += scores[size_t(j)] * in.v_cache.get(key_row(j) + d);
+          out.set(qrow + d, len > 0 ? acc / sum : 0.0);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
+  const PagedAttentionShape& s = in.shape;
+  int64_t elem = ir::dtype_bytes(s.dtype);
+  int64_t bytes = 2 * s.batch * s.hq * s.sq * s.head_dim * elem; // q and out
+  for (int64_t b = 0; b < s.batch; ++b) {
+    int64_t len = in.context_lens.get_int(size_t(b));
+    bytes += 2 * len * s.hkv * s.head_dim * elem;  // K and V of the live tokens
+    bytes += cdiv(len, s.block_size) * 4;          // the block-table entries used
+  }
+  bytes += s.batch * 4;                            // context lengths
+  if (s.alibi) bytes += s.hq * 4;
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------
+// The fused kernel.
+
+namespace {
+
+using namespace dsl;
+
+int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Everything the fused kernel is specialized on.
+struct FusedSpec {
+  int64_t hq, hkv, sq, head_dim, block_size;
+  DType dtype;
+  bool alibi, softcap;
+  PagedAttentionConfig cfg;
+
+  // Names the specialization in the kernel cache.
+  std::string key() const {
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
+                       ir::dtype_name(dtype), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits);
+  }
+};
+
+// One program per (sequence b, KV head and head-group chunk, KV split). Its
+// query rows are the head_group heads x Sq positions that share KV head kvh,
+// so each K/V tile is loaded once for the whole group. It walks the block
+// table block_n tokens at a time up to context_lens[b], with an online
+// softmax in f32.
+ir::Kernel build_fused(const FusedSpec& sp) {
+  const int64_t G = sp.cfg.head_group, group = sp.hq / sp.hkv, D = sp.head_dim, N = sp.cfg.block_n;
+  const int64_t SQP = next_pow2(sp.sq), M = next_pow2(G) * SQP, S = sp.cfg.num_splits;
+  const ElemType io{sp.dtype, false};
+
+  KernelBuilder k("paged_attention");
+  auto q = k.arg(ptr_to(sp.dtype), "q");
+  auto k_cache = k.arg(ptr_to(sp.dtype), "k_cache");
+  auto v_cache = k.arg(ptr_to(sp.dtype), "v_cache");
+  auto block_table = k.arg<Ptr<i32>>("block_table");
+  auto context_lens = k.arg<Ptr<i32>>("context_lens");
+  Tile alibi_slopes = sp.alibi ? k.arg<Ptr<f32>>("alibi_slopes") : Tile();
+  // Without splits the kernel writes out; with them, f32 partials (o, m, l) per split.
+  auto out = S == 1 ? k.arg(ptr_to(sp.dtype), "out") : k.arg<Ptr<f32>>("partial_o");
+  Tile partial_m = S > 1 ? k.arg<Ptr<f32>>("partial_m") : Tile();
+  Tile partial_l = S > 1 ? k.arg<Ptr<f32>>("partial_l") : Tile();
+  auto scale = k.arg<f32>("softmax_scale");
+  Tile cap = sp.softcap ? k.arg<f32>("softcap") : Tile();
+  auto max_blocks = k.arg<i32>("max_blocks");
+
+  auto b = program_id(0), split = program_id(2);
+  auto kvh = program_id(1) / (group / G);
+  auto r = arange(0, M);
+  auto g = r / SQP, i = r % SQP;
+  auto heads = kvh * group + (program_id(1) % (group / G)) * G + g;
+  auto row_ok = (g < G) & (i < sp.sq);
+  auto rows = (b * sp.hq + heads) * sp.sq + i; // row index into [B, Hq, Sq]
+  auto d = arange(0, D);
+  auto qt = load(q + rows.col() * D + d.row(), row_ok.col(), 0); // [M, D]
+  Tile slope = sp.alibi ? load(alibi_slopes + heads, row_ok, 0) : Tile();
+
+  auto ctx = load(context_lens + b);
+  // This split's token range, in whole steps of N.
+  auto chunk = ((ctx + (S - 1)) / S + (N - 1)) / N * N;
+  auto start = split * chunk;
+  auto end = min(ctx, start + chunk);
+
+  Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, D});
+  for_range(start, end, N, [&](Scalar s0) {
+    auto j = s0 + arange(0, N);
+    auto live = j < end;
+    auto page = load(block_table + b * max_blocks + j / sp.block_size, live);
+    auto slot = (page * sp.block_size + j % sp.block_size) * sp.hkv + kvh;
+    auto kt = load(k_cache + slot.col() * D + d.row(), live.col(), 0); // [N, D]
+    auto s = dot(qt, trans(kt)) * scale;                                // [M, N]
+    if (sp.softcap) s = cap * tanh(s / cap);
+    if (sp.alibi) s = s + slope.col() * (j.row() - i.col()).to(f32);
+    s = where(live.row(), s, -INFINITY);
+    auto m_new = max(m, reduce_max(s, 1));
+    auto p = exp(s - m_new.col());
+    auto alpha = exp(m - m_new);
+    l = l * alpha + reduce_sum(p, 1);
+    auto vt = load(v_cache + slot.col() * D + d.row(), live.col(), 0); // [N, D]
+    acc = acc * alpha.col() + dot(p, vt.to(f32));
+    m = m_new;
+  });
+
+  if (S == 1) {
+    // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does.
+    auto o = where(l.col() > 0, acc / l.col(), 0);
+    store(out + rows.col() * D + d.row(), o.to(io), row_ok.col());
+  } else {
+    auto part = rows * S + split; // [B, Hq, Sq, S]
+    store(out + part.col() * D + d.row(), acc, row_ok.col());
+    store(partial_m + part, m, row_ok);
+    store(partial_l + part, l, row_ok);
+  }
+  return k.finish();
+}
+
+// Combines the splits of one query row: rescale each split's partial sums to
+// the row's overall max and normalize.
+ir::Kernel build_combine(int64_t splits, int64_t head_dim, DType dtype) {
+  KernelBuilder k("paged_attention_combine");
+  auto partial_o = k.arg<Ptr<f32>>("partial_o"), partial_m = k.arg<Ptr<f32>>("partial_m");
+  auto partial_l = k.arg<Ptr<f32>>("partial_l");
+  auto out = k.arg(ptr_to(dtype), "out");
+  auto row = program_id(0);
+  auto sidx = row * splits + arange(0, splits);
+  auto d = arange(0, head_dim);
+  auto m = load(partial_m + sidx);
+  auto l = load(partial_l + sidx);
+  auto o = load(partial_o + sidx.col() * head_dim + d.row()); // [S, D]
+  auto m_all = reduce_max(m, 0);
+  auto w = where(m > -INFINITY, exp(m - m_all), 0);
+  auto total = reduce_sum(l * w, 0);
+  auto sum = reduce_sum(o * w.col(), 0);
+  store(out + row * head_dim + d, where(total > 0, sum / total, 0).to(ElemType{dtype, false}));
+  return k.finish();
+}
+
+FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
+  if (cfg.head_group == 0) cfg.head_group = s.group();
+  if (!ir::is_pow2(cfg.block_n) || cfg.block_n < 1 || cfg.block_n > 256)
+    throw UserError(fmt::format("paged_attention: block_n {} must be a power of two from 1 to 256", cfg.block_n));
+  if (cfg.head_group < 1 || s.group() % cfg.head_group != 0)
+    throw UserError(fmt::format("paged_attention: head_group {} does not divide Hq/Hkv = {}/{} = {}",
+                                cfg.head_group, s.hq, s.hkv, s.group()));
+  if (!ir::is_pow2(cfg.num_splits) || cfg.num_splits > 64)
+    throw UserError(fmt::format("paged_attention: num_splits {} must be a power of two from 1 to 64", cfg.num_splits));
+  if (!ir::is_pow2(cfg.num_warps) || cfg.num_warps > 32)
+    throw UserError(fmt::format("paged_attention: num_warps {} must be a power of two from 1 to 32", cfg.num_warps));
+  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.alibi, s.softcap.has_value(), cfg};
+}
+
+} // namespace
+
+ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  return build_fused(fused_spec(s, cfg));
+}
+
+ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, DType dtype) {
+  return build_combine(splits, head_dim, dtype);
+}
+
+std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
+                                                                 const PagedAttentionConfig& cfg) {
+  FusedSpec sp = fused_spec(s, cfg);
+  return {{"hq", sp.hq},
+          {"hkv", sp.hkv},
+          {"sq", sp.sq},
+          {"head_dim", sp.head_dim},
+          {"block_size", sp.block_size},
+          {"dtype", std::string(ir::dtype_name(sp.dtype))},
+          {"alibi", int64_t(sp.alibi)},
+          {"softcap", int64_t(sp.softcap)},
+          {"block_n", sp.cfg.block_n},
+          {"head_group", sp.cfg.head_group},
+          {"num_warps", sp.cfg.num_warps},
+          {"num_splits", sp.cfg.num_splits}};
+}
+
+interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,
+                                         Launcher& launcher) {
+  validate_paged_attention(in, false);
+  const PagedAttentionShape& s = in.shape;
+  FusedSpec sp = fused_spec(s, config);
+  ir::Kernel kernel = prim::detail::cached_kernel(sp.key(), [&] { return build_fused(sp); });
+
+  // The kernel only reads q, the caches, the tables and slopes; the buffers
+  // are not modified, but Arg holds mutable pointers.
+  auto& mut = const_cast<PagedAttentionInputs&>(in);
+  interp::Buffer out("out", s.dtype, in.q.count());
+  const int64_t S = sp.cfg.num_splits, rows = s.batch * s.hq * s.sq;
+  interp::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.head_dim) : 0);
+  interp::Buffer pm("partial_m", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
+  interp::Buffer pl("partial_l", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
+
+  std::vector<interp::Arg> args{interp::Arg::of(mut.q), interp::Arg::of(mut.k_cache),
+                                interp::Arg::of(mut.v_cache), interp::Arg::of(mut.block_table),
+                                interp::Arg::of(mut.context_lens)};
+  if (s.alibi) args.push_back(interp::Arg::of(mut.alibi_slopes));
+  if (S == 1) {
+    args.push_back(interp::Arg::of(out));
+  } else {
+    args.push_back(interp::Arg::of(po));
+    args.push_back(interp::Arg::of(pm));
+    args.push_back(interp::Arg::of(pl));
+  }
+  args.push_back(interp::Arg::of_float(s.scale()));
+  if (s.softcap) args.push_back(interp::Arg::of_float(*s.softcap));
+  args.push_back(interp::Arg::of_int(s.max_blocks));
+  interp::Grid grid{s.batch, s.hkv * (s.group() / sp.cfg.head_group), S};
+  launcher.launch(kernel, int(sp.cfg.num_warps), grid, args);
+
+  if (S > 1) {
+    ir::Kernel combine =
+        prim::detail::cached_kernel(fmt::format("paged_attention_combine/{}/{}/{}", S, s.head_dim, ir::dtype_name(s.dtype)),
+                              [&] { return build_combine(S, s.head_dim, s.dtype); });
+    launcher.launch(combine, int(sp.cfg.num_warps), {rows, 1, 1},
+                    {interp::Arg::of(po), interp::Arg::of(pm), interp::Arg::of(pl), interp::Arg::of(out)});
+  }
+  return out;
+}
+
+} // namespace tilec::kernels

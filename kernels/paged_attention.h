@@ -1,0 +1,105 @@
+#pragma once
+// Paged attention for LLM decoding (DESIGN.md "The PagedAttn op"): the
+// problem, its inputs, validation, a plain C++ reference, and the two ways to
+// compute it — the fused block-table-walking kernel and the seed's
+// decomposition into primitive tensor ops.
+#include <optional>
+#include <string>
+
+#include "interp/interpreter.h"
+#include "kernels/launcher.h"
+#include "kernels/registry.h"
+
+namespace tilec::kernels {
+
+// Sizes and runtime parameters of one paged-attention call.
+struct PagedAttentionShape {
+  int64_t batch = 2, hq = 8, hkv = 2, sq = 1, head_dim = 64;
+  int64_t block_size = 16;  // tokens per page
+  int64_t max_blocks = 16;  // block-table columns per sequence
+  int64_t num_blocks = 0;   // pages in the cache (0: batch * max_blocks)
+  ir::DType dtype = ir::DType::f32; // of q, k_cache, v_cache and out
+  bool alibi = false;
+  double softmax_scale = 0.0;         // 0: 1/sqrt(head_dim)
+  std::optional<double> softcap;      // none: no softcap
+
+  int64_t group() const { return hq / hkv; }
+  int64_t capacity() const { return max_blocks * block_size; }
+  double scale() const;
+};
+
+// The op's inputs as host buffers, named as DESIGN.md's .npy files:
+// q [B, Hq, Sq, D], k_cache/v_cache [num_blocks, block_size, Hkv, D],
+// block_table [B, max_blocks] and context_lens [B] (u32 data held as i32),
+// alibi_slopes [Hq] f32 when shape.alibi.
+struct PagedAttentionInputs {
+  PagedAttentionShape shape;
+  interp::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
+};
+
+// Random inputs: context lengths ragged in [0, capacity] (`ctx` >= 0 fixes
+// them all), block tables pointing at distinct pages in random order, and the
+// unused block-table slots holding garbage (values >= num_blocks).
+PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& s, uint64_t seed,
+                                                 int64_t ctx = -1);
+
+// Checks shapes, dtypes and values before any launch; UserError naming the
+// input and the numbers. `decompose` additionally requires every block-table
+// entry (not just the live ones) to be < num_blocks, since it reads them all.
+void validate_paged_attention(const PagedAttentionInputs& in, bool decompose);
+
+// out [B, Hq, Sq, D] in f32, computed in double.
+interp::Buffer paged_attention_reference(const PagedAttentionInputs& in);
+
+// The fused kernel's tunables (DESIGN.md / configs/paged_attention.toml).
+struct PagedAttentionConfig {
+  int64_t block_n = 32;    // tokens per step of the block-table walk
+  int64_t head_group = 0;  // query heads per program (0: all Hq/Hkv heads of a KV head)
+  int64_t num_warps = 4;
+  int64_t num_splits = 1;  // split-KV partitions (flash-decoding), combined by a second kernel
+};
+
+// out [B, Hq, Sq, D] in q's dtype.
+interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in,
+                                         const PagedAttentionConfig& cfg, Launcher& launcher);
+interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher);
+
+// Bytes the op must move at least: q + out + K and V of the live tokens + the
+// block-table entries and context lengths it reads (+ alibi slopes).
+int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in);
+
+} // namespace tilec::kernels
+
+namespace tilec::kernels {
+// The fused kernel for a problem shape and config (for `tilec ir`, codegen tests).
+ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// The kernel that combines `splits` f32 partials per row (num_splits > 1).
+ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, ir::DType dtype);
+// What the fused kernel (and its combine kernel) is specialized on, by the names of the
+// template's --shape and --set values plus softcap (0/1): the manifest's [specialization].
+std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
+                                                                 const PagedAttentionConfig& cfg);
+} // namespace tilec::kernels
+
+namespace tilec::kernels {
+
+KernelTemplate paged_attention_template();
+
+// The problem described by `tilec run paged_attention --shape ...` values
+// (max_blocks 0: just enough pages for ctx; ctx -1: random lengths). A "softcap" entry
+// (not a --shape name; module builders pass it) set to 1 specializes for a softcap.
+PagedAttentionShape paged_attention_shape(const ParamMap& shape);
+PagedAttentionConfig paged_attention_config(const ParamMap& params);
+
+// Reads q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy
+// [alibi_slopes.npy] from `dir` (DESIGN.md's names). q/k/v may be <f4, <f2, or
+// <u2 holding bfloat16 bits; the tables <u4 or <i4. Shapes come from the files.
+PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double softmax_scale,
+                                                 std::optional<double> softcap);
+// Writes the inputs as .npy files into `dir` (creating it).
+void write_paged_attention_inputs(const std::string& dir, const PagedAttentionInputs& in);
+// Writes `out` ([B, Hq, Sq, D], in q's dtype) as a .npy file.
+void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
+                                  const interp::Buffer& out);
+
+} // namespace tilec::kernels

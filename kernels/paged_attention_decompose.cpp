@@ -1,0 +1,129 @@
+// The correctness floor of paged attention: the seed's decomposition
+// (../shared/seed/000_bab6c1294844a5e0.txt, `recipe`) as data over the
+// primitive basis, run as a sequence of primitive launches. It gathers the
+// block table's PADDED capacity (kv_len = max_blocks · block_size) into dense
+// K and V and masks the tail after computing it, so its cost scales with
+// capacity, not with the live context_lens: the fused kernel is the fast path.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/paged_attention.h"
+#include "kernels/prim_recipe.h"
+
+namespace tilec::kernels {
+
+namespace prim {
+
+namespace {
+
+// GQA head repeat (the seed's repeat_kv_heads_recipe): Reshape → equal-rank
+// BroadcastTo → Reshape, or nothing when Hq == Hkv. The last Reshape cannot be
+// a view of the stride-0 broadcast, so it materializes [B, Hq, kv_len, D].
+int repeat_kv_heads(Recipe& r, int x, const PagedAttentionShape& s) {
+  if (s.hq == s.hkv) return x;
+  const int64_t b = s.batch, kv_len = s.capacity(), d = s.head_dim;
+  int r5 = r.reshape(x, {b, s.hkv, 1, kv_len, d});
+  int bc = r.broadcast_to(r5, {b, s.hkv, s.group(), kv_len, d});
+  return r.reshape(bc, {b, s.hq, kv_len, d});
+}
+
+// The seed's gather_kv_recipe: IndexSelect the pages the (flattened) block
+// table names, view them as [B, kv_len, Hkv, D], permute to [B, Hkv, kv_len, D]
+// and repeat heads up to Hq. tilec computes in f32 from here on, so the
+// gathered pages are cast right after the IndexSelect (the seed keeps q's dtype).
+int gather_kv(Recipe& r, int cache, int bt_flat, const PagedAttentionShape& s) {
+  int sel = r.index_select(cache, bt_flat, 0);
+  if (s.dtype != ir::DType::f32) sel = r.cast(sel, ir::DType::f32);
+  int seq = r.reshape(sel, {s.batch, s.capacity(), s.hkv, s.head_dim});
+  int perm = r.permute(seq, {0, 2, 1, 3});
+  return repeat_kv_heads(r, perm, s);
+}
+
+// ALiBi bias slope[h] · (j − i) broadcast to [B, Hq, Sq, Sk] (the seed's
+// alibi_bias_recipe: query offset 0, f32, every BroadcastTo after an
+// equal-rank Reshape).
+int alibi_bias(Recipe& r, int slopes, const PagedAttentionShape& s) {
+  const int64_t b = s.batch, hq = s.hq, sq = s.sq, sk = s.capacity();
+  const ir::Shape grid = {sq, sk}, full = {b, hq, sq, sk};
+  int row = r.reshape(r.iota(sq, ir::DType::f32), {sq, 1});
+  int col = r.reshape(r.iota(sk, ir::DType::f32), {1, sk});
+  int row_bc = r.broadcast_to(row, grid);
+  int col_bc = r.broadcast_to(col, grid);
+  int rel = r.sub(col_bc, row_bc); // j - i
+  int rel_4d = r.broadcast_to(r.reshape(rel, {1, 1, sq, sk}), full);
+  int slope_4d = r.broadcast_to(r.reshape(slopes, {1, hq, 1, 1}), full);
+  return r.mul(slope_4d, rel_4d);
+}
+
+} // namespace
+
+Recipe paged_attention_recipe(const PagedAttentionShape& s) {
+  using ir::DType;
+  const int64_t b = s.batch, kv_len = s.capacity(), d = s.head_dim;
+  const int64_t num_blocks = s.num_blocks > 0 ? s.num_blocks : s.batch * s.max_blocks;
+  const ir::Shape cache_shape = {num_blocks, s.block_size, s.hkv, d};
+  const ir::Shape scores_shape = {b, s.hq, s.sq, kv_len};
+
+  Recipe r;
+  int q = r.input(0, "q", {b, s.hq, s.sq, d}, s.dtype);
+  int k_cache = r.input(1, "k_cache", cache_shape, s.dtype);
+  int v_cache = r.input(2, "v_cache", cache_shape, s.dtype);
+  int block_table = r.input(3, "block_table", {b, s.max_blocks}, DType::i32);
+  int context_lens = r.input(4, "context_lens", {b}, DType::i32);
+  int alibi = s.alibi ? r.input(5, "alibi_slopes", {s.hq}, DType::f32) : -1;
+
+  // 1. gather the physical blocks through the (shared) flattened block table
+  int bt_flat = r.reshape(block_table, {b * s.max_blocks});
+  int k_att = gather_kv(r, k_cache, bt_flat, s);
+  int v_att = gather_kv(r, v_cache, bt_flat, s);
+
+  // 2. scores = scale · q·kᵀ (+ softcap, + alibi)
+  int kt = r.permute(k_att, {0, 1, 3, 2});
+  int q32 = s.dtype == DType::f32 ? q : r.cast(q, DType::f32);
+  int scores = r.matmul(q32, kt);
+  int scaled = r.mul_scalar(scores, s.scale());
+  if (s.softcap) {
+    int pre = r.mul_scalar(scaled, 1.0 / *s.softcap);
+    scaled = r.mul_scalar(r.tanh(pre), *s.softcap);
+  }
+  if (alibi >= 0) scaled = r.add(scaled, alibi_bias(r, alibi, s));
+
+  // 3. variable-length mask: -inf where key position >= context_len
+  int pos = r.reshape(r.iota(kv_len, DType::f32), {1, 1, 1, kv_len});
+  int pos_bc = r.broadcast_to(pos, scores_shape);
+  int cl = r.reshape(r.cast(context_lens, DType::f32), {b, 1, 1, 1});
+  int cl_bc = r.broadcast_to(cl, scores_shape);
+  int mask = r.ge(pos_bc, cl_bc);
+  int masked = r.masked_fill(scaled, mask, -INFINITY);
+
+  // 4. probs = softmax(masked); out = probs · v
+  int probs = r.softmax_last_dim(masked);
+  int out = r.matmul(probs, v_att);
+  r.output = s.dtype == DType::f32 ? out : r.cast(out, s.dtype);
+  return r;
+}
+
+} // namespace prim
+
+interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher) {
+  validate_paged_attention(in, /*decompose=*/true);
+  const PagedAttentionShape& s = in.shape;
+  prim::Recipe recipe = prim::paged_attention_recipe(s);
+  // The recipe's Input nodes carry each operand's shape.
+  std::vector<const interp::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache, &in.block_table,
+                                                 &in.context_lens};
+  if (s.alibi) operands.push_back(&in.alibi_slopes);
+  std::vector<prim::Tensor> binds(operands.size());
+  for (const prim::RecipeNode& n : recipe.nodes)
+    if (n.op == prim::PrimOp::Input)
+      binds.at(n.bind) = prim::from_buffer(*operands.at(n.bind), n.shape);
+  prim::Tensor out = prim::contiguous(launcher, prim::execute(recipe, binds, launcher));
+  interp::Buffer result("out", out.dtype(), static_cast<size_t>(out.numel()));
+  const size_t bytes = result.bytes.size(),
+               start = static_cast<size_t>(out.offset) * ir::dtype_bytes(out.dtype());
+  std::copy(out.buffer->bytes.begin() + start, out.buffer->bytes.begin() + start + bytes,
+            result.bytes.begin());
+  return result;
+}
+
+} // namespace tilec::kernels

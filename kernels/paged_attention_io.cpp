@@ -1,0 +1,211 @@
+// Paged attention's registry entry and its .npy inputs and outputs.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/npy.h"
+#include "kernels/paged_attention.h"
+
+namespace tilec::kernels {
+
+namespace {
+
+const std::vector<std::string> kDtypes = {"f32", "f16", "bf16"};
+
+std::string npy_descr(ir::DType t) {
+  switch (t) {
+  case ir::DType::f32: return "<f4";
+  case ir::DType::f16: return "<f2";
+  case ir::DType::bf16: return "<u2"; // raw bfloat16 bits
+  case ir::DType::i32: return "<i4";
+  default: throw InternalError(fmt::format("no .npy dtype for {}", ir::dtype_name(t)));
+  }
+}
+
+// Converts an .npy array to a buffer of `want` dtype class; `what` names the file.
+interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const std::string& what,
+                         bool float_data, size_t rank) {
+  if (a.shape.size() != rank)
+    throw UserError(fmt::format("{}: has {} dimensions, expected {}", what, a.shape.size(), rank));
+  interp::Buffer b;
+  b.name = name;
+  if (float_data) {
+    if (a.descr == "<f4") b.dtype = ir::DType::f32;
+    else if (a.descr == "<f2") b.dtype = ir::DType::f16;
+    else if (a.descr == "<u2") b.dtype = ir::DType::bf16;
+    else throw UserError(fmt::format("{}: dtype '{}' is not <f4, <f2 or <u2 (bfloat16 bits)", what, a.descr));
+    b.bytes = a.data;
+    return b;
+  }
+  if (a.descr != "<u4" && a.descr != "<i4")
+    throw UserError(fmt::format("{}: dtype '{}' is not <u4 or <i4", what, a.descr));
+  b.dtype = ir::DType::i32;
+  b.bytes = a.data;
+  if (a.descr == "<u4")
+    for (size_t i = 0; i < b.count(); ++i) {
+      uint32_t v;
+      std::memcpy(&v, b.bytes.data() + 4 * i, 4);
+      if (v > 0x7fffffffu && name == "context_lens")
+        throw UserError(fmt::format("{}: context_lens[{}] = {} is too large", what, i, v));
+    }
+  return b;
+}
+
+} // namespace
+
+PagedAttentionShape paged_attention_shape(const ParamMap& p) {
+  // Each size is bounded before any product of them is formed or allocated: a product of
+  // wild values would overflow, or ask for more memory than any machine has.
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  auto in_range = [&](const char* name, int64_t lo, int64_t hi) {
+    int64_t v = p.at(name);
+    if (v < lo || v > hi) throw UserError(fmt::format("--shape {}={}: must be from {} to {}", name, v, lo, hi));
+    return v;
+  };
+  PagedAttentionShape s;
+  s.batch = in_range("batch", 1, kMaxDim);
+  s.hq = in_range("hq", 1, kMaxDim);
+  s.hkv = in_range("hkv", 1, kMaxDim);
+  s.sq = in_range("sq", 1, kMaxDim);
+  s.head_dim = p.at("head_dim");
+  if (!ir::is_pow2(s.head_dim) || s.head_dim < 16 || s.head_dim > 256)
+    throw UserError(fmt::format("--shape head_dim={}: must be a power of two from 16 to 256", s.head_dim));
+  s.block_size = in_range("block_size", 1, 256);
+  s.dtype = *ir::parse_dtype(kDtypes.at(size_t(p.at("dtype"))));
+  s.alibi = in_range("alibi", 0, 1) != 0;
+  int64_t ctx = in_range("ctx", -1, int64_t(1) << 31);
+  s.max_blocks = in_range("max_blocks", 0, kMaxDim);
+  s.num_blocks = in_range("num_blocks", 0, kMaxDim);
+  if (auto cap = p.find("softcap"); cap != p.end() && cap->second) s.softcap = 1.0;
+  if (s.hq % s.hkv != 0)
+    throw UserError(fmt::format("--shape hq={} hkv={}: Hq is not a multiple of Hkv", s.hq, s.hkv));
+  if (s.max_blocks == 0) s.max_blocks = ctx > 0 ? cdiv(ctx, s.block_size) : 16;
+  if (ctx > s.capacity())
+    throw UserError(fmt::format("--shape ctx={} exceeds max_blocks * block_size = {} * {} = {}", ctx,
+                                s.max_blocks, s.block_size, s.capacity()));
+  // The kernels index with 32-bit integers. Products in double: exact for these bounds.
+  auto below_2g = [](const std::string& what, double elements) {
+    if (elements >= double(int64_t(1) << 31))
+      throw UserError(fmt::format("--shape: {} has {:.0f} elements; at most 2^31 are supported", what, elements));
+  };
+  double num_blocks = double(s.num_blocks ? s.num_blocks : s.batch * s.max_blocks);
+  below_2g(fmt::format("q [batch={}, hq={}, sq={}, head_dim={}]", s.batch, s.hq, s.sq, s.head_dim),
+           double(s.batch) * double(s.hq) * double(s.sq) * double(s.head_dim));
+  below_2g(fmt::format("the KV cache [num_blocks={}, block_size={}, hkv={}, head_dim={}]", num_blocks, s.block_size,
+                       s.hkv, s.head_dim),
+           num_blocks * double(s.block_size) * double(s.hkv) * double(s.head_dim));
+  below_2g(fmt::format("the block table [batch={}, max_blocks={}]", s.batch, s.max_blocks),
+           double(s.batch) * double(s.max_blocks));
+  return s;
+}
+
+PagedAttentionConfig paged_attention_config(const ParamMap& p) {
+  return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits")};
+}
+
+KernelTemplate paged_attention_template() {
+  KernelTemplate t;
+  t.name = "paged_attention";
+  t.summary = "paged-KV-cache attention for decoding: fused block-table walk (--path fused) or the "
+              "seed's primitive decomposition (--path decompose)";
+  t.params = {{"block_n", 32, "tokens per step of the block-table walk (power of two)"},
+              {"head_group", 0, "query heads per program sharing one KV head (0: all Hq/Hkv)"},
+              {"num_warps", 4, "warps per program on the GPU"},
+              {"num_splits", 1, "split-KV partitions combined by a second kernel (power of two)"}};
+  t.shape = {{"batch", 2, "sequences"},
+             {"hq", 8, "query heads"},
+             {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
+             {"sq", 1, "query rows per sequence"},
+             {"head_dim", 64, "head dimension (power of two, 16..256)"},
+             {"block_size", 16, "tokens per cache page (1..256)"},
+             {"max_blocks", 0, "block-table columns (0: enough for ctx, else 16)"},
+             {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
+             {"ctx", -1, "context length of every sequence (-1: random per sequence)"},
+             {"dtype", 0, "q/k/v dtype", kDtypes},
+             {"alibi", 0, "1: add ALiBi slopes"}};
+  t.build = [](const ParamMap& params, const ParamMap& shape) {
+    PagedAttentionShape s = paged_attention_shape(shape);
+    return paged_attention_fused_kernel(s, paged_attention_config(params));
+  };
+  t.build_all = [](const ParamMap& params, const ParamMap& shape) {
+    PagedAttentionShape s = paged_attention_shape(shape);
+    PagedAttentionConfig cfg = paged_attention_config(params);
+    std::vector<ir::Kernel> ks;
+    ks.push_back(paged_attention_fused_kernel(s, cfg));
+    if (cfg.num_splits > 1) ks.push_back(paged_attention_combine_kernel(cfg.num_splits, s.head_dim, s.dtype));
+    return ks;
+  };
+  t.module_spec = [](const ParamMap& params, const ParamMap& shape) {
+    return paged_attention_module_spec(paged_attention_shape(shape), paged_attention_config(params));
+  };
+  return t;
+}
+
+PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double softmax_scale,
+                                                 std::optional<double> softcap) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw UserError(fmt::format("--inputs {}: not a directory", dir));
+  auto path = [&](const char* f) { return (fs::path(dir) / f).string(); };
+  auto read = [&](const char* f) {
+    if (!fs::exists(path(f))) throw UserError(fmt::format("--inputs {}: {} is missing", dir, f));
+    return rt::read_npy(path(f));
+  };
+  rt::NpyArray q = read("q.npy"), k = read("k_cache.npy"), v = read("v_cache.npy");
+  rt::NpyArray bt = read("block_table.npy"), cl = read("context_lens.npy");
+  PagedAttentionInputs in;
+  in.q = to_buffer(q, "q", path("q.npy"), true, 4);
+  in.k_cache = to_buffer(k, "k_cache", path("k_cache.npy"), true, 4);
+  in.v_cache = to_buffer(v, "v_cache", path("v_cache.npy"), true, 4);
+  in.block_table = to_buffer(bt, "block_table", path("block_table.npy"), false, 2);
+  in.context_lens = to_buffer(cl, "context_lens", path("context_lens.npy"), false, 1);
+  PagedAttentionShape& s = in.shape;
+  s.batch = q.shape[0];
+  s.hq = q.shape[1];
+  s.sq = q.shape[2];
+  s.head_dim = q.shape[3];
+  s.num_blocks = k.shape[0];
+  s.block_size = k.shape[1];
+  s.hkv = k.shape[2];
+  s.max_blocks = bt.shape[1];
+  s.dtype = in.q.dtype;
+  s.softmax_scale = softmax_scale;
+  s.softcap = softcap;
+  if (k.shape != v.shape)
+    throw UserError(fmt::format("v_cache.npy: shape differs from k_cache.npy's"));
+  if (k.shape[3] != s.head_dim)
+    throw UserError(fmt::format("k_cache.npy: head dim {} differs from q's {}", k.shape[3], s.head_dim));
+  if (bt.shape[0] != s.batch)
+    throw UserError(fmt::format("block_table.npy: {} rows, q has batch {}", bt.shape[0], s.batch));
+  if (fs::exists(path("alibi_slopes.npy"))) {
+    rt::NpyArray a = rt::read_npy(path("alibi_slopes.npy"));
+    in.alibi_slopes = to_buffer(a, "alibi_slopes", path("alibi_slopes.npy"), true, 1);
+    s.alibi = true;
+  }
+  return in;
+}
+
+void write_paged_attention_inputs(const std::string& dir, const PagedAttentionInputs& in) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const PagedAttentionShape& s = in.shape;
+  auto put = [&](const char* file, const interp::Buffer& b, std::vector<int64_t> shape, std::string descr) {
+    rt::NpyArray a{std::move(descr), std::move(shape), b.bytes};
+    rt::write_npy((fs::path(dir) / file).string(), a);
+  };
+  put("q.npy", in.q, {s.batch, s.hq, s.sq, s.head_dim}, npy_descr(s.dtype));
+  put("k_cache.npy", in.k_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.dtype));
+  put("v_cache.npy", in.v_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.dtype));
+  put("block_table.npy", in.block_table, {s.batch, s.max_blocks}, "<u4");
+  put("context_lens.npy", in.context_lens, {s.batch}, "<u4");
+  if (s.alibi) put("alibi_slopes.npy", in.alibi_slopes, {s.hq}, "<f4");
+}
+
+void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
+                                  const interp::Buffer& out) {
+  const PagedAttentionShape& s = in.shape;
+  rt::NpyArray a{npy_descr(out.dtype), {s.batch, s.hq, s.sq, s.head_dim}, out.bytes};
+  rt::write_npy(path, a);
+}
+
+} // namespace tilec::kernels

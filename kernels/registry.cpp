@@ -1,0 +1,154 @@
+#include "kernels/registry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "kernels/kernels.h"
+#include "kernels/paged_attention.h"
+
+namespace tilec::kernels {
+
+std::string Param::value_str(int64_t v) const {
+  if (!choices.empty() && v >= 0 && v < static_cast<int64_t>(choices.size())) return choices[v];
+  return std::to_string(v);
+}
+
+int Problem::add_buffer(interp::Buffer b) {
+  buffers.push_back(std::move(b));
+  return static_cast<int>(buffers.size()) - 1;
+}
+
+std::vector<interp::Arg> Problem::interp_args() {
+  std::vector<interp::Arg> out;
+  for (const ArgSpec& a : args) {
+    if (a.buffer >= 0) out.push_back(interp::Arg::of(buffers.at(a.buffer)));
+    else out.push_back(a.is_float ? interp::Arg::of_float(a.f) : interp::Arg::of_int(a.i));
+  }
+  return out;
+}
+
+Comparison compare_outputs(const Problem& p) {
+  Comparison c;
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const interp::Buffer& got = p.buffers.at(p.outputs[k]);
+    const interp::Buffer& want = p.expected.at(k);
+    for (size_t i = 0; i < want.count(); ++i) {
+      double g = got.get(i), w = want.get(i);
+      double err = std::abs(g - w);
+      if (std::isnan(g) != std::isnan(w) || (std::isinf(w) && g != w)) err = INFINITY;
+      else if (std::isnan(w) || std::isinf(w)) err = 0.0;
+      double rel = err / std::max(std::abs(w), 1e-30);
+      c.max_abs_err = std::max(c.max_abs_err, err);
+      if (std::abs(w) > p.atol) c.max_rel_err = std::max(c.max_rel_err, rel);
+      if (!(err <= p.atol + p.rtol * std::abs(w)) && c.ok) {
+        c.ok = false;
+        c.first_mismatch = fmt::format("{}[{}]: got {}, expected {}", got.name, i, g, w);
+      }
+    }
+  }
+  return c;
+}
+
+const std::vector<KernelTemplate>& all_templates() {
+  static const std::vector<KernelTemplate> all = {paged_attention_template(), vector_add_template(),
+                                                  softmax_template(), matmul_template()};
+  return all;
+}
+
+std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
+  if (t.build_all) return t.build_all(params, shape);
+  std::vector<ir::Kernel> ks;
+  ks.push_back(t.build(params, shape));
+  return ks;
+}
+
+std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
+                                                 const ParamMap& shape) {
+  if (t.module_spec) return t.module_spec(params, shape);
+  std::map<std::string, rt::SpecValue> spec;
+  for (const std::vector<Param>* declared : {&t.params, &t.shape})
+    for (const Param& p : *declared) {
+      auto it = (declared == &t.params ? params : shape).find(p.name);
+      int64_t v = it == (declared == &t.params ? params : shape).end() ? p.value : it->second;
+      if (p.choices.empty()) spec[p.name] = v;
+      else spec[p.name] = p.value_str(v);
+    }
+  return spec;
+}
+
+const KernelTemplate* find_template(std::string_view name) {
+  for (const auto& t : all_templates())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<std::string>& overrides,
+                        std::string_view flag) {
+  ParamMap out;
+  for (const Param& p : declared) out[p.name] = p.value;
+  std::map<std::string, std::string> given; // name -> the NAME=VALUE that set it
+  for (const std::string& kv : overrides) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError(fmt::format("{} '{}': expected NAME=VALUE", flag, kv));
+    std::string name = kv.substr(0, eq), text = kv.substr(eq + 1);
+    if (auto [it, fresh] = given.emplace(name, kv); !fresh)
+      throw UserError(fmt::format("{} '{}': {} is given twice (first as '{}')", flag, kv, name, it->second));
+    if (!out.count(name)) {
+      std::vector<std::string> names;
+      for (const Param& p : declared) names.push_back(p.name);
+      throw UserError(fmt::format("{} '{}': unknown name '{}' (known: {})", flag, kv, name,
+                                  names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+    }
+    const Param& decl = *std::find_if(declared.begin(), declared.end(),
+                                      [&](const Param& p) { return p.name == name; });
+    if (!decl.choices.empty()) {
+      auto it = std::find(decl.choices.begin(), decl.choices.end(), text);
+      if (it == decl.choices.end())
+        throw UserError(fmt::format("{} '{}': '{}' is not one of {}", flag, kv, text,
+                                    fmt::join(decl.choices, ", ")));
+      out[name] = it - decl.choices.begin();
+      continue;
+    }
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc::result_out_of_range)
+      throw UserError(fmt::format("{} '{}': {} is out of range", flag, kv, text));
+    if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
+      throw UserError(fmt::format("{} '{}': '{}' is not an integer", flag, kv, text));
+    out[name] = v;
+  }
+  return out;
+}
+
+void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (size_t i = 0; i < b.count(); ++i) {
+    double v = dist(rng);
+    b.set(i, ir::is_float(b.dtype) ? v : std::floor(v));
+  }
+}
+
+} // namespace tilec::kernels
+
+namespace tilec::kernels {
+
+void require_pow2(const ParamMap& params, const std::string& name, int64_t lo, int64_t hi) {
+  int64_t v = params.at(name);
+  if (!ir::is_pow2(v) || v < lo || v > hi)
+    throw UserError(fmt::format("--set {}={}: must be a power of two from {} to {}", name, v, lo, hi));
+}
+
+void require_range(const ParamMap& shape, const std::string& name, int64_t lo, int64_t hi) {
+  int64_t v = shape.at(name);
+  if (v < lo || v > hi)
+    throw UserError(fmt::format("--shape {}={}: must be from {} to {}", name, v, lo, hi));
+}
+
+} // namespace tilec::kernels

@@ -1,0 +1,112 @@
+#pragma once
+// Kernels written in the DSL, each with the problem it solves and a plain C++
+// reference, in one registry that the CLI and the tests share.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "interp/interpreter.h"
+#include "ir/ir.h"
+#include "abi/manifest.h"
+
+namespace tilec::kernels {
+
+// A named integer knob with its default: a template parameter (`--set`) or a
+// problem size (`--shape`).
+struct Param {
+  std::string name;
+  int64_t value = 0;
+  std::string help;
+  // When set, the value is an index into these names and `k=name` is accepted.
+  std::vector<std::string> choices = {};
+
+  std::string value_str() const { return value_str(value); }
+  std::string value_str(int64_t v) const;
+};
+using ParamMap = std::map<std::string, int64_t>;
+
+// One kernel argument: a buffer of the problem, or a scalar.
+struct ArgSpec {
+  int buffer = -1; // index into Problem::buffers, or -1 for a scalar
+  int64_t i = 0;
+  double f = 0.0;
+  bool is_float = false;
+};
+
+// Inputs, launch grid and expected outputs for one run of a kernel.
+struct Problem {
+  std::vector<interp::Buffer> buffers;
+  std::vector<ArgSpec> args;
+  interp::Grid grid{1, 1, 1};
+  std::vector<int> outputs;              // buffers the kernel writes
+  std::vector<interp::Buffer> expected;  // the reference's values of `outputs`
+  double atol = 1e-6;                    // |got - want| <= atol + rtol * |want|
+  double rtol = 1e-5;
+
+  int add_buffer(interp::Buffer b);
+  void arg_buffer(int index) { args.push_back({index}); }
+  void arg_int(int64_t v) { args.push_back({-1, v, static_cast<double>(v), false}); }
+  void arg_float(double v) { args.push_back({-1, static_cast<int64_t>(v), v, true}); }
+  // The interpreter's view of `args`, pointing into `buffers`.
+  std::vector<interp::Arg> interp_args();
+};
+
+struct Comparison {
+  bool ok = true;
+  double max_abs_err = 0.0;
+  double max_rel_err = 0.0;
+  std::string first_mismatch; // where the first element out of tolerance is
+};
+
+// Compares the problem's output buffers with its expected values.
+Comparison compare_outputs(const Problem& p);
+
+struct KernelTemplate {
+  std::string name;
+  std::string summary;
+  std::vector<Param> params; // compile-time (--set)
+  std::vector<Param> shape;  // problem sizes (--shape)
+  // Builds the kernel; specializations may depend on problem sizes too.
+  std::function<ir::Kernel(const ParamMap& params, const ParamMap& shape)> build;
+  std::function<Problem(const ParamMap& params, const ParamMap& shape, uint64_t seed)> make_problem;
+  // Every kernel one run launches, in order, when there is more than `build`'s (paged
+  // attention with num_splits > 1 adds its combine kernel). Empty: {build(params, shape)}.
+  std::function<std::vector<ir::Kernel>(const ParamMap& params, const ParamMap& shape)> build_all = {};
+  // What a compiled module of this template is specialized on: recorded in its manifest and
+  // matched by rt::find_module. Empty: every parameter and problem size (choices by name).
+  std::function<std::map<std::string, rt::SpecValue>(const ParamMap& params, const ParamMap& shape)>
+      module_spec = {};
+};
+
+// The kernels of one run of `t` (build_all, else build).
+std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
+// What a module of `t` is specialized on (module_spec, else every value, choices by name).
+std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
+                                                 const ParamMap& shape);
+
+const std::vector<KernelTemplate>& all_templates();
+const KernelTemplate* find_template(std::string_view name);
+
+// Starts from the declared defaults and applies `k=v` overrides. Unknown
+// names and non-integer values are UserErrors naming `flag` and the pair.
+ParamMap resolve_params(const std::vector<Param>& declared,
+                        const std::vector<std::string>& overrides, std::string_view flag);
+
+// Deterministic random fill (uniform in [lo, hi)) used by every template.
+void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi);
+
+// Integer ceil(a / b).
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+} // namespace tilec::kernels
+
+namespace tilec::kernels {
+// Throws a UserError unless params[name] is a power of two in [lo, hi].
+void require_pow2(const ParamMap& params, const std::string& name, int64_t lo, int64_t hi);
+// Throws a UserError unless shape[name] is in [lo, hi].
+void require_range(const ParamMap& shape, const std::string& name, int64_t lo, int64_t hi);
+} // namespace tilec::kernels

@@ -1,0 +1,64 @@
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace tilec::kernels {
+
+using namespace dsl;
+
+// One program per row; the row fits one tile of `block` columns.
+ir::Kernel softmax(int64_t block) {
+  KernelBuilder k("softmax");
+  auto x = k.arg<Ptr<f32>>("x"), out = k.arg<Ptr<f32>>("out");
+  auto n_cols = k.arg<i32>("n_cols"), stride = k.arg<i32>("stride");
+  auto row = program_id(0);
+  auto cols = arange(0, block);
+  auto mask = cols < n_cols;
+  auto v = load(x + row * stride + cols, mask, -INFINITY);
+  auto e = exp(v - reduce_max(v, 0));
+  store(out + row * stride + cols, e / reduce_sum(e, 0), mask);
+  return k.finish();
+}
+
+KernelTemplate softmax_template() {
+  KernelTemplate t;
+  t.name = "softmax";
+  t.summary = "row softmax of a [rows, cols] f32 matrix, one row per program";
+  t.params = {{"block", 1024, "columns per program, at least cols (power of two)"},
+              {"num_warps", 4, "warps per program on the GPU"}};
+  t.shape = {{"rows", 37, "number of rows"}, {"cols", 1000, "number of columns"}};
+  t.build = [](const ParamMap& p, const ParamMap&) {
+    require_pow2(p, "block", 1, 1 << 16);
+    return softmax(p.at("block"));
+  };
+  t.make_problem = [](const ParamMap& p, const ParamMap& s, uint64_t seed) {
+    require_range(s, "rows", 0, 1 << 24);
+    require_range(s, "cols", 1, p.at("block"));
+    int64_t rows = s.at("rows"), cols = s.at("cols");
+    Problem pr;
+    int x = pr.add_buffer({"x", ir::DType::f32, size_t(rows * cols)});
+    int out = pr.add_buffer({"out", ir::DType::f32, size_t(rows * cols)});
+    fill_uniform(pr.buffers[x], seed, -4, 4);
+    interp::Buffer want("out", ir::DType::f32, size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < cols; ++c) m = std::max(m, pr.buffers[x].get(r * cols + c));
+      for (int64_t c = 0; c < cols; ++c) sum += std::exp(pr.buffers[x].get(r * cols + c) - m);
+      for (int64_t c = 0; c < cols; ++c)
+        want.set(r * cols + c, std::exp(pr.buffers[x].get(r * cols + c) - m) / sum);
+    }
+    pr.arg_buffer(x);
+    pr.arg_buffer(out);
+    pr.arg_int(cols);
+    pr.arg_int(cols);
+    pr.grid = {rows, 1, 1};
+    pr.outputs = {out};
+    pr.expected = {std::move(want)};
+    pr.atol = 1e-6;
+    pr.rtol = 1e-5;
+    return pr;
+  };
+  return t;
+}
+
+} // namespace tilec::kernels

@@ -1,0 +1,256 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/kernels/test_util.h"
+#include "runtime/npy.h"
+#include "kernels/paged_attention.h"
+
+using namespace tilec;
+using namespace tilec::kernels;
+using test::max_err;
+
+namespace {
+
+
+
+// Points every block-table slot a sequence does not use far past the cache,
+// so reading one is an out-of-bounds error.
+void poison_unused_slots(PagedAttentionInputs& in) {
+  const auto& s = in.shape;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    int64_t used = cdiv(in.context_lens.get_int(size_t(b)), s.block_size);
+    for (int64_t k = used; k < s.max_blocks; ++k)
+      in.block_table.set_int(size_t(b * s.max_blocks + k), 0x7ffffff0 - k);
+  }
+}
+
+template <class F> std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("fused paged attention matches the reference over a grid of configs", "[templates][paged_attention]") {
+  auto launcher = make_interpret_launcher();
+  uint64_t seed = 10;
+  for (ir::DType dt : {ir::DType::f32, ir::DType::f16, ir::DType::bf16})
+    for (int64_t ratio : {1, 3, 4})
+      for (int64_t sq : {1, 3})
+        for (bool alibi : {false, true})
+          for (bool softcap : {false, true}) {
+            PagedAttentionShape s;
+            s.batch = 3;
+            s.hkv = 2;
+            s.hq = 2 * ratio;
+            s.sq = sq;
+            s.head_dim = 16;
+            s.block_size = 5; // not a power of two, nor a divisor of block_n
+            s.max_blocks = 4;
+            s.dtype = dt;
+            s.alibi = alibi;
+            if (softcap) s.softcap = 2.0;
+            auto in = make_paged_attention_inputs(s, seed++);
+            in.context_lens.set_int(0, 0);  // an empty sequence
+            in.context_lens.set_int(1, 10); // exactly at a page boundary
+            poison_unused_slots(in);
+            auto want = paged_attention_reference(in);
+            PagedAttentionConfig cfg;
+            cfg.block_n = 8;
+            cfg.num_splits = sq == 1 ? 2 : 1;
+            INFO("dtype " << ir::dtype_name(dt) << " ratio " << ratio << " sq " << sq << " alibi " << alibi
+                          << " softcap " << softcap);
+            auto got = run_paged_attention_fused(in, cfg, *launcher);
+            CHECK(max_err(got, want) <= test::paged_attention_tolerance(dt));
+            for (size_t i = 0; i < size_t(s.hq * s.sq * s.head_dim); ++i) REQUIRE(got.get(i) == 0.0);
+          }
+}
+
+TEST_CASE("fused paged attention: GQA ratios 1 to 8 and head groups", "[templates][paged_attention]") {
+  auto launcher = make_interpret_launcher();
+  for (int64_t ratio = 1; ratio <= 8; ++ratio)
+    for (int64_t hg : {int64_t(1), ratio}) {
+      PagedAttentionShape s;
+      s.batch = 2;
+      s.hkv = 1;
+      s.hq = ratio;
+      s.head_dim = 32;
+      s.block_size = 16;
+      s.max_blocks = 3;
+      auto in = make_paged_attention_inputs(s, 100 + ratio);
+      poison_unused_slots(in);
+      PagedAttentionConfig cfg;
+      cfg.head_group = hg;
+      cfg.block_n = 16;
+      INFO("ratio " << ratio << " head_group " << hg);
+      CHECK(max_err(run_paged_attention_fused(in, cfg, *launcher), paged_attention_reference(in)) <= 2e-5);
+    }
+}
+
+TEST_CASE("fused paged attention: splits, block sizes and page sizes", "[templates][paged_attention]") {
+  auto launcher = make_interpret_launcher();
+  for (int64_t page : {1, 7, 32})
+    for (int64_t block_n : {4, 32})
+      for (int64_t splits : {1, 4}) {
+        PagedAttentionShape s;
+        s.batch = 2;
+        s.hq = 4;
+        s.hkv = 2;
+        s.head_dim = 16;
+        s.block_size = page;
+        s.max_blocks = 64 / page + 1;
+        auto in = make_paged_attention_inputs(s, 7 * page + block_n);
+        poison_unused_slots(in);
+        PagedAttentionConfig cfg{block_n, 0, 4, splits};
+        INFO("page " << page << " block_n " << block_n << " splits " << splits);
+        CHECK(max_err(run_paged_attention_fused(in, cfg, *launcher), paged_attention_reference(in)) <= 2e-5);
+      }
+}
+
+TEST_CASE("a live block-table entry past num_blocks is caught by the interpreter", "[templates][paged_attention]") {
+  // Validation is bypassed on purpose here: this proves the bounds checks
+  // behind the poisoned-slot tests above would fire if a slot were read.
+  PagedAttentionShape s;
+  s.batch = 1;
+  s.hq = s.hkv = 1;
+  s.head_dim = 16;
+  s.block_size = 4;
+  s.max_blocks = 2;
+  auto in = make_paged_attention_inputs(s, 3, 8);
+  auto launcher = make_interpret_launcher();
+  in.block_table.set_int(1, 99);
+  CHECK_THAT(error_of([&] { run_paged_attention_fused(in, {}, *launcher); }), Catch::Contains("block_table[0, 1] = 99"));
+}
+
+TEST_CASE("paged attention validation names the input and the numbers", "[templates][paged_attention][errors]") {
+  PagedAttentionShape s;
+  s.batch = 2;
+  s.hq = 4;
+  s.hkv = 2;
+  s.head_dim = 16;
+  s.block_size = 4;
+  s.max_blocks = 3;
+  auto fresh = [&] { return make_paged_attention_inputs(s, 5, 6); };
+  auto msg = [](PagedAttentionInputs in, bool decompose = false) {
+    return error_of([&] { validate_paged_attention(in, decompose); });
+  };
+  CHECK(msg(fresh()).empty());
+
+  auto in = fresh();
+  in.context_lens.set_int(1, 13);
+  CHECK_THAT(msg(in), Catch::Contains("context_lens[1] = 13") && Catch::Contains("12"));
+
+  in = fresh();
+  in.block_table.set_int(1, 6); // a live slot of sequence 0 (ctx 6 uses 2 pages)
+  CHECK_THAT(msg(in), Catch::Contains("block_table[0, 1] = 6") && Catch::Contains("num_blocks = 6"));
+
+  in = fresh();
+  in.block_table.set_int(2, 1000); // an unused slot: fine for fused, not for decompose
+  CHECK(msg(in).empty());
+  CHECK_THAT(msg(in, true), Catch::Contains("block_table[0, 2] = 1000") && Catch::Contains("decompose"));
+
+  in = fresh();
+  in.shape.hq = 3;
+  CHECK_THAT(msg(in), Catch::Contains("Hq = 3") && Catch::Contains("Hkv = 2"));
+
+  in = fresh();
+  in.shape.softcap = -1.0;
+  CHECK_THAT(msg(in), Catch::Contains("softcap -1"));
+  in.shape.softcap = INFINITY;
+  CHECK_THAT(msg(in), Catch::Contains("softcap inf"));
+
+  in = fresh();
+  in.shape.softmax_scale = NAN;
+  CHECK_THAT(msg(in), Catch::Contains("not finite"));
+
+  in = fresh();
+  in.k_cache = interp::Buffer("k_cache", ir::DType::f16, in.k_cache.count());
+  CHECK_THAT(msg(in), Catch::Contains("k_cache") && Catch::Contains("f16"));
+
+  in = fresh();
+  in.v_cache = interp::Buffer("v_cache", ir::DType::f32, 10);
+  CHECK_THAT(msg(in), Catch::Contains("v_cache: has 10 elements"));
+
+  auto launcher = make_interpret_launcher();
+  PagedAttentionConfig bad_group{32, 3, 4, 1};
+  CHECK_THAT(error_of([&] { run_paged_attention_fused(fresh(), bad_group, *launcher); }),
+             Catch::Contains("head_group 3 does not divide"));
+}
+
+TEST_CASE("paged attention inputs round-trip through .npy files", "[templates][paged_attention][npy]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / "tilec_pa_npy_test";
+  fs::remove_all(dir);
+  PagedAttentionShape s;
+  s.batch = 2;
+  s.hq = 4;
+  s.hkv = 2;
+  s.sq = 2;
+  s.head_dim = 16;
+  s.block_size = 4;
+  s.max_blocks = 3;
+  s.dtype = ir::DType::bf16;
+  s.alibi = true;
+  auto in = make_paged_attention_inputs(s, 9);
+  write_paged_attention_inputs(dir.string(), in);
+  auto back = read_paged_attention_inputs(dir.string(), 0.0, std::nullopt);
+  CHECK(back.shape.batch == 2);
+  CHECK(back.shape.hq == 4);
+  CHECK(back.shape.hkv == 2);
+  CHECK(back.shape.sq == 2);
+  CHECK(back.shape.max_blocks == 3);
+  CHECK(back.shape.dtype == ir::DType::bf16);
+  CHECK(back.shape.alibi);
+  CHECK(back.q.bytes == in.q.bytes);
+  CHECK(back.block_table.bytes == in.block_table.bytes);
+
+  // A truncated file and a header that claims more data than the file holds.
+  auto q = dir / "q.npy";
+  auto size = fs::file_size(q);
+  fs::resize_file(q, size - 10);
+  CHECK_THROWS_WITH(read_paged_attention_inputs(dir.string(), 0.0, std::nullopt),
+                    Catch::Contains("q.npy") && Catch::Contains("claims"));
+  {
+    std::ofstream f(q, std::ios::binary | std::ios::trunc);
+    f << "not numpy at all";
+  }
+  CHECK_THROWS_WITH(read_paged_attention_inputs(dir.string(), 0.0, std::nullopt), Catch::Contains("bad magic"));
+  fs::remove(q);
+  CHECK_THROWS_WITH(read_paged_attention_inputs(dir.string(), 0.0, std::nullopt), Catch::Contains("q.npy is missing"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the .npy parser rejects malformed headers with a reason", "[runtime][npy]") {
+  auto bytes = [](const std::string& header, size_t data) {
+    std::string h = header;
+    std::vector<std::byte> out;
+    std::string pre = std::string("\x93NUMPY\x01\x00", 8);
+    pre += char(h.size() & 0xff);
+    pre += char(h.size() >> 8);
+    for (char c : pre + h) out.push_back(std::byte(c));
+    out.resize(out.size() + data);
+    return out;
+  };
+  auto msg = [](const std::vector<std::byte>& b) {
+    try {
+      rt::parse_npy(b, "x.npy");
+    } catch (const rt::NpyError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(msg(bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24)).empty());
+  CHECK_THAT(msg(bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24)), Catch::Contains("Fortran"));
+  CHECK_THAT(msg(bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24)), Catch::Contains(">f4"));
+  CHECK_THAT(msg(bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 23)), Catch::Contains("claims 24"));
+  CHECK_THAT(msg(bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", 24)), Catch::Contains("bad shape"));
+  CHECK_THAT(msg(bytes("{'fortran_order': False, 'shape': (2, 3), }", 24)), Catch::Contains("descr"));
+  CHECK_THAT(msg(bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999, 99999999999), }", 24)),
+             Catch::Contains("x.npy"));
+}

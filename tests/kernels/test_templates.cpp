@@ -1,0 +1,175 @@
+// Every template: its IR round-trips through the printer and parser, and the
+// interpreter matches its C++ reference on random (ragged) shapes.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "backends/launchers.h"
+#include "tests/kernels/test_util.h"
+#include "codegen/compile.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "kernels/paged_attention.h"
+#include "kernels/registry.h"
+#include "tests/codegen/codegen_test_util.h"
+
+using namespace tilec;
+using namespace tilec::kernels;
+
+namespace {
+ParamMap defaults(const std::vector<Param>& ps) {
+  ParamMap m;
+  for (const auto& p : ps) m[p.name] = p.value;
+  return m;
+}
+} // namespace
+
+TEST_CASE("every template's tile IR reads back to an identical print", "[templates]") {
+  for (const auto& t : all_templates()) {
+    INFO(t.name);
+    ir::Kernel k = t.build(defaults(t.params), defaults(t.shape));
+    std::string text = ir::print(*k);
+    CHECK(ir::print(*ir::parse(text, t.name)) == text);
+  }
+}
+
+TEST_CASE("templates match their references on random ragged shapes (interpreter)", "[templates]") {
+  std::mt19937 rng(42);
+  auto launcher = make_interpret_launcher();
+  for (const auto& t : all_templates()) {
+    if (!t.make_problem) continue;
+    for (int trial = 0; trial < 4; ++trial) {
+      ParamMap params = defaults(t.params), shape = defaults(t.shape);
+      if (t.name == "vector_add") {
+        params["block"] = 64 << (rng() % 4);
+        shape["n"] = 1 + rng() % 3000;
+      } else if (t.name == "softmax") {
+        params["block"] = 128;
+        shape["rows"] = 1 + rng() % 9;
+        shape["cols"] = 1 + rng() % 128;
+      } else if (t.name == "matmul") {
+        params["block_m"] = 16;
+        params["block_n"] = 32;
+        params["block_k"] = 8;
+        for (const char* d : {"m", "n", "k"}) shape[d] = 1 + rng() % 70;
+      }
+      INFO(t.name << " trial " << trial);
+      ir::Kernel k = t.build(params, shape);
+      Problem p = t.make_problem(params, shape, rng());
+      launcher->launch(k, 4, p.grid, p.interp_args());
+      Comparison c = compare_outputs(p);
+      INFO(c.first_mismatch);
+      CHECK(c.ok);
+    }
+  }
+}
+
+TEST_CASE("fused paged attention compiles with zero spills over its config space", "[templates][codegen][paged_attention]") {
+  // A representative slice of configs/paged_attention.toml's space, across
+  // dtypes, head dims and the softcap/ALiBi variants.
+  struct Case {
+    int64_t head_dim, hq, hkv, sq;
+    ir::DType dtype;
+    bool alibi, softcap;
+    PagedAttentionConfig cfg;
+  };
+  std::vector<Case> cases = {
+      {64, 8, 2, 1, ir::DType::f16, false, false, {32, 4, 4, 1}},
+      {64, 8, 2, 1, ir::DType::f16, false, false, {16, 1, 2, 2}},
+      {64, 8, 2, 1, ir::DType::bf16, true, true, {64, 2, 8, 4}},
+      {128, 32, 8, 1, ir::DType::f16, false, true, {32, 4, 4, 1}},
+      {128, 32, 8, 1, ir::DType::bf16, true, false, {16, 4, 8, 2}},
+      {128, 8, 8, 1, ir::DType::f32, false, false, {64, 1, 4, 1}},
+      {16, 4, 1, 3, ir::DType::f32, true, true, {16, 4, 2, 1}},
+      {256, 16, 2, 1, ir::DType::f16, false, false, {16, 8, 8, 1}},
+  };
+  bool ptxas = codegen::test::have_ptxas();
+  for (const auto& c : cases) {
+    PagedAttentionShape s;
+    s.head_dim = c.head_dim;
+    s.hq = c.hq;
+    s.hkv = c.hkv;
+    s.sq = c.sq;
+    s.dtype = c.dtype;
+    s.alibi = c.alibi;
+    if (c.softcap) s.softcap = 30.0;
+    ir::Kernel k = paged_attention_fused_kernel(s, c.cfg);
+    codegen::CompileOptions o;
+    o.arch = "sm_90";
+    o.num_warps = int(c.cfg.num_warps);
+    INFO("head_dim " << c.head_dim << " " << ir::dtype_name(c.dtype) << " block_n " << c.cfg.block_n
+                     << " head_group " << c.cfg.head_group << " warps " << c.cfg.num_warps);
+    codegen::CompiledKernel ck = codegen::compile(*k, o);
+    CHECK(!ck.ptx.empty());
+    if (ptxas) {
+      REQUIRE(ck.ptxas.has_value());
+      CHECK(ck.ptxas->spill_stores == 0);
+      CHECK(ck.ptxas->spill_loads == 0);
+    }
+  }
+}
+
+TEST_CASE("as capacity grows with the live context fixed, only the decomposition moves more bytes",
+          "[templates][emulator][paged_attention]") {
+  // The point of the fused kernel: its traffic follows context_lens, the
+  // decomposition's follows the padded capacity (max_blocks * block_size).
+  auto bytes = [](int64_t max_blocks, bool fused) {
+    PagedAttentionShape s;
+    s.batch = 2;
+    s.hq = 4;
+    s.hkv = 2;
+    s.head_dim = 16;
+    s.block_size = 4;
+    s.max_blocks = max_blocks;
+    s.dtype = ir::DType::f16;
+    auto in = make_paged_attention_inputs(s, 11, 8);
+    auto launcher = backends::make_emulate_launcher();
+    auto out = fused ? run_paged_attention_fused(in, {8, 0, 2, 1}, *launcher)
+                     : run_paged_attention_decomposed(in, *launcher);
+    REQUIRE(launcher->stats().unique_bytes.has_value());
+    return *launcher->stats().unique_bytes;
+  };
+  int64_t fused_small = bytes(2, true), fused_large = bytes(16, true);
+  int64_t dec_small = bytes(2, false), dec_large = bytes(16, false);
+  WARN("unique bytes, capacity 8 -> 64 tokens: fused " << fused_small << " -> " << fused_large << ", decompose "
+                                                       << dec_small << " -> " << dec_large);
+  // Equal but for the block-table rows, which may straddle one more 32-byte
+  // sector when rows are longer (at most one per sequence).
+  CHECK(std::abs(fused_large - fused_small) <= 2 * 32);
+  CHECK(dec_large > 4 * dec_small);
+}
+
+TEST_CASE("fused and decomposed paged attention match the reference on the emulator over the config grid",
+          "[templates][emulator][paged_attention]") {
+  auto launcher = backends::make_emulate_launcher();
+  uint64_t seed = 500;
+  for (ir::DType dt : {ir::DType::f32, ir::DType::f16, ir::DType::bf16})
+    for (int64_t ratio : {1, 2, 4})
+      for (int64_t sq : {1, 3})
+        for (bool alibi : {false, true})
+          for (bool softcap : {false, true}) {
+            PagedAttentionShape s;
+            s.batch = 2;
+            s.hkv = 2;
+            s.hq = 2 * ratio;
+            s.sq = sq;
+            s.head_dim = 16;
+            s.block_size = 4;
+            s.max_blocks = 3;
+            s.dtype = dt;
+            s.alibi = alibi;
+            if (softcap) s.softcap = 5.0;
+            auto in = make_paged_attention_inputs(s, seed++);
+            in.context_lens.set_int(0, 0); // an empty sequence next to a ragged one
+            auto want = paged_attention_reference(in);
+            INFO(ir::dtype_name(dt) << " ratio " << ratio << " sq " << sq << " alibi " << alibi << " softcap "
+                                    << softcap);
+            for (bool fused : {true, false}) {
+              INFO((fused ? "fused" : "decompose"));
+              auto got = fused ? run_paged_attention_fused(in, {8, 0, 2, sq == 1 ? 2 : 1}, *launcher)
+                               : run_paged_attention_decomposed(in, *launcher);
+              CHECK(test::max_err(got, want) <= test::paged_attention_tolerance(dt));
+            }
+          }
+}
