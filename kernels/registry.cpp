@@ -54,10 +54,28 @@ Comparison compare_outputs(const Problem& p) {
   return c;
 }
 
-const std::vector<KernelTemplate>& all_templates() {
-  static const std::vector<KernelTemplate> all = {paged_attention_template(), vector_add_template(),
-                                                  softmax_template(), matmul_template()};
+namespace {
+
+// The registry: tilec's kernels first, then the registered ones. A function-local static, so
+// registrations from other translation units' static initializers find it constructed.
+std::vector<KernelTemplate>& registry() {
+  static std::vector<KernelTemplate> all = {paged_attention_template(), vector_add_template(), softmax_template(),
+                                            matmul_template()};
   return all;
+}
+
+} // namespace
+
+const std::vector<KernelTemplate>& all_templates() { return registry(); }
+
+bool register_kernel(KernelTemplate (*make)()) {
+  KernelTemplate t = make();
+  if (t.name.empty() || !t.build)
+    throw UserError(fmt::format("register_kernel: a kernel needs a name and a build function (got name '{}')", t.name));
+  if (find_template(t.name))
+    throw UserError(fmt::format("register_kernel: a kernel named '{}' is already registered", t.name));
+  registry().push_back(std::move(t));
+  return true;
 }
 
 std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {

@@ -88,8 +88,16 @@ std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& p
 std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
                                                  const ParamMap& shape);
 
+// Every kernel the registry knows: tilec's own, then those registered from the user's code,
+// in registration order.
 const std::vector<KernelTemplate>& all_templates();
 const KernelTemplate* find_template(std::string_view name);
+
+// Adds the kernel `make()` returns to the registry, for kernels in a user's own source files:
+// the whole tilec CLI (tilec_add_kernels in CMake) then serves them beside tilec's own.
+// A name that is already registered is an error (UserError at start-up). Returns true, so
+// it can initialize a static: see TILEC_REGISTER_KERNEL.
+bool register_kernel(KernelTemplate (*make)());
 
 // Starts from the declared defaults and applies `k=v` overrides. Unknown
 // names and non-integer values are UserErrors naming `flag` and the pair.
@@ -103,6 +111,12 @@ void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi);
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 } // namespace tilec::kernels
+
+// Registers a kernel from a function returning its KernelTemplate, at static initialization:
+//   KernelTemplate rmsnorm_template() { ... }
+//   TILEC_REGISTER_KERNEL(rmsnorm_template);
+#define TILEC_REGISTER_KERNEL(make_template) \
+  [[maybe_unused]] static const bool tilec_registered_##make_template = ::tilec::kernels::register_kernel(make_template)
 
 namespace tilec::kernels {
 // Throws a UserError unless params[name] is a power of two in [lo, hi].
