@@ -1,5 +1,5 @@
 #pragma once
-// A forward analysis of integer and pointer tiles (LOWERING.md section 2): per
+// A forward analysis of integer and pointer tiles (docs/ARCHITECTURE.md): per
 // dim, the contiguity (runs of consecutive values), the divisibility (a power of
 // two dividing the first value of each run; pointers in elements) and the
 // constancy (runs of equal values). Loads and stores use it to pick their

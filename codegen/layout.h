@@ -1,6 +1,6 @@
 #pragma once
 // Layouts: which thread of a program (a thread block) holds which element of a
-// tile. See LOWERING.md section 1.
+// tile. See docs/ARCHITECTURE.md "The lowering in depth".
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Assigns layouts to the tiles of a kernel (LOWERING.md section 2).
+// Assigns layouts to the tiles of a kernel (docs/ARCHITECTURE.md "The lowering in depth").
 //
 // Loads take the coalesced layout their address tile's contiguity asks for;
 // reduce, dot, for/if results and non-trivial reshapes get one layout each

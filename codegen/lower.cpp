@@ -1,6 +1,6 @@
 // The SIMT lowering: one program = one thread block of num_warps * 32 threads;
 // every tile value becomes, per thread, the list of elements its layout gives
-// that thread (LOWERING.md). One handler per op; elementwise ops share one
+// that thread (docs/ARCHITECTURE.md). One handler per op; elementwise ops share one
 // element loop and the trivial ones are table rows.
 #include "codegen/lower.h"
 

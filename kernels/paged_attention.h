@@ -1,5 +1,5 @@
 #pragma once
-// Paged attention for LLM decoding (DESIGN.md "The PagedAttn op"): the
+// Paged attention for LLM decoding (docs/ARCHITECTURE.md "Paged attention"): the
 // problem, its inputs, validation, a plain C++ reference, and the two ways to
 // compute it — the fused block-table-walking kernel and the seed's
 // decomposition into primitive tensor ops.
@@ -28,7 +28,7 @@ struct PagedAttentionShape {
   double scale() const;
 };
 
-// The op's inputs as host buffers, named as DESIGN.md's .npy files:
+// The op's inputs as host buffers, named as their .npy files (docs/ARCHITECTURE.md):
 // q [B, Hq, Sq, D], k_cache/v_cache [num_blocks, block_size, Hkv, D],
 // block_table [B, max_blocks] and context_lens [B] (u32 data held as i32),
 // alibi_slopes [Hq] f32 when shape.alibi.
@@ -51,7 +51,7 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose);
 // out [B, Hq, Sq, D] in f32, computed in double.
 interp::Buffer paged_attention_reference(const PagedAttentionInputs& in);
 
-// The fused kernel's tunables (DESIGN.md / configs/paged_attention.toml).
+// The fused kernel's tunables (docs/ARCHITECTURE.md / configs/paged_attention.toml).
 struct PagedAttentionConfig {
   int64_t block_n = 32;    // tokens per step of the block-table walk
   int64_t head_group = 0;  // query heads per program (0: all Hq/Hkv heads of a KV head)
@@ -92,7 +92,7 @@ PagedAttentionShape paged_attention_shape(const ParamMap& shape);
 PagedAttentionConfig paged_attention_config(const ParamMap& params);
 
 // Reads q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy
-// [alibi_slopes.npy] from `dir` (DESIGN.md's names). q/k/v may be <f4, <f2, or
+// [alibi_slopes.npy] from `dir` (the op's input names). q/k/v may be <f4, <f2, or
 // <u2 holding bfloat16 bits; the tables <u4 or <i4. Shapes come from the files.
 PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double softmax_scale,
                                                  std::optional<double> softcap);

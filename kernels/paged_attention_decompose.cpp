@@ -1,5 +1,5 @@
 // The correctness floor of paged attention: the seed's decomposition
-// (../shared/seed/000_bab6c1294844a5e0.txt, `recipe`) as data over the
+// (fuel-graph 0.23.0 PagedAttn `recipe`; docs/ARCHITECTURE.md "Paged attention") as data over the
 // primitive basis, run as a sequence of primitive launches. It gathers the
 // block table's PADDED capacity (kv_len = max_blocks · block_size) into dense
 // K and V and masks the tail after computing it, so its cost scales with

@@ -1,7 +1,7 @@
 // SoftmaxLastDim: one program per row of any length. A first pass over the
 // row keeps a running max and sum per lane (online softmax), a second writes
 // exp(x - max) / sum. A row that is all -inf has no max to subtract and gives
-// all zeros (DESIGN.md: context_len 0 gives a zero output row).
+// all zeros (docs/ARCHITECTURE.md "Paged attention": context_len 0 gives a zero output row).
 #include <fmt/format.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
 #pragma once
 // Primitive tensor ops, each a kernel written in the DSL and run through a
 // Launcher (so on every backend): the closed basis the paged-attention
-// decomposition is built from (DESIGN.md "The PagedAttn op").
+// decomposition is built from (docs/ARCHITECTURE.md "Paged attention").
 //
 // Tensors are strided views of host buffers. Three ops only relabel a view and
 // launch nothing: permute, broadcast_to (stride 0) and reshape when the

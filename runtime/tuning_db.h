@@ -1,5 +1,5 @@
 #pragma once
-// The tuning database (DESIGN.md "Files that cross the boundary"): what `tilec autotune`
+// The tuning database (docs/ARCHITECTURE.md "File formats"): what `tilec autotune`
 // measured, keyed by kernel, device (name and compute capability), backend and problem
 // key, one entry per (key, config), so adding a config never discards earlier results.
 // A host program reads it and selects a config without the compiler (no LLVM here).
