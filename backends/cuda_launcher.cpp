@@ -28,7 +28,7 @@ std::string compile_arch(const rt::DeviceProperties& d) {
   if (d.major >= 9) return "sm_90";
   if (d.major == 8) return "sm_80";
   throw rt::BackendUnavailable(
-      fmt::format("{} is {}; tilec generates code for sm_80 and newer; use --backend emulate", d.name, d.arch()));
+      fmt::format("{} is {}; tilec generates code for sm_80 and newer", d.name, d.arch()));
 }
 
 // A launch made ready on the device: the loaded kernel, the device copies of the host buffers

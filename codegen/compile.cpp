@@ -3,6 +3,7 @@
 #include "codegen/compile.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <llvm/Analysis/CGSCCPassManager.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/AsmParser/Parser.h>
@@ -16,6 +17,7 @@
 #include <llvm/Target/TargetOptions.h>
 #include <llvm/TargetParser/Triple.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "abi/limits.h"
 #include "codegen/lower.h"
 #include "codegen/target.h"
 
@@ -62,11 +65,10 @@ void init_llvm_targets() {
 }
 
 void check_options(const CompileOptions& o) {
-  if (o.num_warps < 1 || o.num_warps > 32 || (o.num_warps & (o.num_warps - 1)))
-    throw UserError(fmt::format("num_warps must be a power of two from 1 to 32, got {}", o.num_warps));
-  if (o.target == Target::nvptx && o.arch != "sm_80" && o.arch != "sm_86" && o.arch != "sm_89" &&
-      o.arch != "sm_90")
-    throw UserError(fmt::format("unsupported arch '{}' (expected sm_80 or sm_90)", o.arch));
+  if (std::string why = num_warps_error(o.num_warps); !why.empty()) throw UserError(why);
+  static const char* const kArchs[] = {"sm_80", "sm_86", "sm_89", "sm_90"};
+  if (o.target == Target::nvptx && std::find(std::begin(kArchs), std::end(kArchs), o.arch) == std::end(kArchs))
+    throw UserError(fmt::format("unsupported arch '{}' (expected one of {})", o.arch, fmt::join(kArchs, ", ")));
 }
 
 std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o) {

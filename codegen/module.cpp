@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "abi/version.h"
 #include "ir/printer.h"
 
 namespace tilec::codegen {
@@ -62,7 +63,7 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.threads_per_block = k.threads_per_block;
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;
-  m.compiler_version = "tilec 0.1.0";
+  m.compiler_version = "tilec " TILEC_VERSION;
   m.ir_hash = ir_hash(fn);
   if (opts.target == Target::nvptx) {
     m.ptx = name + ".ptx";

@@ -36,7 +36,9 @@ KernelTemplate matmul_template() {
     for (const char* name : {"block_m", "block_n", "block_k"}) require_pow2(p, name, 1, 256);
     return matmul(p.at("block_m"), p.at("block_n"), p.at("block_k"));
   };
-  t.make_problem = [](const ParamMap& p, const ParamMap& s, uint64_t seed) {
+  t.make_problem = [](const ProblemRequest& r) {
+    const ParamMap &p = r.params, &s = r.shape;
+    const uint64_t seed = r.seed;
     for (const char* name : {"m", "n", "k"}) require_range(s, name, 1, 1 << 14);
     int64_t m = s.at("m"), n = s.at("n"), k = s.at("k");
     Problem pr;
@@ -59,10 +61,12 @@ KernelTemplate matmul_template() {
     pr.grid = {cdiv(m, p.at("block_m")), cdiv(n, p.at("block_n")), 1};
     pr.outputs = {c};
     pr.expected = {std::move(want)};
+    pr.ideal_bytes = 4 * (m * k + k * n + m * n);
     pr.atol = 1e-5 * double(k);
     pr.rtol = 1e-5;
     return pr;
   };
+  t.size_fields = {"m", "n", "k"};
   return t;
 }
 

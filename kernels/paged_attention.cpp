@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "abi/limits.h"
 #include "dsl/dsl.h"
 #include "kernels/prim_detail.h"
 
@@ -310,8 +311,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
                                 cfg.head_group, s.hq, s.hkv, s.group()));
   if (!ir::is_pow2(cfg.num_splits) || cfg.num_splits > 64)
     throw UserError(fmt::format("paged_attention: num_splits {} must be a power of two from 1 to 64", cfg.num_splits));
-  if (!ir::is_pow2(cfg.num_warps) || cfg.num_warps > 32)
-    throw UserError(fmt::format("paged_attention: num_warps {} must be a power of two from 1 to 32", cfg.num_warps));
+  if (std::string why = num_warps_error(cfg.num_warps); !why.empty()) throw UserError("paged_attention: " + why);
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.alibi, s.softcap.has_value(), cfg};
 }
 

@@ -1,6 +1,7 @@
 // Paged attention's registry entry and its .npy inputs and outputs.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -13,15 +14,6 @@ namespace {
 
 const std::vector<std::string> kDtypes = {"f32", "f16", "bf16"};
 
-std::string npy_descr(ir::DType t) {
-  switch (t) {
-  case ir::DType::f32: return "<f4";
-  case ir::DType::f16: return "<f2";
-  case ir::DType::bf16: return "<u2"; // raw bfloat16 bits
-  case ir::DType::i32: return "<i4";
-  default: throw InternalError(fmt::format("no .npy dtype for {}", ir::dtype_name(t)));
-  }
-}
 
 // Converts an .npy array to a buffer of `want` dtype class; `what` names the file.
 interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const std::string& what,
@@ -139,6 +131,63 @@ KernelTemplate paged_attention_template() {
   t.module_spec = [](const ParamMap& params, const ParamMap& shape) {
     return paged_attention_module_spec(paged_attention_shape(shape), paged_attention_config(params));
   };
+  t.options = {{"softmax-scale", "scale of q.k (default 1/sqrt(head_dim))"},
+               {"softcap", "cap * tanh(s / cap) on the scores (default none)"}};
+  t.reads_inputs = true;
+  t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy]";
+  t.make_problem = [](const ProblemRequest& r) {
+    std::optional<double> softcap;
+    if (auto it = r.options.find("softcap"); it != r.options.end()) softcap = it->second;
+    double scale = r.options.count("softmax-scale") ? r.options.at("softmax-scale") : 0.0;
+    PagedAttentionInputs in;
+    if (!r.inputs_dir.empty()) {
+      in = read_paged_attention_inputs(r.inputs_dir, scale, softcap);
+    } else {
+      PagedAttentionShape s = paged_attention_shape(r.shape);
+      s.softmax_scale = scale;
+      s.softcap = softcap;
+      in = make_paged_attention_inputs(s, r.seed, r.shape.at("ctx"));
+    }
+    validate_paged_attention(in, false);
+    const PagedAttentionShape& s = in.shape;
+    Problem p;
+    p.outputs = {p.add_buffer(interp::Buffer("out", s.dtype, in.q.count()))};
+    p.expected = {paged_attention_reference(in)};
+    p.atol = s.dtype == ir::DType::f32 ? 1e-5 : s.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
+    p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
+    p.ideal_bytes = paged_attention_ideal_bytes(in);
+    p.description = r.inputs_dir.empty()
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}",
+                                      s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
+                                      ir::dtype_name(s.dtype), s.alibi ? " alibi" : "")
+                        : r.inputs_dir;
+    if (!r.inputs_dir.empty()) {
+      int64_t ctx = 0;
+      for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
+      p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
+                 {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
+                 {"ctx", ctx}, {"alibi", s.alibi},
+                 {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()}};
+    }
+    p.context = std::move(in);
+    return p;
+  };
+  // Both paths validate the inputs first (the decomposition reads every block-table entry).
+  auto inputs = [](Problem& p) -> const PagedAttentionInputs& { return std::any_cast<const PagedAttentionInputs&>(p.context); };
+  t.paths = {{"fused", "one kernel walking the block table (cost grows with the live context)",
+              [inputs](Problem& p, const ParamMap& params, const ParamMap&, Launcher& l) {
+                p.buffers[p.outputs[0]] = run_paged_attention_fused(inputs(p), paged_attention_config(params), l);
+              }},
+             {"decompose", "the seed's recipe of primitive launches (cost grows with the padded capacity)",
+              [inputs](Problem& p, const ParamMap&, const ParamMap&, Launcher& l) {
+                validate_paged_attention(inputs(p), true);
+                p.buffers[p.outputs[0]] = run_paged_attention_decomposed(inputs(p), l);
+              }}};
+  t.write_output = [](const std::string& path, const Problem& p) {
+    write_paged_attention_output(path, std::any_cast<const PagedAttentionInputs&>(p.context), p.buffers[p.outputs[0]]);
+  };
+  t.size_fields = {"ctx", "batch", "max_blocks", "num_blocks"};
+  t.module_variants = {{{"softcap", 0}}, {{"softcap", 1}}};
   return t;
 }
 

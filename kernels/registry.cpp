@@ -1,6 +1,7 @@
 #include "kernels/registry.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -9,6 +10,7 @@
 #include <random>
 
 #include "kernels/kernels.h"
+#include "kernels/launcher.h"
 #include "kernels/paged_attention.h"
 
 namespace tilec::kernels {
@@ -99,6 +101,43 @@ std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const 
   return spec;
 }
 
+std::string default_path(const KernelTemplate& t) { return t.paths.empty() ? "kernel" : t.paths.front().name; }
+
+void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, const ParamMap& shape,
+                 Problem& p, Launcher& launcher) {
+  if (!path.empty() && path != default_path(t)) {
+    auto it = std::find_if(t.paths.begin(), t.paths.end(), [&](const RunPath& r) { return r.name == path; });
+    if (it == t.paths.end()) {
+      std::vector<std::string> names{default_path(t)};
+      for (size_t i = 1; i < t.paths.size(); ++i) names.push_back(t.paths[i].name);
+      throw UserError(fmt::format("--path {}: {} has the paths {}", path, t.name, fmt::join(names, ", ")));
+    }
+    return it->run(p, params, shape, launcher);
+  }
+  if (!t.paths.empty()) return t.paths.front().run(p, params, shape, launcher);
+  auto warps = params.find("num_warps");
+  launcher.launch(t.build(params, shape), warps == params.end() ? 4 : int(warps->second), p.grid, p.interp_args());
+}
+
+Problem make_problem(const KernelTemplate& t, const ProblemRequest& request) {
+  if (!t.make_problem)
+    throw UserError(fmt::format("{} has no problem generator with a reference (KernelTemplate::make_problem), so it "
+                                "cannot be run, checked, benchmarked or tuned",
+                                t.name));
+  for (const auto& [name, value] : request.options)
+    if (std::none_of(t.options.begin(), t.options.end(), [&](const FloatOption& o) { return o.name == name; }))
+      throw UserError(fmt::format("--{}: {} has no such option{}", name, t.name,
+                                  t.options.empty() ? "" : fmt::format(" (its options: --{})", t.options.front().name)));
+  if (!request.inputs_dir.empty() && !t.reads_inputs)
+    throw UserError(fmt::format("--inputs: {} does not read its inputs from files", t.name));
+  Problem p = t.make_problem(request);
+  if (p.description.empty())
+    for (const Param& s : t.shape)
+      p.description += fmt::format("{}{}={}", p.description.empty() ? "" : " ", s.name,
+                                   s.value_str(request.shape.count(s.name) ? request.shape.at(s.name) : s.value));
+  return p;
+}
+
 const KernelTemplate* find_template(std::string_view name) {
   for (const auto& t : all_templates())
     if (t.name == name) return &t;
@@ -142,6 +181,20 @@ ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<st
     out[name] = v;
   }
   return out;
+}
+
+std::string npy_descr(ir::DType t) {
+  switch (t) {
+  case ir::DType::f32: return "<f4";
+  case ir::DType::f16: return "<f2";
+  case ir::DType::bf16: return "<u2"; // raw bfloat16 bits
+  case ir::DType::i32: return "<i4";
+  case ir::DType::i8: return "|i1";
+  case ir::DType::i16: return "<i2";
+  case ir::DType::i64: return "<i8";
+  case ir::DType::i1: return "|b1";
+  default: throw UserError(fmt::format("no .npy dtype for {}", ir::dtype_name(t)));
+  }
 }
 
 void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi) {

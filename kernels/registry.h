@@ -1,8 +1,10 @@
 #pragma once
 // Kernels written in the DSL, each with the problem it solves and a plain C++
 // reference, in one registry that the CLI and the tests share.
+#include <any>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -46,6 +48,14 @@ struct Problem {
   std::vector<interp::Buffer> expected;  // the reference's values of `outputs`
   double atol = 1e-6;                    // |got - want| <= atol + rtol * |want|
   double rtol = 1e-5;
+  std::optional<int64_t> ideal_bytes;    // the least a run must move (for GB/s); empty: unknown
+  std::string description;               // one line naming the problem (default: the --shape values)
+  // The --shape values this problem has, when they come from elsewhere than the request
+  // (files read with --inputs): what its tuning key is made of. Empty: the request's.
+  ParamMap shape;
+  // The template's own view of the problem, for its run paths (paged attention keeps its
+  // PagedAttentionInputs here); empty for kernels that launch `args` on `grid`.
+  std::any context;
 
   int add_buffer(interp::Buffer b);
   void arg_buffer(int index) { args.push_back({index}); }
@@ -65,6 +75,32 @@ struct Comparison {
 // Compares the problem's output buffers with its expected values.
 Comparison compare_outputs(const Problem& p);
 
+// What one problem is made from: the --set and --shape values, the seed of generated inputs,
+// the template's float options that were given (`--NAME X`), and a folder to read the inputs
+// from instead (`--inputs DIR`, for templates with `reads_inputs`).
+struct ProblemRequest {
+  ParamMap params, shape;
+  uint64_t seed = 1;
+  std::map<std::string, double> options;
+  std::string inputs_dir;
+};
+
+class Launcher;
+
+// One way to compute a problem's outputs on a launcher (paged attention: "fused", the
+// block-table walk, and "decompose", the seed's primitive recipe).
+struct RunPath {
+  std::string name, help;
+  std::function<void(Problem& p, const ParamMap& params, const ParamMap& shape, Launcher& l)> run;
+};
+
+// A float value of a problem that is not a size: `tilec run/bench --NAME X`.
+struct FloatOption {
+  std::string name, help;
+};
+
+// A kernel as every command sees it: its parameters and sizes, a builder, and a problem with
+// a reference. The other fields are optional; each says which command needs it.
 struct KernelTemplate {
   std::string name;
   std::string summary;
@@ -72,7 +108,8 @@ struct KernelTemplate {
   std::vector<Param> shape;  // problem sizes (--shape)
   // Builds the kernel; specializations may depend on problem sizes too.
   std::function<ir::Kernel(const ParamMap& params, const ParamMap& shape)> build;
-  std::function<Problem(const ParamMap& params, const ParamMap& shape, uint64_t seed)> make_problem;
+  // Inputs, launches and reference of one problem (run, autotune, bench need it).
+  std::function<Problem(const ProblemRequest& request)> make_problem;
   // Every kernel one run launches, in order, when there is more than `build`'s (paged
   // attention with num_splits > 1 adds its combine kernel). Empty: {build(params, shape)}.
   std::function<std::vector<ir::Kernel>(const ParamMap& params, const ParamMap& shape)> build_all = {};
@@ -80,7 +117,33 @@ struct KernelTemplate {
   // matched by rt::find_module. Empty: every parameter and problem size (choices by name).
   std::function<std::map<std::string, rt::SpecValue>(const ParamMap& params, const ParamMap& shape)>
       module_spec = {};
+  // How a run computes the outputs; the first path is the default (`--path`). Empty: one path
+  // that launches build(params, shape) on the problem's grid with its args.
+  std::vector<RunPath> paths = {};
+  std::vector<FloatOption> options = {};
+  // make_problem reads request.inputs_dir (`--inputs DIR`; the help names the files).
+  bool reads_inputs = false;
+  std::string inputs_help = {};
+  // Writes output `index` of a run as .npy (`--out F.npy`). Empty: a 1-d array of its dtype.
+  std::function<void(const std::string& path, const Problem& p)> write_output = {};
+  // The --shape values that only size a problem: a config tuned for a key that differs from
+  // the asked one only in these serves it as the nearest key (`--tuned`, rt::select_config),
+  // closest in the first field first. Empty: only an exactly tuned key is used.
+  std::vector<std::string> size_fields = {};
+  // Values a module is specialized on beyond the tuning key and config (merged into the
+  // --shape values): `autotune --export` writes the winner's modules once per variant
+  // (paged attention: softcap=0 and softcap=1). Empty: one set of modules.
+  std::vector<ParamMap> module_variants = {};
 };
+
+// The default path's name ("kernel" when the template declares none).
+std::string default_path(const KernelTemplate& t);
+// Runs `path` (empty: the default) of `t` on `p` with `launcher`; UserError naming the
+// template's paths when there is no such path. The outputs land in p.buffers.
+void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, const ParamMap& shape,
+                 Problem& p, Launcher& launcher);
+// The problem of `request`; UserError when it gives options or inputs the template does not take.
+Problem make_problem(const KernelTemplate& t, const ProblemRequest& request);
 
 // The kernels of one run of `t` (build_all, else build).
 std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
@@ -103,6 +166,9 @@ bool register_kernel(KernelTemplate (*make)());
 // names and non-integer values are UserErrors naming `flag` and the pair.
 ParamMap resolve_params(const std::vector<Param>& declared,
                         const std::vector<std::string>& overrides, std::string_view flag);
+
+// The .npy descr of a buffer of `t` (bf16 as "<u2", its raw bits); UserError for a dtype .npy cannot hold.
+std::string npy_descr(ir::DType t);
 
 // Deterministic random fill (uniform in [lo, hi)) used by every template.
 void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi);

@@ -31,7 +31,9 @@ KernelTemplate softmax_template() {
     require_pow2(p, "block", 1, 1 << 16);
     return softmax(p.at("block"));
   };
-  t.make_problem = [](const ParamMap& p, const ParamMap& s, uint64_t seed) {
+  t.make_problem = [](const ProblemRequest& r) {
+    const ParamMap &p = r.params, &s = r.shape;
+    const uint64_t seed = r.seed;
     require_range(s, "rows", 0, 1 << 24);
     require_range(s, "cols", 1, p.at("block"));
     int64_t rows = s.at("rows"), cols = s.at("cols");
@@ -54,10 +56,12 @@ KernelTemplate softmax_template() {
     pr.grid = {rows, 1, 1};
     pr.outputs = {out};
     pr.expected = {std::move(want)};
+    pr.ideal_bytes = 8 * rows * cols;
     pr.atol = 1e-6;
     pr.rtol = 1e-5;
     return pr;
   };
+  t.size_fields = {"rows"};
   return t;
 }
 

@@ -25,7 +25,9 @@ KernelTemplate vector_add_template() {
     require_pow2(p, "block", 1, 1 << 16);
     return vector_add(p.at("block"));
   };
-  t.make_problem = [](const ParamMap& p, const ParamMap& s, uint64_t seed) {
+  t.make_problem = [](const ProblemRequest& r) {
+    const ParamMap &p = r.params, &s = r.shape;
+    const uint64_t seed = r.seed;
     require_range(s, "n", 0, int64_t(1) << 30);
     int64_t n = s.at("n");
     Problem pr;
@@ -46,10 +48,12 @@ KernelTemplate vector_add_template() {
     pr.grid = {cdiv(n, p.at("block")), 1, 1};
     pr.outputs = {out};
     pr.expected = {std::move(want)};
+    pr.ideal_bytes = 12 * n; // x and y read, out written
     pr.atol = 0;
     pr.rtol = 0;
     return pr;
   };
+  t.size_fields = {"n"};
   return t;
 }
 

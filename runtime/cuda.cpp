@@ -41,7 +41,8 @@ std::string describe(const DriverApi& api, CUresult r) {
 
 LoadedDriver load_driver() {
   LoadedDriver d;
-  constexpr const char* kAdvice = "; use --backend emulate";
+  // Said to a host program, which may run the module's emulator build instead.
+  constexpr const char* kAdvice = "; without a GPU, load the module built for the CPU emulator (runtime/emulator.h)";
   void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = ::dlerror();

@@ -12,6 +12,7 @@
 
 #include "ir/error.h"
 #include "abi/error.h"
+#include "abi/version.h"
 #include "runtime/npy.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -35,7 +36,7 @@ int report(const Common& common, int code, const std::string& msg) {
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"tilec: a tile-DSL kernel compiler (tile IR -> LLVM -> PTX) and its runners", "tilec"};
-  app.set_version_flag("--version", "tilec 0.1.0");
+  app.set_version_flag("--version", "tilec " TILEC_VERSION);
   app.require_subcommand(1, 1);
   app.fallthrough(false);
   Common common;
@@ -77,7 +78,8 @@ int run_cli(int argc, char** argv) {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
   } catch (const rt::BackendUnavailable& e) {
-    return report(common, kBackendUnavailable, e.what());
+    // The runtime speaks to host programs; here the remedy is a flag.
+    return report(common, kBackendUnavailable, fmt::format("{} (tilec: use --backend emulate)", e.what()));
   } catch (const UserError& e) {
     return report(common, kBadInput, e.what());
   } catch (const rt::ManifestError& e) {

@@ -21,9 +21,9 @@
 #include "runtime/cuda.h"
 #include "runtime/tuning_db.h"
 #include "backends/module_builder.h"
-#include "kernels/paged_attention.h"
 #include "tools/commands.h"
 #include "tools/json.h"
+#include "tools/kernel_args.h"
 #include "tools/progress.h"
 
 namespace tilec::cli {
@@ -65,32 +65,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Builds every candidate's kernel on a pool of threads (the DSL builder's current kernel
-// is thread_local) and, when ptxas is there, compiles it for the GPU and drops what ptxas
+// Builds every candidate's kernels on a pool of threads (the DSL builder's current kernel
+// is thread_local) and, when ptxas is there, compiles them for the GPU and drops what ptxas
 // rejects or what spills.
-void compile_all(std::vector<Candidate>& cands, const kernels::PagedAttentionShape& shape, unsigned jobs,
-                 const std::optional<std::string>& arch, Progress& progress) {
+void compile_all(std::vector<Candidate>& cands, const kernels::KernelTemplate& t, const kernels::ParamMap& shape,
+                 unsigned jobs, const std::optional<std::string>& arch, Progress& progress) {
   std::atomic<size_t> next{0};
   std::mutex mutex;
   auto work = [&] {
     for (size_t i; (i = next++) < cands.size();) {
       if (g_interrupted) return;
       Candidate& c = cands[i];
-      kernels::PagedAttentionConfig cfg = kernels::paged_attention_config(c.config);
       try {
-        ir::Kernel k = kernels::paged_attention_fused_kernel(shape, cfg);
-        if (arch) {
-          codegen::CompileOptions o;
-          o.arch = *arch;
-          o.num_warps = int(cfg.num_warps);
-          o.target = codegen::Target::nvptx;
-          codegen::CompiledKernel ck = codegen::compile(*k, o);
-          if (ck.ptxas) {
-            c.registers = ck.ptxas->registers;
-            int spills = ck.ptxas->spill_stores + ck.ptxas->spill_loads;
-            if (spills > 0)
-              c.rejected = fmt::format("spills on {} ({} bytes stored, {} loaded)", *arch, ck.ptxas->spill_stores,
-                                       ck.ptxas->spill_loads);
+        for (const ir::Kernel& k : kernels::build_kernels(t, c.config, shape)) {
+          if (!arch) continue;
+          codegen::CompiledKernel ck = codegen::compile(*k, compile_options(c.config, *arch, "nvptx"));
+          if (!ck.ptxas) continue;
+          c.registers = std::max(c.registers.value_or(0), ck.ptxas->registers);
+          if (ck.ptxas->spill_stores + ck.ptxas->spill_loads > 0) {
+            c.rejected = fmt::format("{} spills on {} ({} bytes stored, {} loaded)", k->name, *arch,
+                                     ck.ptxas->spill_stores, ck.ptxas->spill_loads);
+            break;
           }
         }
       } catch (const codegen::PtxasError& e) {
@@ -103,8 +98,8 @@ void compile_all(std::vector<Candidate>& cands, const kernels::PagedAttentionSha
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, jobs); ++t) pool.emplace_back(work);
-  for (auto& t : pool) t.join();
+  for (unsigned i = 0; i < std::max(1u, jobs); ++i) pool.emplace_back(work);
+  for (auto& th : pool) th.join();
 }
 
 JsonObject best_json(const rt::TuningEntry& e) {
@@ -130,44 +125,37 @@ rt::ProblemKey problem_key(const kernels::KernelTemplate& t, const kernels::Para
   return key;
 }
 
-PagedAttentionRun fused_run(const kernels::PagedAttentionConfig& cfg) {
-  return [cfg](const kernels::PagedAttentionInputs& in, kernels::Launcher& l) {
-    return kernels::run_paged_attention_fused(in, cfg, l);
-  };
-}
-
-Measurement measure_paged_attention(const kernels::PagedAttentionInputs& in, const interp::Buffer& want,
-                                    const PagedAttentionRun& run, kernels::Launcher& launcher, int warmup,
-                                    int repeats) {
-  // The tolerances of `tilec run`.
-  const ir::DType dt = in.shape.dtype;
+Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
+                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
+                            kernels::Launcher& launcher, int warmup, int repeats) {
   Measurement r;
+  // Each measurement starts from the problem's own output values, not from what the last
+  // config left there: a config that writes nothing must not pass on another's results.
+  std::vector<interp::Buffer> initial;
+  for (int o : p.outputs) initial.push_back(p.buffers[size_t(o)]);
   try {
-    kernels::Problem p;
     launcher.reset_stats();
-    p.outputs = {p.add_buffer(run(in, launcher))};
-    p.expected = {want};
-    p.atol = dt == ir::DType::f32 ? 1e-5 : dt == ir::DType::f16 ? 4e-3 : 3e-2;
-    p.rtol = dt == ir::DType::f32 ? 1e-4 : 1e-2;
+    kernels::run_problem(t, path, params, shape, p, launcher);
     r.cmp = kernels::compare_outputs(p);
     if (!r.cmp.ok) {
       r.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", r.cmp.max_abs_err, r.cmp.first_mismatch);
-      return r;
-    }
-    for (int i = 0; i < warmup; ++i) run(in, launcher);
-    for (int i = 0; i < repeats; ++i) {
-      launcher.reset_stats();
-      auto t0 = std::chrono::steady_clock::now();
-      run(in, launcher);
-      double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      r.last = launcher.stats();
-      r.times.push_back(r.last.launches > 0 && r.last.time_ms > 0 ? r.last.time_ms : wall);
+    } else {
+      for (int i = 0; i < warmup; ++i) kernels::run_problem(t, path, params, shape, p, launcher);
+      for (int i = 0; i < repeats; ++i) {
+        launcher.reset_stats();
+        auto t0 = std::chrono::steady_clock::now();
+        kernels::run_problem(t, path, params, shape, p, launcher);
+        double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        r.last = launcher.stats();
+        r.times.push_back(r.last.launches > 0 && r.last.time_ms > 0 ? r.last.time_ms : wall);
+      }
     }
   } catch (const UserError& e) {
     r.rejected = "failed to run: " + first_line(e.what());
   } catch (const rt::Error& e) {
     r.rejected = "failed to run: " + first_line(e.what());
   }
+  for (size_t i = 0; i < initial.size(); ++i) p.buffers[size_t(p.outputs[i])] = std::move(initial[i]);
   return r;
 }
 
@@ -186,51 +174,172 @@ void check_db_path(const std::string& db) {
     throw UserError(fmt::format("-o {}: cannot write in {}: {}", db, parent.string(), std::strerror(errno)));
 }
 
-int run_autotune(const Common& common, const AutotuneOptions& o) {
-  const kernels::KernelTemplate* t = kernels::find_template(o.kernel);
-  if (!t) throw UserError(fmt::format("unknown kernel '{}' (see tilec list)", o.kernel));
-  if (t->name != "paged_attention")
-    throw UserError(fmt::format("autotune supports paged_attention; '{}' has no tuning harness", o.kernel));
-  if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
+// Where the candidates are timed and for which GPU arch they are checked and exported.
+struct Target {
+  std::string backend, device, cc;
+  std::optional<std::string> ptxas_arch;   // empty: no ptxas check
+  std::vector<std::string> export_archs;   // the GPU arch, plus "host" off the GPU
+};
 
-  autotune::SpaceNames names{t->name, {}, {}};
-  for (const auto& p : t->params) names.params.push_back(p.name);
-  for (const auto& p : t->shape) names.shape.push_back(p.name);
-  autotune::SearchSpace space = autotune::load_space(o.space, names);
-
-  std::string backend;
-  std::unique_ptr<kernels::Launcher> launcher = backend_launcher(o.backend, backend);
-  std::string device = rt::host_device_name(backend), cc;
-  std::optional<std::string> arch = o.arch.empty() ? std::optional<std::string>("sm_90") : o.arch;
-  if (backend == "cuda") {
+Target resolve_target(const AutotuneOptions& o, std::unique_ptr<kernels::Launcher>& launcher) {
+  Target tg;
+  launcher = backend_launcher(o.backend, tg.backend);
+  tg.device = rt::host_device_name(tg.backend);
+  std::string arch = o.arch.empty() ? "sm_90" : o.arch;
+  if (tg.backend == "cuda") {
     rt::Context ctx(0);
-    device = ctx.properties().name;
-    cc = fmt::format("{}.{}", ctx.properties().major, ctx.properties().minor);
+    tg.device = ctx.properties().name;
+    tg.cc = fmt::format("{}.{}", ctx.properties().major, ctx.properties().minor);
     if (o.arch.empty()) arch = ctx.properties().arch();
   }
-  // Exported modules: for the GPU arch, and for the emulator when not tuning on a GPU.
-  std::vector<std::string> export_archs{*arch};
-  if (backend != "cuda") export_archs.push_back("host");
-  if (o.no_ptxas || !codegen::find_ptxas()) arch.reset();
-  unsigned jobs = o.jobs ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  tg.export_archs = {arch};
+  if (tg.backend != "cuda") tg.export_archs.push_back("host");
+  if (!o.no_ptxas && codegen::find_ptxas()) tg.ptxas_arch = arch;
+  return tg;
+}
 
-  // Reading through merge_into_file moves a corrupt database aside before tuning starts.
-  std::string warning;
-  // Every --shape set is checked before the database is touched: bad input writes nothing.
-  std::vector<kernels::ParamMap> shapes;
+// One problem key to tune: its --shape values and its problem (inputs and reference).
+struct KeyToTune {
+  kernels::ParamMap shape;
+  rt::ProblemKey key;
+  kernels::Problem problem;
+};
+
+// Every --shape set, with its problem made (and so checked) before anything is written.
+std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const AutotuneOptions& o) {
+  std::vector<KeyToTune> keys;
+  kernels::ParamMap defaults = kernels::resolve_params(t.params, {}, "--set");
   for (const std::vector<std::string>& set : o.shapes) {
-    shapes.push_back(kernels::resolve_params(t->shape, set, "--shape"));
-    kernels::validate_paged_attention(
-        kernels::make_paged_attention_inputs(kernels::paged_attention_shape(shapes.back()), o.seed,
-                                               shapes.back().at("ctx")),
-        false);
+    KeyToTune k;
+    k.shape = kernels::resolve_params(t.shape, set, "--shape");
+    k.key = problem_key(t, k.shape);
+    k.problem = kernels::make_problem(t, {defaults, k.shape, o.seed, {}, {}});
+    keys.push_back(std::move(k));
   }
+  return keys;
+}
+
+struct Counts {
+  size_t candidates = 0, rejected = 0, measured = 0, skipped = 0;
+};
+
+// Enumerates the space for one key, compiles what the database lacks, checks and times each
+// survivor, and merges each measured config into the database as soon as it is measured.
+void tune_key(const Common& common, const kernels::KernelTemplate& t, const autotune::SearchSpace& space,
+              const AutotuneOptions& o, const Target& tg, kernels::Launcher& launcher, KeyToTune& k,
+              rt::TuningDb& db, Counts& n) {
+  autotune::Enumeration en = autotune::enumerate(space, k.shape);
+  say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(k.key),
+                          en.candidates.size(), space.size(), space.source));
+  n.candidates += en.candidates.size();
+  if (en.candidates.empty())
+    throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
+                                rt::format_key(k.key), autotune::format_values(en.rejected.at(0).params),
+                                en.rejected.at(0).reason));
+  rt::TuningEntry slot;
+  slot.kernel = t.name;
+  slot.device = tg.device;
+  slot.compute_capability = tg.cc;
+  slot.backend = tg.backend;
+  slot.key = k.key;
+  std::vector<Candidate> todo;
+  size_t skipped_here = 0;
+  for (const autotune::Values& v : en.candidates) {
+    autotune::Values full;
+    for (const auto& p : t.params) full[p.name] = p.value;
+    for (const auto& [name, x] : v) full[name] = x;
+    slot.config = rt::TunedConfig(full.begin(), full.end());
+    if (!o.force && db.find(slot)) {
+      ++skipped_here;
+      continue;
+    }
+    todo.push_back({full, {}, {}});
+  }
+  n.skipped += skipped_here;
+  if (skipped_here) say(common, fmt::format("  {} already in {} (use --force to measure again)", skipped_here, o.db));
+
+  Progress compiling("compile", todo.size());
+  compile_all(todo, t, k.shape, o.jobs ? o.jobs : std::max(1u, std::thread::hardware_concurrency()), tg.ptxas_arch,
+              compiling);
+
+  size_t survivors = 0;
+  for (const Candidate& c : todo) survivors += c.rejected.empty();
+  Progress measuring("measure", survivors);
+  std::string warning;
+  for (Candidate& c : todo) {
+    if (g_interrupted) break;
+    if (c.rejected.empty()) {
+      Measurement r = measure_problem(t, "", c.config, k.shape, k.problem, launcher, space.warmup, space.repeats);
+      c.rejected = r.rejected;
+      if (c.rejected.empty()) {
+        rt::TuningEntry e = slot;
+        e.config = rt::TunedConfig(c.config.begin(), c.config.end());
+        e.median_ms = median(r.times);
+        e.min_ms = *std::min_element(r.times.begin(), r.times.end());
+        e.max_ms = *std::max_element(r.times.begin(), r.times.end());
+        e.repeats = int64_t(r.times.size());
+        e.ideal_bytes = k.problem.ideal_bytes;
+        if (e.median_ms > 0 && k.problem.ideal_bytes) e.gbps = double(*k.problem.ideal_bytes) / (e.median_ms * 1e6);
+        e.bytes_loaded = r.last.bytes_loaded;
+        e.bytes_stored = r.last.bytes_stored;
+        e.unique_bytes = r.last.unique_bytes;
+        e.max_abs_err = r.cmp.max_abs_err;
+        rt::TuningDb one;
+        one.entries.push_back(e);
+        db = rt::merge_into_file(o.db, one, &warning); // after every config: ^C keeps what was measured
+        if (!warning.empty()) measuring.note("tilec: warning: " + std::exchange(warning, ""));
+        ++n.measured;
+        measuring.step(fmt::format("{}  median {:.4f} ms", autotune::format_values(c.config), e.median_ms));
+        continue;
+      }
+      measuring.step(autotune::format_values(c.config) + "  dropped: " + c.rejected);
+    }
+    ++n.rejected;
+    say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
+  }
+}
+
+// Compiles the winner of `key` for every export arch and module variant into o.export_dir;
+// returns the manifests written.
+std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const rt::TuningEntry& best,
+                                       const kernels::ParamMap& shape, const Target& tg, const std::string& dir) {
+  std::vector<std::string> written;
+  std::vector<kernels::ParamMap> variants = t.module_variants;
+  if (variants.empty()) variants.emplace_back();
+  kernels::ParamMap params(best.config.begin(), best.config.end());
+  for (const std::string& arch : tg.export_archs)
+    for (const kernels::ParamMap& variant : variants) {
+      kernels::ParamMap s = shape;
+      for (const auto& [name, v] : variant) s[name] = v;
+      for (const rt::Manifest& m : backends::write_template_modules(t, params, s, arch, dir, true))
+        written.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
+    }
+  return written;
+}
+
+int run_autotune(const Common& common, const AutotuneOptions& o) {
+  const kernels::KernelTemplate& t = find_kernel(o.kernel);
+  if (!t.make_problem)
+    throw UserError(fmt::format("{} cannot be tuned: it has no problem generator with a reference "
+                                "(KernelTemplate::make_problem), and autotune never stores an unchecked config",
+                                t.name));
+  if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
+
+  autotune::SpaceNames names{t.name, {}, {}};
+  for (const auto& p : t.params) names.params.push_back(p.name);
+  for (const auto& p : t.shape) names.shape.push_back(p.name);
+  autotune::SearchSpace space = autotune::load_space(o.space, names);
+
+  // Everything is checked before the database is touched: bad input writes nothing.
+  std::vector<KeyToTune> keys = make_keys(t, o);
   check_db_path(o.db);
   if (!o.export_dir.empty()) {
     std::error_code ec;
     if (fs::exists(o.export_dir, ec) && !fs::is_directory(o.export_dir, ec))
       throw UserError(fmt::format("--export {}: exists and is not a folder", o.export_dir));
   }
+  std::unique_ptr<kernels::Launcher> launcher;
+  Target tg = resolve_target(o, launcher);
   // Read only: nothing is written until a config is measured (a corrupt file is moved aside
   // then, by merge_into_file); bad input found later leaves no file behind.
   rt::TuningDb db;
@@ -246,137 +355,42 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old);
   g_interrupted = 0;
-
-  size_t n_candidates = 0, n_rejected = 0, n_measured = 0, n_skipped = 0;
-  std::vector<rt::ProblemKey> keys;
-  std::vector<kernels::ParamMap> key_shapes; // the --shape values of each key
-  for (const kernels::ParamMap& shape : shapes) {
+  Counts n;
+  for (KeyToTune& k : keys) {
     if (g_interrupted) break;
-    kernels::PagedAttentionShape ps = kernels::paged_attention_shape(shape);
-    rt::ProblemKey key = problem_key(*t, shape);
-    keys.push_back(key);
-    key_shapes.push_back(shape);
-    autotune::Enumeration en = autotune::enumerate(space, shape);
-    say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(key),
-                            en.candidates.size(), space.size(), space.source));
-    n_candidates += en.candidates.size();
-    if (en.candidates.empty())
-      throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
-                                  rt::format_key(key), autotune::format_values(en.rejected.at(0).params),
-                                  en.rejected.at(0).reason));
-
-    rt::TuningEntry slot;
-    slot.kernel = t->name;
-    slot.device = device;
-    slot.compute_capability = cc;
-    slot.backend = backend;
-    slot.key = key;
-    std::vector<Candidate> todo;
-    size_t skipped_here = 0;
-    for (const autotune::Values& v : en.candidates) {
-      autotune::Values full;
-      for (const auto& p : t->params) full[p.name] = p.value;
-      for (const auto& [k, x] : v) full[k] = x;
-      slot.config = rt::TunedConfig(full.begin(), full.end());
-      if (!o.force && db.find(slot)) {
-        ++skipped_here;
-        continue;
-      }
-      todo.push_back({full, {}, {}});
-    }
-    n_skipped += skipped_here;
-    if (skipped_here)
-      say(common, fmt::format("  {} already in {} (use --force to measure again)", skipped_here, o.db));
-
-    Progress compiling("compile", todo.size());
-    compile_all(todo, ps, jobs, arch, compiling);
-
-    kernels::PagedAttentionInputs in = kernels::make_paged_attention_inputs(ps, o.seed, shape.at("ctx"));
-    kernels::validate_paged_attention(in, false);
-    interp::Buffer want = kernels::paged_attention_reference(in);
-    const int64_t ideal = kernels::paged_attention_ideal_bytes(in);
-
-    size_t survivors = 0;
-    for (const Candidate& c : todo) survivors += c.rejected.empty();
-    Progress measuring("measure", survivors);
-    for (Candidate& c : todo) {
-      if (g_interrupted) break;
-      if (!c.rejected.empty()) {
-        ++n_rejected;
-        say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
-        continue;
-      }
-      Measurement r = measure_paged_attention(in, want, fused_run(kernels::paged_attention_config(c.config)),
-                                              *launcher, space.warmup, space.repeats);
-      c.rejected = r.rejected;
-      if (!c.rejected.empty()) {
-        ++n_rejected;
-        measuring.step(autotune::format_values(c.config) + "  dropped: " + c.rejected);
-        say(common, fmt::format("  dropped {}: {}", autotune::format_values(c.config), c.rejected));
-        continue;
-      }
-      const std::vector<double>& times = r.times;
-      const kernels::LaunchStats& last = r.last;
-      const kernels::Comparison& cmp = r.cmp;
-      rt::TuningEntry e = slot;
-      e.config = rt::TunedConfig(c.config.begin(), c.config.end());
-      e.median_ms = median(times);
-      e.min_ms = *std::min_element(times.begin(), times.end());
-      e.max_ms = *std::max_element(times.begin(), times.end());
-      e.repeats = int64_t(times.size());
-      e.ideal_bytes = ideal;
-      if (e.median_ms > 0) e.gbps = double(ideal) / (e.median_ms * 1e6);
-      e.bytes_loaded = last.bytes_loaded;
-      e.bytes_stored = last.bytes_stored;
-      e.unique_bytes = last.unique_bytes;
-      e.max_abs_err = cmp.max_abs_err;
-      rt::TuningDb one;
-      one.entries.push_back(e);
-      db = rt::merge_into_file(o.db, one, &warning); // after every config: ^C keeps what was measured
-      if (!warning.empty()) measuring.note("tilec: warning: " + std::exchange(warning, ""));
-      ++n_measured;
-      measuring.step(fmt::format("{}  median {:.4f} ms", autotune::format_values(c.config), e.median_ms));
-    }
+    tune_key(common, t, space, o, tg, *launcher, k, db, n);
   }
   sigaction(SIGINT, &old, nullptr);
 
   std::vector<rt::TuningEntry> best;
   std::vector<std::string> exported;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const rt::ProblemKey& key = keys[i];
-    auto sel = rt::select_config(db, t->name, device, key);
-    if (sel && sel->rule == "exact") {
-      best.push_back(sel->entry);
-      if (!o.export_dir.empty() && !g_interrupted)
-        for (const std::string& a : export_archs)
-          for (int64_t softcap : {0, 1}) { // the kernel is specialized on whether a softcap applies
-            kernels::ParamMap params(sel->entry.config.begin(), sel->entry.config.end());
-            kernels::ParamMap shape = key_shapes[i];
-            shape["softcap"] = softcap;
-            for (const rt::Manifest& m : backends::write_template_modules(*t, params, shape, a, o.export_dir, true))
-              exported.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
-          }
-      say(common, fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(key),
-                              rt::format_config(sel->entry.config), sel->entry.median_ms,
-                              sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
-    }
+  for (const KeyToTune& k : keys) {
+    auto sel = rt::select_config(db, t.name, tg.device, k.key);
+    if (!sel || sel->rule != "exact") continue;
+    best.push_back(sel->entry);
+    if (!o.export_dir.empty() && !g_interrupted)
+      for (std::string& m : export_winner(t, sel->entry, k.shape, tg, o.export_dir)) exported.push_back(std::move(m));
+    say(common, fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(k.key),
+                            rt::format_config(sel->entry.config), sel->entry.median_ms,
+                            sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
   }
-  say(common, fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n_candidates,
-                          n_rejected, n_measured, n_skipped, o.db));
+  say(common, fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n.candidates,
+                          n.rejected, n.measured, n.skipped, o.db));
   if (!o.export_dir.empty() && !g_interrupted) {
     // The database travels with its modules: a deployment ships the folder.
     fs::path copy = fs::path(o.export_dir) / fs::path(o.db).filename();
     if (fs::absolute(copy).lexically_normal() != fs::absolute(o.db).lexically_normal())
       rt::merge_into_file(copy.string(), db);
     say(common, fmt::format("exported {} modules ({}) and the database to {}", exported.size(),
-                            fmt::join(export_archs, ", "), o.export_dir));
+                            fmt::join(tg.export_archs, ", "), o.export_dir));
   }
-  if (g_interrupted) std::cerr << fmt::format("tilec: interrupted; {} holds the {} configs measured so far\n", o.db, n_measured);
+  if (g_interrupted)
+    std::cerr << fmt::format("tilec: interrupted; {} holds the {} configs measured so far\n", o.db, n.measured);
   if (common.json) {
     JsonObject j;
-    j.str("kernel", t->name).str("backend", backend).str("device", device);
-    j.integer("candidates", int64_t(n_candidates)).integer("rejected", int64_t(n_rejected));
-    j.integer("measured", int64_t(n_measured)).integer("skipped", int64_t(n_skipped));
+    j.str("kernel", t.name).str("backend", tg.backend).str("device", tg.device);
+    j.integer("candidates", int64_t(n.candidates)).integer("rejected", int64_t(n.rejected));
+    j.integer("measured", int64_t(n.measured)).integer("skipped", int64_t(n.skipped));
     if (best.empty()) j.null("best");
     else if (keys.size() == 1) j.raw("best", best_json(best[0]).str());
     else {
@@ -397,26 +411,9 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
 
 } // namespace
 
-kernels::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db_path,
-                                                             const kernels::ParamMap& shape,
-                                                             const kernels::PagedAttentionInputs& in,
-                                                             bool from_files, const std::string& backend,
-                                                             const kernels::PagedAttentionConfig& fallback) {
-  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
-  kernels::ParamMap problem = shape;
-  if (from_files) {
-    const kernels::PagedAttentionShape& s = in.shape;
-    problem["batch"] = s.batch, problem["hq"] = s.hq, problem["hkv"] = s.hkv, problem["sq"] = s.sq;
-    problem["head_dim"] = s.head_dim, problem["block_size"] = s.block_size, problem["alibi"] = s.alibi;
-    problem["max_blocks"] = s.max_blocks, problem["num_blocks"] = s.num_blocks;
-    int64_t ctx = 0;
-    for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
-    problem["ctx"] = ctx;
-    for (const auto& p : t->shape)
-      if (p.name == "dtype")
-        for (size_t i = 0; i < p.choices.size(); ++i)
-          if (p.choices[i] == ir::dtype_name(s.dtype)) problem["dtype"] = int64_t(i);
-  }
+kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTemplate& t, const std::string& db_path,
+                               const kernels::ParamMap& shape, const std::string& backend,
+                               const kernels::ParamMap& fallback) {
   std::string device = rt::host_device_name(backend);
   if (backend == "cuda") device = rt::Context(0).properties().name;
   rt::TuningDb db;
@@ -425,24 +422,22 @@ kernels::PagedAttentionConfig tuned_paged_attention_config(const Common& common,
   } catch (const rt::TuningDbError& e) {
     throw UserError(fmt::format("--tuned {}", e.what()));
   }
-  rt::ProblemKey key = problem_key(*t, problem);
-  auto sel = rt::select_config(db, "paged_attention", device, key,
-                               rt::kSizeFields);
+  rt::ProblemKey key = problem_key(t, shape);
+  auto sel = rt::select_config(db, t.name, device, key, t.size_fields);
   if (!sel) {
     say(common, fmt::format("--tuned {}: nothing tuned for {} on {}; using the default config", db_path,
                             rt::format_key(key), device));
     return fallback;
   }
   say(common, "--tuned " + db_path + ": " + sel->note);
-  kernels::ParamMap cfg{{"block_n", fallback.block_n}, {"head_group", fallback.head_group},
-                         {"num_warps", fallback.num_warps}, {"num_splits", fallback.num_splits}};
-  for (const auto& [k, v] : sel->entry.config) cfg[k] = v;
-  return kernels::paged_attention_config(cfg);
+  kernels::ParamMap params = fallback;
+  for (const auto& [k, v] : sel->entry.config) params[k] = v;
+  return params;
 }
 
 Action add_autotune(CLI::App& app, Common& common) {
   auto o = std::make_shared<AutotuneOptions>();
-  app.add_option("kernel", o->kernel, "kernel to tune (paged_attention)")->required();
+  app.add_option("kernel", o->kernel, "kernel to tune (any with a reference; see tilec list)")->required();
   app.add_option("--space", o->space, "search space (TOML, e.g. configs/paged_attention.toml)")->required();
   app.add_option("--shape", o->shapes, "problem sizes NAME=VALUE...; repeat --shape to tune several keys")
       ->expected(1, -1)

@@ -52,11 +52,8 @@ codegen::CompileOptions compile_options(const kernels::ParamMap& params, const s
   codegen::CompileOptions o;
   o.arch = arch;
   o.target = target == "emu" ? codegen::Target::emu : codegen::Target::nvptx;
-  if (auto it = params.find("num_warps"); it != params.end()) {
-    if (!ir::is_pow2(it->second) || it->second > 32)
-      throw UserError(fmt::format("--set num_warps={}: must be a power of two from 1 to 32", it->second));
-    o.num_warps = static_cast<int>(it->second);
-  }
+  // num_warps was checked with the other --set values (resolve_set); compile() checks it again.
+  if (auto it = params.find("num_warps"); it != params.end()) o.num_warps = static_cast<int>(it->second);
   return o;
 }
 

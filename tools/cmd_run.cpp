@@ -11,9 +11,9 @@
 #include "ir/verifier.h"
 #include "runtime/cuda.h"
 #include "abi/error.h"
+#include "runtime/npy.h"
 #include "tools/commands.h"
 #include "tools/json.h"
-#include "kernels/paged_attention.h"
 #include "tools/kernel_args.h"
 
 namespace tilec::cli {
@@ -24,9 +24,8 @@ struct RunOptions {
   KernelChoice choice;
   std::string backend = "auto";
   uint64_t seed = 1;
-  // paged_attention only
-  std::string path = "fused";
-  std::optional<double> softmax_scale, softcap;
+  std::string path;                                   // empty: the template's default
+  std::map<std::string, std::optional<double>> options; // --NAME X of the templates' float options
   std::string inputs_dir, out_file;
   bool out_given = false; // --out "" too
   std::string tuned; // tuning database to take the config from
@@ -100,53 +99,45 @@ void check_out_file(const std::string& file) {
     throw UserError(fmt::format("--out {}: cannot write in {}: {}", file, folder.string(), std::strerror(errno)));
 }
 
-int run_paged_attention(const Common& common, const RunOptions& o) {
-  using namespace kernels;
-  if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
-  if (!o.tuned.empty()) {
-    // A database that is not there is a mistyped name, not an empty database.
-    std::error_code ec;
-    if (!std::filesystem::exists(o.tuned, ec))
-      throw UserError(fmt::format("--tuned {}: no such file (tilec autotune -o writes one)", o.tuned));
-    if (!std::filesystem::is_regular_file(o.tuned, ec))
-      throw UserError(fmt::format("--tuned {}: not a file", o.tuned));
-  }
-  auto shape_params = o.choice.shape();
-  auto cfg = paged_attention_config(o.choice.params());
-  PagedAttentionInputs in;
-  std::string what;
-  if (!o.inputs_dir.empty()) {
-    if (!o.choice.shapes.empty()) throw UserError("--shape and --inputs exclude each other: the files give the shapes");
-    in = read_paged_attention_inputs(o.inputs_dir, o.softmax_scale.value_or(0.0), o.softcap);
-    what = o.inputs_dir;
-  } else {
-    PagedAttentionShape s = paged_attention_shape(shape_params);
-    s.softmax_scale = o.softmax_scale.value_or(0.0);
-    s.softcap = o.softcap;
-    in = make_paged_attention_inputs(s, o.seed, shape_params.at("ctx"));
-  }
-  const PagedAttentionShape& s = in.shape;
-  if (what.empty())
-    what = fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}", s.batch, s.hq,
-                       s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks, ir::dtype_name(s.dtype),
-                       s.alibi ? " alibi" : "");
-  validate_paged_attention(in, o.path == "decompose");
-  std::string backend = resolve_backend(o.backend);
-  if (!o.tuned.empty()) cfg = tuned_paged_attention_config(common, o.tuned, shape_params, in, !o.inputs_dir.empty(), backend, cfg);
-  auto launcher = make_launcher(backend);
-  interp::Buffer out = o.path == "fused" ? run_paged_attention_fused(in, cfg, *launcher)
-                                         : run_paged_attention_decomposed(in, *launcher);
-  if (!o.out_file.empty()) write_paged_attention_output(o.out_file, in, out);
+// A tuning database given with --tuned must exist: a missing one is a mistyped name, not an
+// empty database.
+void check_tuned_db(const std::string& db) {
+  std::error_code ec;
+  if (!std::filesystem::exists(db, ec))
+    throw UserError(fmt::format("--tuned {}: no such file (tilec autotune -o writes one)", db));
+  if (!std::filesystem::is_regular_file(db, ec)) throw UserError(fmt::format("--tuned {}: not a file", db));
+}
 
-  Problem p;
-  p.outputs = {p.add_buffer(std::move(out))};
-  p.expected = {paged_attention_reference(in)};
-  p.atol = s.dtype == ir::DType::f32 ? 1e-5 : s.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
-  p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
-  kernels::Comparison c = compare_outputs(p);
+// Output 0 of a run as .npy: the template's writer, else a 1-d array of its dtype.
+void write_output(const kernels::KernelTemplate& t, const std::string& path, const kernels::Problem& p) {
+  if (t.write_output) return t.write_output(path, p);
+  const interp::Buffer& out = p.buffers.at(size_t(p.outputs.at(0)));
+  rt::write_npy(path, {kernels::npy_descr(out.dtype), {int64_t(out.count())}, out.bytes});
+}
+
+int run_kernel(const Common& common, const RunOptions& o) {
+  const kernels::KernelTemplate& t = o.choice.kernel();
+  if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
+  if (!o.tuned.empty()) check_tuned_db(o.tuned);
+  if (!o.inputs_dir.empty() && !o.choice.shapes.empty())
+    throw UserError("--shape and --inputs exclude each other: the files give the shapes");
+  kernels::ProblemRequest req{o.choice.params(), o.choice.shape(), o.seed, {}, o.inputs_dir};
+  for (const auto& [name, value] : o.options)
+    if (value) req.options[name] = *value;
+  kernels::build_kernels(t, req.params, req.shape); // a bad --set is named before the problem is made
+  kernels::Problem p = kernels::make_problem(t, req);
+  std::string backend = resolve_backend(o.backend);
+  kernels::ParamMap params = req.params;
+  if (!o.tuned.empty()) params = tuned_params(common, t, o.tuned, p.shape.empty() ? req.shape : p.shape, backend, params);
+  auto launcher = make_launcher(backend);
+  kernels::run_problem(t, o.path, params, req.shape, p, *launcher);
+  if (!o.out_file.empty()) write_output(t, o.out_file, p);
+  kernels::Comparison c = kernels::compare_outputs(p);
   RunResult r = stats_of(*launcher);
-  r.ideal_bytes = paged_attention_ideal_bytes(in);
-  print_result(common, "paged_attention", backend, o.path, what, c, r);
+  r.ideal_bytes = p.ideal_bytes;
+  std::optional<std::string> path;
+  if (!t.paths.empty()) path = o.path.empty() ? kernels::default_path(t) : o.path;
+  print_result(common, t.name, backend, path, p.description, c, r);
   return c.ok ? kOk : kFailed;
 }
 
@@ -166,37 +157,16 @@ Action add_run(CLI::App& app, Common& common) {
   app.add_option("--seed", o->seed, "seed of the generated inputs")
       ->check(kSeedCheck)
       ->capture_default_str();
-  app.add_option("--path", o->path, "paged_attention: fused (block-table walk) or decompose (primitive ops)")
-      ->check(CLI::IsMember({"fused", "decompose"}))
-      ->capture_default_str();
-  app.add_option("--softmax-scale", o->softmax_scale, "paged_attention: scale of q.k (default 1/sqrt(head_dim))");
-  app.add_option("--softcap", o->softcap, "paged_attention: cap * tanh(s / cap) on the scores (default none)");
-  app.add_option("--inputs", o->inputs_dir, "paged_attention: folder of q.npy k_cache.npy v_cache.npy "
-                                            "block_table.npy context_lens.npy [alibi_slopes.npy]");
-  app.add_option("--tuned", o->tuned, "paged_attention: take the config from this tuning database (tilec autotune)");
-  app.add_option("--out", o->out_file, "paged_attention: write the output here (.npy, q's dtype)");
+  app.add_option("--path", o->path, "how to compute it, for kernels with several ways (see tilec list; "
+                                    "paged_attention: fused or decompose)");
+  add_float_options(app, o->options);
+  app.add_option("--inputs", o->inputs_dir, "read the inputs from this folder of .npy files (kernels that take "
+                                            "files; see tilec list)");
+  app.add_option("--tuned", o->tuned, "take the config from this tuning database (tilec autotune)");
+  app.add_option("--out", o->out_file, "write the output here (.npy)");
   return [&common, o, &app]() -> int {
     o->out_given = app.count("--out") > 0;
-    const auto& t = o->choice.kernel();
-    if (t.name == "paged_attention") return run_paged_attention(common, *o);
-    for (const char* flag : {"--path", "--softmax-scale", "--softcap", "--inputs", "--out", "--tuned"})
-      if (app.count(flag) > 0)
-        throw UserError(fmt::format("{} applies to paged_attention only, not {}", flag, t.name));
-    auto params = o->choice.params();
-    auto shape = o->choice.shape();
-    std::string backend = resolve_backend(o->backend);
-    ir::Kernel k = t.build(params, shape);
-    ir::verify(*k);
-    kernels::Problem p = t.make_problem(params, shape, o->seed);
-    auto launcher = make_launcher(backend);
-    launcher->launch(k, int(params.count("num_warps") ? params.at("num_warps") : 4), p.grid, p.interp_args());
-    RunResult r = stats_of(*launcher);
-    kernels::Comparison c = kernels::compare_outputs(p);
-
-    std::string sizes;
-    for (auto& [name, v] : shape) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", name, v);
-    print_result(common, t.name, backend, std::nullopt, sizes, c, r);
-    return c.ok ? kOk : kFailed;
+    return run_kernel(common, *o);
   };
 }
 

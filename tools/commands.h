@@ -9,12 +9,11 @@
 #include "codegen/compile.h"
 #include "runtime/tuning_db.h"
 #include "kernels/launcher.h"
-#include "kernels/paged_attention.h"
 #include "kernels/registry.h"
 
 namespace tilec::cli {
 
-// DESIGN.md's exit codes.
+// The CLI's exit codes.
 enum ExitCode : int { kOk = 0, kFailed = 1, kBadInput = 2, kBackendUnavailable = 3 };
 
 // Options every command shares.
@@ -36,35 +35,29 @@ Action add_fuzz(CLI::App& app, Common& common);  // cmd_fuzz.cpp
 // BackendUnavailable (exit 3) when this machine or build cannot run it. In cmd_run.cpp.
 std::unique_ptr<kernels::Launcher> backend_launcher(const std::string& requested, std::string& backend);
 
-// `tilec run paged_attention --tuned DB`: the config runtime/tuning_db.h selects for this
-// problem (`shape` from --shape, or the shapes of `in` when `from_files`) on `backend`'s
-// device, else `fallback`; says which (cmd_autotune.cpp).
-kernels::PagedAttentionConfig tuned_paged_attention_config(const Common& common, const std::string& db,
-                                                             const kernels::ParamMap& shape,
-                                                             const kernels::PagedAttentionInputs& in,
-                                                             bool from_files, const std::string& backend,
-                                                             const kernels::PagedAttentionConfig& fallback);
+// The params `--tuned DB` selects for a problem of `t` with these --shape values on
+// `backend`'s device: the exact key, else the nearest by t.size_fields, else `fallback`;
+// says which (cmd_autotune.cpp).
+kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTemplate& t, const std::string& db,
+                               const kernels::ParamMap& shape, const std::string& backend,
+                               const kernels::ParamMap& fallback);
 
 // The problem key of the tuning database: the --shape values, choices by name (cmd_autotune.cpp).
 rt::ProblemKey problem_key(const kernels::KernelTemplate& t, const kernels::ParamMap& shape);
 
-// One way of computing paged attention: the fused kernel with a config, or the decomposition.
-using PagedAttentionRun =
-    std::function<interp::Buffer(const kernels::PagedAttentionInputs& in, kernels::Launcher& launcher)>;
-PagedAttentionRun fused_run(const kernels::PagedAttentionConfig& cfg);
-
-// `run` checked against `want` (the reference) with `tilec run`'s tolerances and, when correct,
-// timed: `warmup` untimed runs, then `repeats` timed ones (kernel time where the backend
-// measures it, else wall time). `rejected` says why it is unusable.
+// One config of `t` on problem `p` (run on `path`, empty: the default) checked against the
+// reference with the problem's tolerances and, when correct, timed: `warmup` untimed runs,
+// then `repeats` timed ones (kernel time where the backend measures it, else wall time).
+// The outputs are put back as the problem made them. `rejected` says why it is unusable.
 struct Measurement {
   std::string rejected;
   std::vector<double> times;
   kernels::LaunchStats last; // of the last timed run
   kernels::Comparison cmp;
 };
-Measurement measure_paged_attention(const kernels::PagedAttentionInputs& in, const interp::Buffer& want,
-                                    const PagedAttentionRun& run, kernels::Launcher& launcher, int warmup,
-                                    int repeats);
+Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
+                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
+                            kernels::Launcher& launcher, int warmup, int repeats);
 
 // Code-generation options from a template's parameters (num_warps) and the flags.
 codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,

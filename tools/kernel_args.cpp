@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "abi/limits.h"
 #include "ir/types.h"
 
 namespace tilec::cli {
@@ -13,7 +14,9 @@ void KernelChoice::add_options(CLI::App& app) {
   app.add_option("--shape", shapes, "problem size NAME=VALUE (repeatable)")->take_all();
 }
 
-const kernels::KernelTemplate& KernelChoice::kernel() const {
+const kernels::KernelTemplate& KernelChoice::kernel() const { return find_kernel(name); }
+
+const kernels::KernelTemplate& find_kernel(const std::string& name) {
   if (const auto* t = kernels::find_template(name)) return *t;
   std::vector<std::string> names;
   for (const auto& t : kernels::all_templates()) names.push_back(t.name);
@@ -25,9 +28,19 @@ kernels::ParamMap KernelChoice::params() const { return resolve_set(kernel(), se
 kernels::ParamMap resolve_set(const kernels::KernelTemplate& t, const std::vector<std::string>& sets) {
   kernels::ParamMap p = kernels::resolve_params(t.params, sets, "--set");
   // Checked here for every command, not only those that compile for a GPU.
-  if (auto it = p.find("num_warps"); it != p.end() && (!ir::is_pow2(it->second) || it->second > 32))
-    throw UserError(fmt::format("--set num_warps={}: must be a power of two from 1 to 32", it->second));
+  if (auto it = p.find("num_warps"); it != p.end())
+    if (std::string why = num_warps_error(it->second); !why.empty()) throw UserError("--set " + why);
   return p;
+}
+
+void add_float_options(CLI::App& app, std::map<std::string, std::optional<double>>& values) {
+  std::map<std::string, std::string> help; // name -> "kernel: help; kernel: help"
+  for (const auto& t : kernels::all_templates())
+    for (const kernels::FloatOption& o : t.options) {
+      std::string& h = help[o.name];
+      h += fmt::format("{}{}: {}", h.empty() ? "" : "; ", t.name, o.help);
+    }
+  for (const auto& [name, text] : help) app.add_option("--" + name, values[name], text);
 }
 
 kernels::ParamMap KernelChoice::shape() const {

@@ -55,7 +55,7 @@ Run problem(const std::string& name, kernels::ParamMap shape_overrides = {}) {
   for (const auto& p : t->params) params[p.name] = p.value;
   for (const auto& p : t->shape) shape[p.name] = p.value;
   for (const auto& [k, v] : shape_overrides) shape[k] = v;
-  return {t->make_problem(params, shape, 7), t->build(params, shape), int(params.at("num_warps"))};
+  return {t->make_problem({params, shape, 7, {}, {}}), t->build(params, shape), int(params.at("num_warps"))};
 }
 
 // The child cases need the fake: make sure it is the driver they talk to.

@@ -1,5 +1,6 @@
 // Every template kernel through the GPU pipeline (sm_80 and sm_90, ptxas with
 // zero spills) and, on the emu target, against its reference.
+#include "backends/launchers.h"
 #include "kernels/registry.h"
 #include "tests/codegen/codegen_test_util.h"
 #include "tests/codegen/emu_harness.h"
@@ -19,10 +20,8 @@ TEST_CASE("every template kernel compiles for the GPU and runs correctly emulate
       if (k.ptxas)
         WARN(t.name << " " << arch << ": " << k.ptxas->registers << " registers, " << k.stats.conversions
                     << " conversions, " << k.stats.barriers << " barriers, " << k.shared_bytes << " B shared");
-    if (!t.make_problem) continue; // paged attention has its own runner and tests
-    kernels::Problem p = t.make_problem(params, shape, 7);
-    std::string err = run_emulated(*fn, p.grid, p.interp_args(), num_warps);
-    REQUIRE(err == "");
+    kernels::Problem p = kernels::make_problem(t, {params, shape, 7, {}, {}});
+    kernels::run_problem(t, "", params, shape, p, *backends::make_emulate_launcher());
     kernels::Comparison c = kernels::compare_outputs(p);
     INFO(c.first_mismatch);
     CHECK(c.ok);

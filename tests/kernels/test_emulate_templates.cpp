@@ -31,7 +31,7 @@ void check_template(const std::string& name, const ParamMap& params, const Param
   const KernelTemplate* t = find_template(name);
   REQUIRE(t);
   ir::Kernel k = t->build(params, shape);
-  Problem ref = t->make_problem(params, shape, seed);
+  Problem ref = t->make_problem({params, shape, seed, {}, {}});
   Problem emu = ref;
   int warps = int(params.at("num_warps"));
   make_interpret_launcher()->launch(k, warps, ref.grid, ref.interp_args());
@@ -114,7 +114,7 @@ void check_vector_add_bytes(int64_t block, int64_t warps) {
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(4099)}) {
     const KernelTemplate* t = find_template("vector_add");
     ParamMap params{{"block", block}, {"num_warps", warps}}, shape{{"n", n}};
-    Problem p = t->make_problem(params, shape, 3);
+    Problem p = t->make_problem({params, shape, 3, {}, {}});
     auto emu = backends::make_emulate_launcher();
     emu->launch(t->build(params, shape), int(warps), p.grid, p.interp_args());
     INFO("n = " << n << ", block " << block << ", num_warps " << warps);

@@ -55,9 +55,8 @@ TEST_CASE("templates match their references on random ragged shapes (interpreter
         for (const char* d : {"m", "n", "k"}) shape[d] = 1 + rng() % 70;
       }
       INFO(t.name << " trial " << trial);
-      ir::Kernel k = t.build(params, shape);
-      Problem p = t.make_problem(params, shape, rng());
-      launcher->launch(k, 4, p.grid, p.interp_args());
+      Problem p = make_problem(t, {params, shape, rng(), {}, {}});
+      run_problem(t, "", params, shape, p, *launcher);
       Comparison c = compare_outputs(p);
       INFO(c.first_mismatch);
       CHECK(c.ok);

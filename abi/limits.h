@@ -1,0 +1,19 @@
+#pragma once
+// Rules that hold wherever a kernel is compiled or launched, stated once: the compiler, the
+// kernels and the CLI check them through these (each caller wraps the message in its own
+// error type).
+#include <cstdint>
+#include <string>
+
+#include "abi/version.h"
+
+namespace tilec {
+
+// Why `num_warps` cannot be used, or "" when it can: a power of two from 1 to 32 (a block of
+// at most 1024 threads).
+inline std::string num_warps_error(int64_t num_warps) {
+  if (num_warps >= 1 && num_warps <= 32 && (num_warps & (num_warps - 1)) == 0) return "";
+  return "num_warps=" + std::to_string(num_warps) + ": must be a power of two from 1 to 32";
+}
+
+} // namespace tilec
