@@ -17,24 +17,19 @@ int64_t pow2_floor(int64_t v) {
 
 int mem_bytes(const ir::Type& t) { return t.is_ptr() ? 8 : ir::dtype_bytes(t.dtype()); }
 
-bool is_view_or_elementwise(OpKind k) {
-  switch (k) {
-  case OpKind::Arange:
-  case OpKind::Constant:
-  case OpKind::Splat:
-  case OpKind::Broadcast:
-  case OpKind::ExpandDims:
-  case OpKind::Permute:
-  case OpKind::AddPtr:
-  case OpKind::Select:
-  case OpKind::Cast: return true;
-  default: return ir::is_elementwise(k);
-  }
-}
-
 const std::vector<LayoutId> kNoRequests;
 
 } // namespace
+
+bool is_view_or_elementwise(OpKind k) {
+  switch (k) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_VIEW_OR_ELEMENTWISE_OPS(TILEC_X)
+#undef TILEC_X
+    return true;
+  default: return false;
+  }
+}
 
 bool is_trivial_reshape(const ir::Shape& from, const ir::Shape& to) {
   ir::Shape a, b;
@@ -49,6 +44,7 @@ LayoutPlan::LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num
     : axis_(axis), num_warps_(num_warps) {
   forward(fn.body);
   backward(fn.body);
+  collect_conversions(fn.body);
 }
 
 LayoutId LayoutPlan::intern(const Layout& l) {
@@ -322,6 +318,30 @@ void LayoutPlan::backward_op(const Op& op) {
     return;
   default: return;
   }
+}
+
+// Mirrors where the lowering defines materialized values (Lowering::define) and
+// emits reshapes, so that the list is what the lowering does.
+void LayoutPlan::collect_conversions(const ir::Block& b) {
+  for (const auto& op : b.ops) {
+    if (op->kind == OpKind::Reshape && !op->results[0]->type.is_scalar() &&
+        !is_trivial_reshape(op->operands[0]->type.shape, op->results[0]->type.shape))
+      conversions_.push_back({op->operands[0], op.get(), op_layouts(op.get())[0], native(op->results[0])});
+    if (op->kind == OpKind::For) {
+      for (const Value* a : op->region(0).args) convert_if_asked(a);
+      collect_conversions(op->region(0));
+    } else {
+      for (const auto& r : op->regions) collect_conversions(*r);
+    }
+    for (const Value* r : op->results) convert_if_asked(r);
+  }
+}
+
+void LayoutPlan::convert_if_asked(const Value* v) {
+  LayoutId n = native(v);
+  if (n == kNone) return;
+  for (LayoutId l : requests(v))
+    if (l != n) conversions_.push_back({v, nullptr, n, l});
 }
 
 } // namespace tilec::codegen

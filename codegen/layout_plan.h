@@ -14,7 +14,27 @@
 #include "codegen/layout.h"
 #include "ir/ir.h"
 
+// The ops computed directly in whatever layouts their users ask for, moving no
+// data: ir/ops.def's elementwise categories and these views and elementwise-like
+// ops. The plan propagates layouts through them and the lowering computes them
+// once per layout asked for, both from this one list (a trivial reshape is
+// treated alike by both). X(Enum, "printed name"), as in ir/ops.def.
+#define TILEC_VIEW_OR_ELEMENTWISE_OPS(X)                                                           \
+  X(Arange, "arange")                                                                              \
+  X(Constant, "constant")                                                                          \
+  X(Splat, "splat")                                                                                \
+  X(Broadcast, "broadcast")                                                                        \
+  X(ExpandDims, "expand_dims")                                                                     \
+  X(Permute, "permute")                                                                            \
+  X(AddPtr, "addptr")                                                                              \
+  X(Select, "select")                                                                              \
+  X(Cast, "cast")                                                                                  \
+  TILEC_UNARY_OPS(X) TILEC_BINARY_OPS(X) TILEC_COMPARE_OPS(X)
+
 namespace tilec::codegen {
+
+// True for the ops of TILEC_VIEW_OR_ELEMENTWISE_OPS.
+bool is_view_or_elementwise(ir::OpKind k);
 
 using LayoutId = int;
 inline constexpr LayoutId kScalar = -1; // rank-0 values: uniform across the program
@@ -25,6 +45,7 @@ public:
   LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps);
 
   const Layout& layout(LayoutId id) const { return layouts_.at(id); }
+  int num_layouts() const { return static_cast<int>(layouts_.size()); }
   LayoutId intern(const Layout& l);
 
   // The layout a value is produced in when it is materialized by its op (loads,
@@ -49,6 +70,18 @@ public:
   // permute, trivial reshape): the layout its tile operand `v` is needed in.
   LayoutId operand_layout(const ir::Op& op, const ir::Value* v, LayoutId l);
 
+  // A move of elements between threads, through shared memory: a materialized
+  // value asked for in a layout other than its native one (converted right
+  // where it is defined; for a loop-carried value at the top of the loop body),
+  // or a reshape that moves elements (`reshape` set; `value` is its operand).
+  struct Conversion {
+    const ir::Value* value = nullptr;
+    const ir::Op* reshape = nullptr;
+    LayoutId from = kNone, to = kNone;
+  };
+  // In the order the lowering emits them; LoweringStats::conversions counts the same.
+  const std::vector<Conversion>& conversions() const { return conversions_; }
+
 private:
   void forward(const ir::Block& b);
   void forward_op(const ir::Op& op);
@@ -58,6 +91,8 @@ private:
   LayoutId nat(const ir::Value* v) const;
   LayoutId nat_or_default(const ir::Value* v);
   LayoutId derive_reshape(LayoutId l, const ir::Shape& from, const ir::Shape& to);
+  void collect_conversions(const ir::Block& b);
+  void convert_if_asked(const ir::Value* v);
 
   const AxisAnalysis& axis_;
   int num_warps_;
@@ -66,6 +101,7 @@ private:
   std::unordered_map<const ir::Value*, LayoutId> native_;
   std::unordered_map<const ir::Value*, std::vector<LayoutId>> requests_;
   std::unordered_map<const ir::Op*, std::vector<LayoutId>> op_layouts_;
+  std::vector<Conversion> conversions_;
 };
 
 // True when reshape only adds or drops size-1 dims.

@@ -190,6 +190,9 @@ LoweringStats Lowering::run() {
   pb_.CreateBr(body);
   hooks_.finish_kernel(m_, kernel_, threads);
   stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
+  // `tilec ir --stage layouts` prints the plan's list: it must be what was emitted.
+  internal_assert(stats_.conversions == static_cast<int>(plan_.conversions().size()),
+                  "the lowering emits the layout plan's conversions");
   return stats_;
 }
 
@@ -372,19 +375,8 @@ void Lowering::emit_op(const Op& op) {
   case OpKind::Reshape:
     if (!is_trivial_reshape(op.operands[0]->type.shape, res->type.shape)) return emit_reshape(op);
     [[fallthrough]];
-  case OpKind::Arange:
-  case OpKind::Constant:
-  case OpKind::Splat:
-  case OpKind::Broadcast:
-  case OpKind::ExpandDims:
-  case OpKind::Permute:
-  case OpKind::AddPtr:
-  case OpKind::Select:
-  case OpKind::Cast:
 #define TILEC_X(E, N) case OpKind::E:
-    TILEC_UNARY_OPS(TILEC_X)
-    TILEC_BINARY_OPS(TILEC_X)
-    TILEC_COMPARE_OPS(TILEC_X)
+    TILEC_VIEW_OR_ELEMENTWISE_OPS(TILEC_X)
 #undef TILEC_X
     if (res->type.is_scalar()) vals_[{res, kScalar}] = compute(op, kScalar);
     else

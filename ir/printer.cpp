@@ -61,7 +61,10 @@ std::string format_loc(const SourceLoc& loc) {
 
 class Printer {
 public:
-  explicit Printer(const Function& fn) : fn_(fn) { number_values(); }
+  Printer(const Function& fn, const PrintHooks& hooks) : fn_(fn), hooks_(hooks) {
+    number_values();
+    ref_ = [this](const Value* v) { return ref(v); };
+  }
 
   std::string run() {
     std::string name = is_bare_name(fn_.name) ? fn_.name : quote(fn_.name);
@@ -135,7 +138,10 @@ private:
   }
 
   void print_region(const Op& op, size_t i, int depth) {
-    out_ += "{\n";
+    out_ += "{";
+    if (i == 0 && hooks_.suffix) out_ += hooks_.suffix(op, ref_);
+    out_ += "\n";
+    if (hooks_.region_start) print_lines(hooks_.region_start(op, i, ref_), depth + 1);
     if (i < op.regions.size()) print_ops(*op.regions[i], depth + 1);
     indent(depth);
     out_ += "}";
@@ -164,8 +170,17 @@ private:
       break;
     }
     if (typed) out_ += " : " + result_types(op);
+    if (op.regions.empty() && hooks_.suffix) out_ += hooks_.suffix(op, ref_);
     out_ += format_loc(op.loc);
     out_ += "\n";
+    if (hooks_.after) print_lines(hooks_.after(op, ref_), depth);
+  }
+
+  void print_lines(const std::vector<std::string>& lines, int depth) {
+    for (const std::string& l : lines) {
+      indent(depth);
+      out_ += l + "\n";
+    }
   }
 
   void print_arrow(const Op& op) {
@@ -202,6 +217,8 @@ private:
   }
 
   const Function& fn_;
+  const PrintHooks& hooks_;
+  PrintHooks::Ref ref_;
   std::unordered_map<const Value*, int> ids_;
   std::unordered_map<const Value*, std::string> names_;
   std::string out_;
@@ -209,6 +226,8 @@ private:
 
 } // namespace
 
-std::string print(const Function& fn) { return Printer(fn).run(); }
+std::string print(const Function& fn) { return Printer(fn, PrintHooks{}).run(); }
+
+std::string print(const Function& fn, const PrintHooks& hooks) { return Printer(fn, hooks).run(); }
 
 } // namespace tilec::ir

@@ -25,7 +25,9 @@
 // (A sketch: real output numbers every value but the parameters.) An op reads
 // `results = name operands-and-attributes : result type loc(...)`; an unknown
 // location prints nothing.
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "ir/ir.h"
 
@@ -34,6 +36,21 @@ namespace tilec::ir {
 // Values are numbered as Function::renumber would number them (without
 // mutating `fn`); kernel parameters print by name.
 std::string print(const Function& fn);
+
+// Text a caller adds to the print, such as the layouts `tilec ir --stage
+// layouts` shows; the parser does not read it back. `ref` names a value as the
+// print does. Empty hooks add nothing.
+struct PrintHooks {
+  using Ref = std::function<std::string(const Value*)>;
+  // Added to the op's line before its location (for an op with regions: at the
+  // end of the line opening the first).
+  std::function<std::string(const Op&, const Ref& ref)> suffix;
+  // Whole lines after the op (after its regions), at the op's indentation.
+  std::function<std::vector<std::string>(const Op&, const Ref& ref)> after;
+  // Whole lines at the top of region `i` of the op, at the region's indentation.
+  std::function<std::vector<std::string>(const Op&, size_t i, const Ref& ref)> region_start;
+};
+std::string print(const Function& fn, const PrintHooks& hooks);
 
 // Lexical rules the parser shares: a bare name (`%x`, `@k`) is an identifier
 // character run; anything else prints quoted (`%"a b"`).

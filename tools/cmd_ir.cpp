@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "codegen/compile.h"
+#include "codegen/layout_print.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "tools/commands.h"
@@ -14,8 +15,10 @@ Action add_ir(CLI::App& app, Common& common) {
   auto stage = std::make_shared<std::string>("tile");
   auto arch = std::make_shared<std::string>("sm_90");
   choice->add_options(app);
-  app.add_option("--stage", *stage, "tile: the tile IR; llvm: optimized LLVM IR (nvptx); ptx: PTX")
-      ->check(CLI::IsMember({"tile", "llvm", "ptx"}))
+  app.add_option("--stage", *stage,
+                 "tile: the tile IR; layouts: the tile IR with the layout of every value and the layout "
+                 "conversions the lowering inserts; llvm: optimized LLVM IR (nvptx); ptx: PTX")
+      ->check(CLI::IsMember({"tile", "layouts", "llvm", "ptx"}))
       ->capture_default_str();
   app.add_option("--arch", *arch, "GPU architecture for the llvm and ptx stages")
       ->check(CLI::IsMember({"sm_80", "sm_90"}))
@@ -26,16 +29,25 @@ Action add_ir(CLI::App& app, Common& common) {
     ir::Kernel k = t.build(params, choice->shape());
     ir::verify(*k);
     std::string text;
+    int layouts = -1, conversions = -1;
     if (*stage == "tile") {
       text = ir::print(*k);
+    } else if (*stage == "layouts") {
+      codegen::LayoutsPrint p = codegen::print_layouts(*k, compile_options(params, *arch, "nvptx").num_warps);
+      text = p.text;
+      layouts = p.layouts;
+      conversions = p.conversions;
     } else {
       codegen::CompileOptions opts = compile_options(params, *arch, "nvptx");
       text = codegen::lower_to_llvm(*k, opts).llvm_ir;
       if (*stage == "ptx") text = codegen::emit_ptx(text, opts);
     }
-    if (common.json)
-      std::cout << JsonObject().str("kernel", t.name).str("stage", *stage).str("text", text).str() << std::endl;
-    else
+    if (common.json) {
+      JsonObject j;
+      j.str("kernel", t.name).str("stage", *stage).str("text", text);
+      if (layouts >= 0) j.integer("layouts", layouts).integer("conversions", conversions);
+      std::cout << j.str() << std::endl;
+    } else
       std::cout << text;
     return kOk;
   };

@@ -1,0 +1,190 @@
+#include "codegen/layout_print.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "codegen/axis_info.h"
+#include "codegen/layout_plan.h"
+#include "ir/printer.h"
+
+namespace tilec::codegen {
+
+namespace {
+
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+bool maps(const Layout& l, int b) { return std::find(l.dims.begin(), l.dims.end(), b) != l.dims.end(); }
+
+// The legend: layouts numbered in the order the print first names them, each
+// slice's parent before the slice.
+class Legend {
+public:
+  explicit Legend(const LayoutPlan& plan) : plan_(plan) {}
+
+  std::string name(LayoutId id) { return id == kScalar ? "scalar" : fmt::format("#L{}", index(id)); }
+
+  // The legend number of a plan layout.
+  int index(LayoutId id) {
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) it = by_id_.emplace(id, add(plan_.layout(id))).first;
+    return it->second;
+  }
+
+  int size() const { return static_cast<int>(defs_.size()); }
+
+  std::string text() const {
+    std::string s;
+    for (size_t i = 0; i < defs_.size(); ++i) s += fmt::format("#L{} = {}\n", i, defs_[i]);
+    return s;
+  }
+
+private:
+  int add(const Layout& l) {
+    for (size_t i = 0; i < layouts_.size(); ++i)
+      if (layouts_[i] == l) return static_cast<int>(i);
+    std::string def = describe(l);
+    layouts_.push_back(l);
+    defs_.push_back(std::move(def));
+    return static_cast<int>(layouts_.size() - 1);
+  }
+
+  // In tile dims, as Triton writes them. A base dim no tile dim maps to
+  // (threads along it hold the same elements) makes the layout a slice of a
+  // parent that maps it too.
+  std::string describe(const Layout& l) {
+    const BlockedLayout& b = l.base;
+    for (int u = 0; u < b.rank(); ++u) {
+      if (maps(l, u)) continue;
+      Layout parent = l;
+      int at = static_cast<int>(std::count_if(l.dims.begin(), l.dims.end(), [u](int d) { return d < u; }));
+      parent.dims.insert(parent.dims.begin() + at, u);
+      return fmt::format("slice<dim={}, parent=#L{}>", at, add(known_parent(parent, u)));
+    }
+    auto tile = [&](const std::vector<int>& per_base) {
+      std::vector<int> r;
+      for (int d : l.dims) r.push_back(per_base[d]);
+      return fmt::format("[{}]", fmt::join(r, ","));
+    };
+    std::vector<int> order;
+    for (int bd : b.order)
+      order.push_back(static_cast<int>(std::find(l.dims.begin(), l.dims.end(), bd) - l.dims.begin()));
+    return fmt::format("blocked<size_per_thread={}, threads_per_warp={}, warps_per_block={}, order=[{}]>",
+                       tile(b.size_per_thread), tile(b.threads_per_warp), tile(b.warps_per_block),
+                       fmt::join(order, ","));
+  }
+
+  // Slicing drops the size per thread along the sliced dim, so the layout a
+  // reduce read from matches but for that; naming it keeps the legend short.
+  Layout known_parent(const Layout& parent, int u) const {
+    auto same = [&](Layout p) {
+      if (p.dims != parent.dims || p.base.rank() != parent.base.rank()) return false;
+      p.base.size_per_thread[u] = parent.base.size_per_thread[u];
+      return p == parent;
+    };
+    for (const Layout& p : layouts_)
+      if (same(p)) return p;
+    for (LayoutId id = 0; id < plan_.num_layouts(); ++id)
+      if (same(plan_.layout(id))) return plan_.layout(id);
+    return parent;
+  }
+
+  const LayoutPlan& plan_;
+  std::unordered_map<LayoutId, int> by_id_;
+  std::vector<Layout> layouts_;
+  std::vector<std::string> defs_;
+};
+
+class Annotator {
+public:
+  Annotator(const ir::Function& fn, int num_warps) : axis_(fn), plan_(fn, axis_, num_warps), legend_(plan_) {
+    for (const auto& c : plan_.conversions()) {
+      if (c.reshape) by_op_[c.reshape].push_back(&c);
+      else by_value_[c.value].push_back(&c);
+    }
+  }
+
+  ir::PrintHooks hooks() {
+    ir::PrintHooks h;
+    h.suffix = [this](const Op& op, const ir::PrintHooks::Ref&) { return suffix(op); };
+    h.after = [this](const Op& op, const ir::PrintHooks::Ref& ref) {
+      std::vector<std::string> lines;
+      if (auto it = by_op_.find(&op); it != by_op_.end())
+        for (const auto* c : it->second) lines.push_back(line(*c, ref) + " (reshape " + ref(op.results[0]) + ")");
+      for (const Value* r : op.results) converted(r, ref, lines);
+      return lines;
+    };
+    h.region_start = [this](const Op& op, size_t i, const ir::PrintHooks::Ref& ref) {
+      std::vector<std::string> lines;
+      if (op.kind == OpKind::For && i == 0)
+        for (const Value* a : op.region(0).args) converted(a, ref, lines);
+      return lines;
+    };
+    return h;
+  }
+
+  Legend& legend() { return legend_; }
+  const LayoutPlan& plan() const { return plan_; }
+  int lines() const { return lines_; }
+
+private:
+  // The layouts of the op's results, or the layout a store writes from.
+  std::string suffix(const Op& op) {
+    std::vector<std::string> parts;
+    for (const Value* r : op.results) parts.push_back(layouts_of(r));
+    if (op.kind == OpKind::Store) parts.push_back(legend_.name(plan_.op_layouts(&op)[0]));
+    if (parts.empty()) return "";
+    return fmt::format("  : {}", fmt::join(parts, ", "));
+  }
+
+  std::string layouts_of(const Value* v) {
+    if (v->type.is_scalar()) return "scalar";
+    LayoutId n = plan_.native(v);
+    if (n != kNone) return legend_.name(n);
+    std::vector<int> ids;
+    for (LayoutId l : plan_.requests(v)) ids.push_back(legend_.index(l));
+    if (ids.empty()) return "unused";
+    std::sort(ids.begin(), ids.end());
+    std::vector<std::string> names;
+    for (int i : ids) names.push_back(fmt::format("#L{}", i));
+    return fmt::format("{}", fmt::join(names, " | "));
+  }
+
+  void converted(const Value* v, const ir::PrintHooks::Ref& ref, std::vector<std::string>& lines) {
+    if (auto it = by_value_.find(v); it != by_value_.end())
+      for (const auto* c : it->second) lines.push_back(line(*c, ref));
+  }
+
+  std::string line(const LayoutPlan::Conversion& c, const ir::PrintHooks::Ref& ref) {
+    ++lines_;
+    return fmt::format("convert_layout {} : {} -> {}", ref(c.value), legend_.name(c.from), legend_.name(c.to));
+  }
+
+  AxisAnalysis axis_;
+  LayoutPlan plan_;
+  Legend legend_;
+  std::unordered_map<const Op*, std::vector<const LayoutPlan::Conversion*>> by_op_;
+  std::unordered_map<const Value*, std::vector<const LayoutPlan::Conversion*>> by_value_;
+  int lines_ = 0;
+};
+
+} // namespace
+
+LayoutsPrint print_layouts(const ir::Function& fn, int num_warps) {
+  Annotator a(fn, num_warps);
+  std::string ir = ir::print(fn, a.hooks());
+  internal_assert(a.lines() == static_cast<int>(a.plan().conversions().size()),
+                  "every conversion of the plan is printed once");
+  LayoutsPrint r;
+  r.layouts = a.legend().size();
+  r.conversions = a.lines();
+  r.text = fmt::format("// layouts of @{} for num_warps={}: {} layout{}, {} conversion{}\n", fn.name, num_warps,
+                       r.layouts, r.layouts == 1 ? "" : "s", r.conversions, r.conversions == 1 ? "" : "s") +
+           a.legend().text() + "\n" + ir;
+  return r;
+}
+
+} // namespace tilec::codegen

@@ -1,0 +1,41 @@
+#pragma once
+// The tile IR with its layout plan, for people (`tilec ir --stage layouts`), in
+// the manner of Triton's #blocked encodings: a legend of the layouts in tile
+// dims, then the print of ir/printer.h with each op's layouts. From matmul:
+//
+//   // layouts of @matmul for num_warps=4: 8 layouts, 0 conversions
+//   #L0 = blocked<size_per_thread=[1,4], threads_per_warp=[4,8], warps_per_block=[4,1], order=[1,0]>
+//   #L1 = slice<dim=0, parent=#L0>
+//   ...
+//     %6 = arange 0 : tile<32xi32>  : #L1 | #L3 | #L5
+//     %7 = program_id 0 : i32  : scalar
+//     %19 = for %20 = %17 to %k step %18 iter_args(%21 = %16) -> (tile<32x32xf32>) {  : #L2
+//     ...
+//     store %77, %19, %70  : #L2
+//
+// An op line shows the layout of each result: `scalar` for values every thread
+// holds alike, `#L1 | #L3` for a value computed once in each layout its users
+// need, and for a store the layout it writes from. Each conversion the plan
+// inserts is a line where the lowering emits it: after the value's definition,
+// at the top of a loop body for a loop-carried value, and for a reshape that
+// moves elements, after the reshape:
+//
+//     %66 = load %65, %59 : tile<32xi32>  : #L7
+//     convert_layout %66 : #L7 -> #L6
+//     %15 = reshape %14 : tile<32x16xf32>  : #L3
+//     convert_layout %14 : #L0 -> #L3 (reshape %15)
+#include <string>
+
+#include "ir/ir.h"
+
+namespace tilec::codegen {
+
+struct LayoutsPrint {
+  std::string text;
+  int layouts = 0;     // entries of the legend
+  int conversions = 0; // convert_layout lines (LayoutPlan::conversions)
+};
+
+LayoutsPrint print_layouts(const ir::Function& fn, int num_warps);
+
+} // namespace tilec::codegen

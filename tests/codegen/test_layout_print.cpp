@@ -1,0 +1,280 @@
+// `tilec ir --stage layouts`: the tile IR with the layout plan. Every op result
+// names a layout from the legend, the convert_layout lines are the plan's
+// conversions and what the lowering emits, and the print is the plain print
+// plus annotations.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "codegen/axis_info.h"
+#include "codegen/compile.h"
+#include "codegen/layout_plan.h"
+#include "codegen/layout_print.h"
+#include "ir/builder.h"
+#include "ir/printer.h"
+#include "kernels/registry.h"
+#include "tests/tilec_process.h"
+
+using namespace tilec;
+using namespace tilec::codegen;
+
+namespace {
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> lines;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+int ops_with_results(const ir::Block& b) {
+  int n = 0;
+  for (const auto& op : b.ops) {
+    n += !op->results.empty();
+    for (const auto& r : op->regions) n += ops_with_results(*r);
+  }
+  return n;
+}
+
+// Checks the print of `fn`'s layouts; returns the print.
+std::string check_layouts(const ir::Function& fn, int num_warps) {
+  LayoutsPrint p = print_layouts(fn, num_warps);
+  INFO(p.text);
+  std::vector<std::string> lines = split_lines(p.text);
+  REQUIRE(lines.size() > 2);
+  CHECK(lines[0].rfind("// layouts of @" + fn.name, 0) == 0);
+
+  // The legend: #L0, #L1, ... in order; a slice's parent comes before it.
+  static const std::regex def(R"(^#L(\d+) = (blocked<size_per_thread=\[[\d,]+\], threads_per_warp=\[[\d,]+\], )"
+                              R"(warps_per_block=\[[\d,]+\], order=\[[\d,]+\]>|slice<dim=\d+, parent=#L(\d+)>)$)");
+  size_t i = 1;
+  int defined = 0;
+  for (; i < lines.size() && !lines[i].empty(); ++i) {
+    std::smatch m;
+    INFO(lines[i]);
+    REQUIRE(std::regex_match(lines[i], m, def));
+    CHECK(std::stoi(m[1]) == defined);
+    if (m[3].matched) CHECK(std::stoi(m[3]) < defined);
+    ++defined;
+  }
+  CHECK(defined == p.layouts);
+  CHECK(defined >= 1);
+
+  // Every op line with results ends with one layout per result; convert_layout
+  // lines name defined layouts.
+  static const std::regex layout_ref(R"(#L(\d+))");
+  static const std::regex layouts(R"((scalar|#L\d+( \| #L\d+)*))");
+  static const std::regex convert(R"(^ *convert_layout %[\w.$"]+ : #L\d+ -> #L\d+( \(reshape %\w+\))?$)");
+  int annotated = 0, converts = 0;
+  std::string plain;
+  for (++i; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    INFO(l);
+    for (auto it = std::sregex_iterator(l.begin(), l.end(), layout_ref); it != std::sregex_iterator(); ++it)
+      CHECK(std::stoi((*it)[1]) < defined);
+    if (l.find("convert_layout") != std::string::npos) {
+      CHECK(std::regex_match(l, convert));
+      ++converts;
+      continue;
+    }
+    size_t eq = l.find(" = ");
+    size_t at = l.rfind("  : ");
+    bool has_results = l.find_first_not_of(' ') < l.size() && l[l.find_first_not_of(' ')] == '%' && eq != std::string::npos;
+    if (has_results) {
+      REQUIRE(at != std::string::npos);
+      ++annotated;
+      size_t results = 1 + std::count(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(eq), ',');
+      std::vector<std::string> parts;
+      size_t loc = l.find(" loc(", at);
+      std::string ann = l.substr(at + 4, loc == std::string::npos ? std::string::npos : loc - at - 4);
+      for (size_t s = 0;;) {
+        size_t c = ann.find(", ", s);
+        parts.push_back(ann.substr(s, c == std::string::npos ? std::string::npos : c - s));
+        if (c == std::string::npos) break;
+        s = c + 2;
+      }
+      CHECK(parts.size() == results);
+      for (const std::string& part : parts) CHECK(std::regex_match(part, layouts));
+    }
+    if (at == std::string::npos) {
+      plain += l + "\n";
+    } else {
+      size_t loc = l.find(" loc(", at);
+      plain += l.substr(0, at) + (loc == std::string::npos ? "" : l.substr(loc)) + "\n";
+    }
+  }
+  CHECK(annotated == ops_with_results(fn.body));
+  CHECK(annotated > 0);
+
+  // The conversions printed are the plan's, and the lowering emits as many.
+  AxisAnalysis axis(fn);
+  LayoutPlan plan(fn, axis, num_warps);
+  CHECK(converts == p.conversions);
+  CHECK(converts == static_cast<int>(plan.conversions().size()));
+  CompileOptions o;
+  o.num_warps = num_warps;
+  CHECK(lower_to_llvm(fn, o).stats.conversions == converts);
+
+  // Without its annotations and conversion lines it is the plain print.
+  CHECK(plain == ir::print(fn));
+  return p.text;
+}
+
+struct Built {
+  ir::Kernel fn;
+  int num_warps = 4;
+};
+
+Built build(const std::string& name, const std::vector<std::string>& sets = {},
+            const std::vector<std::string>& shapes = {}) {
+  const kernels::KernelTemplate* t = kernels::find_template(name);
+  REQUIRE(t);
+  kernels::ParamMap params = kernels::resolve_params(t->params, sets, "--set");
+  kernels::ParamMap shape = kernels::resolve_params(t->shape, shapes, "--shape");
+  Built b{t->build(params, shape)};
+  if (params.count("num_warps")) b.num_warps = static_cast<int>(params.at("num_warps"));
+  return b;
+}
+
+ir::Value* i32c(ir::Builder& b, int64_t v) {
+  return b.constant(ir::scalar_type(ir::DType::i32), ir::ConstValue::of_int(v));
+}
+
+ir::Value* offsets2d(ir::Builder& b, int64_t rows, int64_t cols) {
+  ir::Shape s{rows, cols};
+  auto* r = b.broadcast(b.expand_dims(b.arange(0, rows), 1), s);
+  auto* c = b.broadcast(b.expand_dims(b.arange(0, cols), 0), s);
+  auto* stride = b.constant(ir::tile_type(ir::DType::i32, s), ir::ConstValue::of_int(cols));
+  return b.binary(ir::OpKind::Add, b.binary(ir::OpKind::Mul, r, stride), c);
+}
+
+// A conversion at each place the lowering emits one: after a reshape that moves
+// elements, after a value's definition, at the top of a loop body for a carried
+// value and after the loop for its result.
+ir::Kernel conversions_kernel() {
+  auto fn = std::make_shared<ir::Function>("conversions");
+  ir::Builder b(*fn);
+  ir::Type f32_ptr{{ir::DType::f32, true}, {}};
+  auto* x = fn->add_param("x", f32_ptr);
+  auto* out = fn->add_param("out", f32_ptr);
+  auto* n = fn->add_param("n", ir::scalar_type(ir::DType::i32));
+  auto* v = b.load(b.addptr(b.splat(x, {16, 32}), offsets2d(b, 16, 32)));
+  b.store(b.addptr(b.splat(out, {32, 16}), offsets2d(b, 32, 16)), b.reshape(v, {32, 16}));
+  auto* row = b.addptr(b.splat(out, {16}), b.arange(0, 16));
+  ir::Op* loop = b.for_op(i32c(b, 0), n, i32c(b, 1), {b.reduce(ir::ReduceKind::sum, v, 1)});
+  ir::Block* outer = b.block();
+  ir::Block& body = loop->region(0);
+  b.set_block(&body);
+  auto* t = b.load(b.addptr(b.splat(x, {16}), b.binary(ir::OpKind::Add, b.arange(0, 16), b.splat(body.args[0], {16}))));
+  b.store(row, body.args[1]);
+  b.yield({b.binary(ir::OpKind::Add, body.args[1], t)});
+  b.check(*loop);
+  b.set_block(outer);
+  b.store(row, loop->results[0]);
+  b.ret();
+  return fn;
+}
+
+tilec::test::Process run_cli(const std::vector<std::string>& args) { return tilec::test::run_tilec(args); }
+
+} // namespace
+
+TEST_CASE("the layouts print of softmax names a layout for every value", "[codegen][layouts]") {
+  for (const char* nw : {"num_warps=4", "num_warps=1"}) {
+    Built b = build("softmax", {nw});
+    std::string text = check_layouts(*b.fn, b.num_warps);
+    CHECK_THAT(text, Catch::Contains("#L0 = blocked<"));
+    CHECK_THAT(text, Catch::Contains("reduce max"));
+  }
+}
+
+TEST_CASE("the layouts print of paged attention lists its conversions", "[codegen][layouts]") {
+  Built b = build("paged_attention");
+  std::string text = check_layouts(*b.fn, b.num_warps);
+  // Its reductions produce slices, and its loop-carried values are converted.
+  CHECK_THAT(text, Catch::Contains("slice<dim="));
+  CHECK_THAT(text, Catch::Contains("convert_layout"));
+  CHECK_THAT(text, Catch::Contains("for %"));
+
+  Built f16 = build("paged_attention", {"head_group=1", "block_n=16"}, {"dtype=f16", "alibi=1", "head_dim=128"});
+  check_layouts(*f16.fn, f16.num_warps);
+}
+
+TEST_CASE("the layouts print places each conversion where the lowering emits it", "[codegen][layouts]") {
+  ir::Kernel fn = conversions_kernel();
+  std::string text = check_layouts(*fn, 4);
+  INFO(text);
+  auto has = [&](const char* re) { return std::regex_search(text, std::regex(re)); };
+  CHECK(has(R"(= reshape (%\d+) : tile<32x16xf32>  : #L\d+\n +convert_layout \1 : #L\d+ -> #L\d+ \(reshape %\d+\)\n)"));
+  CHECK(has(R"(iter_args\((%\d+) = %\d+\) -> \(tile<16xf32>\) \{  : #L\d+\n +convert_layout \1 : )"));
+  CHECK(has(R"(= load (%\d+) : tile<16xf32>  : (#L\d+)\n +convert_layout %\d+ : \2 -> )"));
+  CHECK(has(R"((%\d+) = for [\s\S]*\n  \}\n  convert_layout \1 : #L\d+ -> #L\d+\n)"));
+}
+
+TEST_CASE("the layouts print of every template matches its lowering", "[codegen][layouts]") {
+  for (const kernels::KernelTemplate& t : kernels::all_templates()) {
+    INFO("template " << t.name);
+    kernels::ParamMap params = kernels::resolve_params(t.params, {}, "--set");
+    kernels::ParamMap shape = kernels::resolve_params(t.shape, {}, "--shape");
+    int num_warps = params.count("num_warps") ? static_cast<int>(params.at("num_warps")) : 4;
+    for (const ir::Kernel& k : kernels::build_kernels(t, params, shape)) check_layouts(*k, num_warps);
+  }
+}
+
+TEST_CASE("the plan and the lowering share one list of view and elementwise ops", "[codegen][layouts]") {
+  std::set<ir::OpKind> listed;
+#define TILEC_X(E, N) listed.insert(ir::OpKind::E);
+  TILEC_VIEW_OR_ELEMENTWISE_OPS(TILEC_X)
+#undef TILEC_X
+#define TILEC_X(E, N) CHECK(is_view_or_elementwise(ir::OpKind::E) == (listed.count(ir::OpKind::E) == 1));
+  TILEC_OPS(TILEC_X)
+#undef TILEC_X
+  for (ir::OpKind k : listed) CHECK(is_view_or_elementwise(k));
+#define TILEC_X(E, N) CHECK(is_view_or_elementwise(ir::OpKind::E) == true);
+  TILEC_UNARY_OPS(TILEC_X)
+  TILEC_BINARY_OPS(TILEC_X)
+  TILEC_COMPARE_OPS(TILEC_X)
+#undef TILEC_X
+  // Ops that pick their own layout, and reshape (free only when it moves no element).
+  for (ir::OpKind k : {ir::OpKind::Load, ir::OpKind::Store, ir::OpKind::AtomicAdd, ir::OpKind::Reduce,
+                       ir::OpKind::Dot, ir::OpKind::Reshape, ir::OpKind::For, ir::OpKind::If})
+    CHECK_FALSE(is_view_or_elementwise(k));
+}
+
+TEST_CASE("tilec ir --stage layouts", "[cli][layouts]") {
+  auto o = run_cli({"ir", "softmax", "--stage", "layouts"});
+  INFO(o.text());
+  REQUIRE(o.exited());
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.out, Catch::StartsWith("// layouts of @softmax for num_warps=4: "));
+  CHECK_THAT(o.out, Catch::Contains("\n#L0 = blocked<size_per_thread=["));
+  CHECK_THAT(o.out, Catch::Contains("kernel @softmax("));
+  Built b = build("softmax");
+  CHECK(o.out == print_layouts(*b.fn, 4).text);
+
+  auto w = run_cli({"ir", "softmax", "--stage", "layouts", "--set", "num_warps=8"});
+  CHECK(w.exit_code == 0);
+  CHECK_THAT(w.out, Catch::StartsWith("// layouts of @softmax for num_warps=8: "));
+
+  auto j = run_cli({"ir", "paged_attention", "--stage", "layouts", "--json"});
+  INFO(j.text());
+  CHECK(j.exit_code == 0);
+  std::string last = tilec::test::last_line(j.out);
+  CHECK_THAT(last, Catch::StartsWith("{\"kernel\": \"paged_attention\", \"stage\": \"layouts\", \"text\": \"// layouts"));
+  Built pa = build("paged_attention");
+  LayoutsPrint pp = print_layouts(*pa.fn, pa.num_warps);
+  CHECK_THAT(last, Catch::EndsWith(fmt::format("\"layouts\": {}, \"conversions\": {}}}", pp.layouts, pp.conversions)));
+
+  auto help = run_cli({"ir", "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Contains("layouts:"));
+
+  auto bad = run_cli({"ir", "softmax", "--stage", "layout"});
+  INFO(bad.text());
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.empty());
+  for (const char* s : {"layout", "tile", "layouts", "llvm", "ptx"}) CHECK_THAT(bad.err, Catch::Contains(s));
+}
