@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <regex>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -43,8 +45,12 @@ rt::ParamType param_type(const ir::Type& t) {
 } // namespace
 
 std::string ir_hash(const ir::Function& fn) {
+  // Source locations say where a kernel was written, not what it computes: without them the
+  // same kernel built from two checkouts (or two absolute paths) hashes the same.
+  static const std::regex loc(R"( loc\("(?:[^"\\]|\\.)*":[0-9]+:[0-9]+\))");
+  std::string text = std::regex_replace(ir::print(fn), loc, "");
   uint64_t h = 1469598103934665603ull; // FNV-1a
-  for (unsigned char c : ir::print(fn)) {
+  for (unsigned char c : text) {
     h ^= c;
     h *= 1099511628211ull;
   }

@@ -10,7 +10,8 @@
 
 namespace tilec::codegen {
 
-// A stable hash (hex) of the kernel's printed IR: what the module cache keys on.
+// A stable hash (hex) of the kernel's printed IR without its source locations: what a
+// module's manifest records, so the same kernel hashes the same from any checkout.
 std::string ir_hash(const ir::Function& fn);
 
 // Writes `<dir>/<name>.ptx` (+ `.cubin` when ptxas ran) for nvptx, or
