@@ -34,8 +34,17 @@ Action add_list(CLI::App& app, Common& common) {
         say(common, fmt::format("    --set   {:<16} {}", fmt::format("{}={}", p.name, p.value_str()), p.help));
       for (const auto& p : t.shape)
         say(common, fmt::format("    --shape {:<16} {}", fmt::format("{}={}", p.name, p.value_str()), p.help));
+      std::string paths;
+      for (size_t i = 0; i < t.paths.size(); ++i) {
+        say(common, fmt::format("    --path  {:<16} {}{}", t.paths[i].name, t.paths[i].help, i ? "" : " (default)"));
+        paths += fmt::format("{}\"{}\"", i ? ", " : "", json_escape(t.paths[i].name));
+      }
+      for (const auto& o : t.options) say(common, fmt::format("    --{:<22} {}", o.name + " X", o.help));
+      if (t.reads_inputs) say(common, fmt::format("    --inputs DIR             {}", t.inputs_help));
+      if (!t.make_problem) say(common, "    (no reference: it can be compiled, not run or tuned)");
       JsonObject o;
       o.str("name", t.name).str("summary", t.summary).raw("params", params_json(t.params)).raw("shape", params_json(t.shape));
+      o.raw("paths", "[" + paths + "]").boolean("runnable", bool(t.make_problem));
       kernels += (first ? "" : ", ") + o.str();
       first = false;
     }
