@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -156,6 +157,18 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
 
   m.params = read_params(r, doc);
   m.specialization = read_specialization(r, doc);
+  if (const toml::node* run = doc.get("run")) {
+    if (!run->is_array()) r.fail(run, fmt::format("key 'run' must be an array of kernel names, got {}", node_kind(*run)));
+    const toml::array& names = *run->as_array();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const toml::node& n = *names.get(i);
+      if (!n.is_string() || n.as_string()->get().empty())
+        r.fail(&n, fmt::format("key 'run[{}]' must be a kernel name (a non-empty string)", i));
+      m.run.push_back(n.as_string()->get());
+    }
+    if (std::find(m.run.begin(), m.run.end(), m.kernel) == m.run.end())
+      r.fail(run, fmt::format("key 'run' does not name this module's kernel '{}'", m.kernel));
+  }
 
   if (const toml::node* ptxas = doc.get("ptxas")) {
     const toml::table& t = r.table(*ptxas, "ptxas");
@@ -239,6 +252,11 @@ std::string format_manifest(const Manifest& m) {
   out += fmt::format("shared_bytes = {}\n", m.shared_bytes);
   out += fmt::format("compiler_version = {}\n", quote(m.compiler_version));
   out += fmt::format("ir_hash = {}\n", quote(m.ir_hash));
+  if (!m.run.empty()) {
+    std::string names;
+    for (const std::string& k : m.run) names += (names.empty() ? "" : ", ") + quote(k);
+    out += fmt::format("run = [{}]\n", names);
+  }
 
   out += "\n[code]\n";
   if (!m.ptx.empty()) out += fmt::format("ptx = {}\n", quote(m.ptx.generic_string()));

@@ -9,6 +9,8 @@
 //   shared_bytes = 0
 //   compiler_version = "tilec 0.1.0"
 //   ir_hash = "9c0e54b1d2a3f4e5"
+//   run = ["vector_add"]        # optional: the kernels one run launches, in order (a
+//                               # multi-kernel op lists each, e.g. a kernel and its combine)
 //
 //   [code]                      # paths relative to the manifest's folder; at least one
 //   ptx = "vector_add.ptx"
@@ -68,6 +70,9 @@ struct Manifest {
   std::string ir_hash;
   std::optional<PtxasReport> ptxas;
   std::map<std::string, std::string> checksums; // "ptx" / "cubin" / "emulator" -> file_checksum()
+  // The kernels one run of the op launches, in order, this one among them (all specialized
+  // alike); empty: this kernel alone. rt::load_tuned loads them all from the first.
+  std::vector<std::string> run;
 
   // The folder the manifest was read from (not written); code paths are relative to it.
   std::filesystem::path dir;

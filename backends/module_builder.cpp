@@ -27,9 +27,16 @@ codegen::CompileOptions options_for(const ParamMap& params, const std::string& a
 
 rt::Manifest write_one(const ir::Function& fn, const codegen::CompileOptions& opts,
                        const std::map<std::string, rt::SpecValue>& spec, const fs::path& dir,
-                       const std::string& name) {
+                       const std::string& name, const std::vector<std::string>& run) {
   codegen::CompiledKernel ck = codegen::compile(fn, opts);
-  return codegen::write_module(fn, ck, opts, spec, dir, name);
+  return codegen::write_module(fn, ck, opts, spec, dir, name, run);
+}
+
+// The kernel names of one run, in launch order: what each module's manifest records as `run`.
+std::vector<std::string> run_of(const std::vector<ir::Kernel>& ks) {
+  std::vector<std::string> names;
+  for (const ir::Kernel& k : ks) names.push_back(k->name);
+  return names;
 }
 
 // `<kernel>-<hash>-<arch>`, the hash over the IR and the specialization: one IR can serve
@@ -83,8 +90,9 @@ std::vector<rt::Manifest> write_template_modules(const KernelTemplate& t, const 
   codegen::CompileOptions opts = options_for(params, arch);
   auto spec = kernels::module_spec(t, params, shape);
   std::vector<rt::Manifest> out;
-  for (const ir::Kernel& k : kernels::build_kernels(t, params, shape))
-    out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name));
+  std::vector<ir::Kernel> ks = kernels::build_kernels(t, params, shape);
+  for (const ir::Kernel& k : ks)
+    out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name, run_of(ks)));
   return out;
 }
 
@@ -97,7 +105,8 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
   for (const auto& [name, v] : q.values)
     if (auto* i = std::get_if<int64_t>(&v); i && !params.count(name) && !shape.count(name)) shape[name] = *i;
 
-  for (const ir::Kernel& k : kernels::build_kernels(*t, params, shape)) {
+  std::vector<ir::Kernel> ks = kernels::build_kernels(*t, params, shape);
+  for (const ir::Kernel& k : ks) {
     if (k->name != q.kernel) continue;
     rt::ModuleQuery exact = q;
     exact.ir_hash = codegen::ir_hash(*k);
@@ -105,12 +114,19 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
     where.push_back(rt::cache_module_dir());
     if (auto m = rt::find_module(where, exact)) return *m;
     auto spec = kernels::module_spec(*t, params, shape);
-    return write_one(*k, options_for(params, q.arch), spec, rt::cache_module_dir(), module_name(*k, spec, q.arch));
+    return write_one(*k, options_for(params, q.arch), spec, rt::cache_module_dir(), module_name(*k, spec, q.arch),
+                     run_of(ks));
   }
   throw rt::ModuleNotFound(fmt::format("template {} does not launch kernel '{}' for {}", t->name, q.kernel,
                                        rt::describe(q)));
 }
 
-void enable_module_builder() { rt::set_module_builder(build_module); }
+void enable_module_builder() {
+  rt::set_module_builder(build_module);
+  rt::set_kernel_card_provider([](const std::string& kernel) -> std::optional<rt::KernelCard> {
+    if (const KernelTemplate* t = kernels::find_template(kernel)) return kernels::kernel_card(*t);
+    return std::nullopt;
+  });
+}
 
 } // namespace tilec::backends

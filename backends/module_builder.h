@@ -25,7 +25,8 @@ std::vector<rt::Manifest> write_template_modules(const kernels::KernelTemplate& 
 // the cache (each file renamed into place, so concurrent processes see whole modules).
 rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<std::filesystem::path>& dirs);
 
-// Installs build_module as the runtime's module builder.
+// Installs build_module as the runtime's module builder, and the registry's kernel cards
+// (kernels::kernel_card) as the runtime's card provider.
 void enable_module_builder();
 
 } // namespace tilec::backends

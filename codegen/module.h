@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "codegen/compile.h"
 #include "abi/manifest.h"
@@ -19,6 +20,7 @@ std::string ir_hash(const ir::Function& fn);
 // Every file is written to a temporary name and renamed into place.
 rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const CompileOptions& opts,
                           const std::map<std::string, rt::SpecValue>& specialization,
-                          const std::filesystem::path& dir, const std::string& name);
+                          const std::filesystem::path& dir, const std::string& name,
+                          const std::vector<std::string>& run = {});
 
 } // namespace tilec::codegen

@@ -337,7 +337,7 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"alibi", int64_t(sp.alibi)},
           {"softcap", int64_t(sp.softcap)},
           {"block_n", sp.cfg.block_n},
-          {"head_group", sp.cfg.head_group},
+          {"head_group", cfg.head_group}, // as configured: 0 (all Hq/Hkv heads) stays 0
           {"num_warps", sp.cfg.num_warps},
           {"num_splits", sp.cfg.num_splits}};
 }

@@ -101,6 +101,16 @@ std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const 
   return spec;
 }
 
+rt::KernelCard kernel_card(const KernelTemplate& t) {
+  rt::KernelCard card;
+  card.kernel = t.name;
+  for (const Param& p : t.params) card.defaults[p.name] = p.value;
+  card.size_fields = t.size_fields;
+  if (!t.module_variants.empty())
+    for (const auto& [name, v] : t.module_variants.front()) card.spec_defaults[name] = v;
+  return card;
+}
+
 std::string default_path(const KernelTemplate& t) { return t.paths.empty() ? "kernel" : t.paths.front().name; }
 
 void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, const ParamMap& shape,

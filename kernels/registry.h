@@ -14,6 +14,7 @@
 #include "interp/interpreter.h"
 #include "ir/ir.h"
 #include "abi/manifest.h"
+#include "runtime/module_store.h"
 
 namespace tilec::kernels {
 
@@ -135,6 +136,10 @@ struct KernelTemplate {
   // (paged attention: softcap=0 and softcap=1). Empty: one set of modules.
   std::vector<ParamMap> module_variants = {};
 };
+
+// What a host needs of `t` beyond its modules (runtime/module_store.h): its declared defaults,
+// its size fields and the first module variant as specialization defaults.
+rt::KernelCard kernel_card(const KernelTemplate& t);
 
 // The default path's name ("kernel" when the template declares none).
 std::string default_path(const KernelTemplate& t);

@@ -1,11 +1,14 @@
 #include "runtime/module_store.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <sstream>
 
 namespace tilec::rt {
 
@@ -25,13 +28,6 @@ std::string format_spec(const Spec& s) {
   std::string out;
   for (const auto& [k, v] : s) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, spec_str(v));
   return out;
-}
-
-int64_t key_int(const ProblemKey& key, const std::string& name, int64_t fallback) {
-  auto it = key.find(name);
-  if (it == key.end()) return fallback;
-  if (auto* i = std::get_if<int64_t>(&it->second)) return *i;
-  return fallback;
 }
 
 } // namespace
@@ -150,45 +146,138 @@ Manifest load_module(const ModuleQuery& q, const std::vector<fs::path>& dirs) {
   throw ModuleNotFound(msg);
 }
 
-TunedConfig default_config(const std::string& kernel, const ProblemKey& key) {
-  if (kernel != "paged_attention") return {};
-  int64_t hq = key_int(key, "hq", 1), hkv = key_int(key, "hkv", 1);
-  return {{"block_n", 32}, {"head_group", hkv > 0 ? hq / hkv : 1}, {"num_warps", 4}, {"num_splits", 1}};
+namespace {
+
+std::mutex g_card_mutex;
+KernelCardProvider g_card_provider;
+
+std::string card_file_name(const std::string& kernel) { return kernel + ".kernel.toml"; }
+
+} // namespace
+
+KernelCard read_kernel_card(const fs::path& file) {
+  auto fail = [&](const std::string& what) { return ManifestError(fmt::format("{}: {}", file.string(), what)); };
+  toml::table doc;
+  try {
+    doc = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    throw fail(fmt::format("{}:{}: {}", e.source().begin.line, e.source().begin.column, e.description()));
+  }
+  KernelCard card;
+  auto kernel = doc["kernel"].value<std::string>();
+  if (!kernel || kernel->empty()) throw fail("missing key 'kernel' (a non-empty string)");
+  card.kernel = *kernel;
+  if (const toml::node* n = doc.get("size_fields")) {
+    if (!n->is_array()) throw fail("key 'size_fields' must be an array of strings");
+    for (const toml::node& f : *n->as_array()) {
+      if (!f.is_string()) throw fail("key 'size_fields' must be an array of strings");
+      card.size_fields.push_back(f.as_string()->get());
+    }
+  }
+  for (auto [name, into] : {std::pair{"defaults", 0}, {"spec_defaults", 1}}) {
+    const toml::node* n = doc.get(name);
+    if (!n) continue;
+    if (!n->is_table()) throw fail(fmt::format("key '{}' must be a table", name));
+    for (auto&& [k, v] : *n->as_table()) {
+      std::string key(k.str());
+      if (auto i = v.value<int64_t>(); i && v.is_integer()) {
+        if (into == 0) card.defaults[key] = *i;
+        else card.spec_defaults[key] = *i;
+      } else if (into == 1 && v.is_string()) {
+        card.spec_defaults[key] = v.as_string()->get();
+      } else {
+        throw fail(fmt::format("key '{}.{}' must be an integer{}", name, key, into ? " or a string" : ""));
+      }
+    }
+  }
+  return card;
 }
 
-std::vector<std::string> kernels_of(const std::string& kernel, const TunedConfig& config) {
-  std::vector<std::string> names{kernel};
-  if (kernel == "paged_attention") {
-    auto it = config.find("num_splits");
-    if (it != config.end() && it->second > 1) names.push_back("paged_attention_combine");
+std::string format_kernel_card(const KernelCard& card) {
+  auto quoted = [](const std::string& s) { return toml::value<std::string>(s); };
+  std::ostringstream out;
+  out << "# what tilec knows of this kernel beyond its modules (runtime/module_store.h)\n";
+  toml::table doc;
+  doc.insert("kernel", card.kernel);
+  toml::array fields;
+  for (const std::string& f : card.size_fields) fields.push_back(quoted(f));
+  doc.insert("size_fields", fields);
+  toml::table defaults, spec;
+  for (const auto& [k, v] : card.defaults) defaults.insert(k, v);
+  for (const auto& [k, v] : card.spec_defaults) {
+    if (auto* i = std::get_if<int64_t>(&v)) spec.insert(k, *i);
+    else spec.insert(k, std::get<std::string>(v));
   }
-  return names;
+  doc.insert("defaults", defaults);
+  doc.insert("spec_defaults", spec);
+  out << doc << "\n";
+  return out.str();
+}
+
+fs::path write_kernel_card(const KernelCard& card, const fs::path& dir) {
+  fs::create_directories(dir);
+  fs::path file = dir / card_file_name(card.kernel);
+  fs::path tmp = file;
+  tmp += fmt::format(".tmp{}", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << format_kernel_card(card);
+    if (!out) throw Error(fmt::format("{}: cannot write", tmp.string()));
+  }
+  fs::rename(tmp, file);
+  return file;
+}
+
+std::optional<KernelCard> find_kernel_card(const std::string& kernel, const std::vector<fs::path>& dirs) {
+  std::vector<fs::path> where = dirs;
+  where.push_back(cache_module_dir());
+  for (const fs::path& dir : where) {
+    std::error_code ec;
+    fs::path file = dir / card_file_name(kernel);
+    if (fs::is_regular_file(file, ec)) return read_kernel_card(file);
+  }
+  std::lock_guard lock(g_card_mutex);
+  if (g_card_provider) return g_card_provider(kernel);
+  return std::nullopt;
+}
+
+void set_kernel_card_provider(KernelCardProvider provider) {
+  std::lock_guard lock(g_card_mutex);
+  g_card_provider = std::move(provider);
 }
 
 TunedModules load_tuned(const TuningDb& db, const std::string& kernel, const std::string& device,
                         const ProblemKey& key, const std::string& arch, const std::vector<fs::path>& dirs,
                         const Spec& extra) {
   TunedModules t;
-  t.config = default_config(kernel, key);
-  t.selection = select_config(db, kernel, device, key, kSizeFields);
+  std::optional<KernelCard> card = find_kernel_card(kernel, dirs);
+  if (card) t.config = card->defaults;
+  t.selection = select_config(db, kernel, device, key, card ? card->size_fields : std::vector<std::string>{});
   if (t.selection) {
     for (const auto& [k, v] : t.selection->entry.config) t.config[k] = v;
     t.note = t.selection->note;
   } else {
-    t.note = fmt::format("nothing tuned for {} on {}; using the defaults {}", format_key(key), device,
-                         format_config(t.config));
+    t.note = card ? fmt::format("nothing tuned for {} on {}; using the defaults {}", format_key(key), device,
+                                format_config(t.config))
+                  : fmt::format("nothing tuned for {} on {}, and no {} in the module folders to give defaults",
+                                format_key(key), device, card_file_name(kernel));
   }
   ModuleQuery q;
   q.arch = arch;
   q.values = spec_of(key, t.config);
   for (const auto& [k, v] : extra) q.values[k] = v;
-  if (kernel == "paged_attention") q.values.try_emplace("softcap", int64_t(0));
+  if (card)
+    for (const auto& [k, v] : card->spec_defaults) q.values.try_emplace(k, v);
   std::string sets, shapes;
   for (const auto& [k, v] : t.config) sets += fmt::format(" {}={}", k, v);
   for (const auto& [k, v] : key) shapes += fmt::format(" {}={}", k, spec_str(v));
   q.build_command = fmt::format("tilec compile {} {} --set{} --shape{}", kernel,
                                 arch == "host" ? "--target emu" : "--arch " + arch, sets, shapes);
-  for (const std::string& name : kernels_of(kernel, t.config)) {
+  q.kernel = kernel;
+  t.modules.push_back(load_module(q, dirs));
+  // The other kernels of one run (a combine step), specialized alike.
+  for (const std::string& name : std::vector<std::string>(t.modules.front().run)) {
+    if (name == kernel) continue;
     q.kernel = name;
     t.modules.push_back(load_module(q, dirs));
   }

@@ -78,27 +78,46 @@ public:
 // ModuleNotFound naming the module, where it looked, what was unusable, and the command.
 Manifest load_module(const ModuleQuery& q, const std::vector<std::filesystem::path>& dirs);
 
-// The documented defaults of a kernel's tunables when the database has nothing for a
-// problem (paged_attention: block_n=32, head_group=Hq/Hkv, num_warps=4, num_splits=1);
-// empty for a kernel tilec does not tune.
-TunedConfig default_config(const std::string& kernel, const ProblemKey& key);
-
-// The modules to launch for `kernel` on a problem: the kernel itself and, for
-// paged_attention with num_splits > 1, the paged_attention_combine kernel after it.
-std::vector<std::string> kernels_of(const std::string& kernel, const TunedConfig& config);
+// What a host needs to know of a kernel, beyond its modules, to pick and load them. tilec
+// writes it beside the modules it exports or compiles, as <kernel>.kernel.toml:
+//
+//   kernel = "paged_attention"
+//   size_fields = ["ctx", "batch", "max_blocks", "num_blocks"]  # a nearer key may differ in these
+//   [defaults]        # the config of a problem the database has nothing for
+//   block_n = 32
+//   [spec_defaults]   # specialization values outside key and config, unless the caller gives them
+//   softcap = 0
+struct KernelCard {
+  std::string kernel;
+  TunedConfig defaults;
+  std::vector<std::string> size_fields;
+  Spec spec_defaults;
+  bool operator==(const KernelCard&) const = default;
+};
+// Both throw ManifestError naming the file and what is wrong.
+KernelCard read_kernel_card(const std::filesystem::path& file);
+std::string format_kernel_card(const KernelCard& card);
+// Writes <dir>/<kernel>.kernel.toml (a temporary file renamed into place); returns its path.
+std::filesystem::path write_kernel_card(const KernelCard& card, const std::filesystem::path& dir);
+// The card of `kernel` in `dirs` (in order), then in cache_module_dir(), then from the
+// provider a host that links the compiler installs (backends::enable_module_builder).
+std::optional<KernelCard> find_kernel_card(const std::string& kernel, const std::vector<std::filesystem::path>& dirs);
+using KernelCardProvider = std::function<std::optional<KernelCard>(const std::string& kernel)>;
+void set_kernel_card_provider(KernelCardProvider provider);
 
 struct TunedModules {
   TunedConfig config;              // the selected config, or the defaults
   std::optional<Selection> selection; // empty when the defaults were used
   std::string note;                // one line: what was chosen and why
-  std::vector<Manifest> modules;   // in launch order (kernels_of)
+  std::vector<Manifest> modules;   // in launch order: the kernel's, then the rest of its `run`
 };
 
-// Selects `kernel`'s config for `key` on `device` from `db` (select_config; nearest key
-// by ctx, batch, max_blocks, num_blocks; else default_config) and loads its modules for
-// `arch` through load_module. `extra` holds values that specialize the modules but are
-// not part of the tuning key: for paged_attention, softcap (1 when a softcap is applied;
-// 0 when absent).
+// Selects `kernel`'s config for `key` on `device` from `db` (select_config, nearest key by
+// the kernel card's size fields; else the card's defaults) and loads its modules for `arch`
+// through load_module: the kernel's own, then the other kernels its manifest's `run` lists.
+// `extra` holds values that specialize the modules but are not part of the tuning key (for
+// paged_attention, softcap: 1 when a softcap is applied); the card's spec_defaults fill in
+// those not given. Without a card only an exactly tuned key is served.
 TunedModules load_tuned(const TuningDb& db, const std::string& kernel, const std::string& device,
                         const ProblemKey& key, const std::string& arch,
                         const std::vector<std::filesystem::path>& dirs, const Spec& extra = {});

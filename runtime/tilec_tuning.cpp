@@ -9,6 +9,7 @@
 
 struct tilec_tuning_db {
   tilec::rt::TuningDb db;
+  std::filesystem::path dir;     // the database's folder, where its kernel cards are
   std::deque<std::string> names; // storage for the names handed out
 };
 
@@ -28,6 +29,8 @@ extern "C" tilec_tuning_db* tilec_tuning_open(const char* path, char* err, size_
     auto* h = new tilec_tuning_db;
     try {
       h->db = tilec::rt::read_tuning_db(path ? path : "");
+      h->dir = std::filesystem::path(path ? path : "").parent_path();
+      if (h->dir.empty()) h->dir = ".";
     } catch (...) {
       delete h;
       throw;
@@ -51,8 +54,10 @@ extern "C" int tilec_tuning_select(const tilec_tuning_db* db, const char* kernel
     return -1;
   }
   try {
+    // A nearer key may differ in the sizes the kernel card beside the database names.
+    auto card = tilec::rt::find_kernel_card(kernel, {db->dir});
     auto sel = tilec::rt::select_config(db->db, kernel, device, tilec::rt::parse_key(key),
-                                        tilec::rt::kSizeFields);
+                                        card ? card->size_fields : std::vector<std::string>{});
     if (!sel) {
       copy_out(std::string("nothing tuned for ") + key + "; use the defaults", note, note_len);
       return 0;

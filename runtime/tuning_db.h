@@ -90,10 +90,6 @@ TuningDb merge_into_file(const std::string& path, const TuningDb& add, std::stri
 // The device name tilec uses for a CPU backend ("cpu-emulator", "cpu-interpreter").
 std::string host_device_name(const std::string& backend);
 
-// The key fields that are sizes rather than the problem's kind: a key differing from a
-// tuned one only in these is served by the nearest tuned key (select_config).
-inline const std::vector<std::string> kSizeFields = {"ctx", "batch", "max_blocks", "num_blocks"};
-
 struct Selection {
   TuningEntry entry;   // the fastest measured config of the chosen key
   std::string rule;    // "exact", "nearest"
@@ -103,11 +99,11 @@ struct Selection {
 // Selects a config for `kernel` on `device` and problem `key`:
 //  1. entries of that device (if it has none, of any device, with a note);
 //  2. an entry with exactly `key`: the fastest config measured for it;
-//  3. else the nearest key that agrees on every field but `distance_fields`
-//     (nearest context length first, then batch: |log2| of the ratio);
+//  3. else the nearest key that agrees on every field but `distance_fields` (the kernel's
+//     size fields: nearest in the first field first, then the next: |log2| of the ratio);
 //  4. else nothing: the caller uses its defaults (and should say so).
 std::optional<Selection> select_config(const TuningDb& db, const std::string& kernel, const std::string& device,
                                        const ProblemKey& key,
-                                       const std::vector<std::string>& distance_fields = {"ctx", "batch"});
+                                       const std::vector<std::string>& distance_fields);
 
 } // namespace tilec::rt

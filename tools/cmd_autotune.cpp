@@ -365,7 +365,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   std::vector<rt::TuningEntry> best;
   std::vector<std::string> exported;
   for (const KeyToTune& k : keys) {
-    auto sel = rt::select_config(db, t.name, tg.device, k.key);
+    auto sel = rt::select_config(db, t.name, tg.device, k.key, {});
     if (!sel || sel->rule != "exact") continue;
     best.push_back(sel->entry);
     if (!o.export_dir.empty() && !g_interrupted)
@@ -377,7 +377,8 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   say(common, fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n.candidates,
                           n.rejected, n.measured, n.skipped, o.db));
   if (!o.export_dir.empty() && !g_interrupted) {
-    // The database travels with its modules: a deployment ships the folder.
+    // The database and the kernel's card travel with its modules: a deployment ships the folder.
+    rt::write_kernel_card(kernels::kernel_card(t), o.export_dir);
     fs::path copy = fs::path(o.export_dir) / fs::path(o.db).filename();
     if (fs::absolute(copy).lexically_normal() != fs::absolute(o.db).lexically_normal())
       rt::merge_into_file(copy.string(), db);

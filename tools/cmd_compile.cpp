@@ -78,10 +78,13 @@ Action add_compile(CLI::App& app, Common& common) {
     codegen::CompiledKernel ck = codegen::compile(*k, opts);
     // What the module is specialized on, as rt::find_module matches it.
     std::map<std::string, rt::SpecValue> spec = kernels::module_spec(t, params, shape);
-    rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name);
+    rt::write_kernel_card(kernels::kernel_card(t), a->out_dir); // what a host needs to select and load it
+    std::vector<std::string> run;
+    for (const ir::Kernel& each : kernels) run.push_back(each->name);
+    rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name, run);
     for (size_t i = 1; i < kernels.size(); ++i) { // kernels launched after it (a combine step)
       const ir::Function& c = *kernels[i];
-      codegen::write_module(c, codegen::compile(c, opts), opts, spec, a->out_dir, c.name);
+      codegen::write_module(c, codegen::compile(c, opts), opts, spec, a->out_dir, c.name, run);
       say(common, fmt::format("{} -> {}", c.name, (std::filesystem::path(a->out_dir) / (c.name + ".toml")).string()));
     }
     auto path = [&](const std::filesystem::path& f) -> std::optional<std::string> {

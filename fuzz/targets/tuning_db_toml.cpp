@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   for (size_t i = 0; i < back.entries.size() && i < 8; ++i) {
     const rt::TuningEntry& e = back.entries[i];
-    auto chosen = must("select_config(an entry's own key)", [&] { return rt::select_config(back, e.kernel, e.device, e.key); });
+    auto chosen = must("select_config(an entry's own key)", [&] { return rt::select_config(back, e.kernel, e.device, e.key, {}); });
     require(chosen && chosen->rule == "exact", "select_config misses an entry's own key", text);
   }
   return 0;

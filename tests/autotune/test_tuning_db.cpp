@@ -88,32 +88,33 @@ TEST_CASE("a malformed database names file:line:column", "[autotune]") {
 }
 
 TEST_CASE("selection: exact key, then nearest context length, then nothing", "[autotune]") {
+  const std::vector<std::string> kSizes = {"ctx", "batch"}; // paged attention's first size fields
   TuningDb db;
   db.entries = {entry(256, 32, 2.0), entry(256, 64, 1.0), entry(4096, 128, 0.5), entry(256, 16, 0.1, "other-gpu")};
   ProblemKey k256 = entry(256, 0, 0).key;
-  auto exact = select_config(db, "paged_attention", "cpu-emulator", k256);
+  auto exact = select_config(db, "paged_attention", "cpu-emulator", k256, kSizes);
   REQUIRE(exact);
   CHECK(exact->rule == "exact");
   CHECK(exact->entry.config.at("block_n") == 64); // the fastest of that key, on this device only
 
   ProblemKey k300 = entry(300, 0, 0).key;
-  auto near = select_config(db, "paged_attention", "cpu-emulator", k300);
+  auto near = select_config(db, "paged_attention", "cpu-emulator", k300, kSizes);
   REQUIRE(near);
   CHECK(near->rule == "nearest");
   CHECK(near->entry.config.at("block_n") == 64);
   ProblemKey k3000 = entry(3000, 0, 0).key;
-  CHECK(select_config(db, "paged_attention", "cpu-emulator", k3000)->entry.config.at("block_n") == 128);
+  CHECK(select_config(db, "paged_attention", "cpu-emulator", k3000, kSizes)->entry.config.at("block_n") == 128);
 
   // Another head geometry or dtype never matches.
   ProblemKey other = k256;
   other["dtype"] = std::string("f16");
-  CHECK(!select_config(db, "paged_attention", "cpu-emulator", other));
+  CHECK(!select_config(db, "paged_attention", "cpu-emulator", other, kSizes));
   // A device with no entries falls back to those of other devices, saying so.
-  auto fallback = select_config(db, "paged_attention", "new-gpu", k256);
+  auto fallback = select_config(db, "paged_attention", "new-gpu", k256, kSizes);
   REQUIRE(fallback);
   CHECK(fallback->entry.config.at("block_n") == 16);
   CHECK_THAT(fallback->note, Catch::Contains("nothing tuned on new-gpu"));
-  CHECK(!select_config(db, "softmax", "cpu-emulator", k256));
+  CHECK(!select_config(db, "softmax", "cpu-emulator", k256, kSizes));
 }
 
 TEST_CASE("a corrupt database is moved aside and writing proceeds", "[autotune]") {

@@ -87,7 +87,7 @@ TEST_CASE("manifest checksums: recorded, read back, and catch a truncated code f
   const rt::Manifest& m = ms[0];
   REQUIRE(m.checksums.count("emulator"));
   CHECK(rt::check_module(m).empty());
-  CHECK(m.specialization.at("head_group") == rt::SpecValue(int64_t(2))); // 0 resolved to Hq/Hkv
+  CHECK(m.specialization.at("head_group") == rt::SpecValue(int64_t(0))); // as configured: 0 is all Hq/Hkv heads
   CHECK(m.specialization.at("dtype") == rt::SpecValue(std::string("f32")));
   CHECK_FALSE(m.specialization.count("batch")); // the kernel is generic in batch and ctx
 
@@ -108,7 +108,7 @@ TEST_CASE("find_module matches on every specialization value and skips corrupt m
   rt::ModuleQuery q;
   q.kernel = "paged_attention";
   q.arch = "host";
-  q.values = rt::spec_of(key_of(shape), {{"block_n", 16}, {"head_group", 2}, {"num_warps", 4}, {"num_splits", 1}});
+  q.values = rt::spec_of(key_of(shape), {{"block_n", 16}, {"head_group", 0}, {"num_warps", 4}, {"num_splits", 1}});
   q.values["softcap"] = int64_t(0);
   auto m = rt::find_module({dir.path}, q);
   REQUIRE(m);
@@ -160,13 +160,21 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
   auto params = params_of({"block_n=8", "head_group=1", "num_splits=2", "num_warps=2"});
   auto written = backends::write_template_modules(paged(), params, shape, "host", dir.path, true);
   REQUIRE(written.size() == 2); // the fused kernel and its combine kernel
+  CHECK(written[0].run == std::vector<std::string>{"paged_attention", "paged_attention_combine"});
   rt::TuningDb db;
   db.entries.push_back(tuned_entry(key_of(shape), rt::TunedConfig(params.begin(), params.end())));
-
-  // A different batch and context length: the nearest key's config, the same modules.
   auto other = key_of(shape);
   other["batch"] = int64_t(8);
   other["ctx"] = int64_t(64);
+
+  // Without the kernel's card only an exactly tuned key is served: a nearer one is not.
+  CHECK_THROWS_AS(rt::load_tuned(db, "paged_attention", "cpu-emulator", other, "host", {dir.path}), rt::ModuleNotFound);
+  CHECK(rt::load_tuned(db, "paged_attention", "cpu-emulator", key_of(shape), "host", {dir.path},
+                       {{"softcap", int64_t(0)}})
+            .modules.size() == 2);
+  rt::write_kernel_card(kernels::kernel_card(paged()), dir.path); // as autotune --export does
+
+  // A different batch and context length: the nearest key's config, the same modules.
   rt::TunedModules t = rt::load_tuned(db, "paged_attention", "cpu-emulator", other, "host", {dir.path});
   REQUIRE(t.selection);
   CHECK(t.selection->rule == "nearest");
@@ -175,19 +183,30 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
   CHECK(t.modules[1].kernel == "paged_attention_combine");
   CHECK(t.modules[0].dir == dir.path);
 
-  // Nothing tuned for another head geometry: the documented defaults, and their module is missing.
+  // Nothing tuned for another head geometry: the card's defaults, and their module is missing.
   auto wide = key_of(shape_of({"hq=8", "hkv=2", "head_dim=16", "block_size=4", "ctx=32"}));
-  CHECK(rt::default_config("paged_attention", wide) ==
-        rt::TunedConfig{{"block_n", 32}, {"head_group", 4}, {"num_splits", 1}, {"num_warps", 4}});
+  CHECK_THROWS_WITH(rt::load_tuned(db, "paged_attention", "cpu-emulator", wide, "host", {dir.path}),
+                    Catch::Contains("block_n=32") && Catch::Contains("head_group=0"));
   CHECK_THROWS_AS(rt::load_tuned(db, "paged_attention", "cpu-emulator", wide, "host", {dir.path}), rt::ModuleNotFound);
 }
 
-TEST_CASE("the runtime's paged-attention defaults are the template's", "[runtime][modules]") {
+TEST_CASE("a kernel card carries the template's defaults and reads back", "[runtime][modules]") {
+  rt::test::TempDir dir;
+  rt::KernelCard card = kernels::kernel_card(paged());
+  CHECK(card.defaults == rt::TunedConfig{{"block_n", 32}, {"head_group", 0}, {"num_splits", 1}, {"num_warps", 4}});
+  CHECK(card.size_fields == paged().size_fields);
+  CHECK(card.spec_defaults == rt::Spec{{"softcap", int64_t(0)}});
+  CHECK(rt::read_kernel_card(rt::write_kernel_card(card, dir.path)) == card);
+  CHECK(rt::find_kernel_card("paged_attention", {dir.path}) == card);
+  // The default config's modules are specialized on exactly these values.
   auto shape = shape_of({"hq=12", "hkv=3"});
   kernels::PagedAttentionConfig d = kernels::paged_attention_config(kernels::resolve_params(paged().params, {}, "--set"));
   auto spec = kernels::paged_attention_module_spec(kernels::paged_attention_shape(shape), d);
-  for (const auto& [name, v] : rt::default_config("paged_attention", key_of(shape)))
-    CHECK(spec.at(name) == rt::SpecValue(v));
+  for (const auto& [name, v] : card.defaults) CHECK(spec.at(name) == rt::SpecValue(v));
+  // A malformed card is reported with its file.
+  { std::ofstream(dir.path / "bad.kernel.toml") << "kernel = \"bad\"\n[defaults]\nblock = \"x\"\n"; }
+  CHECK_THROWS_WITH(rt::read_kernel_card(dir.path / "bad.kernel.toml"),
+                    Catch::Contains("bad.kernel.toml") && Catch::Contains("defaults.block"));
 }
 
 TEST_CASE("with the compiler linked, a missing module is built into the cache, reused, and rebuilt when corrupt",
@@ -228,6 +247,7 @@ TEST_CASE("C API: tilec_tuned_modules lists the manifests or says what is missin
   auto shape = shape_of(kShape);
   auto params = params_of({"block_n=8", "head_group=2", "num_splits=1", "num_warps=4"});
   backends::write_template_modules(paged(), params, shape, "host", dir.path, true);
+  rt::write_kernel_card(kernels::kernel_card(paged()), dir.path); // as autotune --export does
   rt::TuningDb db;
   db.entries.push_back(tuned_entry(key_of(shape), rt::TunedConfig(params.begin(), params.end())));
   fs::path db_path = dir.path / "tuning.toml";
@@ -287,7 +307,7 @@ TEST_CASE("two processes building the same module into one cache both get a whol
   rt::ModuleQuery q;
   q.kernel = "paged_attention";
   q.arch = "host";
-  q.values = rt::spec_of(key, rt::default_config("paged_attention", key));
+  q.values = rt::spec_of(key, kernels::kernel_card(paged()).defaults);
   q.values["softcap"] = int64_t(0);
   CHECK(rt::find_module({rt::cache_module_dir()}, q, &problems));
   CHECK(problems.empty());
