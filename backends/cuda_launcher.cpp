@@ -11,6 +11,7 @@
 #include "runtime/cuda.h"
 #include "abi/error.h"
 #include "kernels/launcher.h"
+#include "backends/jit.h"
 #include "backends/module_cache.h"
 
 namespace tilec::backends {
@@ -21,15 +22,9 @@ using kernels::summarize_times;
 
 namespace {
 
-// The arch tilec compiles for on this device: its own when tilec generates code for it, else
-// the newest one below it, whose PTX the driver JIT-compiles (sm_86 runs sm_80 code, sm_100
-// sm_90 code).
-std::string compile_arch(const rt::DeviceProperties& d) {
-  if (d.major >= 9) return "sm_90";
-  if (d.major == 8) return "sm_80";
-  throw rt::BackendUnavailable(
-      fmt::format("{} is {}; tilec generates code for sm_80 and newer", d.name, d.arch()));
-}
+// The arch tilec compiles for on this device (gpu_arch: sm_86 runs sm_80 code, sm_100 the
+// sm_90 PTX the driver JIT-compiles).
+std::string compile_arch(const rt::DeviceProperties& d) { return gpu_arch(d.name, d.major, d.minor); }
 
 // A launch made ready on the device: the loaded kernel, the device copies of the host buffers
 // (one per distinct buffer) and the arguments pointing at them.

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "kernels/kernels.h"
+#include "ir/printer.h"
 #include "kernels/launcher.h"
 #include "kernels/paged_attention.h"
 
@@ -91,10 +92,37 @@ std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const 
                                                  const ParamMap& shape) {
   if (t.module_spec) return t.module_spec(params, shape);
   std::map<std::string, rt::SpecValue> spec;
+  ParamMap full_shape = resolve_params(t.shape, {}, "--shape");
+  for (const auto& [name, v] : shape) full_shape[name] = v;
+  std::string base = ir::print(*build_kernels(t, params, full_shape).front());
+  // A size is baked in when another value of it builds a different kernel; one the builder
+  // never reads leaves the IR alone and does not specialize the module (a module tuned at
+  // rows=256 serves rows=300). When no other value builds, it is kept, to be safe.
+  auto baked_in = [&](const Param& p, int64_t v) {
+    std::vector<int64_t> others;
+    if (!p.choices.empty())
+      for (int64_t c = 0; c < int64_t(p.choices.size()); ++c) others.push_back(c);
+    else
+      others = {v + 1, v * 2, v - 1};
+    bool any_built = false;
+    for (int64_t other : others) {
+      if (other == v) continue;
+      ParamMap s = full_shape;
+      s[p.name] = other;
+      try {
+        if (ir::print(*build_kernels(t, params, s).front()) != base) return true;
+        any_built = true;
+      } catch (const UserError&) {
+      }
+    }
+    return !any_built;
+  };
   for (const std::vector<Param>* declared : {&t.params, &t.shape})
     for (const Param& p : *declared) {
-      auto it = (declared == &t.params ? params : shape).find(p.name);
-      int64_t v = it == (declared == &t.params ? params : shape).end() ? p.value : it->second;
+      const ParamMap& given = declared == &t.params ? params : full_shape;
+      auto it = given.find(p.name);
+      int64_t v = it == given.end() ? p.value : it->second;
+      if (declared == &t.shape && !baked_in(p, v)) continue;
       if (p.choices.empty()) spec[p.name] = v;
       else spec[p.name] = p.value_str(v);
     }

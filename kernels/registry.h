@@ -152,7 +152,9 @@ Problem make_problem(const KernelTemplate& t, const ProblemRequest& request);
 
 // The kernels of one run of `t` (build_all, else build).
 std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
-// What a module of `t` is specialized on (module_spec, else every value, choices by name).
+// What a module of `t` is specialized on: t.module_spec, else every --set value and the
+// --shape values the builder bakes into the kernel (another value builds other IR), choices
+// by name.
 std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
                                                  const ParamMap& shape);
 

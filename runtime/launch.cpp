@@ -16,7 +16,14 @@ Arg Arg::buffer(std::uint64_t address, std::size_t bytes) {
   return a;
 }
 
+Arg Arg::buffer(std::uint64_t address, std::size_t bytes, ScalarType element) {
+  Arg a = buffer(address, bytes);
+  a.element_ = element;
+  return a;
+}
+
 std::string Arg::describe() const {
+  if (buffer_ && element_) return fmt::format("a buffer of {} ({} bytes)", scalar_type_name(*element_), bytes_);
   if (buffer_) return fmt::format("a buffer ({} bytes)", bytes_);
   return fmt::format("a scalar {}", scalar_type_name(type_));
 }
@@ -33,8 +40,9 @@ void check_launch_args(const Manifest& m, std::span<const Arg> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const ModuleParam& p = m.params[i];
     const Arg& a = args[i];
-    bool ok =
-        p.type.is_pointer ? a.is_buffer() : !a.is_buffer() && a.scalar_type() == p.type.element;
+    bool ok = p.type.is_pointer
+                  ? a.is_buffer() && (!a.buffer_element() || *a.buffer_element() == p.type.element)
+                  : !a.is_buffer() && a.scalar_type() == p.type.element;
     if (!ok)
       throw LaunchArgumentError(fmt::format(
           "kernel '{}' parameter '{}' (argument {} of {}) is {}{}, got {}", m.kernel, p.name, i + 1,

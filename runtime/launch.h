@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <span>
 #include <string>
 
@@ -29,9 +31,21 @@ public:
   template <class T> Arg(T*) = delete; // not silently a bool
   static Arg f16_bits(std::uint16_t bits) { return Arg(ScalarType::f16, bits); }
   static Arg bf16_bits(std::uint16_t bits) { return Arg(ScalarType::bf16, bits); }
+  // A buffer of unknown element type: only its kind is checked against the parameter.
   static Arg buffer(std::uint64_t address, std::size_t bytes);
+  // A buffer of `element`s: a parameter of another element type (ptr<i32> given f32 data)
+  // is an error at launch.
+  static Arg buffer(std::uint64_t address, std::size_t bytes, ScalarType element);
+  // A host or device array of `count` values of T (float, int8..int64, uint32/64 as f32, i8..i64,
+  // i32/i64); for
+  // f16/bf16 data (uint16_t) use buffer(address, bytes, ScalarType::f16 / bf16).
+  template <class T> static Arg array(const T* data, std::size_t count) {
+    return buffer(reinterpret_cast<std::uintptr_t>(data), count * sizeof(T), element_of<T>());
+  }
 
   bool is_buffer() const { return buffer_; }
+  // The element type of a typed buffer; empty for untyped buffers and scalars.
+  std::optional<ScalarType> buffer_element() const { return element_; }
   ScalarType scalar_type() const { return type_; } // meaningful for scalars only
   std::size_t buffer_bytes() const { return bytes_; }
   // The argument's value as the kernel receives it: the address for a buffer, otherwise the
@@ -42,11 +56,20 @@ public:
 
 private:
   Arg(ScalarType t, std::uint64_t bits) : type_(t), bits_(bits) {}
+  template <class T> static ScalarType element_of() {
+    if constexpr (std::is_same_v<T, float>) return ScalarType::f32;
+    else if constexpr (std::is_same_v<T, std::int8_t>) return ScalarType::i8;
+    else if constexpr (std::is_same_v<T, std::int16_t>) return ScalarType::i16;
+    else if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::uint32_t>) return ScalarType::i32;
+    else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>) return ScalarType::i64;
+    else static_assert(sizeof(T) == 0, "Arg::array: no element type for T; use Arg::buffer(address, bytes, type)");
+  }
 
   bool buffer_ = false;
   ScalarType type_ = ScalarType::i32;
   std::uint64_t bits_ = 0;
   std::size_t bytes_ = 0;
+  std::optional<ScalarType> element_;
 };
 
 // Throws LaunchArgumentError unless `args` match `m.params` in count and, one by one, in kind

@@ -78,8 +78,29 @@ bool matches(const Manifest& m, const ModuleQuery& q) {
   return true;
 }
 
+namespace {
+
+// How `m` differs from what `q` asks for, one item per value ("rows: it has 256, asked
+// 300"); empty when only the IR hash or nothing differs.
+std::vector<std::string> differences(const Manifest& m, const ModuleQuery& q) {
+  std::vector<std::string> out;
+  if (m.arch != q.arch) out.push_back(fmt::format("arch: it has {}, asked {}", m.arch, q.arch));
+  for (const auto& [name, value] : m.specialization) {
+    auto it = q.values.find(name);
+    if (it == q.values.end())
+      out.push_back(fmt::format("{}: it has {}, the query gives none", name, spec_str(value)));
+    else if (it->second != value)
+      out.push_back(fmt::format("{}: it has {}, asked {}", name, spec_str(value), spec_str(it->second)));
+  }
+  return out;
+}
+
+} // namespace
+
 std::optional<Manifest> find_module(const std::vector<fs::path>& dirs, const ModuleQuery& q,
                                     std::vector<std::string>* problems) {
+  // The module of this kernel that differs in the fewest values, for the error when none matches.
+  std::optional<std::pair<fs::path, std::vector<std::string>>> closest;
   for (const fs::path& dir : dirs) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
@@ -103,7 +124,13 @@ std::optional<Manifest> find_module(const std::vector<fs::path>& dirs, const Mod
           problems->push_back(fmt::format("skipped {}", e.what()));
         continue;
       }
-      if (!matches(m, q)) continue;
+      if (!matches(m, q)) {
+        if (m.kernel == q.kernel) {
+          std::vector<std::string> diff = differences(m, q);
+          if (!diff.empty() && (!closest || diff.size() < closest->second.size())) closest.emplace(path, std::move(diff));
+        }
+        continue;
+      }
       if (std::string why = check_module(m); !why.empty()) {
         if (problems) problems->push_back(fmt::format("skipped {}: {}", path.string(), why));
         continue;
@@ -112,6 +139,11 @@ std::optional<Manifest> find_module(const std::vector<fs::path>& dirs, const Mod
       if (!best || t > best_time) best = std::move(m), best_time = t;
     }
     if (best) return best;
+  }
+  if (problems && closest) {
+    std::string why;
+    for (const std::string& d : closest->second) why += (why.empty() ? "" : "; ") + d;
+    problems->push_back(fmt::format("the closest module, {}, differs in {}", closest->first.string(), why));
   }
   return std::nullopt;
 }

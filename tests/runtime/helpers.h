@@ -2,7 +2,9 @@
 // Shared by the runtime tests: a scratch folder and running a command in a child process.
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +26,20 @@ struct TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
+};
+
+// Sets an environment variable for the scope of the object.
+struct EnvVar {
+  std::string name;
+  std::optional<std::string> old;
+  EnvVar(std::string n, const std::string& value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~EnvVar() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
 };
 
 struct Output {

@@ -21,19 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Sets an environment variable for the scope of the object.
-struct EnvVar {
-  std::string name;
-  std::optional<std::string> old;
-  EnvVar(std::string n, const std::string& value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    ::setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
+using rt::test::EnvVar;
 
 // No builder for the scope of the object (as in a host linking only the runtime).
 struct NoBuilder {
@@ -128,8 +116,9 @@ TEST_CASE("find_module matches on every specialization value and skips corrupt m
   { std::ofstream(so, std::ios::binary | std::ios::trunc) << "ELF"; }
   std::vector<std::string> problems;
   CHECK_FALSE(rt::find_module({dir.path}, q, &problems));
-  REQUIRE(problems.size() == 1);
+  REQUIRE(problems.size() == 2); // the corrupt module, then the closest one (block_n=8)
   CHECK_THAT(problems[0], Catch::Contains(so.filename().string()) && Catch::Contains("truncated or corrupt"));
+  CHECK_THAT(problems[1], Catch::Contains("closest module") && Catch::Contains("block_n: it has 8, asked 16"));
 }
 
 TEST_CASE("a runtime-only host gets an error naming the module and the tilec command", "[runtime][modules]") {
@@ -149,6 +138,12 @@ TEST_CASE("a runtime-only host gets an error naming the module and the tilec com
                         Catch::Contains("tilec compile paged_attention --arch sm_90 --set block_n=8 head_group=1 "
                                         "num_splits=2 num_warps=2 --shape"));
   }
+  // With a module of another config there, the error names it and the values that differ.
+  backends::write_template_modules(paged(), params_of({"block_n=16", "head_group=1", "num_splits=2", "num_warps=2"}),
+                                   shape, "sm_90", dir.path, true);
+  CHECK_THROWS_WITH(rt::load_tuned(db, "paged_attention", "cpu-emulator", key_of(shape), "sm_90", {dir.path}),
+                    Catch::Contains("the closest module, " + dir.path.string()) &&
+                        Catch::Contains("differs in block_n: it has 16, asked 8"));
 }
 
 TEST_CASE("load_tuned: the database's config, its modules from an exported folder, the combine kernel too",
