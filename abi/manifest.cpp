@@ -119,13 +119,13 @@ std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
   return params;
 }
 
-std::map<std::string, SpecValue> read_specialization(const Reader& r, const toml::table& doc) {
+std::map<std::string, SpecValue> read_values(const Reader& r, const toml::table& doc, const char* table_name) {
   std::map<std::string, SpecValue> values;
-  const toml::node* node = doc.get("specialization");
+  const toml::node* node = doc.get(table_name);
   if (!node) return values;
-  const toml::table& t = r.table(*node, "specialization");
+  const toml::table& t = r.table(*node, table_name);
   for (auto&& [key, value] : t) {
-    std::string path = fmt::format("specialization.{}", key.str());
+    std::string path = fmt::format("{}.{}", table_name, key.str());
     if (value.is_integer())
       values.emplace(std::string(key.str()), value.as_integer()->get());
     else if (value.is_string())
@@ -156,7 +156,8 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
     r.fail(&code, "missing key 'code.ptx' (the [code] table names no ptx, cubin or emulator file)");
 
   m.params = read_params(r, doc);
-  m.specialization = read_specialization(r, doc);
+  m.specialization = read_values(r, doc, "specialization");
+  m.problem = read_values(r, doc, "problem");
   if (const toml::node* run = doc.get("run")) {
     if (!run->is_array()) r.fail(run, fmt::format("key 'run' must be an array of kernel names, got {}", node_kind(*run)));
     const toml::array& names = *run->as_array();
@@ -267,13 +268,17 @@ std::string format_manifest(const Manifest& m) {
   for (const ModuleParam& p : m.params)
     out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n", quote(p.name), quote(p.type.str()));
 
-  out += "\n[specialization]\n";
-  for (const auto& [name, value] : m.specialization) {
-    if (auto* i = std::get_if<std::int64_t>(&value))
-      out += fmt::format("{} = {}\n", key(name), *i);
-    else
-      out += fmt::format("{} = {}\n", key(name), quote(std::get<std::string>(value)));
-  }
+  auto values = [&](const char* table, const std::map<std::string, SpecValue>& vs) {
+    out += fmt::format("\n[{}]\n", table);
+    for (const auto& [name, value] : vs) {
+      if (auto* i = std::get_if<std::int64_t>(&value))
+        out += fmt::format("{} = {}\n", key(name), *i);
+      else
+        out += fmt::format("{} = {}\n", key(name), quote(std::get<std::string>(value)));
+    }
+  };
+  values("specialization", m.specialization);
+  if (!m.problem.empty()) values("problem", m.problem);
 
   if (m.ptxas)
     out += fmt::format("\n[ptxas]\nregisters = {}\nspills = {}\n", m.ptxas->registers,

@@ -24,6 +24,9 @@
 //   [specialization]            # template parameter values: integers or strings
 //   block = 1024
 //
+//   [problem]                   # optional: the problem sizes it was compiled for (not matched;
+//   n = 4096                    # benchmarks run that problem)
+//
 //   [ptxas]                     # optional
 //   registers = 16
 //   spills = 0
@@ -73,6 +76,9 @@ struct Manifest {
   // The kernels one run of the op launches, in order, this one among them (all specialized
   // alike); empty: this kernel alone. rt::load_tuned loads them all from the first.
   std::vector<std::string> run;
+  // The --shape values the module was compiled with, choices by name: informational (a host
+  // benchmark runs that problem); lookups match [specialization] only.
+  std::map<std::string, SpecValue> problem;
 
   // The folder the manifest was read from (not written); code paths are relative to it.
   std::filesystem::path dir;

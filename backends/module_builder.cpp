@@ -27,9 +27,10 @@ codegen::CompileOptions options_for(const ParamMap& params, const std::string& a
 
 rt::Manifest write_one(const ir::Function& fn, const codegen::CompileOptions& opts,
                        const std::map<std::string, rt::SpecValue>& spec, const fs::path& dir,
-                       const std::string& name, const std::vector<std::string>& run) {
+                       const std::string& name, const std::vector<std::string>& run,
+                       const rt::ProblemKey& problem = {}) {
   codegen::CompiledKernel ck = codegen::compile(fn, opts);
-  return codegen::write_module(fn, ck, opts, spec, dir, name, run);
+  return codegen::write_module(fn, ck, opts, spec, dir, name, run, problem);
 }
 
 // The kernel names of one run, in launch order: what each module's manifest records as `run`.
@@ -92,7 +93,8 @@ std::vector<rt::Manifest> write_template_modules(const KernelTemplate& t, const 
   std::vector<rt::Manifest> out;
   std::vector<ir::Kernel> ks = kernels::build_kernels(t, params, shape);
   for (const ir::Kernel& k : ks)
-    out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name, run_of(ks)));
+    out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name, run_of(ks),
+                            kernels::problem_key(t, shape)));
   return out;
 }
 

@@ -60,7 +60,8 @@ std::string ir_hash(const ir::Function& fn) {
 rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const CompileOptions& opts,
                           const std::map<std::string, rt::SpecValue>& specialization,
                           const std::filesystem::path& dir, const std::string& name,
-                          const std::vector<std::string>& run) {
+                          const std::vector<std::string>& run,
+                          const std::map<std::string, rt::SpecValue>& problem) {
   std::filesystem::create_directories(dir);
   rt::Manifest m;
   m.kernel = fn.name;
@@ -73,6 +74,7 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.compiler_version = "tilec " TILEC_VERSION;
   m.ir_hash = ir_hash(fn);
   if (run.size() > 1) m.run = run;
+  m.problem = problem;
   if (opts.target == Target::nvptx) {
     m.ptx = name + ".ptx";
     write_file_atomically(dir / m.ptx, k.ptx.data(), k.ptx.size());

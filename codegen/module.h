@@ -21,6 +21,7 @@ std::string ir_hash(const ir::Function& fn);
 rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const CompileOptions& opts,
                           const std::map<std::string, rt::SpecValue>& specialization,
                           const std::filesystem::path& dir, const std::string& name,
-                          const std::vector<std::string>& run = {});
+                          const std::vector<std::string>& run = {},
+                          const std::map<std::string, rt::SpecValue>& problem = {});
 
 } // namespace tilec::codegen

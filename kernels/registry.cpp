@@ -129,6 +129,17 @@ std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const 
   return spec;
 }
 
+rt::ProblemKey problem_key(const KernelTemplate& t, const ParamMap& shape) {
+  rt::ProblemKey key;
+  for (const Param& p : t.shape) {
+    auto it = shape.find(p.name);
+    int64_t v = it == shape.end() ? p.value : it->second;
+    if (p.choices.empty()) key[p.name] = v;
+    else key[p.name] = p.value_str(v);
+  }
+  return key;
+}
+
 rt::KernelCard kernel_card(const KernelTemplate& t) {
   rt::KernelCard card;
   card.kernel = t.name;

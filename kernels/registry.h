@@ -137,6 +137,10 @@ struct KernelTemplate {
   std::vector<ParamMap> module_variants = {};
 };
 
+// The --shape values of a problem, choices by name: its key in the tuning database, and what
+// a module records as the problem it was compiled for.
+rt::ProblemKey problem_key(const KernelTemplate& t, const ParamMap& shape);
+
 // What a host needs of `t` beyond its modules (runtime/module_store.h): its declared defaults,
 // its size fields and the first module variant as specialization defaults.
 rt::KernelCard kernel_card(const KernelTemplate& t);

@@ -114,16 +114,6 @@ JsonObject best_json(const rt::TuningEntry& e) {
 
 } // namespace
 
-// The problem key stored in the database: the --shape values, choices by name.
-rt::ProblemKey problem_key(const kernels::KernelTemplate& t, const kernels::ParamMap& shape) {
-  rt::ProblemKey key;
-  for (const kernels::Param& p : t.shape) {
-    int64_t v = shape.at(p.name);
-    if (p.choices.empty()) key[p.name] = v;
-    else key[p.name] = p.value_str(v);
-  }
-  return key;
-}
 
 Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
                             const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
@@ -212,7 +202,7 @@ std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const Autotun
   for (const std::vector<std::string>& set : o.shapes) {
     KeyToTune k;
     k.shape = kernels::resolve_params(t.shape, set, "--shape");
-    k.key = problem_key(t, k.shape);
+    k.key = kernels::problem_key(t, k.shape);
     k.problem = kernels::make_problem(t, {defaults, k.shape, o.seed, {}, {}});
     keys.push_back(std::move(k));
   }
@@ -423,7 +413,7 @@ kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTempla
   } catch (const rt::TuningDbError& e) {
     throw UserError(fmt::format("--tuned {}", e.what()));
   }
-  rt::ProblemKey key = problem_key(t, shape);
+  rt::ProblemKey key = kernels::problem_key(t, shape);
   auto sel = rt::select_config(db, t.name, device, key, t.size_fields);
   if (!sel) {
     say(common, fmt::format("--tuned {}: nothing tuned for {} on {}; using the default config", db_path,

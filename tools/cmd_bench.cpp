@@ -149,7 +149,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
   for (const kernels::ParamMap& shape : problems(t, o, db, device)) {
     kernels::build_kernels(t, defaults, shape); // a bad --set is bad input, not a failed config
     Row row;
-    row.key = problem_key(t, shape);
+    row.key = kernels::problem_key(t, shape);
     kernels::Problem p = kernels::make_problem(t, {defaults, shape, o.seed, {}, {}});
     row.ideal_bytes = p.ideal_bytes;
     int64_t ideal = p.ideal_bytes.value_or(0);

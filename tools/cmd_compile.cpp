@@ -81,10 +81,11 @@ Action add_compile(CLI::App& app, Common& common) {
     rt::write_kernel_card(kernels::kernel_card(t), a->out_dir); // what a host needs to select and load it
     std::vector<std::string> run;
     for (const ir::Kernel& each : kernels) run.push_back(each->name);
-    rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name, run);
+    rt::ProblemKey problem = kernels::problem_key(t, shape);
+    rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name, run, problem);
     for (size_t i = 1; i < kernels.size(); ++i) { // kernels launched after it (a combine step)
       const ir::Function& c = *kernels[i];
-      codegen::write_module(c, codegen::compile(c, opts), opts, spec, a->out_dir, c.name, run);
+      codegen::write_module(c, codegen::compile(c, opts), opts, spec, a->out_dir, c.name, run, problem);
       say(common, fmt::format("{} -> {}", c.name, (std::filesystem::path(a->out_dir) / (c.name + ".toml")).string()));
     }
     auto path = [&](const std::filesystem::path& f) -> std::optional<std::string> {

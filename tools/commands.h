@@ -42,9 +42,6 @@ kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTempla
                                const kernels::ParamMap& shape, const std::string& backend,
                                const kernels::ParamMap& fallback);
 
-// The problem key of the tuning database: the --shape values, choices by name (cmd_autotune.cpp).
-rt::ProblemKey problem_key(const kernels::KernelTemplate& t, const kernels::ParamMap& shape);
-
 // One config of `t` on problem `p` (run on `path`, empty: the default) checked against the
 // reference with the problem's tolerances and, when correct, timed: `warmup` untimed runs,
 // then `repeats` timed ones (kernel time where the backend measures it, else wall time).

@@ -1,0 +1,167 @@
+#include "kernels/module_launcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+
+#include "abi/float16.h"
+#include "ir/error.h"
+#include "runtime/cuda.h"
+#include "runtime/loaded_module.h"
+
+namespace tilec::kernels {
+
+namespace {
+
+// A scalar argument as the module's parameter type takes it; f16/bf16 as their bits.
+rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
+  switch (type) {
+  case rt::ScalarType::i1: return rt::Arg(a.i != 0);
+  case rt::ScalarType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
+  case rt::ScalarType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
+  case rt::ScalarType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
+  case rt::ScalarType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
+  case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
+  case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
+  }
+  internal_fail("unknown scalar type");
+}
+
+// A launch made ready: the loaded module, the device copies of the host buffers on the GPU
+// (one per distinct buffer), and the arguments pointing at them.
+struct Prepared {
+  const rt::LoadedModule* module = nullptr;
+  rt::Dim3 grid;
+  std::vector<std::pair<interp::Buffer*, rt::Buffer>> device;
+  std::vector<rt::Arg> args;
+
+  void download() const {
+    for (const auto& [host, copy] : device) copy.download(host->bytes.data(), host->bytes.size());
+  }
+};
+
+class ModuleLauncher final : public Launcher {
+public:
+  ModuleLauncher(ModuleSource source, bool gpu, std::string backend)
+      : source_(std::move(source)), backend_(std::move(backend)) {
+    if (gpu) stream_.emplace(rt::LoadedModule::gpu_context());
+  }
+
+  std::string backend() const override { return backend_; }
+
+  void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
+              const std::vector<interp::Arg>& args) override {
+    Prepared p = prepare(*kernel, num_warps, grid, args);
+    double ms = 0;
+    if (stream_) {
+      const rt::Context& ctx = rt::LoadedModule::gpu_context();
+      rt::Event start(ctx), stop(ctx);
+      start.record(&*stream_);
+      p.module->launch(p.grid, p.args, &*stream_);
+      stop.record(&*stream_);
+      ms = stop.elapsed_ms(start);
+      p.download();
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      p.module->launch(p.grid, p.args);
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    stats_.launches++;
+    stats_.time_ms += ms;
+  }
+
+  // On the GPU the buffers move once: up before the warm-up launches, down after the last
+  // timed one; the launches are timed with events.
+  TimingStats time(const ir::Kernel& kernel, int num_warps, interp::Grid grid, const std::vector<interp::Arg>& args,
+                   int warmup, int repeats) override {
+    if (!stream_) return Launcher::time(kernel, num_warps, grid, args, warmup, repeats);
+    if (warmup < 0 || repeats < 1)
+      throw UserError(fmt::format("timing needs warmup >= 0 and repeats >= 1, got warmup {} and repeats {}",
+                                  warmup, repeats));
+    const rt::Context& ctx = rt::LoadedModule::gpu_context();
+    Prepared p = prepare(*kernel, num_warps, grid, args);
+    for (int i = 0; i < warmup; ++i) p.module->launch(p.grid, p.args, &*stream_);
+    std::vector<rt::Event> starts, stops;
+    starts.reserve(size_t(repeats));
+    stops.reserve(size_t(repeats));
+    for (int i = 0; i < repeats; ++i) {
+      starts.emplace_back(ctx);
+      stops.emplace_back(ctx);
+    }
+    for (int i = 0; i < repeats; ++i) {
+      starts[size_t(i)].record(&*stream_);
+      p.module->launch(p.grid, p.args, &*stream_);
+      stops[size_t(i)].record(&*stream_);
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < repeats; ++i) ms.push_back(stops[size_t(i)].elapsed_ms(starts[size_t(i)]));
+    p.download();
+    return summarize_times(std::move(ms), warmup);
+  }
+
+private:
+  const rt::LoadedModule& loaded(const ir::Function& fn, int num_warps) {
+    rt::Manifest m = source_(fn, num_warps);
+    std::string key = (m.dir / m.kernel).string() + "|" + m.ir_hash + "|" + m.arch;
+    auto it = modules_.find(key);
+    if (it == modules_.end()) it = modules_.emplace(key, rt::LoadedModule::load(m)).first;
+    return it->second;
+  }
+
+  Prepared prepare(const ir::Function& fn, int num_warps, interp::Grid grid, const std::vector<interp::Arg>& args) {
+    if (args.size() != fn.params.size())
+      throw UserError(fmt::format("kernel '{}' takes {} arguments, got {}", fn.name, fn.params.size(), args.size()));
+    for (int64_t g : grid)
+      if (g < 1 || g > std::int64_t(UINT32_MAX))
+        throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive and fit 32 bits", fn.name,
+                                    grid[0], grid[1], grid[2]));
+    Prepared p;
+    p.module = &loaded(fn, num_warps);
+    const rt::Manifest& m = p.module->manifest();
+    if (m.params.size() != args.size())
+      throw UserError(fmt::format("module {} of kernel '{}' takes {} arguments, the launch gives {}", m.dir.string(),
+                                  fn.name, m.params.size(), args.size()));
+    p.grid = {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
+    for (size_t i = 0; i < args.size(); ++i) {
+      const rt::ParamType& type = m.params[i].type;
+      if (!type.is_pointer) {
+        p.args.push_back(scalar_arg(type.element, args[i]));
+        continue;
+      }
+      interp::Buffer* host = args[i].buffer;
+      if (!host)
+        throw UserError(fmt::format("kernel '{}': parameter '{}' needs a buffer", fn.name, m.params[i].name));
+      if (!stream_) { // the emulator reads and writes the host buffer itself
+        p.args.push_back(rt::Arg::buffer(reinterpret_cast<std::uintptr_t>(host->bytes.data()), host->bytes.size()));
+        continue;
+      }
+      auto same = [&](const auto& b) { return b.first == host; };
+      auto it = std::find_if(p.device.begin(), p.device.end(), same);
+      if (it == p.device.end()) {
+        rt::Buffer copy(rt::LoadedModule::gpu_context(), host->bytes.size());
+        copy.upload(host->bytes.data(), host->bytes.size());
+        p.device.emplace_back(host, std::move(copy));
+        it = p.device.end() - 1;
+      }
+      p.args.push_back(it->second);
+    }
+    return p;
+  }
+
+  ModuleSource source_;
+  std::string backend_;
+  std::optional<rt::Stream> stream_;
+  std::map<std::string, rt::LoadedModule> modules_;
+};
+
+} // namespace
+
+std::unique_ptr<Launcher> make_module_launcher(ModuleSource source, bool gpu, std::string backend) {
+  return std::make_unique<ModuleLauncher>(std::move(source), gpu, std::move(backend));
+}
+
+} // namespace tilec::kernels
