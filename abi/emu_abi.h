@@ -44,6 +44,20 @@ void tilec_emu_barrier(tilec_emu_thread* ctx, uint32_t id);
 /* The block's shared memory. */
 void* tilec_emu_shared_base(tilec_emu_thread* ctx);
 
+/* Shared memory, through the emulator's checks: `addr` points into the block's shared region
+ * (tilec_emu_shared_base), `bytes` is 1, 2, 4, 8 or 16 and addr is aligned to it, `site` names
+ * the access (the op's source location and what it is for). The emulator reports, naming the
+ * kernel, block, both threads, the byte offset and both sites: an access past the kernel's
+ * shared size; a read of bytes no thread of the block has written; and a race: a read or a
+ * write of a byte another thread wrote since the last barrier, or a write of a byte another
+ * thread read since then. Shuffles are not barriers. A write of the value already there is
+ * not a race (replicated owners of one element all write its value); `float_bytes` (2 or 4
+ * for f16/bf16/f32 data, else 0) makes +0 and -0 the same value, as ir/SEMANTICS.md leaves
+ * the sign of a zero from min/max open. */
+void tilec_emu_shared_load(tilec_emu_thread* ctx, const void* addr, uint32_t bytes, void* dst, const char* site);
+void tilec_emu_shared_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, const void* src, const char* site,
+                            uint32_t float_bytes);
+
 /* Warp shuffles over the 32 lanes of the caller's warp (lane = thread_id % 32);
  * every lane of the warp calls them together, like shfl.sync with a full mask.
  * xor: returns `value` of lane (lane ^ lane_mask). idx: of lane `src_lane`. */

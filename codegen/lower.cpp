@@ -99,6 +99,16 @@ private:
 
   // --- shared memory
   llvm::Value* smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset = 0);
+  // Shared-memory accesses go through the target (the emulator checks them); `what` says
+  // what the access is for, after the current op's source location.
+  llvm::Value* smem_load(llvm::Type* ty, llvm::Value* ptr, const char* what) {
+    return hooks_.shared_load(b_, ptr, ty, site(what));
+  }
+  // `e`: the element type held, so the emulator treats +0 and -0 of floats alike.
+  void smem_store(llvm::Value* v, llvm::Value* ptr, const char* what, DType e) {
+    hooks_.shared_store(b_, ptr, v, site(what), ir::is_float(e) ? unsigned(ir::dtype_bytes(e)) : 0u);
+  }
+  std::string site(const char* what) const;
   void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, bytes); }
   void barrier() {
     hooks_.barrier(b_);
@@ -157,6 +167,7 @@ private:
   std::map<LayoutId, std::vector<llvm::Value*>> base_cache_;
   std::vector<Elems> yielded_;
   bool smem_dirty_ = false;
+  const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
   LoweringStats stats_;
 };
 
@@ -331,12 +342,12 @@ Elems Lowering::convert(const Elems& src, LayoutId from, LayoutId to, const ir::
   before_smem_write();
   auto cf = coords(from, s);
   for (size_t j = 0; j < src.size(); ++j)
-    b_.CreateStore(to_mem(src[j], e), smem(ty, padded(linear_index(cf[j], s))));
+    smem_store(to_mem(src[j], e), smem(ty, padded(linear_index(cf[j], s))), "layout conversion write", e.dtype);
   barrier();
   auto ct = coords(to, s);
   Elems r(ct.size());
   for (size_t j = 0; j < ct.size(); ++j)
-    r[j] = from_mem(b_.CreateLoad(ty, smem(ty, padded(linear_index(ct[j], s)))), e);
+    r[j] = from_mem(smem_load(ty, smem(ty, padded(linear_index(ct[j], s))), "layout conversion read"), e);
   smem_dirty_ = true;
   return r;
 }
@@ -351,12 +362,13 @@ Elems Lowering::share_from_owners(const Elems& src, LayoutId l, const ir::Shape&
   std::vector<llvm::Value*> idx;
   for (auto& c : cs) idx.push_back(linear_index(c, s));
   guarded(b_, owner_pred, [&]() -> llvm::Value* {
-    for (size_t j = 0; j < src.size(); ++j) b_.CreateStore(to_mem(src[j], e), smem(ty, idx[j]));
+    for (size_t j = 0; j < src.size(); ++j) smem_store(to_mem(src[j], e), smem(ty, idx[j]), "share from owners write", e.dtype);
     return nullptr;
   });
   barrier();
   Elems r;
-  for (size_t j = 0; j < src.size(); ++j) r.push_back(from_mem(b_.CreateLoad(ty, smem(ty, idx[j])), e));
+  for (size_t j = 0; j < src.size(); ++j)
+    r.push_back(from_mem(smem_load(ty, smem(ty, idx[j]), "share from owners read"), e));
   smem_dirty_ = true;
   return r;
 }
@@ -365,7 +377,22 @@ void Lowering::emit_block(const ir::Block& blk) {
   for (const auto& op : blk.ops) emit_op(*op);
 }
 
+std::string Lowering::site(const char* what) const {
+  if (!cur_op_) return what;
+  std::string loc = cur_op_->loc.known()
+                        ? fmt::format("{}:{}:{} ", cur_op_->loc.file, cur_op_->loc.line, cur_op_->loc.column)
+                        : std::string();
+  return fmt::format("{}({}: {})", loc, ir::op_name(cur_op_->kind), what);
+}
+
 void Lowering::emit_op(const Op& op) {
+  const Op* outer = cur_op_;
+  cur_op_ = &op;
+  struct Restore {
+    const Op*& cur;
+    const Op* outer;
+    ~Restore() { cur = outer; }
+  } restore{cur_op_, outer};
   const Value* res = op.results.empty() ? nullptr : op.results[0];
   switch (op.kind) {
   case OpKind::ProgramId: define(res, kScalar, {hooks_.block_id(b_, static_cast<int>(op.attrs.axis))}); return;
@@ -794,12 +821,13 @@ void Lowering::emit_reduce(const Op& op) {
     auto slot = [&](size_t i, llvm::Value* w) {
       return smem(ct, b_.CreateAdd(b_.CreateMul(lin[i], b_.getInt32(static_cast<uint32_t>(warps))), w));
     };
-    for (size_t i = 0; i < nres; ++i) b_.CreateStore(acc[i], slot(i, wc));
+    for (size_t i = 0; i < nres; ++i) smem_store(acc[i], slot(i, wc), "reduction partial write",
+                                                    ir::is_float(dt) ? DType::f32 : DType::i64);
     barrier();
     for (size_t i = 0; i < nres; ++i) {
-      llvm::Value* v = b_.CreateLoad(ct, slot(i, b_.getInt32(0)));
+      llvm::Value* v = smem_load(ct, slot(i, b_.getInt32(0)), "reduction partial read");
       for (int64_t w = 1; w < warps; ++w)
-        v = combine(kind, v, b_.CreateLoad(ct, slot(i, b_.getInt32(static_cast<uint32_t>(w)))));
+        v = combine(kind, v, smem_load(ct, slot(i, b_.getInt32(static_cast<uint32_t>(w))), "reduction partial read"));
       acc[i] = v;
     }
     smem_dirty_ = true;
@@ -828,11 +856,14 @@ void Lowering::emit_dot(const Op& op) {
     const Elems& av = get(a, ls[0]);
     auto ca = coords(ls[0], a->type.shape);
     for (size_t j = 0; j < av.size(); ++j)
-      b_.CreateStore(av[j], smem(ty, b_.CreateAdd(b_.CreateMul(ca[j][1], b_.getInt32(static_cast<uint32_t>(sa))), ca[j][0])));
+      smem_store(av[j], smem(ty, b_.CreateAdd(b_.CreateMul(ca[j][1], b_.getInt32(static_cast<uint32_t>(sa))), ca[j][0])),
+                 "dot operand A write", e.dtype);
     const Elems& bvals = get(bv, ls[1]);
     auto cb = coords(ls[1], bv->type.shape);
     for (size_t j = 0; j < bvals.size(); ++j)
-      b_.CreateStore(bvals[j], smem(ty, b_.CreateAdd(b_.CreateMul(cb[j][0], b_.getInt32(static_cast<uint32_t>(sb))), cb[j][1]), off_b));
+      smem_store(bvals[j],
+                 smem(ty, b_.CreateAdd(b_.CreateMul(cb[j][0], b_.getInt32(static_cast<uint32_t>(sb))), cb[j][1]), off_b),
+                 "dot operand B write", bv->type.elem.dtype);
   }
   barrier();
   const ir::Shape& rs = res->type.shape;
@@ -865,9 +896,9 @@ void Lowering::emit_dot(const Op& op) {
   llvm::Value* ka = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sa)));
   llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));
   for (size_t r = 0; r < row_coord.size(); ++r)
-    av[r] = to_f32(b_.CreateLoad(ty, smem(ty, b_.CreateAdd(ka, row_coord[r]))), e.dtype);
+    av[r] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(ka, row_coord[r])), "dot operand A read"), e.dtype);
   for (size_t c = 0; c < col_coord.size(); ++c)
-    bvv[c] = to_f32(b_.CreateLoad(ty, smem(ty, b_.CreateAdd(kb, col_coord[c]), off_b)), e.dtype);
+    bvv[c] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(kb, col_coord[c]), off_b), "dot operand B read"), e.dtype);
   Elems out(td.count);
   for (int64_t j = 0; j < td.count; ++j)
     out[j] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
@@ -976,11 +1007,11 @@ void Lowering::emit_reshape(const Op& op) {
   const Elems& in = get(src, from);
   auto cf = coords(from, src->type.shape);
   for (size_t j = 0; j < in.size(); ++j)
-    b_.CreateStore(to_mem(in[j], e), smem(ty, linear_index(cf[j], src->type.shape)));
+    smem_store(to_mem(in[j], e), smem(ty, linear_index(cf[j], src->type.shape)), "reshape write", e.dtype);
   barrier();
   Elems r;
   for (auto& c : coords(to, res->type.shape))
-    r.push_back(from_mem(b_.CreateLoad(ty, smem(ty, linear_index(c, res->type.shape))), e));
+    r.push_back(from_mem(smem_load(ty, smem(ty, linear_index(c, res->type.shape)), "reshape read"), e));
   smem_dirty_ = true;
   define(res, to, std::move(r));
 }

@@ -2,6 +2,7 @@
 // the emulator runtime through the C ABI of abi/emu_abi.h, passing the
 // calling thread's context (the kernel's hidden first argument).
 #include <map>
+#include <string>
 
 #include "codegen/target.h"
 
@@ -45,6 +46,18 @@ public:
   }
   llvm::Value* shared_base(Builder& b) override {
     return call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
+  }
+  llvm::Value* shared_load(Builder& b, llvm::Value* ptr, llvm::Type* ty, const std::string& site) override {
+    llvm::Value* tmp = scratch(ty);
+    call(b, "tilec_emu_shared_load", b.getVoidTy(), {ptr, b.getInt32(bytes(ty)), tmp, site_string(b, site)});
+    return b.CreateLoad(ty, tmp);
+  }
+  void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string& site,
+                    unsigned float_bytes) override {
+    llvm::Value* tmp = scratch(v->getType());
+    b.CreateStore(v, tmp);
+    call(b, "tilec_emu_shared_store", b.getVoidTy(),
+         {ptr, b.getInt32(bytes(v->getType())), tmp, site_string(b, site), b.getInt32(float_bytes)});
   }
   llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
     return call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)}, true);
@@ -103,6 +116,13 @@ private:
   // Calls tilec_emu_NAME(ctx, args...), declaring it on first use. Barriers
   // and shuffles are convergent, as on the GPU: LLVM must not duplicate them
   // into divergent paths (the emulator checks every thread waits at one site).
+  // One constant C string per distinct site, for the emulator's messages.
+  llvm::Value* site_string(Builder& b, const std::string& site) {
+    auto it = sites_.find(site);
+    if (it == sites_.end()) it = sites_.emplace(site, b.CreateGlobalString(site, "tilec.site")).first;
+    return it->second;
+  }
+
   llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
                     bool convergent = false) {
     llvm::Module& m = *fn_->getParent();
@@ -134,6 +154,7 @@ private:
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Type*> params_;
   std::uint32_t next_barrier_ = 0; // the number of the next barrier of this kernel
+  std::map<std::string, llvm::Value*> sites_; // a C string per shared-memory access site
   std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
 };
 

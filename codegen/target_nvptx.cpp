@@ -110,6 +110,13 @@ public:
 
   unsigned global_address_space() const override { return kGlobal; }
 
+  llvm::Value* shared_load(Builder& b, llvm::Value* ptr, llvm::Type* ty, const std::string&) override {
+    return b.CreateLoad(ty, ptr);
+  }
+  void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string&, unsigned) override {
+    b.CreateStore(v, ptr);
+  }
+
   llvm::Value* load(Builder& b, llvm::Value* ptr, llvm::Type* ty, unsigned align,
                     llvm::Value* pred) override {
     return guarded(b, pred, [&]() -> llvm::Value* {

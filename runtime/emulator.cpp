@@ -9,10 +9,12 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <mutex>
+#include <random>
 #include <thread>
 
 namespace tilec::rt {
@@ -31,6 +33,17 @@ struct Track {
 };
 
 struct Launch;
+
+// What the race check knows of one byte of shared memory: who wrote it last and who read it
+// since, with the epoch (barrier interval) of each; epochs count up across the blocks a
+// worker runs, so a new block needs no clearing.
+struct ShadowByte {
+  std::uint64_t write_epoch = 0, read_epoch = 0;
+  std::uint32_t writer = 0, reader = 0;
+  bool several_readers = false;
+  const char* write_site = "";
+  const char* read_site = "";
+};
 
 enum class State : std::uint8_t { runnable, at_barrier, at_shuffle, done, failed };
 
@@ -64,6 +77,7 @@ struct Launch {
   Dim3 grid;
   std::uint32_t threads = 0;
   std::size_t shared_bytes = 0;
+  EmuScheduleChoice schedule;
   std::vector<Track> tracks;          // sorted by lo
   std::vector<int> track_of_param;    // index into tracks per parameter, -1 for scalars
   std::atomic<std::uint64_t> next_block{0};
@@ -89,6 +103,10 @@ struct tilec_emu_worker {
   tilec::rt::emu::PooledArena stacks;
   std::unique_ptr<std::byte[]> shared_storage;
   std::byte* shared = nullptr;
+  std::vector<tilec::rt::ShadowByte> shadow; // one per byte of shared memory
+  std::uint64_t epoch = 0;                   // the current barrier interval
+  std::uint64_t block_epoch = 0;             // the first epoch of the running block
+  std::uint64_t blocks_run = 0;              // for the random schedule's seed
   std::uint32_t block[3] = {0, 0, 0};
   tilec::rt::Counters counters;
   std::string error; // why the running block stopped, when it did
@@ -115,6 +133,41 @@ std::string where(const tilec_emu_thread* t) {
   t->worker->error = std::move(message);
   t->state = State::failed;
   emu::fiber_exit(t->fiber, t->worker->scheduler);
+}
+
+// Whether `bytes` at `a` and `b` hold the same values: equal bits, or, for float elements of
+// `float_bytes` bytes, zeros that differ only in sign.
+bool same_value(const std::byte* a, const std::byte* b, std::uint32_t bytes, std::uint32_t float_bytes) {
+  if (std::memcmp(a, b, bytes) == 0) return true;
+  if (float_bytes != 2 && float_bytes != 4) return false;
+  for (std::uint32_t i = 0; i < bytes; i += float_bytes) {
+    std::uint32_t x = 0, y = 0;
+    std::memcpy(&x, a + i, float_bytes);
+    std::memcpy(&y, b + i, float_bytes);
+    std::uint32_t sign = float_bytes == 4 ? 0x80000000u : 0x8000u;
+    if (x != y && ((x | sign) != sign || (y | sign) != sign)) return false;
+  }
+  return true;
+}
+
+// The byte offset of a shared-memory access [addr, addr + n), checked to lie inside the
+// kernel's shared memory and to be aligned.
+std::size_t check_shared(tilec_emu_thread* t, const void* addr, std::uint32_t n, const char* what, const char* site) {
+  const Worker& w = *t->worker;
+  auto a = reinterpret_cast<std::uintptr_t>(addr), base = reinterpret_cast<std::uintptr_t>(w.shared);
+  std::size_t size = w.launch->shared_bytes;
+  if (a < base || a - base > size || n > size - (a - base)) {
+    std::string message = fmt::format("{}: shared-memory {} of {} bytes at byte offset {} is outside the kernel's {} "
+                                      "bytes of shared memory (at {})",
+                                      where(t), what, n, std::intptr_t(a - base), size, site);
+    abort_thread(t, std::move(message));
+  }
+  if (n == 0 || (n & (n - 1)) != 0 || n > 16 || (a - base) % n != 0) {
+    std::string message = fmt::format("{}: misaligned shared-memory {} of {} bytes at byte offset {} (at {})",
+                                      where(t), what, n, a - base, site);
+    abort_thread(t, std::move(message));
+  }
+  return a - base;
 }
 
 void yield(tilec_emu_thread* t) { emu::fiber_switch(t->fiber, t->worker->scheduler); }
@@ -264,13 +317,20 @@ bool release_shuffles(Worker& w) {
 bool run_block(Worker& w) {
   Launch& l = *w.launch;
   if (l.shared_bytes) std::memset(w.shared, 0xcd, l.shared_bytes); // stale data, like a GPU's
+  w.block_epoch = ++w.epoch;
   for (tilec_emu_thread& t : w.threads) {
     t.state = State::runnable;
     emu::fiber_init(t.fiber, w.stacks->stack(t.tid), w.stacks->bytes(), fiber_main, &t);
   }
   std::uint32_t n = std::uint32_t(w.threads.size());
+  // The order the threads run in between sync points (EmuOptions::schedule).
+  std::vector<std::uint32_t> order(n);
+  for (std::uint32_t i = 0; i < n; ++i) order[i] = l.schedule.order == EmuSchedule::reverse ? n - 1 - i : i;
+  std::mt19937_64 rng(l.schedule.seed * 0x9e3779b97f4a7c15ull + ++w.blocks_run);
   for (;;) {
-    for (tilec_emu_thread& t : w.threads) {
+    if (l.schedule.order == EmuSchedule::random) std::shuffle(order.begin(), order.end(), rng);
+    for (std::uint32_t i : order) {
+      tilec_emu_thread& t = w.threads[i];
       if (t.state != State::runnable) continue;
       emu::fiber_switch(w.scheduler, t.fiber);
       if (t.state == State::failed) return false;
@@ -289,6 +349,7 @@ bool run_block(Worker& w) {
     if (release_shuffles(w)) continue;
     if (at_barrier == n && one_barrier) {
       for (tilec_emu_thread& t : w.threads) t.state = State::runnable;
+      ++w.epoch; // accesses on either side of a barrier never race
       continue;
     }
     w.error = stuck_message(w);
@@ -323,6 +384,7 @@ void setup_worker(Worker& w, Launch& l, const EmuOptions& o) {
   w.shared_storage = std::make_unique<std::byte[]>(l.shared_bytes + 16);
   auto p = reinterpret_cast<std::uintptr_t>(w.shared_storage.get());
   w.shared = w.shared_storage.get() + ((16 - p % 16) % 16);
+  w.shadow.assign(l.shared_bytes, ShadowByte{});
   w.counters.loaded.assign(l.tracks.size(), 0);
   w.counters.stored.assign(l.tracks.size(), 0);
 }
@@ -351,6 +413,36 @@ void ensure_abi_exported() {
 }
 
 } // namespace
+
+EmuScheduleChoice default_schedule() {
+  static const EmuScheduleChoice choice = [] {
+    EmuScheduleChoice c;
+    const char* env = std::getenv("TILEC_EMU_SCHEDULE");
+    std::string v = env ? env : "";
+    if (v.empty() || v == "forward") return c;
+    if (v == "reverse") {
+      c.order = EmuSchedule::reverse;
+      return c;
+    }
+    if (v.rfind("random", 0) == 0) {
+      c.order = EmuSchedule::random;
+      if (v.size() > 6) {
+        std::size_t used = 0;
+        try {
+          if (v[6] != ':') throw std::invalid_argument("no colon");
+          c.seed = std::stoull(v.substr(7), &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || 7 + used != v.size())
+          throw EmulationError(fmt::format("TILEC_EMU_SCHEDULE={}: expected forward, reverse, random or random:SEED", v));
+      }
+      return c;
+    }
+    throw EmulationError(fmt::format("TILEC_EMU_SCHEDULE={}: expected forward, reverse, random or random:SEED", v));
+  }();
+  return choice;
+}
 
 EmuModule::EmuModule(const Manifest& m) : manifest_(m) {
   std::filesystem::path lib = m.code_path(m.emulator);
@@ -387,6 +479,7 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
   l.grid = grid;
   l.threads = std::uint32_t(manifest_.threads_per_block);
   l.shared_bytes = std::size_t(manifest_.shared_bytes);
+  l.schedule = options.schedule;
 
   std::vector<void*> values(args.size());
   std::vector<std::pair<std::size_t, std::size_t>> order; // (param, track slot) before sorting
@@ -476,6 +569,62 @@ void tilec_emu_barrier(tilec_emu_thread* t, uint32_t id) {
 }
 
 void* tilec_emu_shared_base(tilec_emu_thread* t) { return t->worker->shared; }
+
+void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst, const char* site) {
+  std::size_t off = tilec::rt::check_shared(t, addr, bytes, "load", site);
+  tilec_emu_worker& w = *t->worker;
+  for (std::size_t i = off; i < off + bytes; ++i) {
+    tilec::rt::ShadowByte& s = w.shadow[i];
+    if (s.write_epoch < w.block_epoch) {
+      std::string message = fmt::format(
+          "{}: shared-memory load of {} bytes at byte offset {} reads byte {}, which no thread of the block has "
+          "written (at {})", tilec::rt::where(t), bytes, off, i, site);
+      tilec::rt::abort_thread(t, std::move(message));
+    }
+    if (s.write_epoch == w.epoch && s.writer != t->tid) {
+      std::string message = fmt::format(
+          "{}: shared-memory race (read after write, no barrier between): thread {} reads byte offset {} that "
+          "thread {} wrote (read at {}; write at {})", tilec::rt::where(t), t->tid, i, s.writer, site, s.write_site);
+      tilec::rt::abort_thread(t, std::move(message));
+    }
+    if (s.read_epoch == w.epoch && s.reader != t->tid) {
+      s.several_readers = true;
+    } else if (s.read_epoch != w.epoch) {
+      s.read_epoch = w.epoch, s.reader = t->tid, s.several_readers = false, s.read_site = site;
+    }
+  }
+  std::memcpy(dst, w.shared + off, bytes);
+}
+
+void tilec_emu_shared_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src, const char* site,
+                            uint32_t float_bytes) {
+  std::size_t off = tilec::rt::check_shared(t, addr, bytes, "store", site);
+  tilec_emu_worker& w = *t->worker;
+  // Writing the value already there changes nothing another thread sees: replicated owners
+  // of one element all write its value (floats: +0 and -0 alike, their sign being open).
+  bool same = tilec::rt::same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_bytes);
+  for (std::size_t i = off; i < off + bytes; ++i) {
+    tilec::rt::ShadowByte& s = w.shadow[i];
+    bool written_here = s.write_epoch >= w.block_epoch;
+    if (!same && written_here && s.write_epoch == w.epoch && s.writer != t->tid) {
+      std::string message = fmt::format(
+          "{}: shared-memory race (write after write, no barrier between): thread {} writes byte offset {} that "
+          "thread {} wrote with another value (write at {}; other write at {})", tilec::rt::where(t), t->tid, i,
+          s.writer, site, s.write_site);
+      tilec::rt::abort_thread(t, std::move(message));
+    }
+    if (!(same && written_here) && s.read_epoch == w.epoch && (s.reader != t->tid || s.several_readers)) {
+      std::uint32_t reader = s.reader != t->tid ? s.reader : UINT32_MAX;
+      std::string readers = reader != UINT32_MAX ? fmt::format("thread {}", reader) : std::string("other threads");
+      std::string message = fmt::format(
+          "{}: shared-memory race (write after read, no barrier between): thread {} writes byte offset {} that {} "
+          "read (write at {}; read at {})", tilec::rt::where(t), t->tid, i, readers, site, s.read_site);
+      tilec::rt::abort_thread(t, std::move(message));
+    }
+    s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site;
+  }
+  std::memcpy(w.shared + off, src, bytes);
+}
 
 uint32_t tilec_emu_shfl_xor(tilec_emu_thread* t, uint32_t value, uint32_t lane_mask) {
   t->shfl_value = value;

@@ -47,9 +47,22 @@ struct EmuLaunchStats {
   std::vector<EmuBufferStats> buffers; // one per pointer argument, in parameter order
 };
 
+// The order in which the threads of a block run between two sync points. A correct kernel
+// gives the same result in every order; a missing barrier shows in some orders (and is
+// caught by the shared-memory race check in all). TILEC_EMU_SCHEDULE=forward|reverse|
+// random|random:SEED sets the default for a process (CI runs the suite under two orders).
+enum class EmuSchedule { forward, reverse, random };
+struct EmuScheduleChoice {
+  EmuSchedule order = EmuSchedule::forward;
+  std::uint64_t seed = 1;
+};
+// TILEC_EMU_SCHEDULE's choice (forward when unset); EmulationError when it is malformed.
+EmuScheduleChoice default_schedule();
+
 struct EmuOptions {
   int workers = 0;                    // OS threads for the grid's blocks; 0: one per core
   std::size_t stack_bytes = 64 << 10; // per GPU thread
+  EmuScheduleChoice schedule = default_schedule();
 };
 
 // An emu module opened with dlopen: `m.emulator` (through m.code_path), m.symbol,

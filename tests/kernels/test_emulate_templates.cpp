@@ -157,7 +157,10 @@ TEST_CASE("emulate: an unmasked load past the end names the kernel and buffer", 
   CHECK(e.find("kernel 'oob_load'") != std::string::npos);
   CHECK(e.find("load of") != std::string::npos);
   CHECK(e.find("'inputs'") != std::string::npos);
-  CHECK(e.find("element 10") != std::string::npos); // element 100 or past it, whatever the vector width
+  // Element 100 or past it (up to 127), whatever the vector width and whichever thread the
+  // schedule runs first.
+  CHECK((e.find("element 10") != std::string::npos || e.find("element 11") != std::string::npos ||
+         e.find("element 12") != std::string::npos));
 }
 
 TEST_CASE("emulate: paged attention moves about the ideal bytes", "[emulator][templates]") {
