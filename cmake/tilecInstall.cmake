@@ -1,0 +1,123 @@
+# Install rules, the exported CMake package and the build tree's tilec:: names; included at
+# the end of the top-level CMakeLists.txt, once every target exists.
+#
+#   cmake --install build --prefix PREFIX
+#     PREFIX/include/tilec/<folder>/*.h|*.def     headers, included as "ir/ir.h" etc.
+#     PREFIX/lib/libtilec_*.a                     the static libraries
+#     PREFIX/bin/tilec                            the CLI
+#     PREFIX/lib/cmake/tilec/                     find_package(tilec CONFIG)
+#     PREFIX/lib/pkgconfig/tilec-runtime.pc       the runtime for non-CMake builds
+#     PREFIX/lib/tilec/tilec_emu.dynlist          the symbols its link flag exports
+#
+# Two export sets: tilecRuntimeTargets (abi, runtime: no LLVM) and tilecCompilerTargets
+# (everything else), so a consumer without LLVM can use find_package(tilec COMPONENTS runtime).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(TILEC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tilec CACHE STRING
+    "Where the tilec CMake package is installed, relative to the prefix")
+mark_as_advanced(TILEC_INSTALL_CMAKEDIR)
+
+# name in the build -> name after tilec:: (folder order: runtime side first)
+set(tilec_runtime_targets tilec_abi tilec_runtime)
+set(tilec_compiler_libraries tilec_ir tilec_dsl tilec_interp tilec_kernels tilec_codegen tilec_backends
+    tilec_autotune tilec_fuzz tilec_cli tilec_cli_main)
+
+# What a program that builds kernels links: the DSL, the IR and its interpreter, the kernels
+# and their registry, codegen (LLVM), the backends and the runtime.
+add_library(tilec_compiler INTERFACE)
+target_link_libraries(tilec_compiler INTERFACE tilec_dsl tilec_ir tilec_interp tilec_kernels tilec_codegen
+                      tilec_backends tilec_autotune tilec_runtime)
+
+foreach(target IN LISTS tilec_runtime_targets tilec_compiler_libraries)
+  string(REGEX REPLACE "^tilec_" "" export_name ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+  # The headers include each other from the root ("ir/ir.h"): the checkout in the build tree,
+  # include/tilec once installed (and include, for "tilec/ir/ir.h").
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tilec>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  add_library(tilec::${export_name} ALIAS ${target})
+endforeach()
+set_target_properties(tilec_compiler PROPERTIES EXPORT_NAME compiler)
+add_library(tilec::compiler ALIAS tilec_compiler)
+set_target_properties(tilec PROPERTIES EXPORT_NAME tilec)
+add_executable(tilec::tilec ALIAS tilec)
+
+# The headers are C++20; consumers compile them with at least that.
+target_compile_features(tilec_abi PUBLIC cxx_std_20)
+# Emulated kernels (dlopened shared libraries) call the emulator's tilec_emu_* functions,
+# so every executable that links the runtime exports them (runtime/emulator.h).
+target_link_options(tilec_runtime INTERFACE "LINKER:--export-dynamic-symbol=tilec_emu_*")
+
+# An instrumented build (TILEC_SANITIZE) installs instrumented libraries: whatever links them
+# must link the sanitizers' runtimes too (in the tree, add_link_options does that already).
+set(TILEC_PC_SANITIZE "")
+if(TILEC_SANITIZE)
+  target_link_options(tilec_abi INTERFACE $<INSTALL_INTERFACE:-fsanitize=address,undefined>)
+  set(TILEC_PC_SANITIZE " -fsanitize=address,undefined")
+endif()
+
+# codegen's headers include LLVM's: its LLVM include folder is the build's only; an
+# installed tilec::codegen gets the consumer's LLVM_INCLUDE_DIRS from tilecConfig.cmake, so
+# the package does not hard-code where LLVM lived on the machine that built it.
+foreach(prop INTERFACE_INCLUDE_DIRECTORIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES)
+  get_target_property(dirs tilec_codegen ${prop})
+  if(dirs)
+    set(kept "")
+    foreach(dir IN LISTS dirs)
+      if(dir IN_LIST LLVM_INCLUDE_DIRS)
+        list(APPEND kept "$<BUILD_INTERFACE:${dir}>")
+      else()
+        list(APPEND kept "${dir}")
+      endif()
+    endforeach()
+    set_property(TARGET tilec_codegen PROPERTY ${prop} "${kept}")
+  endif()
+endforeach()
+
+# tilec_add_kernels(NAME SOURCES ...): here for add_subdirectory/FetchContent users; the
+# installed package includes the same file from tilecConfig.cmake.
+include(${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake)
+
+# --- install
+foreach(folder abi runtime ir dsl interp kernels codegen backends autotune fuzz tools)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tilec/${folder}
+          COMPONENT tilec_development
+          FILES_MATCHING PATTERN "*.h" PATTERN "*.def"
+          PATTERN "corpus" EXCLUDE    # fuzz/: the fuzzers' inputs and targets are not the library
+          PATTERN "targets" EXCLUDE)
+endforeach()
+
+install(TARGETS ${tilec_runtime_targets} EXPORT tilecRuntimeTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
+install(TARGETS ${tilec_compiler_libraries} tilec_compiler EXPORT tilecCompilerTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
+install(TARGETS tilec EXPORT tilecCompilerTargets
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tilec_tools)
+
+install(EXPORT tilecRuntimeTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
+        COMPONENT tilec_development)
+install(EXPORT tilecCompilerTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
+        COMPONENT tilec_development)
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/tilecConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/cmake/tilecConfig.cmake
+                              INSTALL_DESTINATION ${TILEC_INSTALL_CMAKEDIR})
+# 0.x: a minor version may break the API, so only the same minor version is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/tilecConfigVersion.cmake
+                                 VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/tilecConfig.cmake ${PROJECT_BINARY_DIR}/cmake/tilecConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake
+        DESTINATION ${TILEC_INSTALL_CMAKEDIR} COMPONENT tilec_development)
+
+# pkg-config for the runtime alone (prefix relative to the .pc file, so the tree can move).
+file(RELATIVE_PATH TILEC_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/tilec-runtime.pc.in ${PROJECT_BINARY_DIR}/cmake/tilec-runtime.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/tilec-runtime.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT tilec_development)
+# The symbols its link flag exports (-Wl,--dynamic-list=...): the emulator's tilec_emu_*.
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/tilec_emu.dynlist
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/tilec COMPONENT tilec_development)

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Installs a tilec build into a fresh prefix, builds the out-of-tree example examples/rmsnorm
+# against it and runs every step of its tutorial (README "Write, tune and ship your own
+# kernel"):
+#   rmsnorm_tilec list | ir | compile (PTX, cubin when ptxas exists) | run --backend emulate |
+#   autotune --export; rmsnorm_host on the exported folder (the runtime alone, no LLVM);
+# then a runtime-only consumer (find_package(tilec COMPONENTS runtime) with LLVM hidden) and
+# the pkg-config file. Every check fails the test; nothing is skipped.
+#
+#   tests/install/test_install.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 BUILD_DIR SOURCE_DIR" >&2
+  exit 2
+fi
+build=$(realpath "$1")
+src=$(realpath "$2")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tilec-install-test.XXXXXX")
+# Kept on failure (and with TILEC_INSTALL_TEST_KEEP=1), for a look at what went wrong.
+trap 'rc=$?; if [[ $rc -eq 0 && -z ${TILEC_INSTALL_TEST_KEEP:-} ]]; then rm -rf "$tmp"; else echo "exit $rc; files kept in $tmp" >&2; fi' EXIT
+
+start=$SECONDS
+step() { echo; echo "== [$((SECONDS - start))s] $*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# The example's own build uses ccache when the machine has it, as tilec's does.
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+jobs=${TILEC_INSTALL_TEST_JOBS:-2}
+
+step "install $build into $tmp/prefix"
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || {
+  cat "$tmp/install.log"
+  fail "cmake --install $build (it installs what is built: build every target first, cmake --build $build)"
+}
+p=$tmp/prefix
+# lib, or lib/<multiarch> when the build was configured for the prefix /usr (GNUInstallDirs).
+lib=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
+[[ -n $lib && $lib != /* ]] || fail "CMAKE_INSTALL_LIBDIR in $build/CMakeCache.txt is '$lib', not a relative folder"
+for f in bin/tilec $lib/libtilec_runtime.a $lib/libtilec_abi.a $lib/libtilec_codegen.a $lib/libtilec_cli.a \
+         $lib/libtilec_cli_main.a $lib/cmake/tilec/tilecConfig.cmake $lib/cmake/tilec/tilecConfigVersion.cmake \
+         $lib/cmake/tilec/tilecRuntimeTargets.cmake $lib/cmake/tilec/tilecCompilerTargets.cmake \
+         $lib/cmake/tilec/tilecKernels.cmake $lib/pkgconfig/tilec-runtime.pc $lib/tilec/tilec_emu.dynlist \
+         include/tilec/abi/emu_abi.h include/tilec/ir/ir.h include/tilec/ir/ops.def include/tilec/dsl/dsl.h \
+         include/tilec/kernels/registry.h include/tilec/runtime/emulator.h include/tilec/runtime/cuda_entry_points.def \
+         include/tilec/tools/cli.h; do
+  [[ -e $p/$f ]] || fail "the install has no $f"
+done
+[[ ! -e $p/include/tilec/fuzz/corpus && ! -e $p/include/tilec/fuzz/targets ]] || fail "fuzz inputs installed as headers"
+[[ -z $(find "$p/include" -name '*.cpp') ]] || fail "sources installed under include/"
+"$p/bin/tilec" list >/dev/null || fail "the installed tilec does not run"
+
+step "configure and build examples/rmsnorm against the installed tilec"
+cmake -G Ninja -S "$src/examples/rmsnorm" -B "$tmp/example" -DCMAKE_PREFIX_PATH="$p" \
+  -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >"$tmp/configure.log" || { cat "$tmp/configure.log"; fail "configure"; }
+# It must use the fresh install, never the build tree or another tilec on the machine.
+grep -qx "tilec_DIR:PATH=$p/$lib/cmake/tilec" "$tmp/example/CMakeCache.txt" ||
+  fail "the example found tilec elsewhere: $(grep '^tilec_DIR' "$tmp/example/CMakeCache.txt")"
+cmake --build "$tmp/example" -j "$jobs" || fail "building the example"
+tilec=$tmp/example/rmsnorm_tilec
+host=$tmp/example/rmsnorm_host
+
+step "rmsnorm_tilec list"
+"$tilec" list | tee "$tmp/list.txt"
+grep -qw rmsnorm "$tmp/list.txt" || fail "list does not show the user's rmsnorm"
+grep -qw paged_attention "$tmp/list.txt" || fail "list does not show tilec's own paged_attention"
+
+step "rmsnorm_tilec ir rmsnorm"
+"$tilec" ir rmsnorm | tee "$tmp/ir.txt"
+grep -q rmsnorm "$tmp/ir.txt" || fail "ir does not print the rmsnorm kernel"
+grep -q rsqrt "$tmp/ir.txt" || fail "the rmsnorm IR has no rsqrt"
+
+step "rmsnorm_tilec compile rmsnorm --arch sm_90 -o $tmp/ptx"
+"$tilec" compile rmsnorm --arch sm_90 -o "$tmp/ptx"
+ls -l "$tmp/ptx"
+compgen -G "$tmp/ptx/*.ptx" >/dev/null || fail "compile wrote no PTX"
+grep -q '.target sm_90' "$tmp"/ptx/*.ptx || fail "the PTX is not for sm_90"
+if command -v ptxas >/dev/null; then
+  compgen -G "$tmp/ptx/*.cubin" >/dev/null || fail "ptxas is here but compile wrote no cubin"
+fi
+
+step "rmsnorm_tilec run rmsnorm --backend emulate"
+"$tilec" run rmsnorm --backend emulate || fail "run rmsnorm on the emulator"
+"$tilec" run rmsnorm --backend emulate --set block=512 --shape rows=7 cols=300 ||
+  fail "run rmsnorm on the emulator with a ragged row"
+
+rows=32
+cols=300
+step "rmsnorm_tilec autotune rmsnorm --backend emulate --export $tmp/deploy"
+"$tilec" autotune rmsnorm --space "$src/examples/rmsnorm/rmsnorm.toml" --shape rows=$rows cols=$cols \
+  --backend emulate -o "$tmp/tuning.toml" --export "$tmp/deploy" || fail "autotune rmsnorm --export"
+[[ -s $tmp/tuning.toml ]] || fail "autotune wrote no database"
+[[ -s $tmp/deploy/tuning.toml ]] || fail "--export did not copy the database into the folder"
+ls -l "$tmp/deploy"
+compgen -G "$tmp/deploy/*host.toml" >/dev/null || fail "--export wrote no module for the emulator (arch host)"
+"$tilec" run rmsnorm --tuned "$tmp/tuning.toml" --shape rows=$rows cols=$cols --backend emulate ||
+  fail "run rmsnorm --tuned"
+
+step "rmsnorm_host $tmp/deploy $rows $cols (the runtime alone)"
+"$host" "$tmp/deploy" $rows $cols || fail "rmsnorm_host on the exported modules"
+
+step "rmsnorm_host links no LLVM and no compiler"
+# (Into files first: `producer | grep -q` would fail under pipefail when grep stops early.)
+ldd "$host" >"$tmp/host.ldd"
+cat "$tmp/host.ldd"
+if grep -i llvm "$tmp/host.ldd"; then fail "rmsnorm_host links LLVM"; fi
+nm -C "$host" >"$tmp/host.nm"
+if grep -E ' (llvm::|tilec::(ir|dsl|interp|codegen|kernels|backends)::)' "$tmp/host.nm" >"$tmp/host.bad"; then
+  head -5 "$tmp/host.bad"
+  fail "rmsnorm_host contains compiler code"
+fi
+nm -D "$host" >"$tmp/host.dynsym"
+grep -q ' T tilec_emu_' "$tmp/host.dynsym" || fail "rmsnorm_host does not export the emulator's tilec_emu_* functions"
+# And the CLI does link LLVM, so the check above is not blind.
+ldd "$tilec" >"$tmp/tilec.ldd"
+grep -qi llvm "$tmp/tilec.ldd" || fail "rmsnorm_tilec does not link LLVM: is the ldd check blind?"
+
+step "find_package(tilec COMPONENTS runtime) without LLVM"
+mkdir -p "$tmp/runtime_only"
+cat >"$tmp/runtime_only/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.25)
+project(runtime_only CXX)
+find_package(tilec CONFIG REQUIRED COMPONENTS runtime)
+if(TARGET tilec::compiler OR TARGET tilec::codegen OR COMMAND tilec_add_kernels)
+  message(FATAL_ERROR "the compiler targets are defined although LLVM was not found")
+endif()
+if(NOT tilec_runtime_FOUND OR tilec_compiler_FOUND)
+  message(FATAL_ERROR "components: runtime ${tilec_runtime_FOUND}, compiler ${tilec_compiler_FOUND}")
+endif()
+add_executable(read_db main.cpp)
+target_link_libraries(read_db PRIVATE tilec::runtime)
+EOF
+cat >"$tmp/runtime_only/main.cpp" <<'EOF'
+#include <cstdio>
+#include "runtime/tuning_db.h"
+int main(int argc, char** argv) {
+  tilec::rt::TuningDb db = tilec::rt::read_tuning_db(argv[1]);
+  std::printf("%zu entries\n", db.entries.size());
+  return db.entries.empty() ? 1 : 0;
+}
+EOF
+# CMAKE_DISABLE_FIND_PACKAGE_LLVM: find_package(LLVM) finds nothing, as on a machine without it.
+cmake -G Ninja -S "$tmp/runtime_only" -B "$tmp/runtime_only/build" -DCMAKE_PREFIX_PATH="$p" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=TRUE "${launcher[@]}" || fail "a runtime-only consumer does not configure"
+cmake --build "$tmp/runtime_only/build" || fail "a runtime-only consumer does not build"
+"$tmp/runtime_only/build/read_db" "$tmp/deploy/tuning.toml" || fail "the runtime-only consumer"
+# Asking for everything (no COMPONENTS) without LLVM fails, and says why.
+mkdir -p "$tmp/all_no_llvm"
+printf 'cmake_minimum_required(VERSION 3.25)\nproject(all_no_llvm CXX)\nfind_package(tilec CONFIG REQUIRED)\n' \
+  >"$tmp/all_no_llvm/CMakeLists.txt"
+if cmake -S "$tmp/all_no_llvm" -B "$tmp/all_no_llvm/build" -DCMAKE_PREFIX_PATH="$p" \
+     -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=TRUE >"$tmp/all_no_llvm.log" 2>&1; then
+  fail "find_package(tilec REQUIRED) configured without LLVM"
+fi
+grep -q "LLVM" "$tmp/all_no_llvm.log" || { cat "$tmp/all_no_llvm.log"; fail "the failure does not name LLVM"; }
+
+step "add_subdirectory(tilec) in a parent project: the same tilec:: names, no tests (configure only)"
+mkdir -p "$tmp/subdir"
+cat >"$tmp/subdir/CMakeLists.txt" <<SUBDIR
+cmake_minimum_required(VERSION 3.25)
+project(subdir_user CXX)
+add_subdirectory("$src" tilec)
+foreach(t tilec::runtime tilec::compiler tilec::cli tilec::cli_main tilec::tilec)
+  if(NOT TARGET \${t})
+    message(FATAL_ERROR "add_subdirectory(tilec) defines no \${t}")
+  endif()
+endforeach()
+if(TARGET tilec_tests OR TARGET launch_module OR TARGET bench_compile)
+  message(FATAL_ERROR "a subproject tilec builds its tests, examples or benchmarks by default")
+endif()
+tilec_add_kernels(rmsnorm_tilec SOURCES "$src/examples/rmsnorm/rmsnorm.cpp")
+add_executable(rmsnorm_host "$src/examples/rmsnorm/host.cpp")
+target_link_libraries(rmsnorm_host PRIVATE tilec::runtime)
+SUBDIR
+cmake -G Ninja -S "$tmp/subdir" -B "$tmp/subdir/build" >"$tmp/subdir.log" 2>&1 ||
+  { cat "$tmp/subdir.log"; fail "a project with add_subdirectory(tilec) does not configure"; }
+
+step "pkg-config tilec-runtime: build and run the host program without CMake"
+flags=$(PKG_CONFIG_PATH="$p/$lib/pkgconfig" pkg-config --cflags --libs tilec-runtime) || fail "pkg-config tilec-runtime"
+echo "$flags"
+# shellcheck disable=SC2086  # the flags are words
+c++ -std=c++20 -O1 -o "$tmp/rmsnorm_host_pc" "$src/examples/rmsnorm/host.cpp" $flags || fail "building with pkg-config"
+"$tmp/rmsnorm_host_pc" "$tmp/deploy" $rows $cols || fail "the pkg-config build of rmsnorm_host"
+
+echo
+echo "install test passed in $((SECONDS - start))s"
