@@ -51,12 +51,12 @@ void* tilec_emu_shared_base(tilec_emu_thread* ctx);
  * shared size; a read of bytes no thread of the block has written; and a race: a read or a
  * write of a byte another thread wrote since the last barrier, or a write of a byte another
  * thread read since then. Shuffles are not barriers. A write of the value already there is
- * not a race (replicated owners of one element all write its value); `float_bytes` (2 or 4
- * for f16/bf16/f32 data, else 0) makes +0 and -0 the same value, as ir/SEMANTICS.md leaves
- * the sign of a zero from min/max open. */
+ * not a race (replicated owners of one element all write its value); for float data,
+ * `float_type` (0 not floats, 1 f32, 2 f16, 3 bf16) makes +0 and -0 one value and every NaN
+ * one value, as ir/SEMANTICS.md leaves the sign of a zero from min/max and NaN payloads open. */
 void tilec_emu_shared_load(tilec_emu_thread* ctx, const void* addr, uint32_t bytes, void* dst, const char* site);
 void tilec_emu_shared_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, const void* src, const char* site,
-                            uint32_t float_bytes);
+                            uint32_t float_type);
 
 /* Warp shuffles over the 32 lanes of the caller's warp (lane = thread_id % 32);
  * every lane of the warp calls them together, like shfl.sync with a full mask.

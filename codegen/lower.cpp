@@ -106,7 +106,8 @@ private:
   }
   // `e`: the element type held, so the emulator treats +0 and -0 of floats alike.
   void smem_store(llvm::Value* v, llvm::Value* ptr, const char* what, DType e) {
-    hooks_.shared_store(b_, ptr, v, site(what), ir::is_float(e) ? unsigned(ir::dtype_bytes(e)) : 0u);
+    unsigned float_type = e == DType::f32 ? 1 : e == DType::f16 ? 2 : e == DType::bf16 ? 3 : 0;
+    hooks_.shared_store(b_, ptr, v, site(what), float_type);
   }
   std::string site(const char* what) const;
   void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, bytes); }

@@ -34,9 +34,9 @@ public:
   // names it for the emulator's checks (bounds, reads of unwritten bytes, races between
   // barriers): the op's source location and what the access is for.
   virtual llvm::Value* shared_load(Builder& b, llvm::Value* ptr, llvm::Type* ty, const std::string& site) = 0;
-  // `float_bytes`: the element size when `v` holds floats (f16/bf16 as i16 bits), else 0.
+  // `float_type`: what `v` holds when floats (1 f32, 2 f16, 3 bf16; f16/bf16 as i16 bits), else 0.
   virtual void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string& site,
-                            unsigned float_bytes) = 0;
+                            unsigned float_type) = 0;
   virtual llvm::Value* shfl_xor(Builder& b, llvm::Value* i32, int lane_mask) = 0;
   virtual llvm::Value* shfl_idx(Builder& b, llvm::Value* i32, llvm::Value* lane) = 0;
 

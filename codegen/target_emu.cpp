@@ -53,11 +53,11 @@ public:
     return b.CreateLoad(ty, tmp);
   }
   void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string& site,
-                    unsigned float_bytes) override {
+                    unsigned float_type) override {
     llvm::Value* tmp = scratch(v->getType());
     b.CreateStore(v, tmp);
     call(b, "tilec_emu_shared_store", b.getVoidTy(),
-         {ptr, b.getInt32(bytes(v->getType())), tmp, site_string(b, site), b.getInt32(float_bytes)});
+         {ptr, b.getInt32(bytes(v->getType())), tmp, site_string(b, site), b.getInt32(float_type)});
   }
   llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
     return call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)}, true);

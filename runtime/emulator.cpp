@@ -135,17 +135,21 @@ std::string where(const tilec_emu_thread* t) {
   emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
 
-// Whether `bytes` at `a` and `b` hold the same values: equal bits, or, for float elements of
-// `float_bytes` bytes, zeros that differ only in sign.
-bool same_value(const std::byte* a, const std::byte* b, std::uint32_t bytes, std::uint32_t float_bytes) {
+// Whether `bytes` at `a` and `b` hold the same values: equal bits or, for float elements
+// (`float_type` 1 f32, 2 f16, 3 bf16), two zeros or two NaNs.
+bool same_value(const std::byte* a, const std::byte* b, std::uint32_t bytes, std::uint32_t float_type) {
   if (std::memcmp(a, b, bytes) == 0) return true;
-  if (float_bytes != 2 && float_bytes != 4) return false;
-  for (std::uint32_t i = 0; i < bytes; i += float_bytes) {
+  if (float_type < 1 || float_type > 3) return false;
+  const std::uint32_t size = float_type == 1 ? 4 : 2;
+  const std::uint32_t sign = float_type == 1 ? 0x80000000u : 0x8000u;
+  const std::uint32_t exp = float_type == 1 ? 0x7f800000u : float_type == 2 ? 0x7c00u : 0x7f80u;
+  auto is_nan = [&](std::uint32_t x) { return (x & exp) == exp && (x & ~(exp | sign)) != 0; };
+  for (std::uint32_t i = 0; i < bytes; i += size) {
     std::uint32_t x = 0, y = 0;
-    std::memcpy(&x, a + i, float_bytes);
-    std::memcpy(&y, b + i, float_bytes);
-    std::uint32_t sign = float_bytes == 4 ? 0x80000000u : 0x8000u;
-    if (x != y && ((x | sign) != sign || (y | sign) != sign)) return false;
+    std::memcpy(&x, a + i, size);
+    std::memcpy(&y, b + i, size);
+    bool zeros = (x | sign) == sign && (y | sign) == sign;
+    if (x != y && !zeros && !(is_nan(x) && is_nan(y))) return false;
   }
   return true;
 }
@@ -597,12 +601,12 @@ void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes
 }
 
 void tilec_emu_shared_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src, const char* site,
-                            uint32_t float_bytes) {
+                            uint32_t float_type) {
   std::size_t off = tilec::rt::check_shared(t, addr, bytes, "store", site);
   tilec_emu_worker& w = *t->worker;
   // Writing the value already there changes nothing another thread sees: replicated owners
-  // of one element all write its value (floats: +0 and -0 alike, their sign being open).
-  bool same = tilec::rt::same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_bytes);
+  // of one element all write its value (floats: the zeros alike, the NaNs alike).
+  bool same = tilec::rt::same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_type);
   for (std::size_t i = off; i < off + bytes; ++i) {
     tilec::rt::ShadowByte& s = w.shadow[i];
     bool written_here = s.write_epoch >= w.block_epoch;
