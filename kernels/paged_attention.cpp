@@ -13,6 +13,11 @@
 
 namespace tilec::kernels {
 
+std::string head_dim_error(int64_t head_dim) {
+  if (ir::is_pow2(head_dim) && head_dim >= 16 && head_dim <= 256) return "";
+  return fmt::format("head_dim={}: must be a power of two from 16 to 256", head_dim);
+}
+
 double PagedAttentionShape::scale() const {
   return softmax_scale != 0.0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -79,8 +84,7 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   positive("num_blocks", s.num_blocks);
   if (s.hq % s.hkv != 0)
     throw UserError(fmt::format("paged_attention: Hq = {} is not a multiple of Hkv = {}", s.hq, s.hkv));
-  if (!ir::is_pow2(s.head_dim) || s.head_dim < 16 || s.head_dim > 256)
-    throw UserError(fmt::format("paged_attention: head_dim {} must be a power of two from 16 to 256", s.head_dim));
+  if (std::string why = head_dim_error(s.head_dim); !why.empty()) throw UserError("paged_attention: " + why);
   if (s.block_size > 256)
     throw UserError(fmt::format("paged_attention: block_size {} exceeds 256", s.block_size));
   if (!ir::is_float(s.dtype))

@@ -12,6 +12,9 @@
 
 namespace tilec::kernels {
 
+// Why `head_dim` cannot be served ("" when it can): the one rule for --shape and .npy inputs.
+std::string head_dim_error(int64_t head_dim);
+
 // Sizes and runtime parameters of one paged-attention call.
 struct PagedAttentionShape {
   int64_t batch = 2, hq = 8, hkv = 2, sq = 1, head_dim = 64;

@@ -61,8 +61,7 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   s.hkv = in_range("hkv", 1, kMaxDim);
   s.sq = in_range("sq", 1, kMaxDim);
   s.head_dim = p.at("head_dim");
-  if (!ir::is_pow2(s.head_dim) || s.head_dim < 16 || s.head_dim > 256)
-    throw UserError(fmt::format("--shape head_dim={}: must be a power of two from 16 to 256", s.head_dim));
+  if (std::string why = head_dim_error(s.head_dim); !why.empty()) throw UserError("--shape " + why);
   s.block_size = in_range("block_size", 1, 256);
   s.dtype = *ir::parse_dtype(kDtypes.at(size_t(p.at("dtype"))));
   s.alibi = in_range("alibi", 0, 1) != 0;
