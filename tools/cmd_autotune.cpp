@@ -309,10 +309,6 @@ std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const r
 
 int run_autotune(const Common& common, const AutotuneOptions& o) {
   const kernels::KernelTemplate& t = find_kernel(o.kernel);
-  if (!t.make_problem)
-    throw UserError(fmt::format("{} cannot be tuned: it has no problem generator with a reference "
-                                "(KernelTemplate::make_problem), and autotune never stores an unchecked config",
-                                t.name));
   if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
 
   autotune::SpaceNames names{t.name, {}, {}};
