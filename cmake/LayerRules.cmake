@@ -67,3 +67,16 @@ function(tilec_check_layer_rules)
     message(FATAL_ERROR "includes across a forbidden folder edge (cmake/LayerRules.cmake):\n${text}")
   endif()
 endfunction()
+
+# Fails configuration when one of `targets` links a library matching `pattern` (their direct
+# link edges): the link-graph side of the rules above. `why` ends the message.
+function(tilec_forbid_links pattern why)
+  foreach(target IN LISTS ARGN)
+    get_target_property(libs ${target} LINK_LIBRARIES)
+    foreach(lib IN LISTS libs)
+      if(lib MATCHES "${pattern}")
+        message(FATAL_ERROR "${target} links ${lib}; ${why}")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()
