@@ -425,7 +425,7 @@ kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTempla
 Action add_autotune(CLI::App& app, Common& common) {
   auto o = std::make_shared<AutotuneOptions>();
   app.add_option("kernel", o->kernel, "kernel to tune (any with a reference; see tilec list)")->required();
-  app.add_option("--space", o->space, "search space (TOML, e.g. configs/paged_attention.toml)")->required();
+  app.add_option("--space", o->space, "search space (TOML; configs/ holds examples)")->required();
   app.add_option("--shape", o->shapes, "problem sizes NAME=VALUE...; repeat --shape to tune several keys")
       ->expected(1, -1)
       ->required();

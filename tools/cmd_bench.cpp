@@ -240,7 +240,7 @@ Action add_bench(CLI::App& app, Common& common) {
   app.add_option("--warmup", o->warmup, "untimed runs before timing")->capture_default_str();
   app.add_option("--repeats", o->repeats, "timed runs (the table shows their median)")->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the generated inputs")->check(kSeedCheck)->capture_default_str();
-  app.add_flag("--decompose", o->decompose, "the same as --also decompose (paged_attention's primitive recipe)");
+  app.add_flag("--decompose", o->decompose, "the same as --also decompose");
   return [&common, o]() -> int { return run_bench(common, *o); };
 }
 

@@ -157,8 +157,7 @@ Action add_run(CLI::App& app, Common& common) {
   app.add_option("--seed", o->seed, "seed of the generated inputs")
       ->check(kSeedCheck)
       ->capture_default_str();
-  app.add_option("--path", o->path, "how to compute it, for kernels with several ways (see tilec list; "
-                                    "paged_attention: fused or decompose)");
+  app.add_option("--path", o->path, "how to compute it, for kernels with several ways (tilec list shows them)");
   add_float_options(app, o->options);
   app.add_option("--inputs", o->inputs_dir, "read the inputs from this folder of .npy files (kernels that take "
                                             "files; see tilec list)");
