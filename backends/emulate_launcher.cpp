@@ -9,6 +9,7 @@
 #include "codegen/compile.h"
 #include "runtime/emulator.h"
 #include "kernels/launcher.h"
+#include "kernels/module_launcher.h"
 #include "backends/module_cache.h"
 
 namespace tilec::backends {
@@ -45,9 +46,9 @@ private:
   std::map<std::string, std::shared_ptr<const rt::EmuModule>> modules_;
 };
 
-// A kernel argument as the emulator takes it, by the parameter's type.
-rt::Arg to_rt_arg(const ir::Type& t, const interp::Arg& a, const std::string& kernel, const std::string& param) {
-  if (!t.is_ptr()) return scalar_arg(t, a);
+// A kernel argument as the emulator takes it, by the module's parameter type.
+rt::Arg to_rt_arg(const rt::ParamType& t, const interp::Arg& a, const std::string& kernel, const std::string& param) {
+  if (!t.is_pointer) return kernels::scalar_arg(t.element, a);
   if (!a.buffer) throw UserError(fmt::format("kernel '{}': parameter '{}' needs a buffer", kernel, param));
   return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(a.buffer->bytes.data()), a.buffer->bytes.size());
 }
@@ -69,7 +70,7 @@ public:
     std::vector<rt::Arg> rt_args;
     std::vector<std::string> names;
     for (size_t i = 0; i < args.size(); ++i) {
-      rt_args.push_back(to_rt_arg(fn.params[i]->type, args[i], fn.name, fn.params[i]->name));
+      rt_args.push_back(to_rt_arg(module->manifest().params.at(i).type, args[i], fn.name, fn.params[i]->name));
       names.push_back(args[i].buffer && !args[i].buffer->name.empty() ? args[i].buffer->name : fn.params[i]->name);
     }
     rt::Dim3 dim{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};

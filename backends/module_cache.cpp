@@ -138,18 +138,5 @@ rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions
   }
 }
 
-rt::Arg scalar_arg(const ir::Type& type, const interp::Arg& a) {
-  switch (type.dtype()) {
-  case ir::DType::i1: return rt::Arg(a.i != 0);
-  case ir::DType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
-  case ir::DType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
-  case ir::DType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
-  case ir::DType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
-  case ir::DType::f32: return rt::Arg(static_cast<float>(a.f));
-  case ir::DType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
-  case ir::DType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
-  }
-  internal_fail("unknown dtype");
-}
 
 } // namespace tilec::backends

@@ -1,7 +1,6 @@
 #pragma once
 // What the launchers that run generated code (emulate, cuda) share: the module cache, which
-// compiles a kernel once per printed IR and options and keeps it on disk, and the conversion
-// of interpreter scalars to the runtime's typed launch arguments.
+// compiles a kernel once per printed IR and options and keeps it on disk.
 #include <filesystem>
 #include <string>
 
@@ -26,9 +25,5 @@ std::string compiler_identity();
 // manifest last, each renamed into place, so concurrent processes see whole modules only).
 // The manifest's dir is set, so Manifest::code_path finds the files.
 rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions& opts, const std::string& backend);
-
-// A scalar argument as the runtime takes it, typed by the kernel parameter `type` (not a
-// pointer). f16/bf16 are passed as their bit patterns.
-rt::Arg scalar_arg(const ir::Type& type, const interp::Arg& a);
 
 } // namespace tilec::backends

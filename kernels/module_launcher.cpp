@@ -16,21 +16,6 @@ namespace tilec::kernels {
 
 namespace {
 
-// A scalar argument as the module's parameter type takes it; f16/bf16 as their bits.
-rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
-  switch (type) {
-  case rt::ScalarType::i1: return rt::Arg(a.i != 0);
-  case rt::ScalarType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
-  case rt::ScalarType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
-  case rt::ScalarType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
-  case rt::ScalarType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
-  case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
-  case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
-  case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
-  }
-  internal_fail("unknown scalar type");
-}
-
 // A launch made ready: the loaded module, the device copies of the host buffers on the GPU
 // (one per distinct buffer), and the arguments pointing at them.
 struct Prepared {
@@ -159,6 +144,20 @@ private:
 };
 
 } // namespace
+
+rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
+  switch (type) {
+  case rt::ScalarType::i1: return rt::Arg(a.i != 0);
+  case rt::ScalarType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
+  case rt::ScalarType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
+  case rt::ScalarType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
+  case rt::ScalarType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
+  case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
+  case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
+  }
+  internal_fail("unknown scalar type");
+}
 
 std::unique_ptr<Launcher> make_module_launcher(ModuleSource source, bool gpu, std::string backend) {
   return std::make_unique<ModuleLauncher>(std::move(source), gpu, std::move(backend));

@@ -9,9 +9,14 @@
 #include <memory>
 
 #include "abi/manifest.h"
+#include "runtime/launch.h"
 #include "kernels/launcher.h"
 
 namespace tilec::kernels {
+
+// A scalar argument as a module's parameter type takes it (f16/bf16 as their bits): what the
+// launchers over compiled code pass for an interpreter scalar.
+rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a);
 
 // The module of `kernel` launched with `num_warps` warps per program.
 using ModuleSource = std::function<rt::Manifest(const ir::Function& kernel, int num_warps)>;
