@@ -278,7 +278,9 @@ TEST_CASE("emulator: barriers not reached by every thread are reported, not hung
     EmuModule m(manifest("divergent_barrier", {{"x", ptr(ScalarType::f32)}}, 64));
     std::string e = error_of(m, {2, 1, 1}, {buf(unused)});
     INFO(e);
-    CHECK(e.find("kernel 'divergent_barrier', block (0, 0, 0)") != std::string::npos);
+    // Both blocks fail alike; which worker reports first is a race between OS threads.
+    CHECK((e.find("kernel 'divergent_barrier', block (0, 0, 0)") != std::string::npos ||
+           e.find("kernel 'divergent_barrier', block (1, 0, 0)") != std::string::npos));
     CHECK(e.find("barrier not reached by every thread") != std::string::npos);
     CHECK(e.find("threads 0-15 wait at a barrier") != std::string::npos);
     CHECK(e.find("threads 16-63 finished") != std::string::npos);
