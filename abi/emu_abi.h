@@ -63,6 +63,14 @@ void tilec_emu_shared_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, c
  * xor: returns `value` of lane (lane ^ lane_mask). idx: of lane `src_lane`. */
 uint32_t tilec_emu_shfl_xor(tilec_emu_thread* ctx, uint32_t value, uint32_t lane_mask);
 uint32_t tilec_emu_shfl_idx(tilec_emu_thread* ctx, uint32_t value, uint32_t src_lane);
+/* PTX's shfl.sync.{idx,bfly}.b32 d, value, b, c, member_mask, as the nvptx target emits it,
+ * for the nvptx lowering run on the emulator (codegen/nvptx_on_cpu.cpp): mode 0 idx (b is
+ * the source lane), 1 bfly (b is the lane mask). The lowering's rule is a full-warp shuffle:
+ * member_mask must be 0xffffffff and c 0x1f (one 32-lane segment, no clamping); anything else
+ * is an error naming the operand, since lanes outside the mask would read undefined values
+ * on the GPU. */
+uint32_t tilec_emu_shfl_sync(tilec_emu_thread* ctx, uint32_t mode, uint32_t member_mask, uint32_t value, uint32_t b,
+                             uint32_t c);
 
 /* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
  * emulator checks [addr, addr + bytes) against the launch's buffers (an error
@@ -74,7 +82,8 @@ void tilec_emu_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, const vo
 float tilec_emu_atomic_add_f32(tilec_emu_thread* ctx, float* addr, float value);
 int32_t tilec_emu_atomic_add_i32(tilec_emu_thread* ctx, int32_t* addr, int32_t value);
 
-/* f16 / bf16 <-> f32, round to nearest even (see abi/float16.h). */
+/* f16 / bf16 <-> f32, round to nearest even (see abi/float16.h). They never use ctx, which
+ * may be null. */
 float tilec_emu_f16_to_f32(tilec_emu_thread* ctx, uint16_t bits);
 uint16_t tilec_emu_f32_to_f16(tilec_emu_thread* ctx, float value);
 float tilec_emu_bf16_to_f32(tilec_emu_thread* ctx, uint16_t bits);

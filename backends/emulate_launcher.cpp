@@ -3,13 +3,16 @@
 // (runtime/emulator.h) on the host buffers themselves.
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
+#include <string_view>
 #include <mutex>
 
 #include "codegen/compile.h"
 #include "runtime/emulator.h"
 #include "kernels/launcher.h"
 #include "kernels/module_launcher.h"
+#include "backends/launchers.h"
 #include "backends/module_cache.h"
 
 namespace tilec::backends {
@@ -27,9 +30,9 @@ public:
     return *c;
   }
 
-  std::shared_ptr<const rt::EmuModule> module(const ir::Function& fn, int num_warps) {
+  std::shared_ptr<const rt::EmuModule> module(const ir::Function& fn, int num_warps, EmuLowering lowering) {
     codegen::CompileOptions o;
-    o.target = codegen::Target::emu;
+    o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
     o.num_warps = num_warps;
     rt::Manifest manifest = cached_module(fn, o, "emu");
     std::string key = (manifest.dir / manifest.emulator).string();
@@ -55,6 +58,7 @@ rt::Arg to_rt_arg(const rt::ParamType& t, const interp::Arg& a, const std::strin
 
 class EmulateLauncher final : public Launcher {
 public:
+  explicit EmulateLauncher(EmuLowering lowering) : lowering_(lowering) {}
   std::string backend() const override { return "emulate"; }
 
   void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
@@ -66,7 +70,7 @@ public:
       if (g < 1 || g > std::int64_t(UINT32_MAX))
         throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive", fn.name, grid[0], grid[1],
                                     grid[2]));
-    auto module = ModuleCache::get().module(fn, num_warps);
+    auto module = ModuleCache::get().module(fn, num_warps, lowering_);
     std::vector<rt::Arg> rt_args;
     std::vector<std::string> names;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -81,10 +85,22 @@ public:
     stats_.bytes_stored = stats_.bytes_stored.value_or(0) + st.bytes_stored;
     stats_.unique_bytes = stats_.unique_bytes.value_or(0) + st.unique_bytes;
   }
+
+private:
+  EmuLowering lowering_;
 };
 
 } // namespace
 
-std::unique_ptr<Launcher> make_emulate_launcher() { return std::make_unique<EmulateLauncher>(); }
+EmuLowering default_emu_lowering() {
+  const char* v = std::getenv("TILEC_EMU_LOWERING");
+  if (!v || !*v || std::string_view(v) == "emu") return EmuLowering::emu;
+  if (std::string_view(v) == "nvptx") return EmuLowering::nvptx;
+  throw UserError(fmt::format("TILEC_EMU_LOWERING={}: expected emu or nvptx", v));
+}
+
+std::unique_ptr<Launcher> make_emulate_launcher(EmuLowering lowering) {
+  return std::make_unique<EmulateLauncher>(lowering);
+}
 
 } // namespace tilec::backends

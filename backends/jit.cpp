@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "abi/error.h"
+#include "backends/launchers.h"
 #include "backends/module_cache.h"
 #include "codegen/compile.h"
 #include "ir/verifier.h"
@@ -29,7 +30,7 @@ rt::LoadedModule jit(const ir::Kernel& kernel, int num_warps) {
   opts.num_warps = num_warps;
   std::string arch = jit_arch();
   if (arch == "host") {
-    opts.target = codegen::Target::emu;
+    opts.target = default_emu_lowering() == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
   } else {
     opts.target = codegen::Target::nvptx;
     opts.arch = arch;

@@ -30,7 +30,14 @@ std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 1469598103934665603ull
   return h;
 }
 
-const char* target_name(codegen::Target t) { return t == codegen::Target::emu ? "emu" : "nvptx"; }
+const char* target_name(codegen::Target t) {
+  switch (t) {
+  case codegen::Target::nvptx: return "nvptx";
+  case codegen::Target::emu: return "emu";
+  case codegen::Target::emu_nvptx: return "emu-nvptx";
+  }
+  return "?";
+}
 
 // A usable module at `manifest`: it reads, is `kernel`, and every code file it names exists.
 std::optional<rt::Manifest> read_cached(const fs::path& manifest, const std::string& kernel) {

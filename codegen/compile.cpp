@@ -67,7 +67,7 @@ void init_llvm_targets() {
 void check_options(const CompileOptions& o) {
   if (std::string why = num_warps_error(o.num_warps); !why.empty()) throw UserError(why);
   static const char* const kArchs[] = {"sm_80", "sm_86", "sm_89", "sm_90"};
-  if (o.target == Target::nvptx && std::find(std::begin(kArchs), std::end(kArchs), o.arch) == std::end(kArchs))
+  if (o.target != Target::emu && std::find(std::begin(kArchs), std::end(kArchs), o.arch) == std::end(kArchs))
     throw UserError(fmt::format("unsupported arch '{}' (expected one of {})", o.arch, fmt::join(kArchs, ", ")));
 }
 
@@ -119,9 +119,13 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
   auto m = std::make_unique<llvm::Module>(fn.name, ctx);
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
-  auto hooks = o.target == Target::nvptx ? make_nvptx_hooks() : make_emu_hooks();
+  auto hooks = o.target == Target::emu ? make_emu_hooks() : make_nvptx_hooks();
   stats = lower_kernel(fn, o, *hooks, *m);
   verify(*m, "kernel " + fn.name);
+  if (o.target == Target::emu_nvptx) {
+    retarget_nvptx_for_emulator(*m);
+    verify(*m, "kernel " + fn.name + " (nvptx lowering retargeted to the emulator)");
+  }
   optimize(*m, tm);
   return m;
 }
@@ -290,7 +294,7 @@ CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
   r.llvm_ir = module_text(*m);
   r.threads_per_block = r.stats.threads_per_block;
   r.shared_bytes = r.stats.shared_bytes;
-  if (opts.target == Target::nvptx) {
+  if (!runs_on_emulator(opts.target)) {
     r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
     if (opts.run_ptxas)
       if (auto ptxas = find_ptxas()) {

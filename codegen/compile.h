@@ -11,7 +11,12 @@
 
 namespace tilec::codegen {
 
-enum class Target { nvptx, emu };
+// nvptx: PTX and a cubin for the GPU. emu: a host library for the CPU emulator, lowered
+// with the emulator's hooks. emu_nvptx: also a host library for the emulator, but lowered
+// with the nvptx hooks and rewritten instruction by instruction (nvptx_on_cpu.cpp), so the
+// GPU's own target code runs, and is checked, without a GPU.
+enum class Target { nvptx, emu, emu_nvptx };
+inline bool runs_on_emulator(Target t) { return t != Target::nvptx; }
 
 struct CompileOptions {
   std::string arch = "sm_90"; // sm_80 or sm_90 (nvptx)

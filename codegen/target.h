@@ -69,6 +69,12 @@ public:
 std::unique_ptr<TargetHooks> make_nvptx_hooks();
 std::unique_ptr<TargetHooks> make_emu_hooks();
 
+// Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
+// emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes
+// the emulator call with PTX's semantics (codegen/nvptx_on_cpu.cpp). The module's triple and
+// data layout are the caller's to set.
+void retarget_nvptx_for_emulator(llvm::Module& m);
+
 // Runs `body` only where `pred` holds (no branch when pred is null or true);
 // returns `body`'s value there and zero elsewhere (null if body returns null).
 llvm::Value* guarded(llvm::IRBuilder<>& b, llvm::Value* pred,

@@ -110,11 +110,16 @@ public:
 
   unsigned global_address_space() const override { return kGlobal; }
 
-  llvm::Value* shared_load(Builder& b, llvm::Value* ptr, llvm::Type* ty, const std::string&) override {
-    return b.CreateLoad(ty, ptr);
+  // The site and float type ride along as metadata (ignored by the NVPTX back end) for
+  // when this IR runs on the emulator (nvptx_on_cpu.cpp).
+  llvm::Value* shared_load(Builder& b, llvm::Value* ptr, llvm::Type* ty, const std::string& site) override {
+    llvm::LoadInst* ld = b.CreateLoad(ty, ptr);
+    tag(*ld, site, 0);
+    return ld;
   }
-  void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string&, unsigned) override {
-    b.CreateStore(v, ptr);
+  void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string& site,
+                    unsigned float_type) override {
+    tag(*b.CreateStore(v, ptr), site, float_type);
   }
 
   llvm::Value* load(Builder& b, llvm::Value* ptr, llvm::Type* ty, unsigned align,
@@ -148,6 +153,14 @@ public:
   }
 
 private:
+  static void tag(llvm::Instruction& i, const std::string& site, unsigned float_type) {
+    llvm::LLVMContext& c = i.getContext();
+    i.setMetadata("tilec.site", llvm::MDNode::get(c, llvm::MDString::get(c, site)));
+    if (float_type)
+      i.setMetadata("tilec.float_type", llvm::MDNode::get(c, llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(
+                                                               llvm::Type::getInt32Ty(c), float_type))));
+  }
+
   llvm::Function* fn_ = nullptr;
 };
 

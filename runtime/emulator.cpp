@@ -646,6 +646,21 @@ uint32_t tilec_emu_shfl_idx(tilec_emu_thread* t, uint32_t value, uint32_t src_la
   return t->shfl_result;
 }
 
+uint32_t tilec_emu_shfl_sync(tilec_emu_thread* t, uint32_t mode, uint32_t member_mask, uint32_t value, uint32_t b,
+                             uint32_t c) {
+  const char* name = mode == 0 ? "shfl.sync.idx" : "shfl.sync.bfly";
+  if (mode > 1) tilec::rt::abort_thread(t, fmt::format("{}: shuffle of unknown mode {}", tilec::rt::where(t), mode));
+  if (member_mask != 0xffffffffu)
+    tilec::rt::abort_thread(t, fmt::format("{}: {} with member mask {:#010x}: tilec's shuffles take the whole warp "
+                                           "(0xffffffff); lanes outside the mask read undefined values on the GPU",
+                                           tilec::rt::where(t), name, member_mask));
+  if (c != 0x1f)
+    tilec::rt::abort_thread(t, fmt::format("{}: {} with clamp/segment operand c = {:#x}: tilec's shuffles use one "
+                                           "32-lane segment without clamping (c = 0x1f)",
+                                           tilec::rt::where(t), name, c));
+  return mode == 0 ? tilec_emu_shfl_idx(t, value, b) : tilec_emu_shfl_xor(t, value, b);
+}
+
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {
   tilec::rt::check_access(t, addr, bytes, true, false, "load");
   std::memcpy(dst, addr, bytes);

@@ -51,7 +51,9 @@ codegen::CompileOptions compile_options(const kernels::ParamMap& params, const s
                                         const std::string& target) {
   codegen::CompileOptions o;
   o.arch = arch;
-  o.target = target == "emu" ? codegen::Target::emu : codegen::Target::nvptx;
+  o.target = target == "emu"         ? codegen::Target::emu
+             : target == "emu-nvptx" ? codegen::Target::emu_nvptx
+                                     : codegen::Target::nvptx;
   // num_warps was checked with the other --set values (resolve_set); compile() checks it again.
   if (auto it = params.find("num_warps"); it != params.end()) o.num_warps = static_cast<int>(it->second);
   return o;
@@ -61,8 +63,10 @@ Action add_compile(CLI::App& app, Common& common) {
   auto a = std::make_shared<CompileArgs>();
   a->choice.add_options(app);
   app.add_option("--arch", a->arch, "GPU architecture")->check(CLI::IsMember({"sm_80", "sm_90"}))->capture_default_str();
-  app.add_option("--target", a->target, "nvptx (PTX + cubin) or emu (a host library for the emulator)")
-      ->check(CLI::IsMember({"nvptx", "emu"}))
+  app.add_option("--target", a->target,
+                 "nvptx (PTX + cubin), emu (a host library for the emulator) or emu-nvptx (a host library for "
+                 "the emulator built from the GPU's nvptx lowering)")
+      ->check(CLI::IsMember({"nvptx", "emu", "emu-nvptx"}))
       ->capture_default_str();
   app.add_option("-o,--out", a->out_dir, "output folder")->required();
   return [&common, a] {

@@ -70,6 +70,15 @@ void store_at(tilec_emu_thread* c, void* const* args) {
   tilec_emu_store(c, out + (int64_t)tilec_emu_thread_id(c) + offset, 4, &v);
 }
 
+/* shfl.sync.bfly as the nvptx lowering emits it, with the member mask and c operand given:
+   out[tid] = the value of lane tid ^ 1. */
+void shfl_sync_bfly(tilec_emu_thread* c, void* const* args) {
+  int32_t* out = ARG(int32_t*, 0);
+  uint32_t t = tilec_emu_thread_id(c);
+  int32_t v = (int32_t)tilec_emu_shfl_sync(c, 1, ARG(uint32_t, 1), t, 1, ARG(uint32_t, 2));
+  tilec_emu_store(c, &out[t], 4, &v);
+}
+
 /* A 16-byte load from a 4-byte aligned address. */
 void misaligned(tilec_emu_thread* c, void* const* args) {
   const float* in = ARG(float*, 0);
@@ -270,6 +279,20 @@ TEST_CASE("emulator: a misaligned access is an error", "[emulator]") {
   INFO(e);
   CHECK(e.find("misaligned load of 16 bytes") != std::string::npos);
   CHECK(e.find("byte offset 4 (element 1) of buffer 'in'") != std::string::npos);
+}
+
+TEST_CASE("emulator: shfl.sync takes the whole warp; another member mask or c operand is an error naming it",
+          "[emulator][nvptx]") {
+  EmuModule m(manifest("shfl_sync_bfly",
+                       {{"out", ptr(ScalarType::i32)}, {"mask", ScalarType::i32}, {"c", ScalarType::i32}}, 64));
+  std::vector<std::int32_t> out(64);
+  CHECK(error_of(m, {1, 1, 1}, {buf(out), Arg(std::int32_t(-1)), Arg(std::int32_t(0x1f))}) == "");
+  for (int t = 0; t < 64; ++t) CHECK(out[size_t(t)] == (t ^ 1));
+  std::string e = error_of(m, {1, 1, 1}, {buf(out), Arg(std::int32_t(0xffff)), Arg(std::int32_t(0x1f))});
+  INFO(e);
+  CHECK(e.find("shfl.sync.bfly with member mask 0x0000ffff") != std::string::npos);
+  e = error_of(m, {1, 1, 1}, {buf(out), Arg(std::int32_t(-1)), Arg(std::int32_t(0))});
+  CHECK(e.find("c = 0x0") != std::string::npos);
 }
 
 TEST_CASE("emulator: barriers not reached by every thread are reported, not hung", "[emulator]") {

@@ -1,0 +1,313 @@
+// The nvptx lowering, run on the CPU: rewrites a kernel lowered with the nvptx target hooks
+// (NVVM intrinsics, global memory in address space 1, shared memory in address space 3, a
+// ptx_kernel entry) into a module for the emulator (abi/emu_abi.h). Each GPU instruction is
+// replaced by an emulator call with the semantics PTX gives it, and nothing else is touched,
+// so a bug in target_nvptx.cpp's code (a shuffle's member mask, a conversion that truncates,
+// a missing address space) runs and fails in CI, which has no GPU.
+//
+//   thread/block ids, grid size     tilec_emu_thread_id / block_id / num_blocks
+//   barrier0                        tilec_emu_barrier, numbered in program order
+//   shfl.sync.{idx,bfly}.i32        tilec_emu_shfl_sync, which checks mask and clamp operands
+//   load/store, address space 3     tilec_emu_shared_load/store (race, bounds, initcheck), with
+//                                   the site the lowering attached as !tilec.site metadata
+//   load/store, address space 1     tilec_emu_load/store (bounds, byte counts)
+//   atomicrmw add/fadd, space 1     tilec_emu_atomic_add_i32/f32
+//   fpext/fptrunc f16/bf16 <-> f32  tilec_emu_*_to_*: cvt.f32.{f16,bf16} and cvt.rn.{f16,bf16}.f32
+//   ex2/lg2/rsqrt .approx           llvm.exp2 / llvm.log2 / 1/sqrt on the host
+//
+// Any other NVVM intrinsic or address space is an internal error naming it, so a new target
+// hook cannot go unmapped silently.
+#include <fmt/format.h>
+#include <llvm/IR/IntrinsicInst.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/ReplaceConstant.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "abi/error.h"
+#include "codegen/target.h"
+
+namespace tilec::codegen {
+
+namespace {
+
+constexpr unsigned kGlobal = 1;
+constexpr unsigned kShared = 3;
+
+class Retarget {
+public:
+  explicit Retarget(llvm::Module& m) : m_(m), c_(m.getContext()) {}
+
+  void run() {
+    llvm::Function* kernel = nullptr;
+    for (llvm::Function& f : m_)
+      if (f.getCallingConv() == llvm::CallingConv::PTX_Kernel) kernel = &f;
+    if (!kernel) internal_fail("nvptx module has no ptx_kernel function");
+    fn_ = make_entry(*kernel);
+    if (auto* md = m_.getNamedMetadata("nvvm.annotations")) md->eraseFromParent();
+    ctx_ = fn_->getArg(0);
+    replace_shared_global();
+
+    std::vector<llvm::Instruction*> work;
+    for (llvm::BasicBlock& bb : *fn_)
+      for (llvm::Instruction& i : bb) work.push_back(&i);
+    for (llvm::Instruction* i : work) rewrite(*i);
+    // Intrinsic declarations nobody calls any more.
+    std::vector<llvm::Function*> dead;
+    for (llvm::Function& f : m_)
+      if (f.isDeclaration() && f.use_empty()) dead.push_back(&f);
+    for (llvm::Function* f : dead) f->eraseFromParent();
+    define_bf16_truncation();
+  }
+
+private:
+  using Builder = llvm::IRBuilder<>;
+
+  // The emulator's entry S(ctx, args): the kernel's blocks, its parameters read from args.
+  llvm::Function* make_entry(llvm::Function& k) {
+    auto* ptr = llvm::PointerType::get(c_, 0);
+    auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c_), {ptr, ptr}, false);
+    std::string name = k.getName().str();
+    k.setName(name + ".nvptx");
+    llvm::Function* f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m_);
+    f->getArg(0)->setName("ctx");
+    f->getArg(1)->setName("args");
+    f->splice(f->end(), &k);
+    Builder b(&f->getEntryBlock(), f->getEntryBlock().getFirstInsertionPt());
+    for (llvm::Argument& a : k.args()) {
+      llvm::Value* slot = b.CreateConstGEP1_64(b.getPtrTy(), f->getArg(1), a.getArgNo());
+      llvm::Value* p = b.CreateLoad(b.getPtrTy(), slot);
+      a.replaceAllUsesWith(b.CreateLoad(a.getType(), p, a.getName()));
+    }
+    k.eraseFromParent();
+    return f;
+  }
+
+  // The shared region is an external addrspace(3) array on the GPU; here it is the block's
+  // region the emulator hands out, read once in the entry block.
+  void replace_shared_global() {
+    llvm::GlobalVariable* g = m_.getNamedGlobal("tilec_smem");
+    if (!g) return;
+    llvm::convertUsersOfConstantsToInstructions({g});
+    Builder b(&fn_->getEntryBlock(), fn_->getEntryBlock().getFirstInsertionPt());
+    llvm::Value* base = call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
+    g->replaceAllUsesWith(b.CreateAddrSpaceCast(base, g->getType()));
+    g->eraseFromParent();
+  }
+
+  void rewrite(llvm::Instruction& i) {
+    if (auto* ld = llvm::dyn_cast<llvm::LoadInst>(&i)) return rewrite_load(*ld);
+    if (auto* st = llvm::dyn_cast<llvm::StoreInst>(&i)) return rewrite_store(*st);
+    if (auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&i)) return rewrite_atomic(*rmw);
+    if (llvm::isa<llvm::AtomicCmpXchgInst>(&i)) internal_fail("nvptx on CPU: cmpxchg has no mapping");
+    if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(&i)) return rewrite_fpext(*ext);
+    if (auto* tr = llvm::dyn_cast<llvm::FPTruncInst>(&i)) return rewrite_fptrunc(*tr);
+    if (auto* ii = llvm::dyn_cast<llvm::IntrinsicInst>(&i)) return rewrite_intrinsic(*ii);
+  }
+
+  static std::string site_of(const llvm::Instruction& i, const char* fallback) {
+    if (auto* md = i.getMetadata("tilec.site"))
+      if (auto* s = llvm::dyn_cast<llvm::MDString>(md->getOperand(0))) return s->getString().str();
+    return fallback;
+  }
+  static unsigned float_type_of(const llvm::Instruction& i) {
+    if (auto* md = i.getMetadata("tilec.float_type"))
+      if (auto* c = llvm::mdconst::dyn_extract<llvm::ConstantInt>(md->getOperand(0)))
+        return static_cast<unsigned>(c->getZExtValue());
+    return 0;
+  }
+
+  void rewrite_load(llvm::LoadInst& ld) {
+    unsigned as = ld.getPointerAddressSpace();
+    if (as == 0) return; // the kernel's own stack
+    Builder b(&ld);
+    llvm::Type* ty = ld.getType();
+    llvm::Value* tmp = scratch(ty);
+    llvm::Value* p = flat(b, ld.getPointerOperand());
+    if (as == kShared)
+      call(b, "tilec_emu_shared_load", b.getVoidTy(), {p, b.getInt32(bytes(ty)), tmp, site(b, site_of(ld, "nvptx shared load"))});
+    else if (as == kGlobal)
+      call(b, "tilec_emu_load", b.getVoidTy(), {p, b.getInt32(bytes(ty)), tmp});
+    else
+      unmapped_space(as, ld);
+    replace(ld, b.CreateLoad(ty, tmp));
+  }
+
+  void rewrite_store(llvm::StoreInst& st) {
+    unsigned as = st.getPointerAddressSpace();
+    if (as == 0) return;
+    Builder b(&st);
+    llvm::Value* v = st.getValueOperand();
+    llvm::Value* tmp = scratch(v->getType());
+    b.CreateStore(v, tmp);
+    llvm::Value* p = flat(b, st.getPointerOperand());
+    unsigned n = bytes(v->getType());
+    if (as == kShared)
+      call(b, "tilec_emu_shared_store", b.getVoidTy(),
+           {p, b.getInt32(n), tmp, site(b, site_of(st, "nvptx shared store")), b.getInt32(float_type_of(st))});
+    else if (as == kGlobal)
+      call(b, "tilec_emu_store", b.getVoidTy(), {p, b.getInt32(n), tmp});
+    else
+      unmapped_space(as, st);
+    st.eraseFromParent();
+  }
+
+  void rewrite_atomic(llvm::AtomicRMWInst& a) {
+    if (a.getPointerAddressSpace() != kGlobal) unmapped_space(a.getPointerAddressSpace(), a);
+    Builder b(&a);
+    llvm::Type* ty = a.getValOperand()->getType();
+    const char* fn = nullptr;
+    if (a.getOperation() == llvm::AtomicRMWInst::FAdd && ty->isFloatTy()) fn = "tilec_emu_atomic_add_f32";
+    if (a.getOperation() == llvm::AtomicRMWInst::Add && ty->isIntegerTy(32)) fn = "tilec_emu_atomic_add_i32";
+    if (!fn)
+      internal_fail(fmt::format("nvptx on CPU: atomicrmw {} on {} has no mapping",
+                                llvm::AtomicRMWInst::getOperationName(a.getOperation()).str(), type_name(ty)));
+    replace(a, call(b, fn, ty, {flat(b, a.getPointerOperand()), a.getValOperand()}));
+  }
+
+  // cvt.f32.f16 / cvt.f32.bf16: exact.
+  void rewrite_fpext(llvm::FPExtInst& e) {
+    llvm::Type* from = e.getSrcTy();
+    if (!e.getDestTy()->isFloatTy() || !(from->isHalfTy() || from->isBFloatTy()))
+      internal_fail("nvptx on CPU: fpext from " + type_name(from) + " to " + type_name(e.getDestTy()) + " has no mapping");
+    Builder b(&e);
+    llvm::Value* bits = b.CreateBitCast(e.getOperand(0), b.getInt16Ty());
+    replace(e, call(b, from->isBFloatTy() ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32", b.getFloatTy(), {bits}));
+  }
+
+  // cvt.rn.f16.f32 / cvt.rn.bf16.f32: round to nearest even, as the NVPTX back end selects
+  // for LLVM's fptrunc.
+  void rewrite_fptrunc(llvm::FPTruncInst& t) {
+    llvm::Type* to = t.getDestTy();
+    if (!t.getSrcTy()->isFloatTy() || !(to->isHalfTy() || to->isBFloatTy()))
+      internal_fail("nvptx on CPU: fptrunc from " + type_name(t.getSrcTy()) + " to " + type_name(to) +
+                    " has no mapping");
+    Builder b(&t);
+    llvm::Value* bits =
+        call(b, to->isBFloatTy() ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16", b.getInt16Ty(), {t.getOperand(0)});
+    replace(t, b.CreateBitCast(bits, to));
+  }
+
+  void rewrite_intrinsic(llvm::IntrinsicInst& ii) {
+    Builder b(&ii);
+    auto arg = [&](unsigned k) { return ii.getArgOperand(k); };
+    switch (ii.getIntrinsicID()) {
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x:
+      return replace(ii, call(b, "tilec_emu_thread_id", b.getInt32Ty(), {}));
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x:
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y:
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z: {
+      unsigned axis = ii.getIntrinsicID() - llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x;
+      return replace(ii, call(b, "tilec_emu_block_id", b.getInt32Ty(), {b.getInt32(axis)}));
+    }
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x:
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y:
+    case llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_z: {
+      unsigned axis = ii.getIntrinsicID() - llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x;
+      return replace(ii, call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)}));
+    }
+    case llvm::Intrinsic::nvvm_barrier0:
+      call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
+      ii.eraseFromParent();
+      return;
+    case llvm::Intrinsic::nvvm_shfl_sync_idx_i32:
+    case llvm::Intrinsic::nvvm_shfl_sync_bfly_i32: {
+      unsigned mode = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_shfl_sync_idx_i32 ? 0 : 1;
+      return replace(ii, call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
+                              {b.getInt32(mode), arg(0), arg(1), arg(2), arg(3)}, true));
+    }
+    case llvm::Intrinsic::nvvm_ex2_approx_f:
+      return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, arg(0)));
+    case llvm::Intrinsic::nvvm_lg2_approx_f:
+      return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, arg(0)));
+    case llvm::Intrinsic::nvvm_rsqrt_approx_f:
+      return replace(ii, b.CreateFDiv(llvm::ConstantFP::get(arg(0)->getType(), 1.0),
+                                      b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, arg(0))));
+    default:
+      if (ii.getCalledFunction()->getName().starts_with("llvm.nvvm."))
+        internal_fail("nvptx on CPU: " + ii.getCalledFunction()->getName().str() +
+                      " has no emulator mapping (codegen/nvptx_on_cpu.cpp)");
+    }
+  }
+
+  // The x86 back end keeps bf16 values in f32 registers and rounds them back with a call to
+  // __truncsfbf2 (exact: the values came from bf16), which libgcc before GCC 13 lacks. The
+  // module brings its own, hidden, by the project's one converter.
+  void define_bf16_truncation() {
+    if (m_.getFunction("__truncsfbf2")) return;
+    auto* fty = llvm::FunctionType::get(llvm::Type::getBFloatTy(c_), {llvm::Type::getFloatTy(c_)}, false);
+    llvm::Function* f = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "__truncsfbf2", m_);
+    f->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    Builder b(llvm::BasicBlock::Create(c_, "entry", f));
+    auto conv = m_.getOrInsertFunction("tilec_emu_f32_to_bf16", b.getInt16Ty(), b.getPtrTy(), b.getFloatTy());
+    llvm::Value* bits = b.CreateCall(conv, {llvm::ConstantPointerNull::get(b.getPtrTy()), f->getArg(0)});
+    b.CreateRet(b.CreateBitCast(bits, b.getBFloatTy()));
+  }
+
+  [[noreturn]] static void unmapped_space(unsigned as, const llvm::Instruction& i) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    i.print(os);
+    internal_fail(fmt::format("nvptx on CPU: address space {} has no mapping: {}", as, s));
+  }
+
+  static std::string type_name(llvm::Type* t) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    t->print(os);
+    return s;
+  }
+
+  void replace(llvm::Instruction& old, llvm::Value* v) {
+    old.replaceAllUsesWith(v);
+    old.eraseFromParent();
+  }
+
+  // Address spaces 1 and 3 are flat host pointers on the CPU.
+  llvm::Value* flat(Builder& b, llvm::Value* p) { return b.CreateAddrSpaceCast(p, b.getPtrTy()); }
+
+  llvm::Value* site(Builder& b, const std::string& s) {
+    auto it = sites_.find(s);
+    if (it == sites_.end()) it = sites_.emplace(s, b.CreateGlobalString(s, "tilec.site")).first;
+    return it->second;
+  }
+
+  llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
+                    bool convergent = false) {
+    std::vector<llvm::Type*> types{b.getPtrTy()};
+    for (llvm::Value* a : args) types.push_back(a->getType());
+    auto f = m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
+    if (convergent) llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
+    args.insert(args.begin(), ctx_);
+    llvm::CallInst* c = b.CreateCall(f, args);
+    if (convergent) c->addFnAttr(llvm::Attribute::Convergent);
+    return c;
+  }
+
+  unsigned bytes(llvm::Type* ty) const { return static_cast<unsigned>(m_.getDataLayout().getTypeStoreSize(ty)); }
+
+  llvm::Value* scratch(llvm::Type* ty) {
+    auto it = scratch_.find(ty);
+    if (it != scratch_.end()) return it->second;
+    Builder eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* a = eb.CreateAlloca(ty);
+    a->setAlignment(llvm::Align(16));
+    return scratch_[ty] = a;
+  }
+
+  llvm::Module& m_;
+  llvm::LLVMContext& c_;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* ctx_ = nullptr;
+  std::uint32_t next_barrier_ = 0;
+  std::map<std::string, llvm::Value*> sites_;
+  std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
+};
+
+} // namespace
+
+void retarget_nvptx_for_emulator(llvm::Module& m) { Retarget(m).run(); }
+
+} // namespace tilec::codegen
