@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Plants realistic single-point bugs in the lowering, one at a time, and reports which of
+tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
+bugs, measured.
+
+Each mutation replaces one exact snippet of one source file (it must occur exactly once, or
+the mutation is reported stale). The tree is copied to a scratch folder (tracked and
+untracked-but-not-ignored files, so uncommitted work is included), configured once, and for
+each mutant rebuilt and checked:
+
+  suite        ctest, as `scripts/test.sh` runs it first (emulator lowering, forward order)
+  suite-nvptx  ctest with TILEC_EMU_SCHEDULE=reverse TILEC_EMU_LOWERING=nvptx (test.sh's
+               second run: the GPU's own lowering on the emulator, threads in reverse)
+  fuzz         tilec fuzz --count 300 (interpreter against the emulator)
+
+By default a mutant stops at the first check that catches it; --all-checks runs every check.
+
+  scripts/mutation_test.py                    # every mutation
+  scripts/mutation_test.py --only butterfly-skip --all-checks
+  scripts/mutation_test.py --list
+
+Needs what the build needs (scripts/setup.sh) and about 2 minutes per mutant on 2 cores.
+Exit status 0 when every mutant is caught, 1 otherwise.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (name, file, what the bug is, old snippet, new snippet)
+MUTATIONS = [
+    ("barrier-share-owners", "codegen/lower.cpp",
+     "no barrier between the owners' writes and every thread's reads (share_from_owners)",
+     "    return nullptr;\n  });\n  barrier();\n  Elems r;",
+     "    return nullptr;\n  });\n  Elems r;"),
+    ("barrier-reduce-war", "codegen/lower.cpp",
+     "no barrier before the reduction partials overwrite shared memory others may still read",
+     "    need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);\n    before_smem_write();",
+     "    need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);"),
+    ("barrier-reduce-raw", "codegen/lower.cpp",
+     "no barrier between writing the reduction partials and combining them",
+     "ir::is_float(dt) ? DType::f32 : DType::i64);\n    barrier();",
+     "ir::is_float(dt) ? DType::f32 : DType::i64);"),
+    ("barrier-convert", "codegen/lower.cpp",
+     "no barrier inside a layout conversion",
+     "\"layout conversion write\", e.dtype);\n  barrier();",
+     "\"layout conversion write\", e.dtype);"),
+    ("barrier-dot", "codegen/lower.cpp",
+     "no barrier between staging the dot operands and the K loop",
+     "  }\n  barrier();\n  const ir::Shape& rs = res->type.shape;",
+     "  }\n  const ir::Shape& rs = res->type.shape;"),
+    ("barrier-loop-carried", "codegen/lower.cpp",
+     "a loop body assumes shared memory is free at the top of each trip (no write-after-read barrier across trips)",
+     "  smem_dirty_ = true; // an earlier trip may still be reading shared memory",
+     "  smem_dirty_ = false; // an earlier trip may still be reading shared memory"),
+    ("smem-stride", "codegen/lower.cpp",
+     "the dot's B operand is read with a wrong shared-memory row stride",
+     "llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));",
+     "llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb - 1)));"),
+    ("smem-undersized", "codegen/lower.cpp",
+     "a layout conversion's shared buffer is sized without its padding",
+     "need_smem((n + n / 32 + 1) * mem_bytes(e));",
+     "need_smem((n + 1) * mem_bytes(e));"),
+    ("butterfly-skip", "codegen/lower.cpp",
+     "the warp reduction skips its first butterfly step",
+     "for (int k = 0; k < log2i(lanes); ++k)",
+     "for (int k = 1; k < log2i(lanes); ++k)"),
+    ("load-mask-dropped", "codegen/lower.cpp",
+     "scalar loads ignore their mask",
+     "out[j0 + k] = hooks_.load(b_, P[j0 + k], ty, eb, M ? (*M)[j0 + k] : nullptr);",
+     "out[j0 + k] = hooks_.load(b_, P[j0 + k], ty, eb, nullptr);"),
+    ("lane-warp-swap", "codegen/lower.cpp",
+     "a thread's position in a layout takes the lane and warp coordinates swapped",
+     "llvm::Value* lc = pb_.CreateAnd(pb_.CreateLShr(lane_, lane_shift(bl, d)), tpw - 1);\n"
+     "    llvm::Value* wc = pb_.CreateAnd(pb_.CreateLShr(warp_, warp_shift(bl, d)), wpb - 1);",
+     "llvm::Value* lc = pb_.CreateAnd(pb_.CreateLShr(warp_, lane_shift(bl, d)), tpw - 1);\n"
+     "    llvm::Value* wc = pb_.CreateAnd(pb_.CreateLShr(lane_, warp_shift(bl, d)), wpb - 1);"),
+    ("cross-warp-skip", "codegen/lower.cpp",
+     "a reduction across warps never combines the warps' partials",
+     "  if (warps > 1) {\n    int cb =",
+     "  if (warps > 1 && false) {\n    int cb ="),
+    ("over-wide-vector", "codegen/lower.cpp",
+     "vector loads read twice the bytes they use",
+     "auto* vty = llvm::FixedVectorType::get(ty, vec);",
+     "auto* vty = llvm::FixedVectorType::get(ty, 2 * vec);"),
+    ("nvptx-shfl-mask", "codegen/target_nvptx.cpp",
+     "the nvptx target's butterfly shuffle has member mask 0xffff (half the warp)",
+     "{b.getInt32(0xffffffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)}",
+     "{b.getInt32(0xffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)}"),
+    ("nvptx-bf16-truncate", "codegen/target_nvptx.cpp",
+     "the nvptx target converts f32 to bf16 by truncation instead of rounding",
+     "    return b.CreateFPTrunc(v, half_type(b.getContext(), t));",
+     "    if (t == ir::DType::bf16)\n"
+     "      return b.CreateBitCast(b.CreateTrunc(b.CreateLShr(b.CreateBitCast(v, b.getInt32Ty()), 16), b.getInt16Ty()),\n"
+     "                             half_type(b.getContext(), t));\n"
+     "    return b.CreateFPTrunc(v, half_type(b.getContext(), t));"),
+]
+
+
+def run(cmd, cwd, env=None, log=None):
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=cwd, env=env, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, errors="replace")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"$ {cmd}\n{p.stdout}\n")
+    return p.returncode, p.stdout, time.time() - t0
+
+
+def failed_tests(out):
+    m = re.search(r"The following tests FAILED:\n((?:\s+\d+ - .*\n?)+)", out)
+    if not m:
+        return []
+    return [re.sub(r"^\s*\d+ - ", "", l).strip() for l in m.group(1).splitlines() if l.strip()]
+
+
+def first_error(out):
+    for pat in (r"shared-memory race[^\n]*", r"shared-memory (load|store)[^\n]*(past|no thread)[^\n]*",
+                r"shfl\.sync[^\n]*member mask[^\n]*", r"bytes?[^\n]*ideal[^\n]*", r"\b(load|store) of [^\n]*",
+                r"value bits [^\n]*", r"mismatch[^\n]*", r"FAILED:[^\n]*"):
+        m = re.search(pat, out)
+        if m:
+            return m.group(0)[:220]
+    return ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", help="run only this mutation (repeatable)")
+    ap.add_argument("--all-checks", action="store_true", help="run every check, not only up to the first catch")
+    ap.add_argument("--scratch", default="/tmp/tilec-mutants", help="scratch folder (default %(default)s)")
+    ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--fuzz-count", type=int, default=300)
+    a = ap.parse_args()
+
+    if a.list:
+        for name, f, what, _, _ in MUTATIONS:
+            print(f"{name:22} {f:26} {what}")
+        return 0
+    chosen = [m for m in MUTATIONS if not a.only or m[0] in a.only]
+    unknown = set(a.only or []) - {m[0] for m in MUTATIONS}
+    if unknown:
+        print(f"unknown mutation(s): {', '.join(sorted(unknown))}; --list names them", file=sys.stderr)
+        return 2
+
+    src = os.path.join(a.scratch, "src")
+    build = os.path.join(a.scratch, "build")
+    log = os.path.join(a.scratch, "log.txt")
+    os.makedirs(a.scratch, exist_ok=True)
+    if os.path.exists(log):
+        os.remove(log)
+    # A fresh copy of the working tree (tracked + untracked, not ignored files).
+    if os.path.exists(src):
+        shutil.rmtree(src)
+    files = subprocess.run("git ls-files -co --exclude-standard -z", cwd=ROOT, shell=True, stdout=subprocess.PIPE,
+                           check=True).stdout.split(b"\0")
+    for f in files:
+        if not f:
+            continue
+        rel = f.decode()
+        s = os.path.join(ROOT, rel)
+        if not os.path.isfile(s):
+            continue
+        d = os.path.join(src, rel)
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        shutil.copy2(s, d)
+    print(f"==> configuring {build} (log: {log})", flush=True)
+    rc, out, _ = run(f"cmake -G Ninja -B {build} -S {src} -DCMAKE_BUILD_TYPE=Release", ROOT, log=log)
+    if rc:
+        print(out)
+        return 2
+    env = dict(os.environ)
+    checks = [
+        ("suite", f"ctest --test-dir {build} -j2 --stop-on-failure", {}),
+        ("suite-nvptx", f"ctest --test-dir {build} -j2 --stop-on-failure",
+         {"TILEC_EMU_SCHEDULE": "reverse", "TILEC_EMU_LOWERING": "nvptx"}),
+        ("fuzz", f"{build}/tools/tilec fuzz --count {a.fuzz_count} --seed 11 --no-shrink "
+                 f"--save-dir {a.scratch}/fuzz-failures", {}),
+    ]
+    print("==> the unmutated tree must build and pass every check", flush=True)
+    rc, out, _ = run(f"ninja -C {build}", ROOT, log=log)
+    if rc:
+        print(out[-3000:])
+        return 2
+    for cname, cmd, extra in checks:
+        rc, out, secs = run(cmd, ROOT, env={**env, **extra}, log=log)
+        print(f"    {cname}: {'ok' if rc == 0 else 'FAILED'} ({secs:.0f} s)", flush=True)
+        if rc:
+            print(out[-3000:])
+            return 2
+
+    results = []
+    for name, rel, what, old, new in chosen:
+        path = os.path.join(src, rel)
+        text = open(path).read()
+        if text.count(old) != 1:
+            print(f"--- {name}: STALE (the snippet occurs {text.count(old)} times in {rel})", flush=True)
+            results.append((name, None, []))
+            continue
+        open(path, "w").write(text.replace(old, new))
+        caught = []
+        try:
+            rc, out, secs = run(f"ninja -C {build}", ROOT, log=log)
+            if rc:
+                caught.append(("build", "the mutant does not compile"))
+            else:
+                for cname, cmd, extra in checks:
+                    rc, out, secs = run(cmd, ROOT, env={**env, **extra}, log=log)
+                    if rc:
+                        tests = failed_tests(out)
+                        detail = f"{len(tests)} test(s): {tests[0]}" if tests else ""
+                        err = first_error(out)
+                        caught.append((cname, "; ".join(x for x in (detail, err) if x)))
+                        if not a.all_checks:
+                            break
+        finally:
+            open(path, "w").write(text)
+        status = "caught" if caught else "ESCAPED"
+        print(f"--- {name}: {status} -- {what}", flush=True)
+        for cname, why in caught:
+            print(f"      by {cname}: {why}", flush=True)
+        results.append((name, bool(caught), caught))
+
+    run(f"ninja -C {build}", ROOT, log=log)  # leave the scratch build unmutated
+    n = sum(1 for _, c, _ in results if c)
+    stale = [r[0] for r in results if r[1] is None]
+    print(f"==> {n} of {len(results)} planted bugs caught" + (f"; stale: {', '.join(stale)}" if stale else ""))
+    for name, c, _ in results:
+        if c is False:
+            print(f"    escaped: {name}")
+    return 0 if n == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
