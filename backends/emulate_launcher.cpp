@@ -84,6 +84,10 @@ public:
     stats_.bytes_loaded = stats_.bytes_loaded.value_or(0) + st.bytes_loaded;
     stats_.bytes_stored = stats_.bytes_stored.value_or(0) + st.bytes_stored;
     stats_.unique_bytes = stats_.unique_bytes.value_or(0) + st.unique_bytes;
+    stats_.requests = stats_.requests.value_or(0) + st.requests;
+    stats_.sectors = stats_.sectors.value_or(0) + st.sectors;
+    stats_.request_bytes = stats_.request_bytes.value_or(0) + st.request_bytes;
+    stats_.ideal_sectors = stats_.ideal_sectors.value_or(0) + st.ideal_sectors;
   }
 
 private:

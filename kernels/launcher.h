@@ -17,6 +17,9 @@ struct LaunchStats {
   int launches = 0;
   double time_ms = 0.0;
   std::optional<int64_t> bytes_loaded, bytes_stored, unique_bytes;
+  // Warp-wide requests (the emulator: rt::EmuRequestStats): their count, the sectors they
+  // touch, the distinct bytes they move, and the fewest sectors those bytes could take.
+  std::optional<int64_t> requests, sectors, request_bytes, ideal_sectors;
 };
 
 // Kernel times of repeated launches (after warm-up launches that are not counted).

@@ -23,7 +23,7 @@ double PagedAttentionShape::scale() const {
 }
 
 PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shape, uint64_t seed,
-                                                 int64_t ctx) {
+                                                 int64_t ctx, bool poison_unused) {
   PagedAttentionInputs in;
   in.shape = shape;
   PagedAttentionShape& s = in.shape;
@@ -42,15 +42,24 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   std::vector<int64_t> pages(size_t(s.num_blocks));
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = int64_t(i);
   std::shuffle(pages.begin(), pages.end(), rng);
+  std::vector<int64_t> lens(size_t(s.batch));
+  for (int64_t& len : lens) len = ctx >= 0 ? ctx : int64_t(rng() % uint64_t(s.capacity() + 1));
+  if (ctx < 0 && s.batch > 1) {
+    // Ragged for sure: the first sequence ends inside a page, the second is shorter.
+    int64_t cap = s.capacity();
+    if (lens[0] % s.block_size == 0) lens[0] = cap > 1 ? std::max<int64_t>(1, lens[0] - 1 - s.block_size / 2) : lens[0];
+    if (lens[1] == lens[0]) lens[1] = lens[0] / 2;
+  }
   for (int64_t b = 0; b < s.batch; ++b) {
-    int64_t len = ctx >= 0 ? ctx : int64_t(rng() % uint64_t(s.capacity() + 1));
+    int64_t len = lens[size_t(b)];
     in.context_lens.set_int(size_t(b), len);
     int64_t live_blocks = cdiv(len, s.block_size);
     for (int64_t k = 0; k < s.max_blocks; ++k) {
-      // Sequences use distinct pages while there are enough; unused slots point at
-      // random (valid) pages, so both paths can run on these inputs.
+      // Sequences use distinct pages while there are enough; unused slots point at random
+      // valid pages, or at none.
       int64_t page = pages[size_t((b * s.max_blocks + k) % s.num_blocks)];
-      if (k >= live_blocks) page = int64_t(rng() % uint64_t(s.num_blocks));
+      if (k >= live_blocks)
+        page = !poison_unused ? int64_t(rng() % uint64_t(s.num_blocks)) : k % 2 ? -1 : s.num_blocks + int64_t(rng() % 1000);
       in.block_table.set_int(size_t(b * s.max_blocks + k), page);
     }
   }
@@ -69,6 +78,15 @@ void expect_count(const interp::Buffer& b, int64_t want, const std::string& dims
 }
 
 } // namespace
+
+PagedAttentionInputs with_unused_pages_cleared(const PagedAttentionInputs& in) {
+  PagedAttentionInputs r = in;
+  const PagedAttentionShape& s = in.shape;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t k = cdiv(in.context_lens.get_int(size_t(b)), s.block_size); k < s.max_blocks; ++k)
+      r.block_table.set_int(size_t(b * s.max_blocks + k), 0);
+  return r;
+}
 
 void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   const PagedAttentionShape& s = in.shape;

@@ -40,11 +40,18 @@ struct PagedAttentionInputs {
   interp::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
 };
 
-// Random inputs: context lengths ragged in [0, capacity] (`ctx` >= 0 fixes
-// them all), block tables pointing at distinct pages in random order, and the
-// unused block-table slots holding garbage (values >= num_blocks).
-PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& s, uint64_t seed,
-                                                 int64_t ctx = -1);
+// Random inputs: context lengths ragged in [0, capacity] (`ctx` >= 0 fixes them all; with
+// ctx = -1 and more than one sequence, the lengths differ and at least one ends inside a
+// page), block tables pointing at distinct pages in random order. The unused block-table
+// slots past each sequence's live pages point at random valid pages, or with
+// `poison_unused` hold values no kernel may follow (-1 and num_blocks and beyond), as the
+// default problem of `tilec run` has them: a kernel that reads a page it should not fails
+// the emulator's bounds check.
+PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& s, uint64_t seed, int64_t ctx = -1,
+                                                 bool poison_unused = false);
+// A copy of `in` whose block-table entries past each sequence's live pages are 0, for the
+// decomposition, which gathers every entry (what they point at is masked out).
+PagedAttentionInputs with_unused_pages_cleared(const PagedAttentionInputs& in);
 
 // Checks shapes, dtypes and values before any launch; UserError naming the
 // input and the numbers. `decompose` additionally requires every block-table

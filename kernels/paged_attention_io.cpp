@@ -1,6 +1,8 @@
 // Paged attention's registry entry and its .npy inputs and outputs.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -145,7 +147,7 @@ KernelTemplate paged_attention_template() {
       PagedAttentionShape s = paged_attention_shape(r.shape);
       s.softmax_scale = scale;
       s.softcap = softcap;
-      in = make_paged_attention_inputs(s, r.seed, r.shape.at("ctx"));
+      in = make_paged_attention_inputs(s, r.seed, r.shape.at("ctx"), /*poison_unused=*/true);
     }
     validate_paged_attention(in, false);
     const PagedAttentionShape& s = in.shape;
@@ -177,15 +179,38 @@ KernelTemplate paged_attention_template() {
               [inputs](Problem& p, const ParamMap& params, const ParamMap&, Launcher& l) {
                 p.buffers[p.outputs[0]] = run_paged_attention_fused(inputs(p), paged_attention_config(params), l);
               }},
-             {"decompose", "the seed's recipe of primitive launches (cost grows with the padded capacity)",
+             {"decompose",
+              "the seed's recipe of primitive launches (cost grows with the padded capacity); it gathers every "
+              "block-table entry, so entries past a sequence's live pages are pointed at page 0 first (masked "
+              "out either way)",
               [inputs](Problem& p, const ParamMap&, const ParamMap&, Launcher& l) {
-                validate_paged_attention(inputs(p), true);
-                p.buffers[p.outputs[0]] = run_paged_attention_decomposed(inputs(p), l);
+                validate_paged_attention(inputs(p), false);
+                p.buffers[p.outputs[0]] = run_paged_attention_decomposed(with_unused_pages_cleared(inputs(p)), l);
               }}};
   t.write_output = [](const std::string& path, const Problem& p) {
     write_paged_attention_output(path, std::any_cast<const PagedAttentionInputs&>(p.context), p.buffers[p.outputs[0]]);
   };
   t.size_fields = {"ctx", "batch", "max_blocks", "num_blocks"};
+  // The fused kernel reads each live K/V byte, q and the metadata once and writes out once
+  // when one program serves all Hq/Hkv query heads of a KV head (head_group = Hq/Hkv); with
+  // smaller head groups, the Hq/Hkv / head_group programs of a KV head each read its K/V.
+  // Split-KV (num_splits = S > 1) also writes f32 partials (o, m, l) per split that the
+  // combine kernel reads back, and reads q once per split.
+  t.traffic_budget = [](const Problem& p, const ParamMap& params) -> std::optional<int64_t> {
+    if (!p.ideal_bytes) return std::nullopt;
+    const PagedAttentionInputs& in = std::any_cast<const PagedAttentionInputs&>(p.context);
+    const PagedAttentionShape& s = in.shape;
+    PagedAttentionConfig cfg = paged_attention_config(params);
+    int64_t head_group = cfg.head_group == 0 ? s.group() : cfg.head_group, extra = 0;
+    int64_t live = 0;
+    for (size_t b = 0; b < in.context_lens.count(); ++b) live += in.context_lens.get_int(b);
+    extra += (s.group() / std::max<int64_t>(1, head_group) - 1) * 2 * live * s.hkv * s.head_dim * ir::dtype_bytes(s.dtype);
+    if (int64_t splits = cfg.num_splits; splits > 1) {
+      int64_t rows = s.batch * s.hq * s.sq;
+      extra += 2 * rows * splits * (s.head_dim + 2) * 4 + (splits - 1) * int64_t(in.q.bytes.size());
+    }
+    return static_cast<int64_t>(std::ceil(double(*p.ideal_bytes + extra) * 1.02));
+  };
   t.module_variants = {{{"softcap", 0}}, {{"softcap", 1}}};
   return t;
 }

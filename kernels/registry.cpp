@@ -35,6 +35,25 @@ std::vector<interp::Arg> Problem::interp_args() {
   return out;
 }
 
+std::optional<int64_t> ideal_traffic_budget(const Problem& p, double tolerance) {
+  if (!p.ideal_bytes) return std::nullopt;
+  return static_cast<int64_t>(std::ceil(double(*p.ideal_bytes) * (1.0 + tolerance)));
+}
+
+std::string traffic_error(const KernelTemplate& t, const std::string& path, const ParamMap& params, const Problem& p,
+                          const LaunchStats& stats) {
+  if (!t.traffic_budget || !stats.request_bytes) return "";
+  if (!path.empty() && path != default_path(t)) return "";
+  std::optional<int64_t> budget = t.traffic_budget(p, params);
+  if (!budget || *stats.request_bytes <= *budget) return "";
+  return fmt::format("{} moved {} bytes in warp-wide requests, more than the {} a correct run may ({}{}): an "
+                     "access wider than it needs, or one that a mask should have stopped",
+                     t.name, *stats.request_bytes, *budget,
+                     p.ideal_bytes ? fmt::format("ideal {}, ", *p.ideal_bytes) : std::string(),
+                     p.ideal_bytes ? fmt::format("{:+.1f}%", 100.0 * (double(*stats.request_bytes) / double(*p.ideal_bytes) - 1.0))
+                                   : std::string("over budget"));
+}
+
 Comparison compare_outputs(const Problem& p) {
   Comparison c;
   for (size_t k = 0; k < p.outputs.size(); ++k) {

@@ -87,6 +87,7 @@ struct ProblemRequest {
 };
 
 class Launcher;
+struct LaunchStats;
 
 // One way to compute a problem's outputs on a launcher (paged attention: "fused", the
 // block-table walk, and "decompose", the seed's primitive recipe).
@@ -131,6 +132,11 @@ struct KernelTemplate {
   // the asked one only in these serves it as the nearest key (`--tuned`, rt::select_config),
   // closest in the first field first. Empty: only an exactly tuned key is used.
   std::vector<std::string> size_fields = {};
+  // The most a correct run of the default path may move, in bytes of warp-wide requests (what
+  // the emulator counts: LaunchStats::request_bytes), for a problem and config. A run that
+  // moves more fails (`tilec run` exits 1): an over-wide access or a load the kernel should
+  // not make is a deterministic performance bug. Empty, or nullopt: not checked.
+  std::function<std::optional<int64_t>(const Problem& p, const ParamMap& params)> traffic_budget = {};
   // Values a module is specialized on beyond the tuning key and config (merged into the
   // --shape values): `autotune --export` writes the winner's modules once per variant
   // (paged attention: softcap=0 and softcap=1). Empty: one set of modules.
@@ -147,6 +153,13 @@ rt::KernelCard kernel_card(const KernelTemplate& t);
 
 // The default path's name ("kernel" when the template declares none).
 std::string default_path(const KernelTemplate& t);
+// Within 2% of the problem's ideal bytes: the usual traffic_budget of a kernel that should
+// move each byte once (nullopt without ideal_bytes).
+std::optional<int64_t> ideal_traffic_budget(const Problem& p, double tolerance = 0.02);
+// Why the run of `path` (empty: the default) moved more than t.traffic_budget allows; empty
+// when it did not, or when the budget, the path or the launcher's counts do not apply.
+std::string traffic_error(const KernelTemplate& t, const std::string& path, const ParamMap& params, const Problem& p,
+                          const LaunchStats& stats);
 // Runs `path` (empty: the default) of `t` on `p` with `launcher`; UserError naming the
 // template's paths when there is no such path. The outputs land in p.buffers.
 void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, const ParamMap& shape,

@@ -62,6 +62,7 @@ KernelTemplate softmax_template() {
     return pr;
   };
   t.size_fields = {"rows"};
+  t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   return t;
 }
 

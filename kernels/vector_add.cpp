@@ -54,6 +54,7 @@ KernelTemplate vector_add_template() {
     return pr;
   };
   t.size_fields = {"n"};
+  t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   return t;
 }
 

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 namespace tilec::rt {
 
@@ -59,6 +60,9 @@ struct tilec_emu_thread {
   std::uint32_t barrier_id = 0; // the barrier a waiting thread is blocked at (tilec_emu_barrier)
   std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
   int last_track = 0; // the buffer this thread touched last: most accesses hit it again
+  // How often this thread has run each global access site (the call's return address) in
+  // this block: the n-th run of a site by each lane of a warp is one warp-wide request.
+  std::unordered_map<std::uintptr_t, std::uint32_t> site_runs;
 };
 
 namespace tilec::rt {
@@ -67,6 +71,25 @@ namespace {
 // Counters of one worker, merged after the launch.
 struct Counters {
   std::vector<std::int64_t> loaded, stored;
+  // Per buffer, over warp-wide requests: their count, the 32-byte sectors they touch, the
+  // distinct bytes they move, and the fewest sectors that many bytes could take.
+  std::vector<std::int64_t> requests, sectors, request_bytes, ideal_sectors;
+};
+
+// One warp-wide global access: the n-th run of one site by the lanes of one warp.
+struct RequestKey {
+  std::uintptr_t site = 0;
+  std::uint32_t warp = 0, run = 0;
+  bool operator==(const RequestKey&) const = default;
+};
+struct RequestKeyHash {
+  std::size_t operator()(const RequestKey& k) const {
+    return std::hash<std::uintptr_t>()(k.site) ^ (std::size_t(k.warp) << 40) ^ (std::size_t(k.run) * 0x9e3779b97f4a7c15ull);
+  }
+};
+struct Request {
+  int track = 0;
+  std::vector<std::pair<std::uintptr_t, std::uint32_t>> ranges; // (offset in the buffer, bytes), per lane
 };
 
 // Everything one launch shares between its workers.
@@ -109,6 +132,7 @@ struct tilec_emu_worker {
   std::uint64_t blocks_run = 0;              // for the random schedule's seed
   std::uint32_t block[3] = {0, 0, 0};
   tilec::rt::Counters counters;
+  std::unordered_map<tilec::rt::RequestKey, tilec::rt::Request, tilec::rt::RequestKeyHash> requests; // this block's
   std::string error; // why the running block stopped, when it did
 };
 
@@ -206,7 +230,10 @@ std::string out_of_bounds(const tilec_emu_thread* t, const char* what, std::uint
 }
 
 // Checks [addr, addr + n) against the launch's buffers and counts it; returns the buffer.
-int check_access(tilec_emu_thread* t, const void* addr, std::uint32_t n, bool load, bool store, const char* what) {
+// `site` (the generated call's return address; 0 for atomics) groups the access with the
+// same run of the same site by the other lanes of the warp into one warp-wide request.
+int check_access(tilec_emu_thread* t, const void* addr, std::uint32_t n, bool load, bool store, const char* what,
+                 std::uintptr_t site = 0) {
   Launch& l = *t->worker->launch;
   auto a = reinterpret_cast<std::uintptr_t>(addr);
   int i = t->last_track;
@@ -237,6 +264,12 @@ int check_access(tilec_emu_thread* t, const void* addr, std::uint32_t n, bool lo
   }
   if (load) t->worker->counters.loaded[i] += n;
   if (store) t->worker->counters.stored[i] += n;
+  if (site) {
+    RequestKey key{site, t->tid / 32, t->site_runs[site]++};
+    Request& r = t->worker->requests[key];
+    r.track = i;
+    r.ranges.push_back({a - b.lo, n});
+  }
   std::uintptr_t first = (a - b.lo) >> 5, last = (a + n - 1 - b.lo) >> 5;
   for (std::uintptr_t s = first; s <= last; ++s) {
     std::atomic<std::uint64_t>& word = b.sectors[s >> 6];
@@ -318,6 +351,28 @@ bool release_shuffles(Worker& w) {
 }
 
 // Runs one block to the end; false (with w.error set) when it failed.
+// Folds the block's warp-wide requests into the counters: distinct bytes and sectors of each.
+void count_requests(Worker& w) {
+  for (auto& [key, r] : w.requests) {
+    std::sort(r.ranges.begin(), r.ranges.end());
+    std::int64_t bytes = 0, sectors = 0;
+    std::uintptr_t covered = 0, last_sector = UINTPTR_MAX;
+    for (auto [off, n] : r.ranges) {
+      std::uintptr_t lo = std::max(off, covered), hi = off + n;
+      if (hi > lo) bytes += std::int64_t(hi - lo), covered = hi;
+      for (std::uintptr_t s = off >> 5; s <= (off + n - 1) >> 5; ++s)
+        if (last_sector == UINTPTR_MAX || s > last_sector) ++sectors, last_sector = s;
+    }
+    Counters& c = w.counters;
+    c.requests[r.track] += 1;
+    c.sectors[r.track] += sectors;
+    c.request_bytes[r.track] += bytes;
+    c.ideal_sectors[r.track] += (bytes + 31) / 32;
+  }
+  w.requests.clear();
+  for (tilec_emu_thread& t : w.threads) t.site_runs.clear();
+}
+
 bool run_block(Worker& w) {
   Launch& l = *w.launch;
   if (l.shared_bytes) std::memset(w.shared, 0xcd, l.shared_bytes); // stale data, like a GPU's
@@ -349,7 +404,10 @@ bool run_block(Worker& w) {
         else one_barrier = one_barrier && t.barrier_id == barrier;
       }
     }
-    if (done == n) return true;
+    if (done == n) {
+      count_requests(w);
+      return true;
+    }
     if (release_shuffles(w)) continue;
     if (at_barrier == n && one_barrier) {
       for (tilec_emu_thread& t : w.threads) t.state = State::runnable;
@@ -389,8 +447,9 @@ void setup_worker(Worker& w, Launch& l, const EmuOptions& o) {
   auto p = reinterpret_cast<std::uintptr_t>(w.shared_storage.get());
   w.shared = w.shared_storage.get() + ((16 - p % 16) % 16);
   w.shadow.assign(l.shared_bytes, ShadowByte{});
-  w.counters.loaded.assign(l.tracks.size(), 0);
-  w.counters.stored.assign(l.tracks.size(), 0);
+  for (auto* v : {&w.counters.loaded, &w.counters.stored, &w.counters.requests, &w.counters.sectors,
+                  &w.counters.request_bytes, &w.counters.ideal_sectors})
+    v->assign(l.tracks.size(), 0);
 }
 
 // The tilec_emu_* functions must be visible to libraries opened later (see emulator.h).
@@ -535,6 +594,10 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
     for (const Worker& w : workers) {
       b.bytes_loaded += w.counters.loaded[k];
       b.bytes_stored += w.counters.stored[k];
+      b.requests += w.counters.requests[k];
+      b.sectors += w.counters.sectors[k];
+      b.request_bytes += w.counters.request_bytes[k];
+      b.ideal_sectors += w.counters.ideal_sectors[k];
     }
     // A buffer passed twice is tracked twice but counts once in the totals (the first time).
     bool repeat = false;
@@ -545,6 +608,10 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
       st.bytes_loaded += b.bytes_loaded;
       st.bytes_stored += b.bytes_stored;
       st.unique_bytes += b.unique_bytes;
+      st.requests += b.requests;
+      st.sectors += b.sectors;
+      st.request_bytes += b.request_bytes;
+      st.ideal_sectors += b.ideal_sectors;
     }
     st.buffers.push_back(std::move(b));
   }
@@ -662,12 +729,14 @@ uint32_t tilec_emu_shfl_sync(tilec_emu_thread* t, uint32_t mode, uint32_t member
 }
 
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {
-  tilec::rt::check_access(t, addr, bytes, true, false, "load");
+  tilec::rt::check_access(t, addr, bytes, true, false, "load",
+                          reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
   std::memcpy(dst, addr, bytes);
 }
 
 void tilec_emu_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src) {
-  tilec::rt::check_access(t, addr, bytes, false, true, "store");
+  tilec::rt::check_access(t, addr, bytes, false, true, "store",
+                          reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
   std::memcpy(addr, src, bytes);
 }
 

@@ -32,16 +32,25 @@ public:
   using Error::Error;
 };
 
-struct EmuBufferStats {
+// Warp-wide requests, as a GPU's memory system sees them: the accesses of the lanes of one
+// warp at one run of one load or store site are one request (a warp-uniform load is one
+// 4-byte request, not 32). For each: the distinct bytes it moves and the 32-byte sectors it
+// touches; ideal_sectors is the fewest sectors those bytes could take. sectors /
+// ideal_sectors > 1 shows uncoalesced or misaligned access.
+struct EmuRequestStats {
+  std::int64_t requests = 0, sectors = 0, request_bytes = 0, ideal_sectors = 0;
+};
+
+struct EmuBufferStats : EmuRequestStats {
   std::string name;
-  std::int64_t bytes_loaded = 0, bytes_stored = 0;
+  std::int64_t bytes_loaded = 0, bytes_stored = 0; // by every thread, each counted
   std::int64_t unique_bytes = 0; // 32 x distinct 32-byte sectors touched (loads and stores)
 };
 
 // What one launch moved. Atomics count as a load and a store of their operand. Sectors are
 // counted from each buffer's start, as if it were allocated 32-byte aligned (GPU
 // allocations are), so the figures do not depend on where the host allocator put it.
-struct EmuLaunchStats {
+struct EmuLaunchStats : EmuRequestStats {
   std::int64_t bytes_loaded = 0, bytes_stored = 0, unique_bytes = 0;
   double time_ms = 0.0;
   std::vector<EmuBufferStats> buffers; // one per pointer argument, in parameter order

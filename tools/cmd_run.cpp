@@ -35,6 +35,8 @@ struct RunOptions {
 struct RunResult {
   double time_ms = 0.0;
   std::optional<int64_t> bytes_loaded, bytes_stored, unique_bytes, ideal_bytes;
+  std::optional<int64_t> requests, sectors, request_bytes, ideal_sectors;
+  std::string traffic_error; // the run moved more than the kernel's traffic budget
 };
 
 std::string resolve_backend(const std::string& requested) {
@@ -58,28 +60,43 @@ RunResult stats_of(const kernels::Launcher& l) {
   r.bytes_loaded = st.bytes_loaded;
   r.bytes_stored = st.bytes_stored;
   r.unique_bytes = st.unique_bytes;
+  r.requests = st.requests;
+  r.sectors = st.sectors;
+  r.request_bytes = st.request_bytes;
+  r.ideal_sectors = st.ideal_sectors;
   return r;
 }
 
 void print_result(const Common& common, const std::string& kernel, const std::string& backend,
                   std::optional<std::string> path, const std::string& what,
                   const kernels::Comparison& c, const RunResult& r) {
+  const char* verdict = !c.ok ? "MISMATCH" : !r.traffic_error.empty() ? "TOO MUCH TRAFFIC" : "ok";
   say(common, fmt::format("{} [{}] on {}: {}  max_abs_err {:.3g}  max_rel_err {:.3g}  {:.3f} ms", kernel,
-                          what, backend, c.ok ? "ok" : "MISMATCH", c.max_abs_err, c.max_rel_err, r.time_ms));
+                          what, backend, verdict, c.max_abs_err, c.max_rel_err, r.time_ms));
   if (r.bytes_loaded)
     say(common, fmt::format("    bytes loaded {}  stored {}  unique {}{}", *r.bytes_loaded, r.bytes_stored.value_or(0),
                             r.unique_bytes.value_or(0),
                             r.ideal_bytes ? fmt::format("  ideal {}", *r.ideal_bytes) : std::string()));
+  if (r.requests && *r.requests > 0)
+    say(common, fmt::format("    warp requests {}  moving {} bytes  sectors {} ({:.2f} per request, {:.0f}% of them needed)",
+                            *r.requests, r.request_bytes.value_or(0), r.sectors.value_or(0),
+                            double(r.sectors.value_or(0)) / double(*r.requests),
+                            100.0 * double(r.ideal_sectors.value_or(0)) / double(std::max<int64_t>(1, r.sectors.value_or(0)))));
   if (!c.ok) std::cerr << "tilec: first mismatch: " << c.first_mismatch << "\n";
+  if (!r.traffic_error.empty()) std::cerr << "tilec: " << r.traffic_error << "\n";
   if (common.json) {
     JsonObject j;
     j.str("kernel", kernel).str("backend", backend);
     if (path) j.str("path", *path);
     else j.null("path");
-    j.boolean("ok", c.ok).number("max_abs_err", c.max_abs_err).number("max_rel_err", c.max_rel_err);
+    j.boolean("ok", c.ok && r.traffic_error.empty()).number("max_abs_err", c.max_abs_err).number("max_rel_err", c.max_rel_err);
     j.number("time_ms", r.time_ms);
     j.maybe("bytes_loaded", r.bytes_loaded).maybe("bytes_stored", r.bytes_stored);
     j.maybe("unique_bytes", r.unique_bytes).maybe("ideal_bytes", r.ideal_bytes);
+    j.maybe("requests", r.requests).maybe("request_bytes", r.request_bytes);
+    j.maybe("sectors", r.sectors).maybe("ideal_sectors", r.ideal_sectors);
+    if (r.traffic_error.empty()) j.null("traffic_error");
+    else j.str("traffic_error", r.traffic_error);
     std::cout << j.str() << std::endl;
   }
 }
@@ -135,10 +152,11 @@ int run_kernel(const Common& common, const RunOptions& o) {
   kernels::Comparison c = kernels::compare_outputs(p);
   RunResult r = stats_of(*launcher);
   r.ideal_bytes = p.ideal_bytes;
+  r.traffic_error = kernels::traffic_error(t, o.path, params, p, launcher->stats());
   std::optional<std::string> path;
   if (!t.paths.empty()) path = o.path.empty() ? kernels::default_path(t) : o.path;
   print_result(common, t.name, backend, path, p.description, c, r);
-  return c.ok ? kOk : kFailed;
+  return c.ok && r.traffic_error.empty() ? kOk : kFailed;
 }
 
 } // namespace

@@ -47,7 +47,6 @@ ir::Kernel narrowing(DType to, int64_t block) {
 } // namespace
 
 TEST_CASE("nvptx lowering on the emulator: every kernel's default problem on every path", "[codegen][nvptx][emulator]") {
-  auto emu = backends::make_emulate_launcher(backends::EmuLowering::nvptx);
   int checked = 0;
   for (const kernels::KernelTemplate& t : kernels::all_templates()) {
     if (!t.make_problem) continue;
@@ -58,10 +57,14 @@ TEST_CASE("nvptx lowering on the emulator: every kernel's default problem on eve
     for (const std::string& path : paths) {
       INFO(t.name << " path " << (path.empty() ? kernels::default_path(t) : path));
       kernels::Problem p = kernels::make_problem(t, {params, shape, 3, {}, {}});
+      auto emu = backends::make_emulate_launcher(backends::EmuLowering::nvptx);
       kernels::run_problem(t, path, params, shape, p, *emu);
       kernels::Comparison c = kernels::compare_outputs(p);
       INFO(c.first_mismatch);
       CHECK(c.ok);
+      std::string traffic = kernels::traffic_error(t, path, params, p, emu->stats());
+      INFO(traffic);
+      CHECK(traffic.empty());
       ++checked;
     }
   }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <array>
 #include <random>
 
 #include "backends/launchers.h"
@@ -171,4 +172,55 @@ TEST_CASE("fused and decomposed paged attention match the reference on the emula
               CHECK(test::max_err(got, want) <= test::paged_attention_tolerance(dt));
             }
           }
+}
+
+TEST_CASE("fused paged attention stays within its traffic budget across configs (default problem, emulator)",
+          "[templates][emulator][paged_attention]") {
+  // The default problem has ragged contexts, a partial last page and block-table entries
+  // past the live pages that point nowhere: a load the masks should stop fails the bounds
+  // check, one wider than needed fails the budget.
+  const KernelTemplate* t = find_template("paged_attention");
+  REQUIRE(t);
+  ParamMap shape;
+  for (const Param& p : t->shape) shape[p.name] = p.value;
+  shape["dtype"] = 1; // f16
+  for (auto [block_n, head_group, splits, warps] :
+       std::vector<std::array<int64_t, 4>>{{32, 0, 1, 4}, {16, 1, 1, 2}, {64, 4, 1, 4}, {16, 4, 4, 1}, {64, 1, 2, 2}}) {
+    ParamMap params{{"block_n", block_n}, {"head_group", head_group}, {"num_splits", splits}, {"num_warps", warps}};
+    INFO("block_n " << block_n << " head_group " << head_group << " num_splits " << splits << " num_warps " << warps);
+    Problem p = make_problem(*t, {params, shape, 9, {}, {}});
+    auto launcher = backends::make_emulate_launcher();
+    run_problem(*t, "", params, shape, p, *launcher);
+    Comparison c = compare_outputs(p);
+    INFO(c.first_mismatch);
+    CHECK(c.ok);
+    std::string why = traffic_error(*t, "", params, p, launcher->stats());
+    INFO(why);
+    CHECK(why.empty());
+    REQUIRE(launcher->stats().request_bytes);
+    // Every live K/V byte at least once: the budget is not met by skipping work.
+    CHECK(*launcher->stats().request_bytes >= *p.ideal_bytes);
+  }
+}
+
+TEST_CASE("a run over its traffic budget is an error naming the numbers; other paths are not judged",
+          "[templates][registry]") {
+  KernelTemplate t;
+  t.name = "k";
+  t.paths = {{"main", "", {}}, {"other", "", {}}};
+  t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
+  Problem p;
+  p.ideal_bytes = 1000;
+  LaunchStats st;
+  st.request_bytes = 1020;
+  CHECK(traffic_error(t, "", {}, p, st).empty()); // within 2%
+  st.request_bytes = 1100;
+  std::string e = traffic_error(t, "", {}, p, st);
+  CHECK(e.find("moved 1100 bytes") != std::string::npos);
+  CHECK(e.find("than the 1020") != std::string::npos);
+  CHECK(e.find("+10.0%") != std::string::npos);
+  CHECK(traffic_error(t, "main", {}, p, st) == e);
+  CHECK(traffic_error(t, "other", {}, p, st).empty());
+  st.request_bytes.reset(); // a backend that does not count requests
+  CHECK(traffic_error(t, "", {}, p, st).empty());
 }
