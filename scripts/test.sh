@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up and builds tilec, then runs every test: the Catch2 suite (ctest, twice: the
-# emulator's threads in forward, then reverse order), a short
+# Sets up and builds tilec, then runs every test: the Catch2 suite (ctest, twice: first as
+# is, then with the emulator's threads in reverse order running the GPU's own nvptx
+# lowering rewritten for the CPU), a short
 # libFuzzer run of each input reader (scripts/fuzz_inputs.sh, clang-19) and the suite again
 # built with AddressSanitizer and UBSan (scripts/sanitize.sh, in ./build-asan).
 # With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run instead of
@@ -16,10 +17,12 @@ if [ "${TILEC_REQUIRE_PTXAS:-0}" = 1 ]; then
 fi
 echo "==> testing"
 ctest --test-dir "${TILEC_BUILD_DIR:-build}" --output-on-failure -j2
-# The emulator runs a block's threads in another order too: a missing barrier that one order
-# hides shows in the other (the shared-memory race check catches it in both).
-echo "==> testing with the emulator's threads in reverse order (TILEC_EMU_SCHEDULE=reverse)"
-TILEC_EMU_SCHEDULE=reverse ctest --test-dir "${TILEC_BUILD_DIR:-build}" --output-on-failure -j2
+# Again, with the emulator running a block's threads in reverse order (a missing barrier
+# that one order hides shows in the other; the shared-memory race check catches it in both)
+# and every emulated kernel built from the nvptx lowering, so the GPU's own target code
+# (shuffle operands, conversions, address spaces) runs here too.
+echo "==> testing again: threads in reverse order, the nvptx lowering on the emulator"
+TILEC_EMU_SCHEDULE=reverse TILEC_EMU_LOWERING=nvptx ctest --test-dir "${TILEC_BUILD_DIR:-build}" --output-on-failure -j2
 if [ "${TILEC_QUICK:-0}" = 1 ]; then
   echo "==> TILEC_QUICK=1: skipped input fuzzing and the sanitizer build"
   exit 0
