@@ -72,6 +72,21 @@ uint32_t tilec_emu_shfl_idx(tilec_emu_thread* ctx, uint32_t value, uint32_t src_
 uint32_t tilec_emu_shfl_sync(tilec_emu_thread* ctx, uint32_t mode, uint32_t member_mask, uint32_t value, uint32_t b,
                              uint32_t c);
 
+/* mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32, T = f16 (dtype 2) or bf16 (dtype 3), for the
+ * calling lane; every lane of the warp calls it together (a warp-wide sync point, like a
+ * shuffle). a[4] and b[2] are the lane's A and B fragment registers (two 16-bit values each,
+ * the lower-numbered element in the low half), c[4] its accumulator fragment; d[4] receives
+ * its part of D = A B + C. Ownership is PTX's, with g = lane / 4 and t = lane % 4:
+ *   A (16 x 16, row-major): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..],
+ *                           a[3] = A[g+8][2t+8..]
+ *   B (16 x 8): b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]
+ *   C, D (16 x 8 f32): [0] = (g, 2t), [1] = (g, 2t+1), [2] = (g+8, 2t), [3] = (g+8, 2t+1)
+ * Each D element is C + the 16 exact products (an f16 or bf16 product is exact in f32) added
+ * in f32 in k order, each rounded to nearest even (ir/SEMANTICS.md states the bound a GPU's
+ * order satisfies). */
+void tilec_emu_mma_m16n8k16(tilec_emu_thread* ctx, uint32_t dtype, const uint32_t* a, const uint32_t* b,
+                            const float* c, float* d);
+
 /* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
  * emulator checks [addr, addr + bytes) against the launch's buffers (an error
  * names the kernel, the buffer and the offset) and counts the bytes. Masked-off

@@ -23,6 +23,10 @@ struct CompileOptions {
   int num_warps = 4;
   Target target = Target::nvptx;
   bool run_ptxas = true; // when ptxas is found
+  // dot with f16 or bf16 operands (both the same) on the tensor cores (mma.sync.m16n8k16,
+  // sm_80 and later; the emulator executes it with the same fragment ownership). Off: every
+  // dot runs on CUDA cores, as dots of other dtypes always do.
+  bool tensor_cores = true;
 };
 
 // Figures from `ptxas -v`.

@@ -135,6 +135,10 @@ private:
   void emit_atomic(const Op& op);
   void emit_reduce(const Op& op);
   void emit_dot(const Op& op);
+  bool mma_eligible(const Op& op) const;
+  void emit_dot_mma(const Op& op);
+  void zero_smem_rows(int64_t byte_offset, int64_t rows, int64_t row_stride, int64_t col_lo, int64_t col_hi,
+                      const char* what);
   void emit_for(const Op& op);
   void emit_if(const Op& op);
   void emit_reshape(const Op& op);
@@ -837,9 +841,155 @@ void Lowering::emit_reduce(const Op& op) {
   define(res, rl, std::move(acc));
 }
 
+// f16 x f16 or bf16 x bf16 with an f32 accumulator takes the tensor cores (emit_dot_mma)
+// unless CompileOptions::tensor_cores is off; everything else runs on CUDA cores.
+bool Lowering::mma_eligible(const Op& op) const {
+  DType a = op.operands[0]->type.dtype(), b = op.operands[1]->type.dtype();
+  return opts_.tensor_cores && a == b && (a == DType::f16 || a == DType::bf16) && op.operands[0]->type.shape[1] >= 2;
+}
+
+// Zeros bytes [col_lo, col_hi) of `rows` rows `row_stride` bytes apart from `byte_offset`,
+// 4 bytes per store, spread over the block's threads (offsets and bounds multiples of 4).
+void Lowering::zero_smem_rows(int64_t byte_offset, int64_t rows, int64_t row_stride, int64_t col_lo, int64_t col_hi,
+                              const char* what) {
+  int64_t per_row = (col_hi - col_lo) / 4, words = rows * per_row;
+  int64_t threads = int64_t(opts_.num_warps) * 32;
+  for (int64_t i = 0; i * threads < words; ++i) {
+    llvm::Value* w = b_.CreateAdd(tid_, b_.getInt32(uint32_t(i * threads)));
+    auto body = [&]() -> llvm::Value* {
+      llvm::Value* row = b_.CreateUDiv(w, b_.getInt32(uint32_t(per_row)));
+      llvm::Value* col = b_.CreateURem(w, b_.getInt32(uint32_t(per_row)));
+      llvm::Value* byte = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(row_stride))),
+                                       b_.CreateAdd(b_.CreateShl(col, 2), b_.getInt32(uint32_t(col_lo))));
+      smem_store(b_.getInt32(0), smem(b_.getInt8Ty(), byte, byte_offset), what, DType::i32);
+      return nullptr;
+    };
+    if ((i + 1) * threads <= words) body();
+    else guarded(b_, b_.CreateICmpULT(w, b_.getInt32(uint32_t(words))), body);
+  }
+}
+
+// dot on the tensor cores, mma.sync.m16n8k16 with f32 accumulators. The operands are padded
+// to whole MMA tiles (M to 16, N to 8, K to 16, with zeros) and staged in shared memory, A
+// row-major [M][K] and B column-major [N][K] so each lane's fragment registers are 32-bit
+// loads of two consecutive k; the accumulator goes through shared memory too, [M][N] f32.
+// Warp w computes the 16x8 output tiles w, w + W, ...: it loads its accumulator fragments,
+// runs the K loop of MMAs, and writes them back; after a barrier every thread reads its
+// elements of the result in the dot's blocked layout. Rows are padded by 16 bytes (8
+// halves, 4 floats) so the eight rows a fragment load touches fall in different banks.
+// Fragment ownership (PTX ISA, m16n8k16, g = lane / 4, t = lane % 4):
+//   A: reg 0 (g, 2t..2t+1), reg 1 (g+8, 2t..), reg 2 (g, 2t+8..), reg 3 (g+8, 2t+8..)
+//   B: reg 0 (k 2t..2t+1, n g), reg 1 (k 2t+8.., n g)
+//   C, D: 0, 1 (g, 2t, 2t+1), 2, 3 (g+8, 2t, 2t+1)
+void Lowering::emit_dot_mma(const Op& op) {
+  const Value* a = op.operands[0];
+  const Value* bv = op.operands[1];
+  const Value* res = op.results[0];
+  std::vector<LayoutId> ls = plan_.op_layouts(&op);
+  const int64_t M = a->type.shape[0], K = a->type.shape[1], N = bv->type.shape[1];
+  const int64_t Mp = std::max<int64_t>(M, 16), Np = std::max<int64_t>(N, 8), Kp = std::max<int64_t>(K, 16);
+  const DType dt = a->type.dtype();
+  const int64_t sa = (Kp + 8) * 2, sb = (Kp + 8) * 2, sc = (Np + 4) * 4; // row strides in bytes
+  const int64_t off_a = 0, off_b = (Mp * sa + 15) / 16 * 16, off_c = off_b + (Np * sb + 15) / 16 * 16;
+  need_smem(off_c + Mp * sc);
+  before_smem_write();
+  auto at = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col_bytes) {
+    return smem(b_.getInt8Ty(), b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(stride))), col_bytes), off);
+  };
+  auto bytes = [&](llvm::Value* v, int eb) { return b_.CreateMul(v, b_.getInt32(uint32_t(eb))); };
+  {
+    const Elems& av = get(a, ls[0]);
+    auto ca = coords(ls[0], a->type.shape);
+    for (size_t j = 0; j < av.size(); ++j) // A[m][k]
+      smem_store(av[j], at(off_a, sa, ca[j][0], bytes(ca[j][1], 2)), "dot (mma) operand A write", dt);
+    const Elems& bvals = get(bv, ls[1]);
+    auto cb = coords(ls[1], bv->type.shape);
+    for (size_t j = 0; j < bvals.size(); ++j) // B[k][n] at row n, column k
+      smem_store(bvals[j], at(off_b, sb, cb[j][1], bytes(cb[j][0], 2)), "dot (mma) operand B write", dt);
+    const Elems& cv = get(op.operands[2], ls[2]);
+    auto cc = coords(ls[2], res->type.shape);
+    for (size_t j = 0; j < cv.size(); ++j)
+      smem_store(cv[j], at(off_c, sc, cc[j][0], bytes(cc[j][1], 4)), "dot (mma) accumulator write", DType::f32);
+    // The padding the MMA tiles read: zeros (initialized, and adding nothing).
+    if (Mp > M) {
+      zero_smem_rows(off_a + M * sa, Mp - M, sa, 0, Kp * 2, "dot (mma) operand A padding");
+      zero_smem_rows(off_c + M * sc, Mp - M, sc, 0, Np * 4, "dot (mma) accumulator padding");
+    }
+    if (Kp > K) {
+      zero_smem_rows(off_a, M, sa, K * 2, Kp * 2, "dot (mma) operand A padding");
+      zero_smem_rows(off_b, N, sb, K * 2, Kp * 2, "dot (mma) operand B padding");
+    }
+    if (Np > N) {
+      zero_smem_rows(off_b + N * sb, Np - N, sb, 0, Kp * 2, "dot (mma) operand B padding");
+      zero_smem_rows(off_c, M, sc, N * 4, Np * 4, "dot (mma) accumulator padding");
+    }
+  }
+  barrier();
+  const int64_t tiles_n = Np / 8, tiles = (Mp / 16) * tiles_n, W = opts_.num_warps;
+  llvm::Value* g = b_.CreateLShr(lane_, 2);
+  llvm::Value* t2 = b_.CreateShl(b_.CreateAnd(lane_, 3), 1); // 2t
+  for (int64_t i = 0; i * W < tiles; ++i) {
+    llvm::Value* tile = b_.CreateAdd(warp_, b_.getInt32(uint32_t(i * W)));
+    auto body = [&]() -> llvm::Value* {
+      llvm::Value* row0 = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tile, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(16)), g);
+      llvm::Value* row1 = b_.CreateAdd(row0, b_.getInt32(8));
+      llvm::Value* n0 = b_.CreateMul(b_.CreateURem(tile, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(8));
+      llvm::Value* ncol = b_.CreateAdd(n0, g);                 // B's row (n) this lane loads
+      llvm::Value* ccol = bytes(b_.CreateAdd(n0, t2), 4);     // C's columns 2t, 2t+1 (bytes)
+      llvm::Value* cptr[4] = {at(off_c, sc, row0, ccol), at(off_c, sc, row0, b_.CreateAdd(ccol, b_.getInt32(4))),
+                              at(off_c, sc, row1, ccol), at(off_c, sc, row1, b_.CreateAdd(ccol, b_.getInt32(4)))};
+      std::array<llvm::Value*, 4> c;
+      for (int r = 0; r < 4; ++r) c[size_t(r)] = smem_load(b_.getFloatTy(), cptr[r], "dot (mma) accumulator read");
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, "mma.k", kernel_);
+      llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, "mma.end", kernel_);
+      b_.CreateBr(loop);
+      b_.SetInsertPoint(loop);
+      llvm::PHINode* kk = b_.CreatePHI(b_.getInt32Ty(), 2, "k");
+      kk->addIncoming(b_.getInt32(0), pre);
+      std::array<llvm::PHINode*, 4> acc;
+      for (int r = 0; r < 4; ++r) {
+        acc[size_t(r)] = b_.CreatePHI(b_.getFloatTy(), 2);
+        acc[size_t(r)]->addIncoming(c[size_t(r)], pre);
+      }
+      llvm::Value* kb = bytes(b_.CreateAdd(kk, t2), 2); // column 2t of this k step, in bytes
+      llvm::Value* kb8 = b_.CreateAdd(kb, b_.getInt32(16));
+      auto word = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col, const char* what) {
+        return smem_load(b_.getInt32Ty(), at(off, stride, row, col), what);
+      };
+      std::array<llvm::Value*, 4> af = {word(off_a, sa, row0, kb, "dot (mma) operand A read"),
+                                        word(off_a, sa, row1, kb, "dot (mma) operand A read"),
+                                        word(off_a, sa, row0, kb8, "dot (mma) operand A read"),
+                                        word(off_a, sa, row1, kb8, "dot (mma) operand A read")};
+      std::array<llvm::Value*, 2> bf = {word(off_b, sb, ncol, kb, "dot (mma) operand B read"),
+                                        word(off_b, sb, ncol, kb8, "dot (mma) operand B read")};
+      std::array<llvm::Value*, 4> cin = {acc[0], acc[1], acc[2], acc[3]};
+      std::array<llvm::Value*, 4> d = hooks_.mma_m16n8k16(b_, dt, af, bf, cin);
+      llvm::Value* next = b_.CreateAdd(kk, b_.getInt32(16));
+      llvm::BasicBlock* latch = b_.GetInsertBlock();
+      kk->addIncoming(next, latch);
+      for (int r = 0; r < 4; ++r) acc[size_t(r)]->addIncoming(d[size_t(r)], latch);
+      b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(uint32_t(Kp))), loop, exit);
+      b_.SetInsertPoint(exit);
+      for (int r = 0; r < 4; ++r) smem_store(d[size_t(r)], cptr[r], "dot (mma) result write", DType::f32);
+      return nullptr;
+    };
+    if ((i + 1) * W <= tiles) body();
+    else guarded(b_, b_.CreateICmpULT(tile, b_.getInt32(uint32_t(tiles))), body); // warp-uniform
+  }
+  barrier();
+  auto cd = coords(ls[2], res->type.shape);
+  Elems out(cd.size());
+  for (size_t j = 0; j < cd.size(); ++j)
+    out[j] = smem_load(b_.getFloatTy(), at(off_c, sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
+  smem_dirty_ = true;
+  define(res, ls[2], std::move(out));
+}
+
 // dot on CUDA cores: A (transposed) and B staged in shared memory, then each
 // thread runs the K loop with FMAs into its f32 accumulators.
 void Lowering::emit_dot(const Op& op) {
+  if (mma_eligible(op)) return emit_dot_mma(op);
   const Value* a = op.operands[0];
   const Value* bv = op.operands[1];
   const Value* res = op.results[0];

@@ -14,6 +14,7 @@
 //   atomicrmw add/fadd, space 1     tilec_emu_atomic_add_i32/f32
 //   fpext/fptrunc f16/bf16 <-> f32  tilec_emu_*_to_*: cvt.f32.{f16,bf16} and cvt.rn.{f16,bf16}.f32
 //   ex2/lg2/rsqrt .approx           llvm.exp2 / llvm.log2 / 1/sqrt on the host
+//   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
 //
 // Any other NVVM intrinsic or address space is an internal error naming it, so a new target
 // hook cannot go unmapped silently.
@@ -218,6 +219,15 @@ private:
       return replace(ii, call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
                               {b.getInt32(mode), arg(0), arg(1), arg(2), arg(3)}, true));
     }
+    case llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32:
+    case llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16: {
+      unsigned dtype = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 ? 3 : 2;
+      std::array<llvm::Value*, 4> d = emu_mma(b, ctx_, dtype, {arg(0), arg(1), arg(2), arg(3)}, {arg(4), arg(5)},
+                                              {arg(6), arg(7), arg(8), arg(9)}, mma_scratch_);
+      llvm::Value* r = llvm::PoisonValue::get(ii.getType());
+      for (unsigned i = 0; i < 4; ++i) r = b.CreateInsertValue(r, d[i], i);
+      return replace(ii, r);
+    }
     case llvm::Intrinsic::nvvm_ex2_approx_f:
       return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, arg(0)));
     case llvm::Intrinsic::nvvm_lg2_approx_f:
@@ -304,6 +314,7 @@ private:
   std::uint32_t next_barrier_ = 0;
   std::map<std::string, llvm::Value*> sites_;
   std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
+  MmaScratch mma_scratch_;
 };
 
 } // namespace

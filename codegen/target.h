@@ -5,6 +5,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,15 @@ public:
   virtual llvm::Value* shfl_xor(Builder& b, llvm::Value* i32, int lane_mask) = 0;
   virtual llvm::Value* shfl_idx(Builder& b, llvm::Value* i32, llvm::Value* lane) = 0;
 
+  // mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T: `operands`, f16 or bf16) for the calling
+  // lane: `a` (4 x i32) and `b` (2 x i32) hold its operand fragments (two 16-bit values
+  // each, the lower-numbered element in the low half), `c` (4 x f32) its accumulator
+  // fragment, as the PTX ISA assigns them to lanes; returns its part of D = A B + C. Every
+  // lane of the warp calls it together.
+  virtual std::array<llvm::Value*, 4> mma_m16n8k16(Builder& b, ir::DType operands, const std::array<llvm::Value*, 4>& a,
+                                                   const std::array<llvm::Value*, 2>& bf,
+                                                   const std::array<llvm::Value*, 4>& c) = 0;
+
   // f32 math; may be approximate (a few ulp), per ir/SEMANTICS.md.
   virtual llvm::Value* exp2(Builder& b, llvm::Value* x) = 0;
   virtual llvm::Value* log2(Builder& b, llvm::Value* x) = 0;
@@ -68,6 +78,16 @@ public:
 
 std::unique_ptr<TargetHooks> make_nvptx_hooks();
 std::unique_ptr<TargetHooks> make_emu_hooks();
+
+// The emulator's warp-wide MMA call (tilec_emu_mma_m16n8k16): fragments through stack
+// arrays allocated once per kernel (`scratch`). Shared by the emu hooks and the nvptx
+// rewrite.
+struct MmaScratch {
+  llvm::AllocaInst *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr;
+};
+std::array<llvm::Value*, 4> emu_mma(llvm::IRBuilder<>& b, llvm::Value* ctx, unsigned dtype,
+                                    const std::array<llvm::Value*, 4>& a, const std::array<llvm::Value*, 2>& bf,
+                                    const std::array<llvm::Value*, 4>& c, MmaScratch& scratch);
 
 // Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
 // emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes

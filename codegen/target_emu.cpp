@@ -8,6 +8,37 @@
 
 namespace tilec::codegen {
 
+std::array<llvm::Value*, 4> emu_mma(llvm::IRBuilder<>& b, llvm::Value* ctx, unsigned dtype,
+                                    const std::array<llvm::Value*, 4>& a, const std::array<llvm::Value*, 2>& bf,
+                                    const std::array<llvm::Value*, 4>& c, MmaScratch& scratch) {
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  llvm::Module& m = *fn->getParent();
+  if (!scratch.a) {
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    scratch.a = eb.CreateAlloca(llvm::ArrayType::get(eb.getInt32Ty(), 4));
+    scratch.b = eb.CreateAlloca(llvm::ArrayType::get(eb.getInt32Ty(), 2));
+    scratch.c = eb.CreateAlloca(llvm::ArrayType::get(eb.getFloatTy(), 4));
+    scratch.d = eb.CreateAlloca(llvm::ArrayType::get(eb.getFloatTy(), 4));
+  }
+  auto put = [&](llvm::AllocaInst* arr, unsigned i, llvm::Value* v) {
+    b.CreateStore(v, b.CreateConstInBoundsGEP2_32(arr->getAllocatedType(), arr, 0, i));
+  };
+  for (unsigned i = 0; i < 4; ++i) put(scratch.a, i, b.CreateBitCast(a[i], b.getInt32Ty()));
+  for (unsigned i = 0; i < 2; ++i) put(scratch.b, i, b.CreateBitCast(bf[i], b.getInt32Ty()));
+  for (unsigned i = 0; i < 4; ++i) put(scratch.c, i, c[i]);
+  auto* ptr = b.getPtrTy();
+  auto f = m.getOrInsertFunction(
+      "tilec_emu_mma_m16n8k16",
+      llvm::FunctionType::get(b.getVoidTy(), {ptr, b.getInt32Ty(), ptr, ptr, ptr, ptr}, false));
+  llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
+  llvm::CallInst* call = b.CreateCall(f, {ctx, b.getInt32(dtype), scratch.a, scratch.b, scratch.c, scratch.d});
+  call->addFnAttr(llvm::Attribute::Convergent);
+  std::array<llvm::Value*, 4> d;
+  for (unsigned i = 0; i < 4; ++i)
+    d[i] = b.CreateLoad(b.getFloatTy(), b.CreateConstInBoundsGEP2_32(scratch.d->getAllocatedType(), scratch.d, 0, i));
+  return d;
+}
+
 namespace {
 
 class EmuHooks final : public TargetHooks {
@@ -64,6 +95,12 @@ public:
   }
   llvm::Value* shfl_idx(Builder& b, llvm::Value* v, llvm::Value* lane) override {
     return call(b, "tilec_emu_shfl_idx", b.getInt32Ty(), {v, lane}, true);
+  }
+
+  std::array<llvm::Value*, 4> mma_m16n8k16(Builder& b, ir::DType operands, const std::array<llvm::Value*, 4>& a,
+                                           const std::array<llvm::Value*, 2>& bf,
+                                           const std::array<llvm::Value*, 4>& c) override {
+    return emu_mma(b, fn_->getArg(0), operands == ir::DType::bf16 ? 3 : 2, a, bf, c, scratch_arrays_);
   }
 
   llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }
@@ -156,6 +193,7 @@ private:
   std::uint32_t next_barrier_ = 0; // the number of the next barrier of this kernel
   std::map<std::string, llvm::Value*> sites_; // a C string per shared-memory access site
   std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
+  MmaScratch scratch_arrays_;
 };
 
 } // namespace

@@ -70,6 +70,24 @@ public:
                              {b.getInt32(0xffffffffu), v, lane, b.getInt32(0x1f)});
   }
 
+  std::array<llvm::Value*, 4> mma_m16n8k16(Builder& b, ir::DType operands, const std::array<llvm::Value*, 4>& a,
+                                           const std::array<llvm::Value*, 2>& bf,
+                                           const std::array<llvm::Value*, 4>& c) override {
+    // f16 operands: the f32.f32 variant (f32 C and D); bf16 has one variant, f32 C and D.
+    auto id = operands == ir::DType::bf16 ? llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16
+                                          : llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32;
+    llvm::Function* f = llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), id);
+    llvm::FunctionType* fty = f->getFunctionType();
+    std::vector<llvm::Value*> args;
+    for (llvm::Value* v : a) args.push_back(v);
+    for (llvm::Value* v : bf) args.push_back(v);
+    for (size_t i = 0; i < args.size(); ++i) args[i] = b.CreateBitCast(args[i], fty->getParamType(unsigned(i)));
+    for (llvm::Value* v : c) args.push_back(v);
+    llvm::Value* d = b.CreateCall(f, args);
+    return {b.CreateExtractValue(d, 0), b.CreateExtractValue(d, 1), b.CreateExtractValue(d, 2),
+            b.CreateExtractValue(d, 3)};
+  }
+
   llvm::Value* exp2(Builder& b, llvm::Value* x) override {
     return b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
   }

@@ -59,6 +59,12 @@ struct tilec_emu_thread {
   tilec::rt::State state = tilec::rt::State::runnable;
   std::uint32_t barrier_id = 0; // the barrier a waiting thread is blocked at (tilec_emu_barrier)
   std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
+  // A lane waiting at a warp MMA (state at_shuffle with mma_dtype != 0): its fragments.
+  std::uint32_t mma_dtype = 0;
+  const std::uint32_t* mma_a = nullptr;
+  const std::uint32_t* mma_b = nullptr;
+  const float* mma_c = nullptr;
+  float* mma_d = nullptr;
   int last_track = 0; // the buffer this thread touched last: most accesses hit it again
   // How often this thread has run each global access site (the call's return address) in
   // this block: the n-th run of a site by each lane of a warp is one warp-wide request.
@@ -311,7 +317,13 @@ std::string stuck_message(const Worker& w) {
   for (auto& [id, tids] : barriers)
     add(fmt::format("threads {} wait at {}barrier{}", ranges_str(tids), barriers.size() > 1 ? "" : "a ",
                     barriers.size() > 1 ? fmt::format(" #{}", id) : ""));
-  if (!shuffles.empty()) add(fmt::format("threads {} wait at a warp shuffle", ranges_str(shuffles)));
+  std::vector<std::uint32_t> mmas;
+  for (const tilec_emu_thread& t : w.threads)
+    if (t.state == State::at_shuffle && t.mma_dtype) mmas.push_back(t.tid);
+  if (!shuffles.empty())
+    add(mmas.empty() ? fmt::format("threads {} wait at a warp shuffle", ranges_str(shuffles))
+                     : fmt::format("threads {} wait at a warp shuffle or MMA (of them, {} at an MMA)",
+                                   ranges_str(shuffles), ranges_str(mmas)));
   if (!done.empty()) add(fmt::format("threads {} finished", ranges_str(done)));
   const char* what = barriers.size() > 1           ? "threads wait at different barriers"
                      : !barriers.empty() && !done.empty() ? "a barrier not reached by every thread of the block"
@@ -329,6 +341,46 @@ void fiber_main(void* p) {
 }
 
 // Completes the shuffles of every warp whose live lanes all wait at one; returns whether any did.
+// One warp's MMA, every lane waiting with its fragments (tilec_emu_mma_m16n8k16).
+void run_mma(Worker& w, std::uint32_t base) {
+  float A[16][16], B[16][8], C[16][8];
+  std::uint32_t dtype = w.threads[base].mma_dtype;
+  auto half = [&](std::uint32_t reg, int hi) {
+    auto bits = std::uint16_t(hi ? reg >> 16 : reg & 0xffff);
+    return dtype == 3 ? bf16_bits_to_f32(bits) : f16_bits_to_f32(bits);
+  };
+  for (std::uint32_t lane = 0; lane < 32; ++lane) {
+    const tilec_emu_thread& t = w.threads[base + lane];
+    std::uint32_t g = lane / 4, c2 = 2 * (lane % 4);
+    for (int h = 0; h < 2; ++h) {
+      A[g][c2 + h] = half(t.mma_a[0], h);
+      A[g + 8][c2 + h] = half(t.mma_a[1], h);
+      A[g][c2 + 8 + h] = half(t.mma_a[2], h);
+      A[g + 8][c2 + 8 + h] = half(t.mma_a[3], h);
+      B[c2 + h][g] = half(t.mma_b[0], h);
+      B[c2 + 8 + h][g] = half(t.mma_b[1], h);
+      C[g][c2 + h] = t.mma_c[h];
+      C[g + 8][c2 + h] = t.mma_c[2 + h];
+    }
+  }
+  float D[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float acc = C[i][j];
+      for (int k = 0; k < 16; ++k) acc += A[i][k] * B[k][j]; // exact product, rounded sum
+      D[i][j] = acc;
+    }
+  for (std::uint32_t lane = 0; lane < 32; ++lane) {
+    tilec_emu_thread& t = w.threads[base + lane];
+    std::uint32_t g = lane / 4, c2 = 2 * (lane % 4);
+    for (int h = 0; h < 2; ++h) {
+      t.mma_d[h] = D[g][c2 + h];
+      t.mma_d[2 + h] = D[g + 8][c2 + h];
+    }
+    t.mma_dtype = 0;
+  }
+}
+
 bool release_shuffles(Worker& w) {
   bool released = false;
   std::uint32_t n = std::uint32_t(w.threads.size());
@@ -340,6 +392,15 @@ bool release_shuffles(Worker& w) {
       any = any || w.threads[i].state == State::at_shuffle;
     }
     if (!any || !all) continue;
+    std::uint32_t mmas = 0;
+    for (std::uint32_t i = base; i < end; ++i) mmas += w.threads[i].mma_dtype != 0;
+    if (mmas != 0 && (mmas != 32 || end - base != 32)) continue; // mixed: reported as stuck
+    if (mmas) {
+      run_mma(w, base);
+      for (std::uint32_t i = base; i < end; ++i) w.threads[i].state = State::runnable;
+      released = true;
+      continue;
+    }
     for (std::uint32_t i = base; i < end; ++i) {
       std::uint32_t src = base + w.threads[i].shfl_src;
       w.threads[i].shfl_result = src < end ? w.threads[src].shfl_value : w.threads[i].shfl_value;
@@ -350,7 +411,6 @@ bool release_shuffles(Worker& w) {
   return released;
 }
 
-// Runs one block to the end; false (with w.error set) when it failed.
 // Folds the block's warp-wide requests into the counters: distinct bytes and sectors of each.
 void count_requests(Worker& w) {
   for (auto& [key, r] : w.requests) {
@@ -373,6 +433,7 @@ void count_requests(Worker& w) {
   for (tilec_emu_thread& t : w.threads) t.site_runs.clear();
 }
 
+// Runs one block to the end; false (with w.error set) when it failed.
 bool run_block(Worker& w) {
   Launch& l = *w.launch;
   if (l.shared_bytes) std::memset(w.shared, 0xcd, l.shared_bytes); // stale data, like a GPU's
@@ -726,6 +787,15 @@ uint32_t tilec_emu_shfl_sync(tilec_emu_thread* t, uint32_t mode, uint32_t member
                                            "32-lane segment without clamping (c = 0x1f)",
                                            tilec::rt::where(t), name, c));
   return mode == 0 ? tilec_emu_shfl_idx(t, value, b) : tilec_emu_shfl_xor(t, value, b);
+}
+
+void tilec_emu_mma_m16n8k16(tilec_emu_thread* t, uint32_t dtype, const uint32_t* a, const uint32_t* b, const float* c,
+                            float* d) {
+  if (dtype != 2 && dtype != 3)
+    tilec::rt::abort_thread(t, fmt::format("{}: MMA with unknown operand type {}", tilec::rt::where(t), dtype));
+  t->mma_dtype = dtype, t->mma_a = a, t->mma_b = b, t->mma_c = c, t->mma_d = d;
+  t->state = State::at_shuffle;
+  tilec::rt::yield(t);
 }
 
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {

@@ -129,7 +129,14 @@ TEST_CASE("tiled matmul with a K loop and dot", "[codegen]") {
     auto fn = tiled_matmul(256, 256, 256, 64, 64, 16, dt);
     for (auto& [arch, k] : compile_all_archs(*fn)) {
       INFO(arch << " " << ir::dtype_name(dt) << "\n" << k.ptx);
-      CHECK(count_matches(k.ptx, R"(fma\.rn\.f32)") >= 32);
+      if (dt == DType::f32) { // CUDA cores
+        CHECK(count_matches(k.ptx, R"(fma\.rn\.f32)") >= 32);
+        CHECK(count_matches(k.ptx, R"(mma\.sync)") == 0);
+      } else { // tensor cores: 32 tiles of 16x8 over 4 warps, 8 each
+        std::string t = dt == DType::f16 ? "f16" : "bf16";
+        CHECK(count_matches(k.ptx, "mma\\.sync\\.aligned\\.m16n8k16\\.row\\.col\\.f32\\." + t + "\\." + t + "\\.f32") >= 8);
+        CHECK(count_matches(k.ptx, R"(fma\.rn\.f32)") == 0);
+      }
       CHECK(k.stats.conversions == 0);
       CHECK(k.shared_bytes > 0);
       if (k.ptxas) WARN("matmul " << ir::dtype_name(dt) << " " << arch << ": " << k.ptxas->registers << " registers");
