@@ -168,7 +168,8 @@ def main():
             continue
         d = os.path.join(src, rel)
         os.makedirs(os.path.dirname(d), exist_ok=True)
-        shutil.copy2(s, d)
+        shutil.copyfile(s, d)  # a fresh mtime: ninja must not trust an older build in the scratch folder
+        shutil.copymode(s, d)
     print(f"==> configuring {build} (log: {log})", flush=True)
     rc, out, _ = run(f"cmake -G Ninja -B {build} -S {src} -DCMAKE_BUILD_TYPE=Release", ROOT, log=log)
     if rc:
