@@ -11,6 +11,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -61,6 +62,11 @@ void init_llvm_targets() {
     LLVMInitializeX86Target();
     LLVMInitializeX86TargetMC();
     LLVMInitializeX86AsmPrinter();
+    // 32-bit shared-memory pointers (address space 3), as shared addresses are: half the
+    // registers for the many shared addresses a kernel keeps, and no 64-bit arithmetic on them.
+    auto& options = llvm::cl::getRegisteredOptions();
+    if (auto it = options.find("nvptx-short-ptr"); it != options.end())
+      static_cast<llvm::cl::opt<bool>*>(it->second)->setValue(true);
   });
 }
 

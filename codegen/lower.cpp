@@ -8,6 +8,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <bit>
+#include <cmath>
 #include <map>
 #include <numbers>
 
@@ -28,6 +29,18 @@ namespace {
 using Elems = std::vector<llvm::Value*>;
 
 int log2i(int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); }
+
+// A tile or scalar that is the constant +0 (integer 0, or float +0.0) through splats,
+// broadcasts, dimension changes and casts.
+bool is_positive_zero(const Value* v) {
+  const Op* d = v->def;
+  while (d && (d->kind == OpKind::Splat || d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims ||
+               d->kind == OpKind::Cast))
+    d = d->operands[0]->def;
+  if (!d || d->kind != OpKind::Constant) return false;
+  const ir::ConstValue& c = d->attrs.value;
+  return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
+}
 
 struct ArithRow {
   OpKind op;
@@ -136,9 +149,11 @@ private:
   void emit_reduce(const Op& op);
   void emit_dot(const Op& op);
   bool mma_eligible(const Op& op) const;
+  // Runs of a thread's elements of a tile in layout `l` that are contiguous along `dim`:
+  // (first element, count), each count a power of two of at most 16 bytes, its first
+  // element's coordinate along `dim` a multiple of the count.
+  std::vector<std::pair<size_t, int>> runs_along(LayoutId l, const ir::Shape& s, int dim, int elem_bytes);
   void emit_dot_mma(const Op& op);
-  void zero_smem_rows(int64_t byte_offset, int64_t rows, int64_t row_stride, int64_t col_lo, int64_t col_hi,
-                      const char* what);
   void emit_for(const Op& op);
   void emit_if(const Op& op);
   void emit_reshape(const Op& op);
@@ -281,7 +296,9 @@ std::vector<std::vector<llvm::Value*>> Lowering::coords(LayoutId l, const ir::Sh
   std::vector<std::vector<llvm::Value*>> r(te.count, std::vector<llvm::Value*>(s.size()));
   for (int64_t j = 0; j < te.count; ++j)
     for (size_t d = 0; d < s.size(); ++d)
-      r[j][d] = b_.CreateAdd(start[d], b_.getInt32(static_cast<uint32_t>(te.offset[j][d])));
+      // No wrap (coordinates are below the tile's size): LLVM may then fold the constant into
+      // the addressing of each element instead of keeping one address register per element.
+      r[j][d] = b_.CreateAdd(start[d], b_.getInt32(static_cast<uint32_t>(te.offset[j][d])), "", true, true);
   return r;
 }
 
@@ -673,9 +690,12 @@ void Lowering::emit_load(const Op& op) {
       r[j0 + k] = phi;
     }
   }
+  // A masked-off element already reads as zero (the target's guarded load): an `other` of
+  // +0 needs no select.
+  bool other_is_zero = O && is_positive_zero(op.other());
   for (size_t j = 0; j < n; ++j) {
     r[j] = from_mem(r[j], e);
-    if (O) r[j] = b_.CreateSelect((*M)[j], r[j], (*O)[j]);
+    if (O && !other_is_zero) r[j] = b_.CreateSelect((*M)[j], r[j], (*O)[j]);
   }
   define(res, l, std::move(r));
 }
@@ -841,6 +861,27 @@ void Lowering::emit_reduce(const Op& op) {
   define(res, rl, std::move(acc));
 }
 
+std::vector<std::pair<size_t, int>> Lowering::runs_along(LayoutId l, const ir::Shape& s, int dim, int elem_bytes) {
+  const ThreadElems& te = elems_of(l, s);
+  int v = te.run_dim == dim ? int(std::min<int64_t>(te.run, 16 / elem_bytes)) : 1;
+  while (v > 1 && te.count % v != 0) v /= 2;
+  std::vector<std::pair<size_t, int>> r;
+  for (size_t j = 0; j < size_t(te.count);) {
+    int n = v;
+    auto contiguous = [&](int len) {
+      if (te.offset[j][size_t(dim)] % len != 0 || j + size_t(len) > size_t(te.count)) return false;
+      for (int k = 1; k < len; ++k)
+        for (size_t d = 0; d < s.size(); ++d)
+          if (te.offset[j + size_t(k)][d] != te.offset[j][d] + (int(d) == dim ? k : 0)) return false;
+      return true;
+    };
+    while (n > 1 && !contiguous(n)) n /= 2;
+    r.push_back({j, n});
+    j += size_t(n);
+  }
+  return r;
+}
+
 // f16 x f16 or bf16 x bf16 with an f32 accumulator takes the tensor cores (emit_dot_mma)
 // unless CompileOptions::tensor_cores is off; everything else runs on CUDA cores.
 bool Lowering::mma_eligible(const Op& op) const {
@@ -848,35 +889,16 @@ bool Lowering::mma_eligible(const Op& op) const {
   return opts_.tensor_cores && a == b && (a == DType::f16 || a == DType::bf16) && op.operands[0]->type.shape[1] >= 2;
 }
 
-// Zeros bytes [col_lo, col_hi) of `rows` rows `row_stride` bytes apart from `byte_offset`,
-// 4 bytes per store, spread over the block's threads (offsets and bounds multiples of 4).
-void Lowering::zero_smem_rows(int64_t byte_offset, int64_t rows, int64_t row_stride, int64_t col_lo, int64_t col_hi,
-                              const char* what) {
-  int64_t per_row = (col_hi - col_lo) / 4, words = rows * per_row;
-  int64_t threads = int64_t(opts_.num_warps) * 32;
-  for (int64_t i = 0; i * threads < words; ++i) {
-    llvm::Value* w = b_.CreateAdd(tid_, b_.getInt32(uint32_t(i * threads)));
-    auto body = [&]() -> llvm::Value* {
-      llvm::Value* row = b_.CreateUDiv(w, b_.getInt32(uint32_t(per_row)));
-      llvm::Value* col = b_.CreateURem(w, b_.getInt32(uint32_t(per_row)));
-      llvm::Value* byte = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(row_stride))),
-                                       b_.CreateAdd(b_.CreateShl(col, 2), b_.getInt32(uint32_t(col_lo))));
-      smem_store(b_.getInt32(0), smem(b_.getInt8Ty(), byte, byte_offset), what, DType::i32);
-      return nullptr;
-    };
-    if ((i + 1) * threads <= words) body();
-    else guarded(b_, b_.CreateICmpULT(w, b_.getInt32(uint32_t(words))), body);
-  }
-}
-
-// dot on the tensor cores, mma.sync.m16n8k16 with f32 accumulators. The operands are padded
-// to whole MMA tiles (M to 16, N to 8, K to 16, with zeros) and staged in shared memory, A
-// row-major [M][K] and B column-major [N][K] so each lane's fragment registers are 32-bit
-// loads of two consecutive k; the accumulator goes through shared memory too, [M][N] f32.
-// Warp w computes the 16x8 output tiles w, w + W, ...: it loads its accumulator fragments,
-// runs the K loop of MMAs, and writes them back; after a barrier every thread reads its
-// elements of the result in the dot's blocked layout. Rows are padded by 16 bytes (8
-// halves, 4 floats) so the eight rows a fragment load touches fall in different banks.
+// dot on the tensor cores, mma.sync.m16n8k16 with f32 accumulators. The operands are staged
+// in shared memory, A row-major [M][K] and B column-major [N][K], so each lane's fragment
+// registers are 32-bit loads of two consecutive k; the accumulator goes through shared
+// memory too, [M][N] f32. Warp w computes the 16x8 output tiles w, w + W, ... of the
+// operands padded to whole tiles (M to 16, N to 8, K to 16): it loads its accumulator
+// fragments, runs the K loop of MMAs, and writes them back; after a barrier every thread
+// reads its elements of the result in the dot's blocked layout. Padding never touches
+// memory: a fragment register past M, N or K is zero (its address clamped into the tile, its
+// value replaced), and results past M or N are not stored. Rows are padded by 16 bytes (8
+// halves, 4 floats) so the eight rows one fragment load touches fall in different banks.
 // Fragment ownership (PTX ISA, m16n8k16, g = lane / 4, t = lane % 4):
 //   A: reg 0 (g, 2t..2t+1), reg 1 (g+8, 2t..), reg 2 (g, 2t+8..), reg 3 (g+8, 2t+8..)
 //   B: reg 0 (k 2t..2t+1, n g), reg 1 (k 2t+8.., n g)
@@ -889,57 +911,103 @@ void Lowering::emit_dot_mma(const Op& op) {
   const int64_t M = a->type.shape[0], K = a->type.shape[1], N = bv->type.shape[1];
   const int64_t Mp = std::max<int64_t>(M, 16), Np = std::max<int64_t>(N, 8), Kp = std::max<int64_t>(K, 16);
   const DType dt = a->type.dtype();
-  const int64_t sa = (Kp + 8) * 2, sb = (Kp + 8) * 2, sc = (Np + 4) * 4; // row strides in bytes
-  const int64_t off_a = 0, off_b = (Mp * sa + 15) / 16 * 16, off_c = off_b + (Np * sb + 15) / 16 * 16;
-  need_smem(off_c + Mp * sc);
+  // Each operand is staged along the dimension its layout holds contiguously in a thread,
+  // so the stores vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or
+  // [K][N]. A k-major operand's fragment register is one 32-bit load of two consecutive k;
+  // the other kind takes two 16-bit loads.
+  const bool a_kmajor = elems_of(ls[0], a->type.shape).run_dim != 0;
+  const bool b_kmajor = elems_of(ls[1], bv->type.shape).run_dim != 1;
+  const int64_t sa = ((a_kmajor ? K : M) + 8) * 2, sb = ((b_kmajor ? K : N) + 8) * 2, sc = (N + 4) * 4; // row strides
+  const int64_t rows_a = a_kmajor ? M : K, rows_b = b_kmajor ? N : K;
+  const int64_t off_a = 0, off_b = (rows_a * sa + 15) / 16 * 16, off_c = off_b + (rows_b * sb + 15) / 16 * 16;
+  need_smem(off_c + M * sc);
   before_smem_write();
-  auto at = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col_bytes) {
-    return smem(b_.getInt8Ty(), b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(stride))), col_bytes), off);
+  auto at = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col_bytes) { // offsets never wrap
+    llvm::Value* byte = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(stride)), "", true, true), col_bytes, "",
+                                     true, true);
+    return smem(b_.getInt8Ty(), byte, off);
   };
-  auto bytes = [&](llvm::Value* v, int eb) { return b_.CreateMul(v, b_.getInt32(uint32_t(eb))); };
-  {
-    const Elems& av = get(a, ls[0]);
-    auto ca = coords(ls[0], a->type.shape);
-    for (size_t j = 0; j < av.size(); ++j) // A[m][k]
-      smem_store(av[j], at(off_a, sa, ca[j][0], bytes(ca[j][1], 2)), "dot (mma) operand A write", dt);
-    const Elems& bvals = get(bv, ls[1]);
-    auto cb = coords(ls[1], bv->type.shape);
-    for (size_t j = 0; j < bvals.size(); ++j) // B[k][n] at row n, column k
-      smem_store(bvals[j], at(off_b, sb, cb[j][1], bytes(cb[j][0], 2)), "dot (mma) operand B write", dt);
-    const Elems& cv = get(op.operands[2], ls[2]);
-    auto cc = coords(ls[2], res->type.shape);
-    for (size_t j = 0; j < cv.size(); ++j)
-      smem_store(cv[j], at(off_c, sc, cc[j][0], bytes(cc[j][1], 4)), "dot (mma) accumulator write", DType::f32);
-    // The padding the MMA tiles read: zeros (initialized, and adding nothing).
-    if (Mp > M) {
-      zero_smem_rows(off_a + M * sa, Mp - M, sa, 0, Kp * 2, "dot (mma) operand A padding");
-      zero_smem_rows(off_c + M * sc, Mp - M, sc, 0, Np * 4, "dot (mma) accumulator padding");
+  auto bytes = [&](llvm::Value* v, int eb) { return b_.CreateMul(v, b_.getInt32(uint32_t(eb)), "", true, true); };
+  // Element (m, k) of A and (k, n) of B in shared memory.
+  auto a_at = [&](llvm::Value* m, llvm::Value* k) {
+    return a_kmajor ? at(off_a, sa, m, bytes(k, 2)) : at(off_a, sa, k, bytes(m, 2));
+  };
+  auto b_at = [&](llvm::Value* k, llvm::Value* n) {
+    return b_kmajor ? at(off_b, sb, n, bytes(k, 2)) : at(off_b, sb, k, bytes(n, 2));
+  };
+  // A thread's runs of elements contiguous in shared memory go as one vector store each (the
+  // row strides and offsets are multiples of 16 bytes, the runs aligned to their size).
+  auto stage = [&](const Value* v, LayoutId l, int contig_dim, int eb, DType held,
+                   const std::function<llvm::Value*(const std::vector<llvm::Value*>&)>& addr, const char* what) {
+    const Elems& vals = get(v, l);
+    auto cs = coords(l, v->type.shape);
+    for (auto [j, n] : runs_along(l, v->type.shape, contig_dim, eb)) {
+      llvm::Value* x = vals[j];
+      if (n > 1) {
+        x = llvm::PoisonValue::get(llvm::FixedVectorType::get(vals[j]->getType(), unsigned(n)));
+        for (int k = 0; k < n; ++k) x = b_.CreateInsertElement(x, vals[j + size_t(k)], uint64_t(k));
+      }
+      smem_store(x, addr(cs[j]), what, held);
     }
-    if (Kp > K) {
-      zero_smem_rows(off_a, M, sa, K * 2, Kp * 2, "dot (mma) operand A padding");
-      zero_smem_rows(off_b, N, sb, K * 2, Kp * 2, "dot (mma) operand B padding");
-    }
-    if (Np > N) {
-      zero_smem_rows(off_b + N * sb, Np - N, sb, 0, Kp * 2, "dot (mma) operand B padding");
-      zero_smem_rows(off_c, M, sc, N * 4, Np * 4, "dot (mma) accumulator padding");
-    }
-  }
+  };
+  stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
+  stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
+  stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(off_c, sc, c[0], bytes(c[1], 4)); },
+        "dot (mma) accumulator write");
   barrier();
   const int64_t tiles_n = Np / 8, tiles = (Mp / 16) * tiles_n, W = opts_.num_warps;
   llvm::Value* g = b_.CreateLShr(lane_, 2);
   llvm::Value* t2 = b_.CreateShl(b_.CreateAnd(lane_, 3), 1); // 2t
+  // A row, B row (n) or k index `v` past `limit`: clamped to 0 for the address, and the value
+  // replaced by zero (null when the padding cannot reach it).
+  // `always`: the index is past the limit in every lane (rows g + 8 when M <= 8, k pairs
+  // 2t + 8 when K <= 8): the constant true, and those fragments never touch memory.
+  auto past = [&](llvm::Value* v, int64_t limit, int64_t padded, bool always = false) -> llvm::Value* {
+    if (always) return b_.getTrue();
+    return padded > limit ? b_.CreateICmpUGE(v, b_.getInt32(uint32_t(limit))) : nullptr;
+  };
+  auto is_true = [](llvm::Value* p) {
+    auto* c = llvm::dyn_cast_or_null<llvm::ConstantInt>(p);
+    return c && c->isOne();
+  };
+  auto clamp = [&](llvm::Value* v, llvm::Value* out) { return out ? b_.CreateSelect(out, b_.getInt32(0), v) : v; };
+  auto either = [&](llvm::Value* x, llvm::Value* y) { return x && y ? b_.CreateOr(x, y) : x ? x : y; };
+  auto zero_if = [&](llvm::Value* v, llvm::Value* out) {
+    return out ? b_.CreateSelect(out, llvm::Constant::getNullValue(v->getType()), v) : v;
+  };
   for (int64_t i = 0; i * W < tiles; ++i) {
     llvm::Value* tile = b_.CreateAdd(warp_, b_.getInt32(uint32_t(i * W)));
     auto body = [&]() -> llvm::Value* {
       llvm::Value* row0 = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tile, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(16)), g);
       llvm::Value* row1 = b_.CreateAdd(row0, b_.getInt32(8));
       llvm::Value* n0 = b_.CreateMul(b_.CreateURem(tile, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(8));
-      llvm::Value* ncol = b_.CreateAdd(n0, g);                 // B's row (n) this lane loads
-      llvm::Value* ccol = bytes(b_.CreateAdd(n0, t2), 4);     // C's columns 2t, 2t+1 (bytes)
-      llvm::Value* cptr[4] = {at(off_c, sc, row0, ccol), at(off_c, sc, row0, b_.CreateAdd(ccol, b_.getInt32(4))),
-                              at(off_c, sc, row1, ccol), at(off_c, sc, row1, b_.CreateAdd(ccol, b_.getInt32(4)))};
+      llvm::Value* ncol = b_.CreateAdd(n0, g); // B's row (n) this lane loads
+      llvm::Value* ccol = b_.CreateAdd(n0, t2); // C's columns 2t, 2t+1
+      llvm::Value* out_r0 = past(row0, M, Mp);
+      llvm::Value* out_r1 = past(row1, M, Mp, M <= 8);
+      llvm::Value* out_n = past(ncol, N, Np);
+      llvm::Value* out_c = past(ccol, N, Np);
+      llvm::Value* r0 = clamp(row0, out_r0);
+      llvm::Value* r1 = clamp(row1, out_r1);
+      llvm::Value* cb = bytes(clamp(ccol, out_c), 4);
+      llvm::Value* cptr[4] = {at(off_c, sc, r0, cb), at(off_c, sc, r0, b_.CreateAdd(cb, b_.getInt32(4))),
+                              at(off_c, sc, r1, cb), at(off_c, sc, r1, b_.CreateAdd(cb, b_.getInt32(4)))};
+      // Element (row, 2t) is past N exactly when out_c; (row, 2t + 1) too unless N == 1.
+      llvm::Value* out_c1 = N == 1 ? b_.getTrue() : out_c;
+      llvm::Value* c_out[4] = {either(out_r0, out_c), either(out_r0, out_c1), either(out_r1, out_c),
+                               either(out_r1, out_c1)};
+      // A lane's accumulator elements past M or N are zero and never touch memory: clamped to
+      // an element another lane writes back after the MMA, a read would race with it.
       std::array<llvm::Value*, 4> c;
-      for (int r = 0; r < 4; ++r) c[size_t(r)] = smem_load(b_.getFloatTy(), cptr[r], "dot (mma) accumulator read");
+      for (int r = 0; r < 4; ++r) {
+        if ((N == 1 && (r == 1 || r == 3)) || is_true(c_out[r])) {
+          c[size_t(r)] = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
+          continue;
+        }
+        c[size_t(r)] = guarded(b_, c_out[r] ? b_.CreateNot(c_out[r]) : nullptr, [&]() -> llvm::Value* {
+          return smem_load(b_.getFloatTy(), cptr[r], "dot (mma) accumulator read");
+        });
+      }
       llvm::BasicBlock* pre = b_.GetInsertBlock();
       llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, "mma.k", kernel_);
       llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, "mma.end", kernel_);
@@ -952,17 +1020,30 @@ void Lowering::emit_dot_mma(const Op& op) {
         acc[size_t(r)] = b_.CreatePHI(b_.getFloatTy(), 2);
         acc[size_t(r)]->addIncoming(c[size_t(r)], pre);
       }
-      llvm::Value* kb = bytes(b_.CreateAdd(kk, t2), 2); // column 2t of this k step, in bytes
-      llvm::Value* kb8 = b_.CreateAdd(kb, b_.getInt32(16));
-      auto word = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col, const char* what) {
-        return smem_load(b_.getInt32Ty(), at(off, stride, row, col), what);
+      llvm::Value* k0 = b_.CreateAdd(kk, t2), *k8 = b_.CreateAdd(k0, b_.getInt32(8)); // this lane's k pairs
+      llvm::Value* out_k0 = past(k0, K, Kp), *out_k8 = past(k8, K, Kp, K <= 8);
+      llvm::Value* kc0 = clamp(k0, out_k0), *kc8 = clamp(k8, out_k8);
+      // The fragment register holding elements (k, k+1) of A's row m or B's column n.
+      auto reg = [&](bool a_op, llvm::Value* mn, llvm::Value* k, llvm::Value* out) {
+        if (is_true(out)) return static_cast<llvm::Value*>(b_.getInt32(0));
+        const char* what = a_op ? "dot (mma) operand A read" : "dot (mma) operand B read";
+        bool kmajor = a_op ? a_kmajor : b_kmajor;
+        auto ptr = [&](llvm::Value* kk2) { return a_op ? a_at(mn, kk2) : b_at(kk2, mn); };
+        llvm::Value* v;
+        if (kmajor) {
+          v = smem_load(b_.getInt32Ty(), ptr(k), what);
+        } else {
+          llvm::Value* lo = b_.CreateBitCast(smem_load(hooks_.half_type(c_, dt), ptr(k), what), b_.getInt16Ty());
+          llvm::Value* hi = b_.CreateBitCast(smem_load(hooks_.half_type(c_, dt), ptr(b_.CreateAdd(k, b_.getInt32(1))), what),
+                                             b_.getInt16Ty());
+          v = b_.CreateOr(b_.CreateZExt(lo, b_.getInt32Ty()), b_.CreateShl(b_.CreateZExt(hi, b_.getInt32Ty()), 16));
+        }
+        return zero_if(v, out);
       };
-      std::array<llvm::Value*, 4> af = {word(off_a, sa, row0, kb, "dot (mma) operand A read"),
-                                        word(off_a, sa, row1, kb, "dot (mma) operand A read"),
-                                        word(off_a, sa, row0, kb8, "dot (mma) operand A read"),
-                                        word(off_a, sa, row1, kb8, "dot (mma) operand A read")};
-      std::array<llvm::Value*, 2> bf = {word(off_b, sb, ncol, kb, "dot (mma) operand B read"),
-                                        word(off_b, sb, ncol, kb8, "dot (mma) operand B read")};
+      std::array<llvm::Value*, 4> af = {reg(true, r0, kc0, either(out_r0, out_k0)), reg(true, r1, kc0, either(out_r1, out_k0)),
+                                        reg(true, r0, kc8, either(out_r0, out_k8)), reg(true, r1, kc8, either(out_r1, out_k8))};
+      llvm::Value* nrow = clamp(ncol, out_n);
+      std::array<llvm::Value*, 2> bf = {reg(false, nrow, kc0, either(out_n, out_k0)), reg(false, nrow, kc8, either(out_n, out_k8))};
       std::array<llvm::Value*, 4> cin = {acc[0], acc[1], acc[2], acc[3]};
       std::array<llvm::Value*, 4> d = hooks_.mma_m16n8k16(b_, dt, af, bf, cin);
       llvm::Value* next = b_.CreateAdd(kk, b_.getInt32(16));
@@ -971,7 +1052,14 @@ void Lowering::emit_dot_mma(const Op& op) {
       for (int r = 0; r < 4; ++r) acc[size_t(r)]->addIncoming(d[size_t(r)], latch);
       b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(uint32_t(Kp))), loop, exit);
       b_.SetInsertPoint(exit);
-      for (int r = 0; r < 4; ++r) smem_store(d[size_t(r)], cptr[r], "dot (mma) result write", DType::f32);
+      for (int r = 0; r < 4; ++r) {
+        if ((N == 1 && (r == 1 || r == 3)) || is_true(c_out[r])) continue;
+        llvm::Value* keep = c_out[r] ? b_.CreateNot(c_out[r]) : nullptr;
+        guarded(b_, keep, [&]() -> llvm::Value* {
+          smem_store(d[size_t(r)], cptr[r], "dot (mma) result write", DType::f32);
+          return nullptr;
+        });
+      }
       return nullptr;
     };
     if ((i + 1) * W <= tiles) body();
@@ -980,8 +1068,11 @@ void Lowering::emit_dot_mma(const Op& op) {
   barrier();
   auto cd = coords(ls[2], res->type.shape);
   Elems out(cd.size());
-  for (size_t j = 0; j < cd.size(); ++j)
-    out[j] = smem_load(b_.getFloatTy(), at(off_c, sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
+  for (auto [j, n] : runs_along(ls[2], res->type.shape, 1, 4)) {
+    llvm::Type* ty = n > 1 ? llvm::FixedVectorType::get(b_.getFloatTy(), unsigned(n)) : b_.getFloatTy();
+    llvm::Value* x = smem_load(ty, at(off_c, sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
+    for (int k = 0; k < n; ++k) out[j + size_t(k)] = n > 1 ? b_.CreateExtractElement(x, uint64_t(k)) : x;
+  }
   smem_dirty_ = true;
   define(res, ls[2], std::move(out));
 }

@@ -286,7 +286,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto alpha = exp(m - m_new);
     l = l * alpha + reduce_sum(p, 1);
     auto vt = load(v_cache + slot.col() * D + d.row(), live.col(), 0); // [N, D]
-    acc = acc * alpha.col() + dot(p, vt.to(f32));
+    // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
+    // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
+    acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
     m = m_new;
   });
 

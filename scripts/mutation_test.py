@@ -177,8 +177,8 @@ def main():
         return 2
     env = dict(os.environ)
     checks = [
-        ("suite", f"ctest --test-dir {build} -j2 --stop-on-failure", {}),
-        ("suite-nvptx", f"ctest --test-dir {build} -j2 --stop-on-failure",
+        ("suite", f"ctest --test-dir {build} -j2 --stop-on-failure --output-on-failure", {}),
+        ("suite-nvptx", f"ctest --test-dir {build} -j2 --stop-on-failure --output-on-failure",
          {"TILEC_EMU_SCHEDULE": "reverse", "TILEC_EMU_LOWERING": "nvptx"}),
         ("fuzz", f"{build}/tools/tilec fuzz --count {a.fuzz_count} --seed 11 --no-shrink "
                  f"--save-dir {a.scratch}/fuzz-failures", {}),

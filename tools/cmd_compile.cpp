@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "codegen/compile.h"
+#include "codegen/ptx_loops.h"
 #include "codegen/module.h"
 #include "ir/verifier.h"
 #include "tools/commands.h"
@@ -22,6 +23,7 @@ struct CompileArgs {
   std::string arch = "sm_90";
   std::string target = "nvptx";
   std::string out_dir;
+  bool no_tensor_cores = false;
 };
 
 // Rejects an output folder compile could not fill, before any work: nothing is created
@@ -69,6 +71,8 @@ Action add_compile(CLI::App& app, Common& common) {
       ->check(CLI::IsMember({"nvptx", "emu", "emu-nvptx"}))
       ->capture_default_str();
   app.add_option("-o,--out", a->out_dir, "output folder")->required();
+  app.add_flag("--no-tensor-cores", a->no_tensor_cores,
+               "run every dot on CUDA cores (f16/bf16 dots take mma.sync by default), to compare");
   return [&common, a] {
     const auto& t = a->choice.kernel();
     auto params = a->choice.params();
@@ -77,6 +81,7 @@ Action add_compile(CLI::App& app, Common& common) {
     const ir::Kernel& k = kernels.front();
     for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
+    opts.tensor_cores = !a->no_tensor_cores;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();
     codegen::CompiledKernel ck = codegen::compile(*k, opts);
@@ -104,6 +109,13 @@ Action add_compile(CLI::App& app, Common& common) {
                               ck.ptxas->spill_stores, ck.ptxas->spill_loads));
     else if (opts.target == codegen::Target::nvptx && !have_ptxas)
       say(common, "  ptxas not found (PATH, /usr/local/cuda/bin): wrote PTX only");
+    if (!ck.ptx.empty()) {
+      std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
+      if (const codegen::PtxLoop* l = codegen::main_loop(loops))
+        say(common, fmt::format("  main loop: {} PTX instructions per trip ({} mma, {} cp.async, {} global loads{})",
+                                l->instructions, l->count("mma"), l->count("cp.async"), l->count("ld.global"),
+                                l->inner_loops ? fmt::format(", {} inner loops counted once", l->inner_loops) : ""));
+    }
     if (common.json) {
       JsonObject j;
       j.str("kernel", t.name).str("arch", m.arch).number("compile_ms", ck.compile_ms);
@@ -121,6 +133,14 @@ Action add_compile(CLI::App& app, Common& common) {
         j.null("registers").null("spills");
       }
       j.integer("shared_bytes", ck.shared_bytes);
+      // The main loop (the outermost one loading from global memory): instructions per trip.
+      std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
+      if (const codegen::PtxLoop* l = codegen::main_loop(loops)) {
+        j.integer("loop_instructions", l->instructions).integer("loop_inner_loops", l->inner_loops);
+        j.integer("loop_mma", l->count("mma")).integer("loop_cp_async", l->count("cp.async"));
+      } else {
+        j.null("loop_instructions").null("loop_inner_loops").null("loop_mma").null("loop_cp_async");
+      }
       std::cout << j.str() << std::endl;
     }
     return kOk;

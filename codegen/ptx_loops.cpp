@@ -1,0 +1,104 @@
+#include "codegen/ptx_loops.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace tilec::codegen {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+// An instruction line: not a label, directive, comment or brace.
+bool is_instruction(const std::string& l) {
+  return !l.empty() && l[0] != '$' && l[0] != '.' && l[0] != '/' && l[0] != '{' && l[0] != '}' &&
+         l.back() == ';';
+}
+
+// `@%p1 bra.uni $L__BB0_3;` -> "bra.uni"; `mma.sync.aligned.m16n8k16...` -> "mma.sync".
+std::string opcode(std::string l) {
+  if (l[0] == '@') l = l.substr(l.find_first_of(" \t") + 1), l = trim(l);
+  std::string op = l.substr(0, l.find_first_of(" \t;"));
+  size_t dot = op.find('.');
+  if (dot == std::string::npos) return op;
+  size_t dot2 = op.find('.', dot + 1);
+  return op.substr(0, dot2);
+}
+
+} // namespace
+
+int PtxLoop::count(const std::string& prefix) const {
+  int n = 0;
+  for (const auto& [op, c] : opcodes)
+    if (op.compare(0, prefix.size(), prefix) == 0) n += c;
+  return n;
+}
+
+std::vector<PtxLoop> ptx_loops(const std::string& ptx) {
+  // One entry per source line; an instruction spanning several lines (mma's operand lists)
+  // is joined onto its first line, the others left empty.
+  std::vector<std::string> lines;
+  std::istringstream in(ptx);
+  int open = -1; // the line an unfinished instruction started on
+  for (std::string l; std::getline(in, l);) {
+    l = trim(l);
+    if (open >= 0) {
+      lines[size_t(open)] += " " + l;
+      lines.push_back("");
+      if (!l.empty() && l.back() == ';') open = -1;
+      continue;
+    }
+    lines.push_back(l);
+    if (!l.empty() && l[0] != '$' && l[0] != '.' && l[0] != '/' && l[0] != '{' && l[0] != '}' && l.back() != ';' &&
+        l.back() != ':')
+      open = int(lines.size()) - 1;
+  }
+  std::map<std::string, int> labels; // label -> line index
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].size() > 1 && lines[i][0] == '$' && lines[i].back() == ':')
+      labels[lines[i].substr(0, lines[i].size() - 1)] = int(i);
+  std::map<int, int> end_of; // loop head line -> last backward branch line
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (!is_instruction(l) || opcode(l).rfind("bra", 0) != 0) continue;
+    size_t d = l.find('$');
+    if (d == std::string::npos) continue;
+    std::string target = l.substr(d, l.find(';', d) - d);
+    auto it = labels.find(target);
+    if (it != labels.end() && it->second < int(i)) end_of[it->second] = std::max(end_of[it->second], int(i));
+  }
+  std::vector<PtxLoop> loops;
+  for (auto [head, last] : end_of) {
+    PtxLoop lp;
+    lp.first_line = head + 1;
+    lp.last_line = last + 1;
+    for (int i = head; i <= last; ++i)
+      if (is_instruction(lines[size_t(i)])) {
+        ++lp.instructions;
+        ++lp.opcodes[opcode(lines[size_t(i)])];
+      }
+    loops.push_back(lp);
+  }
+  for (PtxLoop& a : loops)
+    for (const PtxLoop& b : loops)
+      if (&a != &b && b.first_line >= a.first_line && b.last_line <= a.last_line) ++a.inner_loops;
+  return loops;
+}
+
+const PtxLoop* main_loop(const std::vector<PtxLoop>& loops) {
+  const PtxLoop* best = nullptr;
+  for (const PtxLoop& l : loops) {
+    if (l.count("ld.global") == 0) continue;
+    bool nested = false;
+    for (const PtxLoop& o : loops)
+      if (&o != &l && o.first_line <= l.first_line && o.last_line >= l.last_line && o.count("ld.global") > 0)
+        nested = true;
+    if (!nested && (!best || l.instructions > best->instructions)) best = &l;
+  }
+  return best;
+}
+
+} // namespace tilec::codegen

@@ -1,0 +1,28 @@
+#pragma once
+// The loops of a PTX kernel and what their bodies issue: found from the backward branches
+// (a `bra` to a label above it), counted instruction by instruction. Plain text processing,
+// no LLVM: tests and `tilec compile --json` use it to pin the cost of a kernel's hot loop.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tilec::codegen {
+
+struct PtxLoop {
+  int first_line = 0, last_line = 0; // 1-based, the label through the backward branch
+  int instructions = 0;              // in the body, inner loops' bodies counted once
+  int inner_loops = 0;               // loops nested inside it
+  // By opcode with its first modifier (`mma.sync`, `ld.global`, `st.shared`, `cp.async`, ...).
+  std::map<std::string, int> opcodes;
+  int count(const std::string& opcode_prefix) const;
+};
+
+// Every loop, outermost first (by first line). A label reached by several backward branches
+// is one loop ending at the last of them.
+std::vector<PtxLoop> ptx_loops(const std::string& ptx);
+
+// The outermost loop that loads from global memory (a kernel's main loop: the K/V loop of
+// paged attention), or nullptr when there is none.
+const PtxLoop* main_loop(const std::vector<PtxLoop>& loops);
+
+} // namespace tilec::codegen
