@@ -87,6 +87,16 @@ uint32_t tilec_emu_shfl_sync(tilec_emu_thread* ctx, uint32_t mode, uint32_t memb
 void tilec_emu_mma_m16n8k16(tilec_emu_thread* ctx, uint32_t dtype, const uint32_t* a, const uint32_t* b,
                             const float* c, float* d);
 
+/* ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16 (count 1, 2 or 4) for the calling lane;
+ * every lane of the warp calls it together. Lane 8m + r gives in `row` the address of row r
+ * of matrix m (16 bytes, 16-byte aligned, in shared memory; lanes 8 count and up give
+ * anything) and reads it through the shared-memory checks as its own access at `site`. The
+ * lane receives in dst[m], for each matrix m: elements (lane / 4, 2 (lane % 4)) and
+ * (lane / 4, 2 (lane % 4) + 1) of the matrix, low half first; with trans, elements
+ * (2 (lane % 4), lane / 4) and (2 (lane % 4) + 1, lane / 4). */
+void tilec_emu_ldmatrix(tilec_emu_thread* ctx, uint32_t count, uint32_t trans, const void* row, uint32_t* dst,
+                        const char* site);
+
 /* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
  * emulator checks [addr, addr + bytes) against the launch's buffers (an error
  * names the kernel, the buffer and the offset) and counts the bytes. Masked-off

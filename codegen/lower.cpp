@@ -955,7 +955,7 @@ void Lowering::emit_dot_mma(const Op& op) {
   stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(off_c, sc, c[0], bytes(c[1], 4)); },
         "dot (mma) accumulator write");
   barrier();
-  const int64_t tiles_n = Np / 8, tiles = (Mp / 16) * tiles_n, W = opts_.num_warps;
+  const int64_t tiles_n = Np / 8, W = opts_.num_warps;
   llvm::Value* g = b_.CreateLShr(lane_, 2);
   llvm::Value* t2 = b_.CreateShl(b_.CreateAnd(lane_, 3), 1); // 2t
   // A row, B row (n) or k index `v` past `limit`: clamped to 0 for the address, and the value
@@ -975,38 +975,165 @@ void Lowering::emit_dot_mma(const Op& op) {
   auto zero_if = [&](llvm::Value* v, llvm::Value* out) {
     return out ? b_.CreateSelect(out, llvm::Constant::getNullValue(v->getType()), v) : v;
   };
-  for (int64_t i = 0; i * W < tiles; ++i) {
-    llvm::Value* tile = b_.CreateAdd(warp_, b_.getInt32(uint32_t(i * W)));
+  // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
+  // load when k-major, else two 16-bit ones; zero where `out` holds.
+  auto frag_word = [&](bool kmajor, const std::function<llvm::Value*(llvm::Value*)>& ptr, llvm::Value* k,
+                       llvm::Value* out, const char* what) -> llvm::Value* {
+    if (is_true(out)) return b_.getInt32(0);
+    llvm::Value* v;
+    if (kmajor) {
+      v = smem_load(b_.getInt32Ty(), ptr(k), what);
+    } else {
+      llvm::Type* h = hooks_.half_type(c_, dt);
+      llvm::Value* lo = b_.CreateBitCast(smem_load(h, ptr(k), what), b_.getInt16Ty());
+      llvm::Value* hi = b_.CreateBitCast(smem_load(h, ptr(b_.CreateAdd(k, b_.getInt32(1))), what), b_.getInt16Ty());
+      v = b_.CreateOr(b_.CreateZExt(lo, b_.getInt32Ty()), b_.CreateShl(b_.CreateZExt(hi, b_.getInt32Ty()), 16));
+    }
+    return zero_if(v, out);
+  };
+  // Operands whose stored rows hold at least 8 elements (16 bytes) load their fragments with
+  // ldmatrix, one instruction for up to four 8x8 matrices (.trans for the operands stored
+  // along M or N); the others with 32-bit loads (k-major) or pairs of 16-bit loads.
+  const bool a_ldm = a_kmajor ? K >= 8 : M >= 8 && K >= 8;
+  const bool b_ldm = b_kmajor ? K >= 8 : N >= 8 && K >= 8;
+  llvm::Value* mi = b_.CreateLShr(lane_, 3); // the matrix whose row this lane addresses
+  llvm::Value* mr = b_.CreateAnd(lane_, 7);  // and the row
+  // One ldmatrix of the matrices `mats` ((row, col) offsets of each 8x8 block in the
+  // operand's [m or n][k] coordinates); `addr(mn, k)` addresses an element. Returns a register
+  // per matrix.
+  auto ldm = [&](const std::vector<std::pair<int64_t, int64_t>>& mats, bool kmajor, llvm::Value* mn0, llvm::Value* k0,
+                 int64_t mn_limit, const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& addr,
+                 const char* what) {
+    int count = mats.size() == 3 ? 4 : int(mats.size());
+    llvm::Value* q = count > 1 ? b_.CreateAnd(mi, uint64_t(count - 1)) : b_.getInt32(0);
+    llvm::Value* dmn = b_.getInt32(uint32_t(mats[0].first)), *dk = b_.getInt32(uint32_t(mats[0].second));
+    for (size_t i = 1; i < mats.size(); ++i) {
+      llvm::Value* is = b_.CreateICmpUGE(q, b_.getInt32(uint32_t(i)));
+      dmn = b_.CreateSelect(is, b_.getInt32(uint32_t(mats[i].first)), dmn);
+      dk = b_.CreateSelect(is, b_.getInt32(uint32_t(mats[i].second)), dk);
+    }
+    llvm::Value* p;
+    if (kmajor) { // stored rows are m (or n): this lane's row, clamped into the tile
+      llvm::Value* row = b_.CreateAdd(b_.CreateAdd(mn0, dmn), mr);
+      if (mn_limit < 8) row = b_.CreateSelect(b_.CreateICmpUGE(row, b_.getInt32(uint32_t(mn_limit))), b_.getInt32(0), row);
+      p = addr(row, b_.CreateAdd(k0, dk));
+    } else { // stored rows are k
+      p = addr(b_.CreateAdd(mn0, dmn), b_.CreateAdd(b_.CreateAdd(k0, dk), mr));
+    }
+    std::vector<llvm::Value*> regs = hooks_.ldmatrix(b_, p, count, !kmajor, site(what));
+    regs.resize(mats.size());
+    return regs;
+  };
+  // A's fragment registers for row tile m0 at k step kk (zeros where the padding is).
+  auto load_a = [&](llvm::Value* m0, llvm::Value* kk) {
+    std::array<llvm::Value*, 4> r;
+    std::vector<int> need;
+    for (int i = 0; i < 4; ++i) {
+      r[size_t(i)] = b_.getInt32(0);
+      if (!((i & 1) && M <= 8) && !((i & 2) && K <= 8)) need.push_back(i);
+    }
+    llvm::Value* row_out = M < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(M))) : nullptr; // rows g >= M
+    if (a_ldm) {
+      std::vector<std::pair<int64_t, int64_t>> mats;
+      for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});
+      auto v = ldm(mats, a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read");
+      for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = zero_if(v[j], row_out);
+      return r;
+    }
+    for (int i : need) {
+      llvm::Value* row = b_.CreateAdd(b_.CreateAdd(m0, g), b_.getInt32(uint32_t((i & 1) * 8)));
+      llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, t2), b_.getInt32(uint32_t((i >> 1) * 8)));
+      llvm::Value* k_out = K < 16 ? b_.CreateICmpUGE(k, b_.getInt32(uint32_t(K))) : nullptr;
+      r[size_t(i)] = frag_word(a_kmajor, [&](llvm::Value* kx) { return a_at(clamp(row, row_out), kx); }, clamp(k, k_out),
+                               either(row_out, k_out), "dot (mma) operand A read");
+    }
+    return r;
+  };
+  // B's fragment registers for `ntiles` adjacent column tiles from n0 at k step kk.
+  auto load_b = [&](llvm::Value* n0, llvm::Value* kk, int ntiles) {
+    std::vector<llvm::Value*> r(size_t(2 * ntiles), b_.getInt32(0));
+    std::vector<int> need; // 2 q + h: tile q, k half h
+    for (int i = 0; i < 2 * ntiles; ++i)
+      if (!((i & 1) && K <= 8)) need.push_back(i);
+    llvm::Value* n_out = N < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(N))) : nullptr; // columns g >= N
+    if (b_ldm) {
+      std::vector<std::pair<int64_t, int64_t>> mats;
+      for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * 8});
+      auto v = ldm(mats, b_kmajor, n0, kk, N, [&](llvm::Value* n, llvm::Value* k) { return b_at(k, n); },
+                   "dot (mma) operand B read");
+      for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = zero_if(v[j], n_out);
+      return r;
+    }
+    for (int i : need) {
+      llvm::Value* n = b_.CreateAdd(b_.CreateAdd(n0, g), b_.getInt32(uint32_t((i >> 1) * 8)));
+      llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, t2), b_.getInt32(uint32_t((i & 1) * 8)));
+      llvm::Value* k_out = K < 16 ? b_.CreateICmpUGE(k, b_.getInt32(uint32_t(K))) : nullptr;
+      r[size_t(i)] = frag_word(b_kmajor, [&](llvm::Value* kx) { return b_at(kx, clamp(n, n_out)); }, clamp(k, k_out),
+                               either(n_out, k_out), "dot (mma) operand B read");
+    }
+    return r;
+  };
+  // Which tiles a warp computes. With at least as many 8-column tiles as warps, warp w takes
+  // columns [w cpw, (w + 1) cpw) of every row tile, two adjacent ones at a time (one B
+  // ldmatrix serves both); otherwise W / tiles_n warps share a column and take every
+  // (W / tiles_n)-th row tile.
+  struct Group {
+    llvm::Value *m0, *n0;
+    int ntiles;
+    llvm::Value* active; // null: every warp has this group
+  };
+  std::vector<Group> groups;
+  const int64_t tiles_m = Mp / 16;
+  if (tiles_n >= W) {
+    const int64_t cpw = tiles_n / W;
+    llvm::Value* nb = b_.CreateMul(warp_, b_.getInt32(uint32_t(cpw * 8)));
+    for (int64_t tm = 0; tm < tiles_m; ++tm)
+      for (int64_t j = 0; j < cpw; j += 2)
+        groups.push_back({b_.getInt32(uint32_t(tm * 16)), b_.CreateAdd(nb, b_.getInt32(uint32_t(j * 8))),
+                          int(std::min<int64_t>(2, cpw - j)), nullptr});
+  } else {
+    const int64_t w2 = W / tiles_n;
+    llvm::Value* n0 = b_.CreateMul(b_.CreateURem(warp_, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(8));
+    llvm::Value* mb = b_.CreateUDiv(warp_, b_.getInt32(uint32_t(tiles_n)));
+    for (int64_t i = 0; i * w2 < tiles_m; ++i) {
+      llvm::Value* tm = b_.CreateAdd(mb, b_.getInt32(uint32_t(i * w2)));
+      llvm::Value* active = (i + 1) * w2 <= tiles_m ? nullptr : b_.CreateICmpULT(tm, b_.getInt32(uint32_t(tiles_m)));
+      groups.push_back({b_.CreateMul(tm, b_.getInt32(16)), n0, 1, active});
+    }
+  }
+  for (const Group& gr : groups) {
     auto body = [&]() -> llvm::Value* {
-      llvm::Value* row0 = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tile, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(16)), g);
+      llvm::Value* row0 = b_.CreateAdd(gr.m0, g);
       llvm::Value* row1 = b_.CreateAdd(row0, b_.getInt32(8));
-      llvm::Value* n0 = b_.CreateMul(b_.CreateURem(tile, b_.getInt32(uint32_t(tiles_n))), b_.getInt32(8));
-      llvm::Value* ncol = b_.CreateAdd(n0, g); // B's row (n) this lane loads
-      llvm::Value* ccol = b_.CreateAdd(n0, t2); // C's columns 2t, 2t+1
       llvm::Value* out_r0 = past(row0, M, Mp);
       llvm::Value* out_r1 = past(row1, M, Mp, M <= 8);
-      llvm::Value* out_n = past(ncol, N, Np);
-      llvm::Value* out_c = past(ccol, N, Np);
       llvm::Value* r0 = clamp(row0, out_r0);
       llvm::Value* r1 = clamp(row1, out_r1);
-      llvm::Value* cb = bytes(clamp(ccol, out_c), 4);
-      llvm::Value* cptr[4] = {at(off_c, sc, r0, cb), at(off_c, sc, r0, b_.CreateAdd(cb, b_.getInt32(4))),
-                              at(off_c, sc, r1, cb), at(off_c, sc, r1, b_.CreateAdd(cb, b_.getInt32(4)))};
-      // Element (row, 2t) is past N exactly when out_c; (row, 2t + 1) too unless N == 1.
-      llvm::Value* out_c1 = N == 1 ? b_.getTrue() : out_c;
-      llvm::Value* c_out[4] = {either(out_r0, out_c), either(out_r0, out_c1), either(out_r1, out_c),
-                               either(out_r1, out_c1)};
-      // A lane's accumulator elements past M or N are zero and never touch memory: clamped to
-      // an element another lane writes back after the MMA, a read would race with it.
-      std::array<llvm::Value*, 4> c;
-      for (int r = 0; r < 4; ++r) {
-        if ((N == 1 && (r == 1 || r == 3)) || is_true(c_out[r])) {
-          c[size_t(r)] = llvm::ConstantFP::get(b_.getFloatTy(), 0.0);
-          continue;
+      // Per tile: this lane's accumulator elements, (row0 | row1) x (2t, 2t + 1).
+      std::vector<std::array<llvm::Value*, 4>> cptr(size_t(gr.ntiles)), c_out(size_t(gr.ntiles));
+      std::vector<llvm::Value*> c;
+      for (int q = 0; q < gr.ntiles; ++q) {
+        llvm::Value* ccol = b_.CreateAdd(b_.CreateAdd(gr.n0, b_.getInt32(uint32_t(8 * q))), t2);
+        llvm::Value* out_c = past(ccol, N, Np);
+        llvm::Value* cb = bytes(clamp(ccol, out_c), 4);
+        cptr[size_t(q)] = {at(off_c, sc, r0, cb), at(off_c, sc, r0, b_.CreateAdd(cb, b_.getInt32(4))),
+                           at(off_c, sc, r1, cb), at(off_c, sc, r1, b_.CreateAdd(cb, b_.getInt32(4)))};
+        // Element (row, 2t) is past N exactly when out_c; (row, 2t + 1) too unless N == 1.
+        llvm::Value* out_c1 = N == 1 ? b_.getTrue() : out_c;
+        c_out[size_t(q)] = {either(out_r0, out_c), either(out_r0, out_c1), either(out_r1, out_c),
+                            either(out_r1, out_c1)};
+        // A lane's accumulator elements past M or N are zero and never touch memory: clamped
+        // to an element another lane writes back after the MMA, a read would race with it.
+        for (int r = 0; r < 4; ++r) {
+          if (is_true(c_out[size_t(q)][size_t(r)])) {
+            c.push_back(llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+            continue;
+          }
+          llvm::Value* keep = c_out[size_t(q)][size_t(r)] ? b_.CreateNot(c_out[size_t(q)][size_t(r)]) : nullptr;
+          c.push_back(guarded(b_, keep, [&]() -> llvm::Value* {
+            return smem_load(b_.getFloatTy(), cptr[size_t(q)][size_t(r)], "dot (mma) accumulator read");
+          }));
         }
-        c[size_t(r)] = guarded(b_, c_out[r] ? b_.CreateNot(c_out[r]) : nullptr, [&]() -> llvm::Value* {
-          return smem_load(b_.getFloatTy(), cptr[r], "dot (mma) accumulator read");
-        });
       }
       llvm::BasicBlock* pre = b_.GetInsertBlock();
       llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, "mma.k", kernel_);
@@ -1015,55 +1142,39 @@ void Lowering::emit_dot_mma(const Op& op) {
       b_.SetInsertPoint(loop);
       llvm::PHINode* kk = b_.CreatePHI(b_.getInt32Ty(), 2, "k");
       kk->addIncoming(b_.getInt32(0), pre);
-      std::array<llvm::PHINode*, 4> acc;
-      for (int r = 0; r < 4; ++r) {
-        acc[size_t(r)] = b_.CreatePHI(b_.getFloatTy(), 2);
-        acc[size_t(r)]->addIncoming(c[size_t(r)], pre);
+      std::vector<llvm::PHINode*> acc;
+      for (llvm::Value* v : c) {
+        acc.push_back(b_.CreatePHI(b_.getFloatTy(), 2));
+        acc.back()->addIncoming(v, pre);
       }
-      llvm::Value* k0 = b_.CreateAdd(kk, t2), *k8 = b_.CreateAdd(k0, b_.getInt32(8)); // this lane's k pairs
-      llvm::Value* out_k0 = past(k0, K, Kp), *out_k8 = past(k8, K, Kp, K <= 8);
-      llvm::Value* kc0 = clamp(k0, out_k0), *kc8 = clamp(k8, out_k8);
-      // The fragment register holding elements (k, k+1) of A's row m or B's column n.
-      auto reg = [&](bool a_op, llvm::Value* mn, llvm::Value* k, llvm::Value* out) {
-        if (is_true(out)) return static_cast<llvm::Value*>(b_.getInt32(0));
-        const char* what = a_op ? "dot (mma) operand A read" : "dot (mma) operand B read";
-        bool kmajor = a_op ? a_kmajor : b_kmajor;
-        auto ptr = [&](llvm::Value* kk2) { return a_op ? a_at(mn, kk2) : b_at(kk2, mn); };
-        llvm::Value* v;
-        if (kmajor) {
-          v = smem_load(b_.getInt32Ty(), ptr(k), what);
-        } else {
-          llvm::Value* lo = b_.CreateBitCast(smem_load(hooks_.half_type(c_, dt), ptr(k), what), b_.getInt16Ty());
-          llvm::Value* hi = b_.CreateBitCast(smem_load(hooks_.half_type(c_, dt), ptr(b_.CreateAdd(k, b_.getInt32(1))), what),
-                                             b_.getInt16Ty());
-          v = b_.CreateOr(b_.CreateZExt(lo, b_.getInt32Ty()), b_.CreateShl(b_.CreateZExt(hi, b_.getInt32Ty()), 16));
-        }
-        return zero_if(v, out);
-      };
-      std::array<llvm::Value*, 4> af = {reg(true, r0, kc0, either(out_r0, out_k0)), reg(true, r1, kc0, either(out_r1, out_k0)),
-                                        reg(true, r0, kc8, either(out_r0, out_k8)), reg(true, r1, kc8, either(out_r1, out_k8))};
-      llvm::Value* nrow = clamp(ncol, out_n);
-      std::array<llvm::Value*, 2> bf = {reg(false, nrow, kc0, either(out_n, out_k0)), reg(false, nrow, kc8, either(out_n, out_k8))};
-      std::array<llvm::Value*, 4> cin = {acc[0], acc[1], acc[2], acc[3]};
-      std::array<llvm::Value*, 4> d = hooks_.mma_m16n8k16(b_, dt, af, bf, cin);
+      std::array<llvm::Value*, 4> af = load_a(gr.m0, kk);
+      std::vector<llvm::Value*> bfs = load_b(gr.n0, kk, gr.ntiles);
+      std::vector<llvm::Value*> d;
+      for (int q = 0; q < gr.ntiles; ++q) {
+        std::array<llvm::Value*, 4> cin;
+        for (int r = 0; r < 4; ++r) cin[size_t(r)] = acc[size_t(4 * q + r)];
+        auto dq = hooks_.mma_m16n8k16(b_, dt, af, {bfs[size_t(2 * q)], bfs[size_t(2 * q + 1)]}, cin);
+        d.insert(d.end(), dq.begin(), dq.end());
+      }
       llvm::Value* next = b_.CreateAdd(kk, b_.getInt32(16));
       llvm::BasicBlock* latch = b_.GetInsertBlock();
       kk->addIncoming(next, latch);
-      for (int r = 0; r < 4; ++r) acc[size_t(r)]->addIncoming(d[size_t(r)], latch);
+      for (size_t r = 0; r < acc.size(); ++r) acc[r]->addIncoming(d[r], latch);
       b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(uint32_t(Kp))), loop, exit);
       b_.SetInsertPoint(exit);
-      for (int r = 0; r < 4; ++r) {
-        if ((N == 1 && (r == 1 || r == 3)) || is_true(c_out[r])) continue;
-        llvm::Value* keep = c_out[r] ? b_.CreateNot(c_out[r]) : nullptr;
-        guarded(b_, keep, [&]() -> llvm::Value* {
-          smem_store(d[size_t(r)], cptr[r], "dot (mma) result write", DType::f32);
-          return nullptr;
-        });
-      }
+      for (int q = 0; q < gr.ntiles; ++q)
+        for (int r = 0; r < 4; ++r) {
+          llvm::Value* out = c_out[size_t(q)][size_t(r)];
+          if (is_true(out)) continue;
+          guarded(b_, out ? b_.CreateNot(out) : nullptr, [&]() -> llvm::Value* {
+            smem_store(d[size_t(4 * q + r)], cptr[size_t(q)][size_t(r)], "dot (mma) result write", DType::f32);
+            return nullptr;
+          });
+        }
       return nullptr;
     };
-    if ((i + 1) * W <= tiles) body();
-    else guarded(b_, b_.CreateICmpULT(tile, b_.getInt32(uint32_t(tiles))), body); // warp-uniform
+    if (gr.active) guarded(b_, gr.active, body); // warp-uniform
+    else body();
   }
   barrier();
   auto cd = coords(ls[2], res->type.shape);

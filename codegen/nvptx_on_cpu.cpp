@@ -15,6 +15,7 @@
 //   fpext/fptrunc f16/bf16 <-> f32  tilec_emu_*_to_*: cvt.f32.{f16,bf16} and cvt.rn.{f16,bf16}.f32
 //   ex2/lg2/rsqrt .approx           llvm.exp2 / llvm.log2 / 1/sqrt on the host
 //   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
+//   ldmatrix.m8n8.x{1,2,4}[.trans]  tilec_emu_ldmatrix (rows read through the shared checks)
 //
 // Any other NVVM intrinsic or address space is an internal error naming it, so a new target
 // hook cannot go unmapped silently.
@@ -23,6 +24,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/ReplaceConstant.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -226,6 +228,30 @@ private:
                                               {arg(6), arg(7), arg(8), arg(9)}, mma_scratch_);
       llvm::Value* r = llvm::PoisonValue::get(ii.getType());
       for (unsigned i = 0; i < 4; ++i) r = b.CreateInsertValue(r, d[i], i);
+      return replace(ii, r);
+    }
+    case llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_b16:
+    case llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_b16:
+    case llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16:
+    case llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_trans_b16:
+    case llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16:
+    case llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16: {
+      auto id = ii.getIntrinsicID();
+      using I = llvm::Intrinsic::ID;
+      auto is = [&](std::initializer_list<I> ids) { return std::find(ids.begin(), ids.end(), id) != ids.end(); };
+      int count = is({llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_b16,
+                      llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_trans_b16})   ? 1
+                  : is({llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_b16,
+                        llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16}) ? 2
+                                                                                        : 4;
+      bool trans = is({llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_trans_b16,
+                       llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16,
+                       llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16});
+      std::vector<llvm::Value*> regs =
+          emu_ldmatrix(b, ctx_, arg(0), count, trans, site(b, site_of(ii, "nvptx ldmatrix")), mma_scratch_);
+      if (!ii.getType()->isStructTy()) return replace(ii, regs[0]);
+      llvm::Value* r = llvm::PoisonValue::get(ii.getType());
+      for (int i = 0; i < count; ++i) r = b.CreateInsertValue(r, regs[size_t(i)], unsigned(i));
       return replace(ii, r);
     }
     case llvm::Intrinsic::nvvm_ex2_approx_f:

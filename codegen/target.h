@@ -50,6 +50,14 @@ public:
                                                    const std::array<llvm::Value*, 2>& bf,
                                                    const std::array<llvm::Value*, 4>& c) = 0;
 
+  // ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16 for the calling lane (count 1, 2
+  // or 4): `row` (into shared memory) is the 16-byte row this lane addresses, row lane % 8 of
+  // matrix lane / 8; returns one i32 per matrix: elements (lane / 4, 2 (lane % 4) + {0, 1})
+  // of it, or with `trans` elements (2 (lane % 4) + {0, 1}, lane / 4). Every lane of the
+  // warp calls it together. `site` names the access for the emulator's checks.
+  virtual std::vector<llvm::Value*> ldmatrix(Builder& b, llvm::Value* row, int count, bool trans,
+                                             const std::string& site) = 0;
+
   // f32 math; may be approximate (a few ulp), per ir/SEMANTICS.md.
   virtual llvm::Value* exp2(Builder& b, llvm::Value* x) = 0;
   virtual llvm::Value* log2(Builder& b, llvm::Value* x) = 0;
@@ -83,11 +91,16 @@ std::unique_ptr<TargetHooks> make_emu_hooks();
 // arrays allocated once per kernel (`scratch`). Shared by the emu hooks and the nvptx
 // rewrite.
 struct MmaScratch {
-  llvm::AllocaInst *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr;
+  llvm::AllocaInst *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *ldm = nullptr;
 };
 std::array<llvm::Value*, 4> emu_mma(llvm::IRBuilder<>& b, llvm::Value* ctx, unsigned dtype,
                                     const std::array<llvm::Value*, 4>& a, const std::array<llvm::Value*, 2>& bf,
                                     const std::array<llvm::Value*, 4>& c, MmaScratch& scratch);
+
+// The emulator's warp-wide ldmatrix call (tilec_emu_ldmatrix), results through a stack
+// array allocated once per kernel.
+std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, llvm::Value* row, int count, bool trans,
+                                       llvm::Value* site, MmaScratch& scratch);
 
 // Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
 // emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes

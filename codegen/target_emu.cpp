@@ -39,6 +39,29 @@ std::array<llvm::Value*, 4> emu_mma(llvm::IRBuilder<>& b, llvm::Value* ctx, unsi
   return d;
 }
 
+std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, llvm::Value* row, int count, bool trans,
+                                       llvm::Value* site, MmaScratch& scratch) {
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  if (!scratch.ldm) {
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    scratch.ldm = eb.CreateAlloca(llvm::ArrayType::get(eb.getInt32Ty(), 4));
+  }
+  auto* ptr = b.getPtrTy();
+  auto f = fn->getParent()->getOrInsertFunction(
+      "tilec_emu_ldmatrix",
+      llvm::FunctionType::get(b.getVoidTy(), {ptr, b.getInt32Ty(), b.getInt32Ty(), ptr, ptr, ptr}, false));
+  llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
+  llvm::Value* flat = b.CreateAddrSpaceCast(row, ptr);
+  llvm::CallInst* call =
+      b.CreateCall(f, {ctx, b.getInt32(uint32_t(count)), b.getInt32(trans ? 1 : 0), flat, scratch.ldm, site});
+  call->addFnAttr(llvm::Attribute::Convergent);
+  std::vector<llvm::Value*> r;
+  for (int i = 0; i < count; ++i)
+    r.push_back(b.CreateLoad(b.getInt32Ty(),
+                             b.CreateConstInBoundsGEP2_32(scratch.ldm->getAllocatedType(), scratch.ldm, 0, unsigned(i))));
+  return r;
+}
+
 namespace {
 
 class EmuHooks final : public TargetHooks {
@@ -101,6 +124,11 @@ public:
                                            const std::array<llvm::Value*, 2>& bf,
                                            const std::array<llvm::Value*, 4>& c) override {
     return emu_mma(b, fn_->getArg(0), operands == ir::DType::bf16 ? 3 : 2, a, bf, c, scratch_arrays_);
+  }
+
+  std::vector<llvm::Value*> ldmatrix(Builder& b, llvm::Value* row, int count, bool trans,
+                                     const std::string& site) override {
+    return emu_ldmatrix(b, fn_->getArg(0), row, count, trans, site_string(b, site), scratch_arrays_);
   }
 
   llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }

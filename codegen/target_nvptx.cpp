@@ -88,6 +88,24 @@ public:
             b.CreateExtractValue(d, 3)};
   }
 
+  std::vector<llvm::Value*> ldmatrix(Builder& b, llvm::Value* row, int count, bool trans,
+                                     const std::string& site) override {
+    static constexpr llvm::Intrinsic::ID ids[2][3] = {
+        {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_b16, llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_b16,
+         llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16},
+        {llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x1_trans_b16,
+         llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16,
+         llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16}};
+    llvm::Function* f = llvm::Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(),
+                                                        ids[trans][count == 1 ? 0 : count == 2 ? 1 : 2], {row->getType()});
+    llvm::CallInst* call = b.CreateCall(f, {row});
+    tag(*call, site, 0);
+    std::vector<llvm::Value*> r;
+    if (count == 1 && !call->getType()->isStructTy()) return {call};
+    for (int i = 0; i < count; ++i) r.push_back(b.CreateExtractValue(call, unsigned(i)));
+    return r;
+  }
+
   llvm::Value* exp2(Builder& b, llvm::Value* x) override {
     return b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
   }

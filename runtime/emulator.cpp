@@ -60,6 +60,10 @@ struct tilec_emu_thread {
   std::uint32_t barrier_id = 0; // the barrier a waiting thread is blocked at (tilec_emu_barrier)
   std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
   // A lane waiting at a warp MMA (state at_shuffle with mma_dtype != 0): its fragments.
+  // At an ldmatrix (ldm_count != 0): the row it read and where its registers go.
+  std::uint32_t ldm_count = 0, ldm_trans = 0;
+  std::uint16_t ldm_row[8] = {};
+  std::uint32_t* ldm_dst = nullptr;
   std::uint32_t mma_dtype = 0;
   const std::uint32_t* mma_a = nullptr;
   const std::uint32_t* mma_b = nullptr;
@@ -317,13 +321,17 @@ std::string stuck_message(const Worker& w) {
   for (auto& [id, tids] : barriers)
     add(fmt::format("threads {} wait at {}barrier{}", ranges_str(tids), barriers.size() > 1 ? "" : "a ",
                     barriers.size() > 1 ? fmt::format(" #{}", id) : ""));
-  std::vector<std::uint32_t> mmas;
-  for (const tilec_emu_thread& t : w.threads)
+  std::vector<std::uint32_t> mmas, ldms;
+  for (const tilec_emu_thread& t : w.threads) {
     if (t.state == State::at_shuffle && t.mma_dtype) mmas.push_back(t.tid);
+    if (t.state == State::at_shuffle && t.ldm_count) ldms.push_back(t.tid);
+  }
   if (!shuffles.empty())
-    add(mmas.empty() ? fmt::format("threads {} wait at a warp shuffle", ranges_str(shuffles))
-                     : fmt::format("threads {} wait at a warp shuffle or MMA (of them, {} at an MMA)",
-                                   ranges_str(shuffles), ranges_str(mmas)));
+    add(mmas.empty() && ldms.empty()
+            ? fmt::format("threads {} wait at a warp shuffle", ranges_str(shuffles))
+            : fmt::format("threads {} wait at a warp-wide operation (of them, at an MMA: {}; at an ldmatrix: {})",
+                          ranges_str(shuffles), mmas.empty() ? "none" : ranges_str(mmas),
+                          ldms.empty() ? "none" : ranges_str(ldms)));
   if (!done.empty()) add(fmt::format("threads {} finished", ranges_str(done)));
   const char* what = barriers.size() > 1           ? "threads wait at different barriers"
                      : !barriers.empty() && !done.empty() ? "a barrier not reached by every thread of the block"
@@ -381,6 +389,22 @@ void run_mma(Worker& w, std::uint32_t base) {
   }
 }
 
+// One warp's ldmatrix: every lane has read the row it addresses (tilec_emu_ldmatrix).
+void run_ldmatrix(Worker& w, std::uint32_t base) {
+  std::uint32_t count = w.threads[base].ldm_count, trans = w.threads[base].ldm_trans;
+  for (std::uint32_t lane = 0; lane < 32; ++lane) {
+    tilec_emu_thread& t = w.threads[base + lane];
+    std::uint32_t g = lane / 4, c2 = 2 * (lane % 4);
+    for (std::uint32_t m = 0; m < count; ++m) {
+      const tilec_emu_thread* rows = &w.threads[base + 8 * m];
+      std::uint16_t lo = trans ? rows[c2].ldm_row[g] : rows[g].ldm_row[c2];
+      std::uint16_t hi = trans ? rows[c2 + 1].ldm_row[g] : rows[g].ldm_row[c2 + 1];
+      t.ldm_dst[m] = std::uint32_t(lo) | std::uint32_t(hi) << 16;
+    }
+  }
+  for (std::uint32_t lane = 0; lane < 32; ++lane) w.threads[base + lane].ldm_count = 0;
+}
+
 bool release_shuffles(Worker& w) {
   bool released = false;
   std::uint32_t n = std::uint32_t(w.threads.size());
@@ -392,11 +416,17 @@ bool release_shuffles(Worker& w) {
       any = any || w.threads[i].state == State::at_shuffle;
     }
     if (!any || !all) continue;
-    std::uint32_t mmas = 0;
-    for (std::uint32_t i = base; i < end; ++i) mmas += w.threads[i].mma_dtype != 0;
-    if (mmas != 0 && (mmas != 32 || end - base != 32)) continue; // mixed: reported as stuck
-    if (mmas) {
-      run_mma(w, base);
+    std::uint32_t mmas = 0, ldms = 0;
+    for (std::uint32_t i = base; i < end; ++i) {
+      mmas += w.threads[i].mma_dtype != 0;
+      ldms += w.threads[i].ldm_count != 0;
+    }
+    // A warp whose lanes wait at different kinds of collective is reported as stuck.
+    if ((mmas != 0 && (mmas != 32 || end - base != 32)) || (ldms != 0 && (ldms != 32 || end - base != 32)))
+      continue;
+    if (mmas || ldms) {
+      if (mmas) run_mma(w, base);
+      else run_ldmatrix(w, base);
       for (std::uint32_t i = base; i < end; ++i) w.threads[i].state = State::runnable;
       released = true;
       continue;
@@ -794,6 +824,16 @@ void tilec_emu_mma_m16n8k16(tilec_emu_thread* t, uint32_t dtype, const uint32_t*
   if (dtype != 2 && dtype != 3)
     tilec::rt::abort_thread(t, fmt::format("{}: MMA with unknown operand type {}", tilec::rt::where(t), dtype));
   t->mma_dtype = dtype, t->mma_a = a, t->mma_b = b, t->mma_c = c, t->mma_d = d;
+  t->state = State::at_shuffle;
+  tilec::rt::yield(t);
+}
+
+void tilec_emu_ldmatrix(tilec_emu_thread* t, uint32_t count, uint32_t trans, const void* row, uint32_t* dst,
+                        const char* site) {
+  if (count != 1 && count != 2 && count != 4)
+    tilec::rt::abort_thread(t, fmt::format("{}: ldmatrix of {} matrices (1, 2 or 4)", tilec::rt::where(t), count));
+  if ((t->tid & 31) < 8 * count) tilec_emu_shared_load(t, row, 16, t->ldm_row, site);
+  t->ldm_count = count, t->ldm_trans = trans ? 1 : 0, t->ldm_dst = dst;
   t->state = State::at_shuffle;
   tilec::rt::yield(t);
 }
