@@ -919,8 +919,16 @@ void Lowering::emit_dot_mma(const Op& op) {
   const bool b_kmajor = elems_of(ls[1], bv->type.shape).run_dim != 1;
   const int64_t sa = ((a_kmajor ? K : M) + 8) * 2, sb = ((b_kmajor ? K : N) + 8) * 2, sc = (N + 4) * 4; // row strides
   const int64_t rows_a = a_kmajor ? M : K, rows_b = b_kmajor ? N : K;
+  // A zero accumulator (dot(a, b)) is not staged: the fragments start at zero. The result
+  // area has the padded rows and columns too, so every lane stores its fragments without a
+  // branch (the padding is never read).
+  const bool zero_acc = is_positive_zero(op.operands[2]);
+  const int64_t scp = (Np + 4) * 4;
   const int64_t off_a = 0, off_b = (rows_a * sa + 15) / 16 * 16, off_c = off_b + (rows_b * sb + 15) / 16 * 16;
-  need_smem(off_c + M * sc);
+  // 16 zero bytes: the row an ldmatrix lane addresses for a row of A past M or of B past N,
+  // so the padding reads as zeros without a select per register.
+  const int64_t off_z = off_c + (std::max(M * sc, Mp * scp) + 15) / 16 * 16;
+  need_smem(off_z + 16);
   before_smem_write();
   auto at = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col_bytes) { // offsets never wrap
     llvm::Value* byte = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(stride)), "", true, true), col_bytes, "",
@@ -952,8 +960,12 @@ void Lowering::emit_dot_mma(const Op& op) {
   };
   stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
   stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
-  stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(off_c, sc, c[0], bytes(c[1], 4)); },
-        "dot (mma) accumulator write");
+  if (M < 8 || N < 8) // every thread writes the same zeros: no branch, and no race
+    smem_store(llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt32Ty(), 4)),
+               smem(b_.getInt8Ty(), b_.getInt32(0), off_z), "dot (mma) zero row", DType::i32);
+  if (!zero_acc)
+    stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(off_c, sc, c[0], bytes(c[1], 4)); },
+          "dot (mma) accumulator write");
   barrier();
   const int64_t tiles_n = Np / 8, W = opts_.num_warps;
   llvm::Value* g = b_.CreateLShr(lane_, 2);
@@ -1013,10 +1025,12 @@ void Lowering::emit_dot_mma(const Op& op) {
       dk = b_.CreateSelect(is, b_.getInt32(uint32_t(mats[i].second)), dk);
     }
     llvm::Value* p;
-    if (kmajor) { // stored rows are m (or n): this lane's row, clamped into the tile
+    if (kmajor) { // stored rows are m (or n): this lane's row, or the zero row past the tile
       llvm::Value* row = b_.CreateAdd(b_.CreateAdd(mn0, dmn), mr);
-      if (mn_limit < 8) row = b_.CreateSelect(b_.CreateICmpUGE(row, b_.getInt32(uint32_t(mn_limit))), b_.getInt32(0), row);
       p = addr(row, b_.CreateAdd(k0, dk));
+      if (mn_limit < 8)
+        p = b_.CreateSelect(b_.CreateICmpUGE(row, b_.getInt32(uint32_t(mn_limit))),
+                            smem(b_.getInt8Ty(), b_.getInt32(0), off_z), p);
     } else { // stored rows are k
       p = addr(b_.CreateAdd(mn0, dmn), b_.CreateAdd(b_.CreateAdd(k0, dk), mr));
     }
@@ -1036,8 +1050,8 @@ void Lowering::emit_dot_mma(const Op& op) {
     if (a_ldm) {
       std::vector<std::pair<int64_t, int64_t>> mats;
       for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});
-      auto v = ldm(mats, a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read");
-      for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = zero_if(v[j], row_out);
+      auto v = ldm(mats, a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read"); // rows past M read zeros
+      for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j];
       return r;
     }
     for (int i : need) {
@@ -1061,7 +1075,7 @@ void Lowering::emit_dot_mma(const Op& op) {
       for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * 8});
       auto v = ldm(mats, b_kmajor, n0, kk, N, [&](llvm::Value* n, llvm::Value* k) { return b_at(k, n); },
                    "dot (mma) operand B read");
-      for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = zero_if(v[j], n_out);
+      for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j]; // columns past N read zeros
       return r;
     }
     for (int i : need) {
@@ -1125,7 +1139,7 @@ void Lowering::emit_dot_mma(const Op& op) {
         // A lane's accumulator elements past M or N are zero and never touch memory: clamped
         // to an element another lane writes back after the MMA, a read would race with it.
         for (int r = 0; r < 4; ++r) {
-          if (is_true(c_out[size_t(q)][size_t(r)])) {
+          if (zero_acc || is_true(c_out[size_t(q)][size_t(r)])) {
             c.push_back(llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
             continue;
           }
@@ -1162,7 +1176,19 @@ void Lowering::emit_dot_mma(const Op& op) {
       for (size_t r = 0; r < acc.size(); ++r) acc[r]->addIncoming(d[r], latch);
       b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(uint32_t(Kp))), loop, exit);
       b_.SetInsertPoint(exit);
-      for (int q = 0; q < gr.ntiles; ++q)
+      for (int q = 0; q < gr.ntiles; ++q) {
+        if (zero_acc) { // the padded result area: (row0 | row1) x (2t, 2t + 1), a pair at a time
+          llvm::Value* col = bytes(b_.CreateAdd(b_.CreateAdd(gr.n0, b_.getInt32(uint32_t(8 * q))), t2), 4);
+          auto* v2 = llvm::FixedVectorType::get(b_.getFloatTy(), 2);
+          for (int h = 0; h < 2; ++h) {
+            if (h == 1 && M <= 8) continue; // rows g + 8: padding no one reads
+            llvm::Value* v = llvm::PoisonValue::get(v2);
+            v = b_.CreateInsertElement(v, d[size_t(4 * q + 2 * h)], uint64_t(0));
+            v = b_.CreateInsertElement(v, d[size_t(4 * q + 2 * h + 1)], uint64_t(1));
+            smem_store(v, at(off_c, scp, h ? row1 : row0, col), "dot (mma) result write", DType::f32);
+          }
+          continue;
+        }
         for (int r = 0; r < 4; ++r) {
           llvm::Value* out = c_out[size_t(q)][size_t(r)];
           if (is_true(out)) continue;
@@ -1171,6 +1197,7 @@ void Lowering::emit_dot_mma(const Op& op) {
             return nullptr;
           });
         }
+      }
       return nullptr;
     };
     if (gr.active) guarded(b_, gr.active, body); // warp-uniform
@@ -1181,7 +1208,7 @@ void Lowering::emit_dot_mma(const Op& op) {
   Elems out(cd.size());
   for (auto [j, n] : runs_along(ls[2], res->type.shape, 1, 4)) {
     llvm::Type* ty = n > 1 ? llvm::FixedVectorType::get(b_.getFloatTy(), unsigned(n)) : b_.getFloatTy();
-    llvm::Value* x = smem_load(ty, at(off_c, sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
+    llvm::Value* x = smem_load(ty, at(off_c, zero_acc ? scp : sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
     for (int k = 0; k < n; ++k) out[j + size_t(k)] = n > 1 ? b_.CreateExtractElement(x, uint64_t(k)) : x;
   }
   smem_dirty_ = true;
