@@ -3,6 +3,7 @@
 // crashing or hanging.
 #include <catch2/catch.hpp>
 
+#include "abi/float16.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
 
@@ -77,6 +78,54 @@ void shfl_sync_bfly(tilec_emu_thread* c, void* const* args) {
   uint32_t t = tilec_emu_thread_id(c);
   int32_t v = (int32_t)tilec_emu_shfl_sync(c, 1, ARG(uint32_t, 1), t, 1, ARG(uint32_t, 2));
   tilec_emu_store(c, &out[t], 4, &v);
+}
+
+/* One warp MMA with fragments gathered by PTX's ownership from a (16x16 f16 bits, row-major),
+   b (16x8) and c (16x8 f32); each lane writes its d fragment back by the same ownership. */
+void mma_ref(tilec_emu_thread* c, void* const* args) {
+  const uint16_t* A = ARG(uint16_t*, 0);
+  const uint16_t* B = ARG(uint16_t*, 1);
+  const float* C = ARG(float*, 2);
+  float* D = ARG(float*, 3);
+  uint32_t lane = tilec_emu_thread_id(c), g = lane / 4, t2 = 2 * (lane % 4);
+  uint16_t h[2];
+  uint32_t a[4], b[2];
+  float cf[4], d[4];
+#define PAIR(dst, p0, p1) do { tilec_emu_load(c, p0, 2, &h[0]); tilec_emu_load(c, p1, 2, &h[1]); \
+    dst = (uint32_t)h[0] | (uint32_t)h[1] << 16; } while (0)
+  PAIR(a[0], &A[g * 16 + t2], &A[g * 16 + t2 + 1]);
+  PAIR(a[1], &A[(g + 8) * 16 + t2], &A[(g + 8) * 16 + t2 + 1]);
+  PAIR(a[2], &A[g * 16 + t2 + 8], &A[g * 16 + t2 + 9]);
+  PAIR(a[3], &A[(g + 8) * 16 + t2 + 8], &A[(g + 8) * 16 + t2 + 9]);
+  PAIR(b[0], &B[t2 * 8 + g], &B[(t2 + 1) * 8 + g]);
+  PAIR(b[1], &B[(t2 + 8) * 8 + g], &B[(t2 + 9) * 8 + g]);
+  tilec_emu_load(c, &C[g * 8 + t2], 4, &cf[0]);
+  tilec_emu_load(c, &C[g * 8 + t2 + 1], 4, &cf[1]);
+  tilec_emu_load(c, &C[(g + 8) * 8 + t2], 4, &cf[2]);
+  tilec_emu_load(c, &C[(g + 8) * 8 + t2 + 1], 4, &cf[3]);
+  tilec_emu_mma_m16n8k16(c, 2, a, b, cf, d);
+  tilec_emu_store(c, &D[g * 8 + t2], 4, &d[0]);
+  tilec_emu_store(c, &D[g * 8 + t2 + 1], 4, &d[1]);
+  tilec_emu_store(c, &D[(g + 8) * 8 + t2], 4, &d[2]);
+  tilec_emu_store(c, &D[(g + 8) * 8 + t2 + 1], 4, &d[3]);
+}
+
+/* Four 8x8 b16 matrices at rows of 16 bytes in shared memory (matrix m, row r: shared row
+   8m + r, values 64m + 8r + col); one ldmatrix.x4 (trans when args[1] is 1); lane writes its
+   four registers to out[4 lane ..]. */
+void ldmatrix_ref(tilec_emu_thread* c, void* const* args) {
+  uint32_t* out = ARG(uint32_t*, 0);
+  uint32_t trans = ARG(uint32_t, 1);
+  uint32_t lane = tilec_emu_thread_id(c);
+  uint16_t* sm = (uint16_t*)tilec_emu_shared_base(c);
+  for (uint32_t i = 0; i < 8; ++i) {
+    uint16_t v = (uint16_t)(lane * 8 + i);
+    tilec_emu_shared_store(c, &sm[lane * 8 + i], 2, &v, "ldmatrix_ref write", 0);
+  }
+  tilec_emu_barrier(c, 0);
+  uint32_t r[4];
+  tilec_emu_ldmatrix(c, 4, trans, &sm[lane * 8], r, "ldmatrix_ref read");
+  tilec_emu_store(c, &out[4 * lane], 16, r);
 }
 
 /* A 16-byte load from a 4-byte aligned address. */
@@ -293,6 +342,43 @@ TEST_CASE("emulator: shfl.sync takes the whole warp; another member mask or c op
   CHECK(e.find("shfl.sync.bfly with member mask 0x0000ffff") != std::string::npos);
   e = error_of(m, {1, 1, 1}, {buf(out), Arg(std::int32_t(-1)), Arg(std::int32_t(0))});
   CHECK(e.find("c = 0x0") != std::string::npos);
+}
+
+TEST_CASE("emulator: a warp MMA takes its lanes' fragments by PTX's ownership", "[emulator][mma]") {
+  EmuModule m(manifest("mma_ref", {{"a", ptr(ScalarType::f16)}, {"b", ptr(ScalarType::f16)},
+                                   {"c", ptr(ScalarType::f32)}, {"d", ptr(ScalarType::f32)}}, 32));
+  std::vector<std::uint16_t> a(256), b(128);
+  std::vector<float> c(128), d(128, -1.0f);
+  // Distinct small integers: every product and sum exact, and a misplaced element shows.
+  for (int i = 0; i < 256; ++i) a[size_t(i)] = tilec::f32_to_f16_bits(float((i * 7) % 13 - 6));
+  for (int i = 0; i < 128; ++i) b[size_t(i)] = tilec::f32_to_f16_bits(float((i * 5) % 11 - 5));
+  for (int i = 0; i < 128; ++i) c[size_t(i)] = float(i % 9);
+  REQUIRE(error_of(m, {1, 1, 1}, {buf(a), buf(b), buf(c), buf(d)}) == "");
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float want = c[size_t(i * 8 + j)];
+      for (int k = 0; k < 16; ++k)
+        want += tilec::f16_bits_to_f32(a[size_t(i * 16 + k)]) * tilec::f16_bits_to_f32(b[size_t(k * 8 + j)]);
+      INFO("D[" << i << "][" << j << "]");
+      CHECK(d[size_t(i * 8 + j)] == want);
+    }
+}
+
+TEST_CASE("emulator: ldmatrix hands out rows by PTX's ownership, transposed or not", "[emulator][mma]") {
+  EmuModule m(manifest("ldmatrix_ref", {{"out", ptr(ScalarType::i32)}, {"trans", ScalarType::i32}}, 32, 512));
+  for (int trans : {0, 1}) {
+    std::vector<std::uint32_t> out(128);
+    REQUIRE(error_of(m, {1, 1, 1}, {buf(out), Arg(std::int32_t(trans))}) == "");
+    for (int lane = 0; lane < 32; ++lane)
+      for (int mat = 0; mat < 4; ++mat) {
+        int g = lane / 4, t2 = 2 * (lane % 4);
+        // Element (row, col) of matrix mat holds 64 mat + 8 row + col.
+        auto elem = [&](int row, int col) { return std::uint32_t(64 * mat + 8 * row + col); };
+        std::uint32_t lo = trans ? elem(t2, g) : elem(g, t2), hi = trans ? elem(t2 + 1, g) : elem(g, t2 + 1);
+        INFO("trans " << trans << " lane " << lane << " matrix " << mat);
+        CHECK(out[size_t(4 * lane + mat)] == (lo | hi << 16));
+      }
+  }
 }
 
 TEST_CASE("emulator: barriers not reached by every thread are reported, not hung", "[emulator]") {

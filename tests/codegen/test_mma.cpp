@@ -1,0 +1,149 @@
+// dot on the tensor cores: f16/bf16 dots agree with the interpreter on the emulator in both
+// lowerings over shapes that need padding (M, N, K below one MMA tile), transposed operands
+// (the other staging and ldmatrix .trans), accumulators carried in and warp counts; the
+// PTX has mma.sync and ldmatrix; and paged attention's K/V loop is pinned by its counts.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "abi/float16.h"
+#include "backends/launchers.h"
+#include "codegen/compile.h"
+#include "codegen/ptx_loops.h"
+#include "dsl/dsl.h"
+#include "interp/interpreter.h"
+#include "kernels/launcher.h"
+#include "kernels/paged_attention.h"
+#include "kernels/registry.h"
+
+using namespace tilec;
+using namespace tilec::dsl;
+using ir::DType;
+
+namespace {
+
+struct DotCase {
+  int64_t m, n, k;
+  DType dt;
+  bool trans_a, trans_b, with_acc;
+  int warps;
+};
+
+// out[M, N] = (c or 0) + A B, A read as [M, K] or as the transpose of a [K, M] array (and B
+// as [K, N] or from [N, K]), so the operands arrive in different layouts.
+ir::Kernel dot_kernel(const DotCase& c) {
+  KernelBuilder kb("mma_dot");
+  auto a = kb.arg(ptr_to(c.dt), "a");
+  auto b = kb.arg(ptr_to(c.dt), "b");
+  auto acc = kb.arg(ptr_to(DType::f32), "c");
+  auto out = kb.arg(ptr_to(DType::f32), "out");
+  auto mi = arange(0, c.m), ni = arange(0, c.n), ki = arange(0, c.k);
+  Tile at = c.trans_a ? trans(load(a + ki.col() * c.m + mi.row())) : load(a + mi.col() * c.k + ki.row());
+  Tile bt = c.trans_b ? trans(load(b + ni.col() * c.k + ki.row())) : load(b + ki.col() * c.n + ni.row());
+  Tile off = mi.col() * c.n + ni.row();
+  Tile r = c.with_acc ? dot(at, bt, load(acc + off)) : dot(at, bt);
+  store(out + off, r);
+  return kb.finish();
+}
+
+void fill(interp::Buffer& buf, std::mt19937& rng) {
+  std::uniform_real_distribution<double> d(-1, 1);
+  for (size_t i = 0; i < buf.count(); ++i) buf.set(i, d(rng)); // rounded to the buffer's dtype
+}
+
+} // namespace
+
+TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transposes, accumulators, both lowerings)",
+          "[codegen][mma][emulator]") {
+  std::mt19937 rng(17);
+  std::vector<DotCase> cases = {
+      {16, 8, 16, DType::f16, false, false, false, 1},  {4, 64, 128, DType::bf16, false, true, false, 4},
+      {4, 128, 64, DType::bf16, false, false, true, 4}, {64, 64, 32, DType::f16, false, false, true, 4},
+      {1, 8, 16, DType::f16, false, false, false, 2},   {2, 1, 8, DType::bf16, false, false, true, 1},
+      {8, 2, 2, DType::f16, true, false, false, 1},     {32, 16, 64, DType::bf16, true, true, true, 2},
+      {16, 32, 8, DType::f16, true, false, false, 4},   {8, 16, 4, DType::bf16, false, true, true, 8},
+      {128, 8, 16, DType::f16, false, false, false, 8}, {8, 8, 128, DType::bf16, true, true, false, 1},
+  };
+  for (const DotCase& c : cases) {
+    INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " trans_a " << c.trans_a
+              << " trans_b " << c.trans_b << " acc " << c.with_acc << " warps " << c.warps);
+    ir::Kernel k = dot_kernel(c);
+    interp::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
+    interp::Buffer acc("c", DType::f32, size_t(c.m * c.n));
+    fill(a, rng), fill(b, rng), fill(acc, rng);
+    interp::Buffer want("out", DType::f32, size_t(c.m * c.n));
+    auto args = [&](interp::Buffer& out) {
+      return std::vector<interp::Arg>{interp::Arg::of(a), interp::Arg::of(b), interp::Arg::of(acc), interp::Arg::of(out)};
+    };
+    kernels::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
+    for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+      INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
+      interp::Buffer got("out", DType::f32, size_t(c.m * c.n));
+      backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
+      // Products of f16/bf16 values are exact in f32; only the order of the K additions
+      // differs (ir/SEMANTICS.md bounds it): at most K ulps of the largest partial sum.
+      double worst = 0;
+      for (size_t i = 0; i < want.count(); ++i) {
+        double bound = double(c.k + 1) * std::ldexp(1.0, -23) * (double(c.k) + 1.0);
+        worst = std::max(worst, std::abs(want.get(i) - got.get(i)) / bound);
+      }
+      CHECK(worst <= 1.0);
+    }
+  }
+}
+
+TEST_CASE("dot on the tensor cores: mma.sync and ldmatrix in the PTX; f32 stays on CUDA cores", "[codegen][mma][nvptx]") {
+  for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
+    DotCase c{64, 64, 64, dt, false, true, true, 4};
+    codegen::CompileOptions o;
+    o.arch = "sm_80";
+    codegen::CompiledKernel ck = codegen::compile(*dot_kernel(c), o);
+    INFO(ir::dtype_name(dt) << "\n" << ck.ptx);
+    auto count = [&](const std::string& what) {
+      size_t n = 0;
+      for (size_t p = ck.ptx.find(what); p != std::string::npos; p = ck.ptx.find(what, p + 1)) ++n;
+      return n;
+    };
+    if (dt == DType::f32) {
+      CHECK(count("mma.sync") == 0);
+      CHECK(count("ldmatrix") == 0);
+    } else {
+      std::string t(ir::dtype_name(dt));
+      CHECK(count("mma.sync.aligned.m16n8k16.row.col.f32." + t + "." + t + ".f32") >= 8);
+      CHECK(count("ldmatrix.sync.aligned.m8n8.x4") >= 2);
+    }
+    codegen::CompileOptions fma = o;
+    fma.tensor_cores = false;
+    CHECK(codegen::compile(*dot_kernel(c), fma).ptx.find("mma.sync") == std::string::npos);
+  }
+}
+
+TEST_CASE("paged attention K/V loop counts on sm_90 (bf16 D128 block_n64 head_group4 4 warps)",
+          "[codegen][mma][paged_attention]") {
+  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  REQUIRE(t);
+  kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}};
+  kernels::ParamMap shape;
+  for (const kernels::Param& p : t->shape) shape[p.name] = p.value;
+  shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = 128;
+  shape["block_size"] = 16, shape["dtype"] = 2; // bf16
+  codegen::CompileOptions o;
+  o.arch = "sm_90";
+  codegen::CompiledKernel ck = codegen::compile(*t->build(params, shape), o);
+  std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
+  const codegen::PtxLoop* l = codegen::main_loop(loops);
+  REQUIRE(l);
+  WARN("paged attention K/V loop: " << l->instructions << " PTX instructions per 64-token step, " << l->count("mma")
+                                    << " mma, " << l->count("ldmatrix") << " ldmatrix, " << l->inner_loops
+                                    << " inner loops; registers "
+                                    << (ck.ptxas ? std::to_string(ck.ptxas->registers) : std::string("(no ptxas)")));
+  CHECK(l->inner_loops == 0);     // every MMA K loop unrolled: the count is per step
+  CHECK(l->count("mma") == 32);   // 2 x 16: S = q K^T and P V, 16x8x16 each
+  CHECK(l->instructions <= 450);  // FMA path: ~700 static plus two inner loops (~3,900 per step)
+  CHECK(l->count("ld.global") == 17); // 8 + 8 16-byte K/V loads and the page ids
+  if (ck.ptxas) {
+    CHECK(ck.ptxas->registers <= 128);
+    CHECK(ck.ptxas->spill_stores + ck.ptxas->spill_loads == 0);
+  }
+}
