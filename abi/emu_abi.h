@@ -97,6 +97,19 @@ void tilec_emu_mma_m16n8k16(tilec_emu_thread* ctx, uint32_t dtype, const uint32_
 void tilec_emu_ldmatrix(tilec_emu_thread* ctx, uint32_t count, uint32_t trans, const void* row, uint32_t* dst,
                         const char* site);
 
+/* cp.async.cg.shared.global [dst], [src], 16, src_bytes (0 or 16): an asynchronous copy of 16
+ * bytes from global memory at `src` (checked and counted like tilec_emu_load when src_bytes
+ * is 16; with 0 it reads nothing and the 16 bytes become zeros) to shared memory at `dst`
+ * (16-byte aligned). It belongs to the calling thread's open group until
+ * tilec_emu_cp_async_commit closes it. tilec_emu_cp_async_wait(n) (cp.async.wait_group n)
+ * lands the copies of every closed group but the newest n, each as a shared-memory store by
+ * the issuing thread at that moment, through the race and bounds checks: a read of the bytes
+ * before the wait (and the barrier after it, for other threads) is an error, as on a GPU it
+ * would read stale data. A thread that finishes with copies never waited for is an error. */
+void tilec_emu_cp_async(tilec_emu_thread* ctx, void* dst, const void* src, uint32_t src_bytes, const char* site);
+void tilec_emu_cp_async_commit(tilec_emu_thread* ctx);
+void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
+
 /* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
  * emulator checks [addr, addr + bytes) against the launch's buffers (an error
  * names the kernel, the buffer and the offset) and counts the bytes. Masked-off

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <map>
+#include <set>
 #include <numbers>
 
 #include "codegen/axis_info.h"
@@ -149,6 +150,17 @@ private:
   void emit_reduce(const Op& op);
   void emit_dot(const Op& op);
   bool mma_eligible(const Op& op) const;
+  // Loads that feed a tensor-core dot's operand and nothing else, and can go straight to
+  // its shared-memory staging as 16-byte cp.async copies (plan_async_copies): per (dot,
+  // operand index), the load and whether the dot sees it transposed. The loads, and the
+  // transposes between them and the dot, are not emitted where they stand.
+  struct AsyncOperand {
+    const Op* load;
+    bool transposed;
+  };
+  std::map<std::pair<const Op*, int>, AsyncOperand> async_operands_;
+  std::set<const Op*> deferred_ops_;
+  void plan_async_copies();
   // Runs of a thread's elements of a tile in layout `l` that are contiguous along `dim`:
   // (first element, count), each count a power of two of at most 16 bytes, its first
   // element's coordinate along `dim` a multiple of the count.
@@ -216,6 +228,7 @@ LoweringStats Lowering::run() {
   tid_ = hooks_.thread_id(pb_);
   lane_ = pb_.CreateAnd(tid_, 31, "lane");
   warp_ = pb_.CreateLShr(tid_, 5, "warp");
+  plan_async_copies();
   emit_block(fn_.body);
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   pb_.CreateBr(body);
@@ -416,6 +429,7 @@ void Lowering::emit_op(const Op& op) {
     ~Restore() { cur = outer; }
   } restore{cur_op_, outer};
   const Value* res = op.results.empty() ? nullptr : op.results[0];
+  if (deferred_ops_.count(&op)) return; // a load the dot that uses it issues as cp.async
   switch (op.kind) {
   case OpKind::ProgramId: define(res, kScalar, {hooks_.block_id(b_, static_cast<int>(op.attrs.axis))}); return;
   case OpKind::NumPrograms:
@@ -882,6 +896,60 @@ std::vector<std::pair<size_t, int>> Lowering::runs_along(LayoutId l, const ir::S
   return r;
 }
 
+void Lowering::plan_async_copies() {
+  if (!opts_.tensor_cores) return;
+  std::function<void(const ir::Block&, const std::function<void(const Op&)>&)> walk =
+      [&](const ir::Block& b, const std::function<void(const Op&)>& f) {
+        for (const auto& op : b.ops) {
+          f(*op);
+          for (const auto& r : op->regions) walk(*r, f);
+        }
+      };
+  std::map<const Value*, int> uses;
+  walk(fn_.body, [&](const Op& op) {
+    for (const Value* v : op.operands) ++uses[v];
+  });
+  walk(fn_.body, [&](const Op& dot) {
+    if (dot.kind != OpKind::Dot || !mma_eligible(dot)) return;
+    for (int idx = 0; idx < 2; ++idx) {
+      const Value* x = dot.operands[size_t(idx)];
+      const Op* view = nullptr;
+      const Op* load = x->def;
+      if (load && load->kind == OpKind::Permute && load->attrs.perm == std::vector<int64_t>{1, 0}) {
+        view = load;
+        load = load->operands[0]->def;
+      }
+      if (!load || load->kind != OpKind::Load || uses[x] != 1 || (view && uses[load->results[0]] != 1)) continue;
+      if (load->parent != dot.parent || (view && view->parent != dot.parent)) continue;
+      if (load->other() && !is_positive_zero(load->other())) continue;
+      // Nothing between the load and the dot may write memory.
+      bool between = false, clobber = false;
+      for (const auto& o : dot.parent->ops) {
+        if (o.get() == load) between = true;
+        else if (o.get() == &dot) break;
+        else if (between && (o->kind == OpKind::Store || o->kind == OpKind::AtomicAdd || o->kind == OpKind::For ||
+                             o->kind == OpKind::If))
+          clobber = true;
+      }
+      if (clobber) continue;
+      // The load's own layout, used by nothing else, in whole aligned 16-byte chunks, one mask
+      // bit per chunk; the dot takes the operand in that layout (no conversion planned).
+      LayoutId ll = plan_.op_layouts(load)[0];
+      const Value* lv = load->results[0];
+      LayoutId want = plan_.op_layouts(&dot)[size_t(idx)];
+      if (plan_.requests(lv).size() != 1 || (view && plan_.requests(x).size() != 1)) continue;
+      if (!view && want != ll) continue;
+      if (view && plan_.requests(x)[0] != want) continue;
+      AccessPlan ap = plan_access(*load, ll);
+      if (ap.vec * ir::dtype_bytes(lv->type.dtype()) != 16 || !ap.aligned || (load->mask() && !ap.mask_uniform))
+        continue;
+      async_operands_[{&dot, idx}] = {load, view != nullptr};
+      deferred_ops_.insert(load);
+      if (view) deferred_ops_.insert(view);
+    }
+  });
+}
+
 // f16 x f16 or bf16 x bf16 with an f32 accumulator takes the tensor cores (emit_dot_mma)
 // unless CompileOptions::tensor_cores is off; everything else runs on CUDA cores.
 bool Lowering::mma_eligible(const Op& op) const {
@@ -915,8 +983,20 @@ void Lowering::emit_dot_mma(const Op& op) {
   // so the stores vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or
   // [K][N]. A k-major operand's fragment register is one 32-bit load of two consecutive k;
   // the other kind takes two 16-bit loads.
-  const bool a_kmajor = elems_of(ls[0], a->type.shape).run_dim != 0;
-  const bool b_kmajor = elems_of(ls[1], bv->type.shape).run_dim != 1;
+  auto async_of = [&](int idx) -> const AsyncOperand* {
+    auto it = async_operands_.find({&op, idx});
+    return it == async_operands_.end() ? nullptr : &it->second;
+  };
+  const AsyncOperand* async_a = async_of(0);
+  const AsyncOperand* async_b = async_of(1);
+  // An operand copied straight from global memory is staged along the load's contiguous
+  // dimension (through the transpose, if any).
+  auto async_contig = [&](const AsyncOperand& x) {
+    int rd = elems_of(plan_.op_layouts(x.load)[0], x.load->results[0]->type.shape).run_dim;
+    return x.transposed ? 1 - rd : rd;
+  };
+  const bool a_kmajor = async_a ? async_contig(*async_a) == 1 : elems_of(ls[0], a->type.shape).run_dim != 0;
+  const bool b_kmajor = async_b ? async_contig(*async_b) == 0 : elems_of(ls[1], bv->type.shape).run_dim != 1;
   const int64_t sa = ((a_kmajor ? K : M) + 8) * 2, sb = ((b_kmajor ? K : N) + 8) * 2, sc = (N + 4) * 4; // row strides
   const int64_t rows_a = a_kmajor ? M : K, rows_b = b_kmajor ? N : K;
   // A zero accumulator (dot(a, b)) is not staged: the fragments start at zero. The result
@@ -958,14 +1038,37 @@ void Lowering::emit_dot_mma(const Op& op) {
       smem_store(x, addr(cs[j]), what, held);
     }
   };
-  stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
-  stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
+  // An operand loaded from global memory for this dot alone goes there directly: one 16-byte
+  // cp.async per chunk the load would have read (zero-filled where its mask is off).
+  auto stage_async = [&](const AsyncOperand& x, bool is_a) {
+    const Op& load = *x.load;
+    LayoutId ll = plan_.op_layouts(&load)[0];
+    const Value* ptr = load.operands[0];
+    const Elems& P = get(ptr, ll);
+    const Elems* mask = load.mask() ? &get(load.mask(), ll) : nullptr;
+    AccessPlan ap = plan_access(load, ll);
+    auto cs = coords(ll, ptr->type.shape);
+    std::string where = site(is_a ? "dot (mma) operand A, asynchronous copy" : "dot (mma) operand B, asynchronous copy");
+    for (size_t j0 = 0; j0 < P.size(); j0 += size_t(ap.vec)) {
+      llvm::Value* d0 = x.transposed ? cs[j0][1] : cs[j0][0];
+      llvm::Value* d1 = x.transposed ? cs[j0][0] : cs[j0][1];
+      hooks_.cp_async_16(b_, is_a ? a_at(d0, d1) : b_at(d0, d1), P[j0], mask ? (*mask)[j0] : nullptr, where);
+    }
+  };
+  if (async_a) stage_async(*async_a, true);
+  else stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
+  if (async_b) stage_async(*async_b, false);
+  else stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
   if (M < 8 || N < 8) // every thread writes the same zeros: no branch, and no race
     smem_store(llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt32Ty(), 4)),
                smem(b_.getInt8Ty(), b_.getInt32(0), off_z), "dot (mma) zero row", DType::i32);
   if (!zero_acc)
     stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(off_c, sc, c[0], bytes(c[1], 4)); },
           "dot (mma) accumulator write");
+  if (async_a || async_b) { // one group, waited for at once: the copies land before the barrier
+    hooks_.cp_async_commit(b_);
+    hooks_.cp_async_wait(b_, 0);
+  }
   barrier();
   const int64_t tiles_n = Np / 8, W = opts_.num_warps;
   llvm::Value* g = b_.CreateLShr(lane_, 2);

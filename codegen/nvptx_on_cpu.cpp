@@ -16,6 +16,7 @@
 //   ex2/lg2/rsqrt .approx           llvm.exp2 / llvm.log2 / 1/sqrt on the host
 //   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
 //   ldmatrix.m8n8.x{1,2,4}[.trans]  tilec_emu_ldmatrix (rows read through the shared checks)
+//   cp.async.cg 16 / commit / wait   tilec_emu_cp_async / _commit / _wait (copies land at the wait)
 //
 // Any other NVVM intrinsic or address space is an internal error naming it, so a new target
 // hook cannot go unmapped silently.
@@ -108,6 +109,21 @@ private:
     if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(&i)) return rewrite_fpext(*ext);
     if (auto* tr = llvm::dyn_cast<llvm::FPTruncInst>(&i)) return rewrite_fptrunc(*tr);
     if (auto* ii = llvm::dyn_cast<llvm::IntrinsicInst>(&i)) return rewrite_intrinsic(*ii);
+    if (auto* call = llvm::dyn_cast<llvm::CallInst>(&i); call && call->isInlineAsm()) return rewrite_asm(*call);
+  }
+
+  // Inline PTX the nvptx hooks emit, known by its `tilec.asm` tag.
+  void rewrite_asm(llvm::CallInst& call) {
+    std::string tag;
+    if (auto* md = call.getMetadata("tilec.asm"))
+      if (auto* s = llvm::dyn_cast<llvm::MDString>(md->getOperand(0))) tag = s->getString().str();
+    if (tag != "cp.async.16")
+      internal_fail("nvptx on CPU: inline asm without a known tilec.asm tag ('" + tag + "') has no mapping");
+    Builder b(&call);
+    this->call(b, "tilec_emu_cp_async", b.getVoidTy(),
+             {flat(b, call.getArgOperand(0)), flat(b, call.getArgOperand(1)), call.getArgOperand(2),
+              site(b, site_of(call, "nvptx cp.async"))});
+    call.eraseFromParent();
   }
 
   static std::string site_of(const llvm::Instruction& i, const char* fallback) {
@@ -254,6 +270,19 @@ private:
       for (int i = 0; i < count; ++i) r = b.CreateInsertValue(r, regs[size_t(i)], unsigned(i));
       return replace(ii, r);
     }
+    case llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s:
+      call(b, "tilec_emu_cp_async", b.getVoidTy(),
+           {flat(b, arg(0)), flat(b, arg(1)), arg(2), site(b, site_of(ii, "nvptx cp.async"))});
+      ii.eraseFromParent();
+      return;
+    case llvm::Intrinsic::nvvm_cp_async_commit_group:
+      call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {});
+      ii.eraseFromParent();
+      return;
+    case llvm::Intrinsic::nvvm_cp_async_wait_group:
+      call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {arg(0)});
+      ii.eraseFromParent();
+      return;
     case llvm::Intrinsic::nvvm_ex2_approx_f:
       return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, arg(0)));
     case llvm::Intrinsic::nvvm_lg2_approx_f:

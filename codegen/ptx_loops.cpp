@@ -18,14 +18,15 @@ bool is_instruction(const std::string& l) {
          l.back() == ';';
 }
 
-// `@%p1 bra.uni $L__BB0_3;` -> "bra.uni"; `mma.sync.aligned.m16n8k16...` -> "mma.sync".
+// The opcode with up to two modifiers: `@%p1 bra.uni $L__BB0_3;` -> "bra.uni",
+// `mma.sync.aligned.m16n8k16...` -> "mma.sync.aligned", `cp.async.cg.shared.global` ->
+// "cp.async.cg", `cp.async.wait_group 0` -> "cp.async.wait_group".
 std::string opcode(std::string l) {
   if (l[0] == '@') l = l.substr(l.find_first_of(" \t") + 1), l = trim(l);
   std::string op = l.substr(0, l.find_first_of(" \t;"));
-  size_t dot = op.find('.');
-  if (dot == std::string::npos) return op;
-  size_t dot2 = op.find('.', dot + 1);
-  return op.substr(0, dot2);
+  size_t dot = 0;
+  for (int i = 0; i < 3 && dot != std::string::npos; ++i) dot = op.find('.', dot + (i ? 1 : 0));
+  return dot == std::string::npos ? op : op.substr(0, dot);
 }
 
 } // namespace

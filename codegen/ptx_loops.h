@@ -12,7 +12,8 @@ struct PtxLoop {
   int first_line = 0, last_line = 0; // 1-based, the label through the backward branch
   int instructions = 0;              // in the body, inner loops' bodies counted once
   int inner_loops = 0;               // loops nested inside it
-  // By opcode with its first modifier (`mma.sync`, `ld.global`, `st.shared`, `cp.async`, ...).
+  // By opcode with up to two modifiers (`mma.sync.aligned`, `ld.global.v4`, `cp.async.cg`,
+  // `cp.async.wait_group`, ...); count() sums those starting with a prefix.
   std::map<std::string, int> opcodes;
   int count(const std::string& opcode_prefix) const;
 };

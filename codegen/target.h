@@ -58,6 +58,14 @@ public:
   virtual std::vector<llvm::Value*> ldmatrix(Builder& b, llvm::Value* row, int count, bool trans,
                                              const std::string& site) = 0;
 
+  // cp.async.cg.shared.global [dst], [src], 16, src_size: copies 16 bytes from global to
+  // shared memory asynchronously; with `pred` false (null: always true) it reads nothing and
+  // fills the 16 bytes with zeros. The copy lands by the wait for its group.
+  virtual void cp_async_16(Builder& b, llvm::Value* dst, llvm::Value* src, llvm::Value* pred,
+                           const std::string& site) = 0;
+  virtual void cp_async_commit(Builder& b) = 0;      // closes the group of copies issued since the last
+  virtual void cp_async_wait(Builder& b, int groups) = 0; // waits until at most `groups` groups are pending
+
   // f32 math; may be approximate (a few ulp), per ir/SEMANTICS.md.
   virtual llvm::Value* exp2(Builder& b, llvm::Value* x) = 0;
   virtual llvm::Value* log2(Builder& b, llvm::Value* x) = 0;

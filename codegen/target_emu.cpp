@@ -131,6 +131,15 @@ public:
     return emu_ldmatrix(b, fn_->getArg(0), row, count, trans, site_string(b, site), scratch_arrays_);
   }
 
+  void cp_async_16(Builder& b, llvm::Value* dst, llvm::Value* src, llvm::Value* pred, const std::string& site) override {
+    llvm::Value* size = pred ? b.CreateSelect(pred, b.getInt32(16), b.getInt32(0)) : b.getInt32(16);
+    call(b, "tilec_emu_cp_async", b.getVoidTy(), {dst, src, size, site_string(b, site)});
+  }
+  void cp_async_commit(Builder& b) override { call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {}); }
+  void cp_async_wait(Builder& b, int groups) override {
+    call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
+  }
+
   llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }
   llvm::Value* log2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x); }
   llvm::Value* sqrt(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x); }

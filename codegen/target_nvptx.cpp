@@ -1,8 +1,10 @@
 // Target hooks for NVIDIA GPUs: NVVM intrinsics, global memory in address
 // space 1, shared memory in address space 3, ptx_kernel entry points.
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Metadata.h>
 
+#include <algorithm>
 #include <numbers>
 
 #include "codegen/target.h"
@@ -106,6 +108,22 @@ public:
     return r;
   }
 
+  // Inline PTX: LLVM 19's NVPTX back end has no pattern for cp.async with 32-bit shared
+  // pointers (what tilec uses). Tagged `tilec.asm` so the emulator's rewrite knows it.
+  void cp_async_16(Builder& b, llvm::Value* dst, llvm::Value* src, llvm::Value* pred, const std::string& site) override {
+    llvm::Value* size = pred ? b.CreateSelect(pred, b.getInt32(16), b.getInt32(0)) : b.getInt32(16);
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {dst->getType(), src->getType(), b.getInt32Ty()}, false);
+    auto* asm_ = llvm::InlineAsm::get(fty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", true);
+    llvm::CallInst* c = b.CreateCall(fty, asm_, {dst, src, size});
+    tag(*c, site, 0);
+    llvm::LLVMContext& ctx = b.getContext();
+    c->setMetadata("tilec.asm", llvm::MDNode::get(ctx, llvm::MDString::get(ctx, "cp.async.16")));
+  }
+  void cp_async_commit(Builder& b) override { b.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {}); }
+  void cp_async_wait(Builder& b, int groups) override {
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b.getInt32(uint32_t(groups))});
+  }
+
   llvm::Value* exp2(Builder& b, llvm::Value* x) override {
     return b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
   }
@@ -186,6 +204,12 @@ public:
     llvm::Metadata* fm = llvm::ConstantAsMetadata::get(f);
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "kernel"), i32(1)}));
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxntidx"), i32(threads)}));
+    // An explicit register ceiling: every register one block can have (64 K per SM, at most
+    // 255 per thread). With .maxntid alone ptxas aims for several blocks per SM and spills
+    // to get there (a tensor-core matmul: 56 registers and 32 bytes of spills instead of 70
+    // registers and none); spills cost a kernel more than the occupancy they buy.
+    int maxnreg = std::min(255, 65536 / threads / 8 * 8);
+    md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxnreg"), i32(maxnreg)}));
   }
 
 private:

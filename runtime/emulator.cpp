@@ -65,6 +65,16 @@ struct tilec_emu_thread {
   std::uint16_t ldm_row[8] = {};
   std::uint32_t* ldm_dst = nullptr;
   std::uint32_t mma_dtype = 0;
+  // Asynchronous copies issued and not yet landed (tilec_emu_cp_async), with their group:
+  // groups count up from 0; open_group is the one new copies join.
+  struct PendingCopy {
+    std::uint64_t group;
+    void* dst;
+    std::uint8_t data[16];
+    const char* site;
+  };
+  std::vector<PendingCopy> pending_copies;
+  std::uint64_t open_group = 0;
   const std::uint32_t* mma_a = nullptr;
   const std::uint32_t* mma_b = nullptr;
   const float* mma_c = nullptr;
@@ -344,6 +354,11 @@ void fiber_main(void* p) {
   auto* t = static_cast<tilec_emu_thread*>(p);
   Launch& l = *t->worker->launch;
   l.entry(t, l.args);
+  if (!t->pending_copies.empty())
+    abort_thread(t, fmt::format("{}: finished with {} asynchronous cop{} never waited for (cp.async at {}): "
+                                "its bytes never land in shared memory",
+                                where(t), t->pending_copies.size(), t->pending_copies.size() == 1 ? "y" : "ies",
+                                t->pending_copies.front().site));
   t->state = State::done;
   emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
@@ -470,6 +485,8 @@ bool run_block(Worker& w) {
   w.block_epoch = ++w.epoch;
   for (tilec_emu_thread& t : w.threads) {
     t.state = State::runnable;
+    t.pending_copies.clear();
+    t.open_group = 0;
     emu::fiber_init(t.fiber, w.stacks->stack(t.tid), w.stacks->bytes(), fiber_main, &t);
   }
   std::uint32_t n = std::uint32_t(w.threads.size());
@@ -836,6 +853,33 @@ void tilec_emu_ldmatrix(tilec_emu_thread* t, uint32_t count, uint32_t trans, con
   t->ldm_count = count, t->ldm_trans = trans ? 1 : 0, t->ldm_dst = dst;
   t->state = State::at_shuffle;
   tilec::rt::yield(t);
+}
+
+void tilec_emu_cp_async(tilec_emu_thread* t, void* dst, const void* src, uint32_t src_bytes, const char* site) {
+  if (src_bytes != 0 && src_bytes != 16)
+    tilec::rt::abort_thread(t, fmt::format("{}: cp.async of {} source bytes (0 or 16) at {}", tilec::rt::where(t),
+                                           src_bytes, site));
+  tilec::rt::check_shared(t, dst, 16, "asynchronous copy", site);
+  tilec_emu_thread::PendingCopy c{t->open_group, dst, {}, site};
+  if (src_bytes) {
+    tilec::rt::check_access(t, src, 16, true, false, "asynchronous copy",
+                            reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
+    std::memcpy(c.data, src, 16);
+  }
+  t->pending_copies.push_back(c);
+}
+
+void tilec_emu_cp_async_commit(tilec_emu_thread* t) { ++t->open_group; }
+
+void tilec_emu_cp_async_wait(tilec_emu_thread* t, uint32_t groups) {
+  // Closed groups are those below open_group; all but the newest `groups` of them land.
+  std::uint64_t keep_from = t->open_group >= groups ? t->open_group - groups : 0;
+  std::vector<tilec_emu_thread::PendingCopy> still;
+  for (const auto& c : t->pending_copies) {
+    if (c.group < keep_from) tilec_emu_shared_store(t, c.dst, 16, c.data, c.site, 0);
+    else still.push_back(c);
+  }
+  t->pending_copies = std::move(still);
 }
 
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {

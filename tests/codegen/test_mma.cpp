@@ -135,13 +135,16 @@ TEST_CASE("paged attention K/V loop counts on sm_90 (bf16 D128 block_n64 head_gr
   const codegen::PtxLoop* l = codegen::main_loop(loops);
   REQUIRE(l);
   WARN("paged attention K/V loop: " << l->instructions << " PTX instructions per 64-token step, " << l->count("mma")
-                                    << " mma, " << l->count("ldmatrix") << " ldmatrix, " << l->inner_loops
+                                    << " mma, " << l->count("ldmatrix") << " ldmatrix, " << l->count("cp.async.cg")
+                                    << " cp.async, " << l->inner_loops
                                     << " inner loops; registers "
                                     << (ck.ptxas ? std::to_string(ck.ptxas->registers) : std::string("(no ptxas)")));
   CHECK(l->inner_loops == 0);     // every MMA K loop unrolled: the count is per step
   CHECK(l->count("mma") == 32);   // 2 x 16: S = q K^T and P V, 16x8x16 each
-  CHECK(l->instructions <= 450);  // FMA path: ~700 static plus two inner loops (~3,900 per step)
-  CHECK(l->count("ld.global") == 17); // 8 + 8 16-byte K/V loads and the page ids
+  CHECK(l->instructions <= 400);  // FMA path: ~700 static plus two inner loops (~3,900 per step)
+  CHECK(l->count("cp.async.cg") == 16); // K and V: 8 + 8 16-byte copies straight to shared memory
+  CHECK(l->count("cp.async.wait_group") == 2);
+  CHECK(l->count("ld.global") == 1);    // the page ids
   if (ck.ptxas) {
     CHECK(ck.ptxas->registers <= 128);
     CHECK(ck.ptxas->spill_stores + ck.ptxas->spill_loads == 0);
