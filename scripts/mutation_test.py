@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering, one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (18 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -88,6 +88,18 @@ MUTATIONS = [
      "vector loads read twice the bytes they use",
      "auto* vty = llvm::FixedVectorType::get(ty, vec);",
      "auto* vty = llvm::FixedVectorType::get(ty, 2 * vec);"),
+    ("mma-a-fragment-order", "codegen/lower.cpp",
+     "the tensor-core dot hands A's fragment registers to mma in the wrong order (rows and k halves swapped)",
+     "for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});",
+     "for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * 8});"),
+    ("ldmatrix-trans-flipped", "codegen/lower.cpp",
+     "ldmatrix loads operands stored along M or N without .trans (and the others with it)",
+     "hooks_.ldmatrix(b_, p, count, !kmajor, site(what));",
+     "hooks_.ldmatrix(b_, p, count, kmajor, site(what));"),
+    ("cp-async-no-wait", "codegen/lower.cpp",
+     "the dot reads operands copied with cp.async without waiting for the copies",
+     "    hooks_.cp_async_wait(b_, 0);\n",
+     ""),
     ("nvptx-shfl-mask", "codegen/target_nvptx.cpp",
      "the nvptx target's butterfly shuffle has member mask 0xffff (half the warp)",
      "{b.getInt32(0xffffffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)}",

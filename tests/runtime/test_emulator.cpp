@@ -128,6 +128,27 @@ void ldmatrix_ref(tilec_emu_thread* c, void* const* args) {
   tilec_emu_store(c, &out[4 * lane], 16, r);
 }
 
+/* Thread t copies in[4t .. 4t+3] (16 bytes) into shared memory with cp.async (zero-filled for
+   odd t when args[2] says so), then, by args[1]: 0 commit, wait, barrier, read the
+   neighbour's copy; 1 no wait at all; 2 read its own copy before the wait; 3 wait but no
+   barrier before reading the neighbour's. out[t] = the neighbour's first value. */
+void cp_async_ref(tilec_emu_thread* c, void* const* args) {
+  const float* in = ARG(float*, 0);
+  int32_t mode = ARG(int32_t, 1), zero_odd = ARG(int32_t, 2);
+  float* out = ARG(float*, 3);
+  uint32_t t = tilec_emu_thread_id(c), n = tilec_emu_block_dim(c);
+  float* sm = (float*)tilec_emu_shared_base(c);
+  tilec_emu_cp_async(c, &sm[4 * t], &in[4 * t], zero_odd && (t & 1) ? 0 : 16, "cp_async_ref copy");
+  tilec_emu_cp_async_commit(c);
+  float v;
+  if (mode == 1) return;
+  if (mode == 2) tilec_emu_shared_load(c, &sm[4 * t], 4, &v, "cp_async_ref early read");
+  tilec_emu_cp_async_wait(c, 0);
+  if (mode != 3) tilec_emu_barrier(c, 0);
+  tilec_emu_shared_load(c, &sm[4 * ((t + 1) % n)], 4, &v, "cp_async_ref read");
+  tilec_emu_store(c, &out[t], 4, &v);
+}
+
 /* A 16-byte load from a 4-byte aligned address. */
 void misaligned(tilec_emu_thread* c, void* const* args) {
   const float* in = ARG(float*, 0);
@@ -379,6 +400,28 @@ TEST_CASE("emulator: ldmatrix hands out rows by PTX's ownership, transposed or n
         CHECK(out[size_t(4 * lane + mat)] == (lo | hi << 16));
       }
   }
+}
+
+TEST_CASE("emulator: cp.async copies land at the wait; a read before it or without the barrier is an error",
+          "[emulator][cp_async]") {
+  EmuModule m(manifest("cp_async_ref", {{"in", ptr(ScalarType::f32)}, {"mode", ScalarType::i32},
+                                        {"zero_odd", ScalarType::i32}, {"out", ptr(ScalarType::f32)}}, 64, 64 * 16));
+  std::vector<float> in(256), out(64);
+  for (int i = 0; i < 256; ++i) in[size_t(i)] = float(i + 1);
+  for (int zero_odd : {0, 1}) {
+    REQUIRE(error_of(m, {1, 1, 1}, {buf(in), Arg(std::int32_t(0)), Arg(std::int32_t(zero_odd)), buf(out)}) == "");
+    for (int t = 0; t < 64; ++t) {
+      int nb = (t + 1) % 64;
+      CHECK(out[size_t(t)] == (zero_odd && (nb & 1) ? 0.0f : in[size_t(4 * nb)]));
+    }
+  }
+  std::string e = error_of(m, {1, 1, 1}, {buf(in), Arg(std::int32_t(1)), Arg(std::int32_t(0)), buf(out)});
+  INFO(e);
+  CHECK(e.find("never waited for (cp.async at cp_async_ref copy)") != std::string::npos);
+  e = error_of(m, {1, 1, 1}, {buf(in), Arg(std::int32_t(2)), Arg(std::int32_t(0)), buf(out)});
+  CHECK(e.find("which no thread of the block has written (at cp_async_ref early read)") != std::string::npos);
+  e = error_of(m, {1, 1, 1}, {buf(in), Arg(std::int32_t(3)), Arg(std::int32_t(0)), buf(out)});
+  CHECK((e.find("shared-memory race") != std::string::npos || e.find("no thread of the block has written") != std::string::npos));
 }
 
 TEST_CASE("emulator: barriers not reached by every thread are reported, not hung", "[emulator]") {
