@@ -158,6 +158,17 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
   m.params = read_params(r, doc);
   m.specialization = read_values(r, doc, "specialization");
   m.problem = read_values(r, doc, "problem");
+  for (const auto& [name, value] : read_values(r, doc, "divisibility")) {
+    const std::int64_t* d = std::get_if<std::int64_t>(&value);
+    const toml::node* at = doc.at_path("divisibility").as_table()->get(name);
+    if (!d || *d < 2 || (*d & (*d - 1)) != 0)
+      r.fail(at, fmt::format("key 'divisibility.{}' must be a power of two from 2", name));
+    auto p = std::find_if(m.params.begin(), m.params.end(), [&](const ModuleParam& q) { return q.name == name; });
+    if (p == m.params.end() || p->type.is_pointer || p->type.element == ScalarType::i1 ||
+        p->type.element == ScalarType::f16 || p->type.element == ScalarType::bf16 || p->type.element == ScalarType::f32)
+      r.fail(at, fmt::format("key 'divisibility.{}' names no integer parameter", name));
+    m.divisibility[name] = *d;
+  }
   if (const toml::node* run = doc.get("run")) {
     if (!run->is_array()) r.fail(run, fmt::format("key 'run' must be an array of kernel names, got {}", node_kind(*run)));
     const toml::array& names = *run->as_array();
@@ -278,6 +289,10 @@ std::string format_manifest(const Manifest& m) {
     }
   };
   values("specialization", m.specialization);
+  if (!m.divisibility.empty()) {
+    out += "\n[divisibility]\n";
+    for (const auto& [name, d] : m.divisibility) out += fmt::format("{} = {}\n", key(name), d);
+  }
   if (!m.problem.empty()) values("problem", m.problem);
 
   if (m.ptxas)

@@ -24,6 +24,9 @@
 //   [specialization]            # template parameter values: integers or strings
 //   block = 1024
 //
+//   [divisibility]              # optional: integer parameters the code assumes a power of
+//   stride = 16                 # two divides; launching with another value is an error
+//
 //   [problem]                   # optional: the problem sizes it was compiled for (not matched;
 //   n = 4096                    # benchmarks run that problem)
 //
@@ -79,6 +82,9 @@ struct Manifest {
   // The --shape values the module was compiled with, choices by name: informational (a host
   // benchmark runs that problem); lookups match [specialization] only.
   std::map<std::string, SpecValue> problem;
+  // Integer parameters (by name) and a power of two the compiled code assumes divides each
+  // (CompileOptions::int_arg_divisibility); check_launch_args refuses other values.
+  std::map<std::string, std::int64_t> divisibility;
 
   // The folder the manifest was read from (not written); code paths are relative to it.
   std::filesystem::path dir;

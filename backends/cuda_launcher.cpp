@@ -18,10 +18,11 @@ std::unique_ptr<kernels::Launcher> make_cuda_launcher() {
   // is only of use on a device of exactly its arch; elsewhere the driver JITs the PTX.
   std::string arch = gpu_arch(d.name, d.major, d.minor);
   bool cubin = arch == d.arch();
-  auto compile = [arch, cubin](const ir::Function& fn, int num_warps) {
+  auto compile = [arch, cubin](const ir::Function& fn, int num_warps, const std::vector<interp::Arg>& args) {
     codegen::CompileOptions o;
     o.arch = arch;
     o.num_warps = num_warps;
+    o.int_arg_divisibility = kernels::int_arg_divisibility(fn, args);
     o.target = codegen::Target::nvptx;
     o.run_ptxas = cubin;
     return cached_module(fn, o, "cuda");

@@ -30,8 +30,10 @@ public:
     return *c;
   }
 
-  std::shared_ptr<const rt::EmuModule> module(const ir::Function& fn, int num_warps, EmuLowering lowering) {
+  std::shared_ptr<const rt::EmuModule> module(const ir::Function& fn, int num_warps, EmuLowering lowering,
+                                              const std::vector<interp::Arg>& args) {
     codegen::CompileOptions o;
+    o.int_arg_divisibility = kernels::int_arg_divisibility(fn, args);
     o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
     o.num_warps = num_warps;
     rt::Manifest manifest = cached_module(fn, o, "emu");
@@ -70,7 +72,7 @@ public:
       if (g < 1 || g > std::int64_t(UINT32_MAX))
         throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive", fn.name, grid[0], grid[1],
                                     grid[2]));
-    auto module = ModuleCache::get().module(fn, num_warps, lowering_);
+    auto module = ModuleCache::get().module(fn, num_warps, lowering_, args);
     std::vector<rt::Arg> rt_args;
     std::vector<std::string> names;
     for (size_t i = 0; i < args.size(); ++i) {

@@ -106,8 +106,11 @@ rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions
   static std::map<std::string, std::shared_future<rt::Manifest>> modules;
   static std::atomic<int> counter{0};
 
-  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={}\ncompiler={}\n", ir::print(fn),
-                                target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas, identity);
+  std::string divisibility;
+  for (const auto& [name, d] : opts.int_arg_divisibility) divisibility += fmt::format(" {}%{}", name, d);
+  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={} tensor_cores={} divisible:{}\ncompiler={}\n",
+                                ir::print(fn), target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas,
+                                opts.tensor_cores, divisibility, identity);
   std::promise<rt::Manifest> promise;
   std::shared_future<rt::Manifest> pending;
   {

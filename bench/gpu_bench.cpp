@@ -93,7 +93,7 @@ Result bench_module(const rt::Manifest& m, bool gpu, int repeats) {
       rt::Manifest other = rt::read_manifest(entry.path());
       here.emplace(other.kernel, std::move(other));
     }
-  auto source = [&](const tilec::ir::Function& fn, int) {
+  auto source = [&](const tilec::ir::Function& fn, int, const std::vector<tilec::interp::Arg>&) {
     auto it = here.find(fn.name);
     if (it == here.end())
       throw rt::ManifestError(fmt::format("{}: no module of kernel '{}', which a run of {} launches", m.dir.string(),

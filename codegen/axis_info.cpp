@@ -61,10 +61,11 @@ AxisInfo meet(const AxisInfo& a, const AxisInfo& b) {
 
 } // namespace
 
-AxisAnalysis::AxisAnalysis(const ir::Function& fn) {
+AxisAnalysis::AxisAnalysis(const ir::Function& fn, const std::map<std::string, int64_t>& int_arg_divisibility) {
   for (const Value* p : fn.params) {
     int64_t div = 1;
     if (p->type.is_ptr()) div = 16 / ir::dtype_bytes(p->type.dtype());
+    else if (auto it = int_arg_divisibility.find(p->name); it != int_arg_divisibility.end()) div = it->second;
     info_[p] = uniform(p, std::max<int64_t>(1, div));
   }
   visit_block(fn.body);

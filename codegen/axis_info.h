@@ -5,6 +5,8 @@
 // constancy (runs of equal values). Loads and stores use it to pick their
 // vector width and layout.
 #include <cstdint>
+#include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -19,7 +21,9 @@ struct AxisInfo {
 
 class AxisAnalysis {
 public:
-  explicit AxisAnalysis(const ir::Function& fn);
+  // `int_arg_divisibility`: integer parameters (by name) and a power of two the launch
+  // guarantees divides each (CompileOptions::int_arg_divisibility).
+  explicit AxisAnalysis(const ir::Function& fn, const std::map<std::string, int64_t>& int_arg_divisibility = {});
   const AxisInfo& at(const ir::Value* v) const;
 
 private:

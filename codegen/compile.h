@@ -2,6 +2,7 @@
 // Tile IR -> LLVM IR -> PTX -> cubin (or, for the emulator, a host shared
 // library). Each stage is a function so `tilec ir --stage` can print any of
 // them; compile() runs them all. This header includes no LLVM header.
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,12 @@ struct CompileOptions {
   // sm_80 and later; the emulator executes it with the same fragment ownership). Off: every
   // dot runs on CUDA cores, as dots of other dtypes always do.
   bool tensor_cores = true;
+  // Integer parameters, by name, that the launch guarantees a power of two divides (16: the
+  // specialization launchers make, as Triton's does, for arguments that are multiples of
+  // 16): index arithmetic from them is known aligned, so a runtime row stride gives vector
+  // loads. A module compiled with it records it (Manifest::int_arg_divisibility) and its
+  // launch checks the arguments.
+  std::map<std::string, int64_t> int_arg_divisibility;
 };
 
 // Figures from `ptxas -v`.

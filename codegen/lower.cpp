@@ -75,7 +75,7 @@ constexpr CompareRow kCompare[] = {
 class Lowering {
 public:
   Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
-      : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn),
+      : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility),
         plan_(fn, axis_, opts.num_warps), b_(c_), pb_(c_) {}
 
   LoweringStats run();

@@ -71,6 +71,7 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.threads_per_block = k.threads_per_block;
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;
+  m.divisibility = opts.int_arg_divisibility;
   m.compiler_version = "tilec " TILEC_VERSION;
   m.ir_hash = ir_hash(fn);
   if (run.size() > 1) m.run = run;

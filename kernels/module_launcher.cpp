@@ -89,8 +89,8 @@ public:
   }
 
 private:
-  const rt::LoadedModule& loaded(const ir::Function& fn, int num_warps) {
-    rt::Manifest m = source_(fn, num_warps);
+  const rt::LoadedModule& loaded(const ir::Function& fn, int num_warps, const std::vector<interp::Arg>& args) {
+    rt::Manifest m = source_(fn, num_warps, args);
     std::string key = (m.dir / m.kernel).string() + "|" + m.ir_hash + "|" + m.arch;
     auto it = modules_.find(key);
     if (it == modules_.end()) it = modules_.emplace(key, rt::LoadedModule::load(m)).first;
@@ -105,7 +105,7 @@ private:
         throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive and fit 32 bits", fn.name,
                                     grid[0], grid[1], grid[2]));
     Prepared p;
-    p.module = &loaded(fn, num_warps);
+    p.module = &loaded(fn, num_warps, args);
     const rt::Manifest& m = p.module->manifest();
     if (m.params.size() != args.size())
       throw UserError(fmt::format("module {} of kernel '{}' takes {} arguments, the launch gives {}", m.dir.string(),
@@ -157,6 +157,16 @@ rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
   case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
   }
   internal_fail("unknown scalar type");
+}
+
+std::map<std::string, int64_t> int_arg_divisibility(const ir::Function& fn, const std::vector<interp::Arg>& args) {
+  std::map<std::string, int64_t> r;
+  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i) {
+    const ir::Type& t = fn.params[i]->type;
+    if (t.is_ptr() || !ir::is_int(t.dtype()) || t.dtype() == ir::DType::i1 || args[i].buffer) continue;
+    if (args[i].i % 16 == 0) r[fn.params[i]->name] = 16;
+  }
+  return r;
 }
 
 std::unique_ptr<Launcher> make_module_launcher(ModuleSource source, bool gpu, std::string backend) {

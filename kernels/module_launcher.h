@@ -6,6 +6,7 @@
 // before and down after each launch on the GPU, the host buffers themselves on the emulator.
 // On the GPU time_ms is the kernel's time between two events, not the copies.
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "abi/manifest.h"
@@ -19,7 +20,13 @@ namespace tilec::kernels {
 rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a);
 
 // The module of `kernel` launched with `num_warps` warps per program.
-using ModuleSource = std::function<rt::Manifest(const ir::Function& kernel, int num_warps)>;
+using ModuleSource =
+    std::function<rt::Manifest(const ir::Function& kernel, int num_warps, const std::vector<interp::Arg>& args)>;
+
+// The integer parameters of `fn` whose arguments are multiples of 16 (0 included), by name,
+// each mapped to 16: what a launch specializes a module on (CompileOptions::
+// int_arg_divisibility), as Triton's launcher specializes on divisibility by 16.
+std::map<std::string, int64_t> int_arg_divisibility(const ir::Function& fn, const std::vector<interp::Arg>& args);
 
 // On the GPU (device 0; BackendUnavailable without one) when `gpu`, else on the CPU emulator
 // (the modules' arch is then "host"). `backend` is what backend() reports.

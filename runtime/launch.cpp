@@ -28,6 +28,18 @@ std::string Arg::describe() const {
   return fmt::format("a scalar {}", scalar_type_name(type_));
 }
 
+// An integer scalar argument's value, sign-extended from its type.
+std::int64_t scalar_int_value(const Arg& a) {
+  std::uint64_t b = a.bits();
+  switch (a.scalar_type()) {
+  case ScalarType::i1: return std::int64_t(b & 1);
+  case ScalarType::i8: return std::int8_t(b);
+  case ScalarType::i16: return std::int16_t(b);
+  case ScalarType::i32: return std::int32_t(b);
+  default: return std::int64_t(b);
+  }
+}
+
 void check_launch_args(const Manifest& m, std::span<const Arg> args) {
   if (args.size() != m.params.size()) {
     std::string names;
@@ -47,6 +59,19 @@ void check_launch_args(const Manifest& m, std::span<const Arg> args) {
       throw LaunchArgumentError(fmt::format(
           "kernel '{}' parameter '{}' (argument {} of {}) is {}{}, got {}", m.kernel, p.name, i + 1,
           args.size(), p.type.str(), p.type.is_pointer ? " and needs a buffer" : "", a.describe()));
+    // Generated code assumes 16-byte aligned buffers (ir/SEMANTICS.md): vector accesses.
+    if (p.type.is_pointer && a.bits() % 16 != 0)
+      throw LaunchArgumentError(fmt::format("kernel '{}' parameter '{}': the buffer at address {:#x} is not 16-byte "
+                                            "aligned, which tilec's code assumes of every pointer argument",
+                                            m.kernel, p.name, a.bits()));
+    if (auto it = m.divisibility.find(p.name); it != m.divisibility.end()) {
+      std::int64_t v = scalar_int_value(a);
+      if (v % it->second != 0)
+        throw LaunchArgumentError(fmt::format(
+            "kernel '{}' parameter '{}' = {}: this module was compiled for values divisible by {} (its "
+            "[divisibility] table); compile one without that assumption for this value",
+            m.kernel, p.name, v, it->second));
+    }
   }
 }
 

@@ -75,5 +75,7 @@ private:
 // Throws LaunchArgumentError unless `args` match `m.params` in count and, one by one, in kind
 // (a pointer parameter takes a buffer) and scalar type; the message names the parameter.
 void check_launch_args(const Manifest& m, std::span<const Arg> args);
+// An integer scalar argument's value, sign-extended from its type.
+std::int64_t scalar_int_value(const Arg& a);
 
 } // namespace tilec::rt

@@ -78,3 +78,17 @@ TEST_CASE("launch arguments are checked against the manifest's parameters", "[ru
                     "kernel 'vector_add' parameter 'n' (argument 4 of 4) is i32, got a buffer "
                     "(64 bytes)");
 }
+
+TEST_CASE("pointer arguments must be 16-byte aligned; [divisibility] parameters must divide", "[runtime]") {
+  Manifest m = vector_add();
+  Arg x = Arg::buffer(0x1000, 64), y = Arg::buffer(0x2000, 64), out = Arg::buffer(0x3000, 64);
+  std::vector<Arg> misaligned = {x, Arg::buffer(0x2008, 64), out, std::int32_t{16}};
+  CHECK_THROWS_WITH(check_launch_args(m, misaligned),
+                    Catch::Contains("parameter 'y': the buffer at address 0x2008 is not 16-byte aligned"));
+  m.divisibility["n"] = 16;
+  std::vector<Arg> ok = {x, y, out, std::int32_t{-32}};
+  CHECK_NOTHROW(check_launch_args(m, ok));
+  std::vector<Arg> bad = {x, y, out, std::int32_t{100}};
+  CHECK_THROWS_WITH(check_launch_args(m, bad), Catch::Contains("parameter 'n' = 100") &&
+                                                   Catch::Contains("compiled for values divisible by 16"));
+}

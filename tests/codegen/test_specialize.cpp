@@ -1,0 +1,92 @@
+// Integer arguments specialized on divisibility by 16, as Triton's launcher does: a row
+// stride passed at run time gives 16-byte vector loads when it is a multiple of 16, the
+// module records the assumption, and its launch refuses a value that breaks it.
+#include <catch2/catch.hpp>
+
+#include "backends/launchers.h"
+#include "codegen/compile.h"
+#include "codegen/module.h"
+#include "dsl/dsl.h"
+#include "interp/interpreter.h"
+#include "kernels/launcher.h"
+#include "kernels/module_launcher.h"
+#include "runtime/emulator.h"
+#include "tests/runtime/helpers.h"
+
+using namespace tilec;
+using namespace tilec::dsl;
+using ir::DType;
+
+namespace {
+
+// out[r, c] = x[r * stride + c] for a [4, 64] f16 tile: the row stride is a runtime integer.
+ir::Kernel strided_copy() {
+  KernelBuilder kb("strided_copy");
+  auto x = kb.arg(ptr_to(DType::f16), "x");
+  auto out = kb.arg(ptr_to(DType::f16), "out");
+  auto stride = kb.arg(ElemType{DType::i32, false}, "stride");
+  auto r = arange(0, 4), c = arange(0, 64);
+  store(out + r.col() * 64 + c.row(), load(x + r.col() * stride + c.row()));
+  return kb.finish();
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("a runtime stride that is a multiple of 16 gives vector loads", "[codegen][specialize]") {
+  ir::Kernel k = strided_copy();
+  codegen::CompileOptions o;
+  o.num_warps = 1;
+  std::string plain = codegen::compile(*k, o).ptx;
+  o.int_arg_divisibility = {{"stride", 16}};
+  std::string spec = codegen::compile(*k, o).ptx;
+  INFO(plain << "\n----\n" << spec);
+  // Unspecialized, each 16-byte chunk checks its alignment at run time (a vector and a
+  // scalar path); specialized, only the vector path is left.
+  CHECK(count(spec, "ld.global.v4") >= 1);
+  CHECK(count(spec, "ld.global.b16") + count(spec, "ld.global.u16") == 0);
+  CHECK(count(plain, "ld.global.b16") + count(plain, "ld.global.u16") >= 8);
+  CHECK(kernels::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(128)}) ==
+        std::map<std::string, int64_t>{{"stride", 16}});
+  CHECK(kernels::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(100)}).empty());
+}
+
+TEST_CASE("launches specialize on the stride they pass and stay correct either way", "[codegen][specialize][emulator]") {
+  ir::Kernel k = strided_copy();
+  for (int64_t stride : {64, 100, 128}) {
+    INFO("stride " << stride);
+    interp::Buffer x("x", DType::f16, size_t(4 * stride)), want("out", DType::f16, 256), got("out", DType::f16, 256);
+    for (size_t i = 0; i < x.count(); ++i) x.set(i, double(i % 97) / 8);
+    auto args = [&](interp::Buffer& o) {
+      return std::vector<interp::Arg>{interp::Arg::of(x), interp::Arg::of(o), interp::Arg::of_int(stride)};
+    };
+    kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
+    backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, args(got));
+    CHECK(got.bytes == want.bytes);
+  }
+}
+
+TEST_CASE("a module compiled for a divisible argument records it and refuses other values", "[codegen][specialize]") {
+  rt::test::TempDir dir;
+  ir::Kernel k = strided_copy();
+  codegen::CompileOptions o;
+  o.target = codegen::Target::emu;
+  o.num_warps = 1;
+  o.int_arg_divisibility = {{"stride", 16}};
+  rt::Manifest m = codegen::write_module(*k, codegen::compile(*k, o), o, {}, dir.path, "strided_copy");
+  CHECK(rt::read_manifest(dir.path / "strided_copy.toml").divisibility == std::map<std::string, std::int64_t>{{"stride", 16}});
+  rt::EmuModule mod(m);
+  std::vector<std::uint16_t> x(4 * 100), out(256);
+  auto buf = [](std::vector<std::uint16_t>& v) {
+    return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
+  };
+  std::vector<rt::Arg> good = {buf(x), buf(out), std::int32_t{64}};
+  CHECK_NOTHROW(mod.launch({1, 1, 1}, good));
+  std::vector<rt::Arg> bad = {buf(x), buf(out), std::int32_t{100}};
+  CHECK_THROWS_WITH(mod.launch({1, 1, 1}, bad), Catch::Contains("parameter 'stride' = 100"));
+}
