@@ -110,6 +110,12 @@ std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
                          "bf16 f32, or ptr<T> of one)",
                          path, type));
     p.type = *parsed;
+    std::string access = r.string(t, "access", path + ".access", &t, false);
+    if (!access.empty() && access != "read" && access != "write")
+      r.fail(t.get("access"), fmt::format("key '{}.access' is '{}', not \"read\" or \"write\"", path, access));
+    if (access == "read" && !p.type.is_pointer)
+      r.fail(t.get("access"), fmt::format("key '{}.access': only a pointer parameter has an access", path));
+    p.read_only = access == "read";
     for (const ModuleParam& earlier : params)
       if (earlier.name == p.name)
         r.fail(t.get("name"),
@@ -277,7 +283,8 @@ std::string format_manifest(const Manifest& m) {
     out += fmt::format("emulator = {}\n", quote(m.emulator.generic_string()));
 
   for (const ModuleParam& p : m.params)
-    out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n", quote(p.name), quote(p.type.str()));
+    out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n{}", quote(p.name), quote(p.type.str()),
+                       p.read_only ? "access = \"read\"\n" : "");
 
   auto values = [&](const char* table, const std::map<std::string, SpecValue>& vs) {
     out += fmt::format("\n[{}]\n", table);

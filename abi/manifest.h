@@ -20,6 +20,8 @@
 //   [[params]]                  # in launch order
 //   name = "x"
 //   type = "ptr<f32>"           # i1 i8 i16 i32 i64 f16 bf16 f32, or ptr<T>
+//   access = "read"             # optional, pointers: the kernel never writes through it
+//                               # (absent: it may); a written buffer may overlap no other
 //
 //   [specialization]            # template parameter values: integers or strings
 //   block = 1024
@@ -52,6 +54,7 @@ namespace tilec::rt {
 struct ModuleParam {
   std::string name;
   ParamType type;
+  bool read_only = false; // a pointer the kernel only reads through (access = "read")
   bool operator==(const ModuleParam&) const = default;
 };
 

@@ -32,6 +32,7 @@
 
 #include "abi/limits.h"
 #include "codegen/lower.h"
+#include "ir/param_access.h"
 #include "codegen/target.h"
 
 extern "C" {
@@ -119,6 +120,21 @@ void verify(const llvm::Module& m, const std::string& what) {
   if (llvm::verifyModule(m, &os)) internal_fail(fmt::format("{}: invalid LLVM IR: {}", what, s));
 }
 
+// Pointer parameters are noalias (the launch refuses a written buffer overlapping another:
+// rt::check_launch_args) and those the kernel never writes through are readonly too, so
+// LLVM may keep loads from them across stores to others.
+void mark_pointer_params(const ir::Function& fn, llvm::Module& m) {
+  std::vector<ir::ParamAccess> access = ir::param_access(fn);
+  for (llvm::Function& f : m) {
+    if (f.getCallingConv() != llvm::CallingConv::PTX_Kernel) continue;
+    for (llvm::Argument& a : f.args()) {
+      if (!a.getType()->isPointerTy() || a.getArgNo() >= access.size()) continue;
+      a.addAttr(llvm::Attribute::NoAlias);
+      if (access[a.getArgNo()] == ir::ParamAccess::read) a.addAttr(llvm::Attribute::ReadOnly);
+    }
+  }
+}
+
 std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const CompileOptions& o,
                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
                                            LoweringStats& stats) {
@@ -127,6 +143,7 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
   m->setDataLayout(tm.createDataLayout());
   auto hooks = o.target == Target::emu ? make_emu_hooks() : make_nvptx_hooks();
   stats = lower_kernel(fn, o, *hooks, *m);
+  if (o.target == Target::nvptx) mark_pointer_params(fn, *m);
   verify(*m, "kernel " + fn.name);
   if (o.target == Target::emu_nvptx) {
     retarget_nvptx_for_emulator(*m);

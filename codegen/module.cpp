@@ -1,4 +1,5 @@
 #include "codegen/module.h"
+#include "ir/param_access.h"
 
 #include <fmt/format.h>
 
@@ -67,7 +68,9 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.kernel = fn.name;
   m.symbol = k.symbol;
   m.arch = opts.target == Target::nvptx ? opts.arch : "host";
-  for (const ir::Value* p : fn.params) m.params.push_back({p->name, param_type(p->type)});
+  std::vector<ir::ParamAccess> access = ir::param_access(fn);
+  for (size_t i = 0; i < fn.params.size(); ++i)
+    m.params.push_back({fn.params[i]->name, param_type(fn.params[i]->type), access[i] == ir::ParamAccess::read});
   m.threads_per_block = k.threads_per_block;
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;

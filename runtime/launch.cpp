@@ -64,6 +64,19 @@ void check_launch_args(const Manifest& m, std::span<const Arg> args) {
       throw LaunchArgumentError(fmt::format("kernel '{}' parameter '{}': the buffer at address {:#x} is not 16-byte "
                                             "aligned, which tilec's code assumes of every pointer argument",
                                             m.kernel, p.name, a.bits()));
+    // The code treats pointer parameters as noalias: a written buffer overlaps no other.
+    if (p.type.is_pointer && a.buffer_bytes() > 0)
+      for (std::size_t j = 0; j < i; ++j) {
+        const Arg& o = args[j];
+        if (!m.params[j].type.is_pointer || o.buffer_bytes() == 0) continue;
+        if (p.read_only && m.params[j].read_only) continue;
+        bool overlap = a.bits() < o.bits() + o.buffer_bytes() && o.bits() < a.bits() + a.buffer_bytes();
+        if (overlap)
+          throw LaunchArgumentError(fmt::format(
+              "kernel '{}': buffers '{}' and '{}' overlap and the kernel writes {}; tilec's code assumes a "
+              "written buffer overlaps no other (pass separate buffers)",
+              m.kernel, m.params[j].name, p.name, p.read_only ? "'" + m.params[j].name + "'" : "'" + p.name + "'"));
+      }
     if (auto it = m.divisibility.find(p.name); it != m.divisibility.end()) {
       std::int64_t v = scalar_int_value(a);
       if (v % it->second != 0)

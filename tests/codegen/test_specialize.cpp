@@ -9,6 +9,7 @@
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "kernels/launcher.h"
+#include "ir/param_access.h"
 #include "kernels/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
@@ -48,9 +49,14 @@ TEST_CASE("a runtime stride that is a multiple of 16 gives vector loads", "[code
   INFO(plain << "\n----\n" << spec);
   // Unspecialized, each 16-byte chunk checks its alignment at run time (a vector and a
   // scalar path); specialized, only the vector path is left.
-  CHECK(count(spec, "ld.global.v4") >= 1);
-  CHECK(count(spec, "ld.global.b16") + count(spec, "ld.global.u16") == 0);
-  CHECK(count(plain, "ld.global.b16") + count(plain, "ld.global.u16") >= 8);
+  // (x is read-only, so its loads take the non-coherent path: ld.global.nc.)
+  auto scalar16 = [&](const std::string& ptx) {
+    return count(ptx, "ld.global.nc.b16") + count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.b16") +
+           count(ptx, "ld.global.u16");
+  };
+  CHECK(count(spec, "ld.global.nc.v4") + count(spec, "ld.global.v4") >= 1);
+  CHECK(scalar16(spec) == 0);
+  CHECK(scalar16(plain) >= 8);
   CHECK(kernels::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(128)}) ==
         std::map<std::string, int64_t>{{"stride", 16}});
   CHECK(kernels::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(100)}).empty());
@@ -89,4 +95,23 @@ TEST_CASE("a module compiled for a divisible argument records it and refuses oth
   CHECK_NOTHROW(mod.launch({1, 1, 1}, good));
   std::vector<rt::Arg> bad = {buf(x), buf(out), std::int32_t{100}};
   CHECK_THROWS_WITH(mod.launch({1, 1, 1}, bad), Catch::Contains("parameter 'stride' = 100"));
+}
+
+TEST_CASE("pointer parameters: read-only ones are marked so, every one noalias, and manifests say which", "[codegen][specialize]") {
+  ir::Kernel k = strided_copy();
+  std::vector<ir::ParamAccess> access = ir::param_access(*k);
+  CHECK(access == std::vector<ir::ParamAccess>{ir::ParamAccess::read, ir::ParamAccess::write, ir::ParamAccess::none});
+  codegen::CompileOptions o;
+  o.num_warps = 1;
+  codegen::LoweredKernel l = codegen::lower_to_llvm(*k, o);
+  INFO(l.llvm_ir);
+  CHECK(l.llvm_ir.find("noalias readonly") != std::string::npos);
+  codegen::CompiledKernel ck = codegen::compile(*k, o);
+  CHECK(ck.ptx.find("ld.global.nc") != std::string::npos); // the read-only data path
+  rt::test::TempDir dir;
+  rt::Manifest m = codegen::write_module(*k, ck, o, {}, dir.path, "strided_copy");
+  rt::Manifest back = rt::read_manifest(dir.path / "strided_copy.toml");
+  REQUIRE(back.params.size() == 3);
+  CHECK(back.params[0].read_only);
+  CHECK_FALSE(back.params[1].read_only);
 }

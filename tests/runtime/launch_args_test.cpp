@@ -92,3 +92,16 @@ TEST_CASE("pointer arguments must be 16-byte aligned; [divisibility] parameters 
   CHECK_THROWS_WITH(check_launch_args(m, bad), Catch::Contains("parameter 'n' = 100") &&
                                                    Catch::Contains("compiled for values divisible by 16"));
 }
+
+TEST_CASE("a written buffer may overlap no other; read-only buffers may overlap each other", "[runtime]") {
+  Manifest m = vector_add();
+  m.params[0].read_only = m.params[1].read_only = true; // x and y are read, out is written
+  Arg x = Arg::buffer(0x1000, 64), n = std::int32_t{16};
+  std::vector<Arg> same_inputs = {x, x, Arg::buffer(0x3000, 64), n};
+  CHECK_NOTHROW(check_launch_args(m, same_inputs));
+  std::vector<Arg> in_place = {x, Arg::buffer(0x2000, 64), Arg::buffer(0x1020, 64), n};
+  CHECK_THROWS_WITH(check_launch_args(m, in_place),
+                    Catch::Contains("buffers 'x' and 'out' overlap and the kernel writes 'out'"));
+  std::vector<Arg> adjacent = {x, Arg::buffer(0x2000, 64), Arg::buffer(0x1040, 64), n};
+  CHECK_NOTHROW(check_launch_args(m, adjacent));
+}
