@@ -22,8 +22,8 @@ struct PtxLoop {
 // is one loop ending at the last of them.
 std::vector<PtxLoop> ptx_loops(const std::string& ptx);
 
-// The outermost loop that loads from global memory (a kernel's main loop: the K/V loop of
-// paged attention), or nullptr when there is none.
+// The outermost loop that reads global memory, with loads or asynchronous copies (a
+// kernel's main loop: the K/V loop of paged attention), or nullptr when there is none.
 const PtxLoop* main_loop(const std::vector<PtxLoop>& loops);
 
 } // namespace tilec::codegen

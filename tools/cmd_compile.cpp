@@ -113,7 +113,7 @@ Action add_compile(CLI::App& app, Common& common) {
       std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
       if (const codegen::PtxLoop* l = codegen::main_loop(loops))
         say(common, fmt::format("  main loop: {} PTX instructions per trip ({} mma, {} cp.async, {} global loads{})",
-                                l->instructions, l->count("mma"), l->count("cp.async.c"), l->count("ld.global"),
+                                l->instructions, l->count("mma"), (l->count("cp.async.cg") + l->count("cp.async.ca")), l->count("ld.global"),
                                 l->inner_loops ? fmt::format(", {} inner loops counted once", l->inner_loops) : ""));
     }
     if (common.json) {
@@ -137,7 +137,7 @@ Action add_compile(CLI::App& app, Common& common) {
       std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
       if (const codegen::PtxLoop* l = codegen::main_loop(loops)) {
         j.integer("loop_instructions", l->instructions).integer("loop_inner_loops", l->inner_loops);
-        j.integer("loop_mma", l->count("mma")).integer("loop_cp_async", l->count("cp.async.c"));
+        j.integer("loop_mma", l->count("mma")).integer("loop_cp_async", (l->count("cp.async.cg") + l->count("cp.async.ca")));
       } else {
         j.null("loop_instructions").null("loop_inner_loops").null("loop_mma").null("loop_cp_async");
       }
