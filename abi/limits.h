@@ -16,4 +16,13 @@ inline std::string num_warps_error(int64_t num_warps) {
   return "num_warps=" + std::to_string(num_warps) + ": must be a power of two from 1 to 32";
 }
 
+// The most dynamic shared memory one block may use on `arch` (with the opt-in attribute the
+// runtime sets): sm_80 163 KiB, sm_86 and sm_89 99 KiB, sm_90 227 KiB; 0 for an unknown arch.
+inline int64_t max_shared_bytes(const std::string& arch) {
+  if (arch == "sm_80") return 163 * 1024;
+  if (arch == "sm_86" || arch == "sm_89") return 99 * 1024;
+  if (arch == "sm_90") return 227 * 1024;
+  return 0;
+}
+
 } // namespace tilec

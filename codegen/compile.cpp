@@ -318,6 +318,9 @@ CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
   r.threads_per_block = r.stats.threads_per_block;
   r.shared_bytes = r.stats.shared_bytes;
   if (!runs_on_emulator(opts.target)) {
+    if (int64_t limit = max_shared_bytes(opts.arch); limit > 0 && r.shared_bytes > limit)
+      throw UserError(fmt::format("kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}",
+                                  fn.name, r.shared_bytes, opts.arch, limit));
     r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
     if (opts.run_ptxas)
       if (auto ptxas = find_ptxas()) {

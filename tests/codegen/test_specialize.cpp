@@ -115,3 +115,20 @@ TEST_CASE("pointer parameters: read-only ones are marked so, every one noalias, 
   CHECK(back.params[0].read_only);
   CHECK_FALSE(back.params[1].read_only);
 }
+
+TEST_CASE("a kernel needing more shared memory than the arch has is an error with the numbers", "[codegen][limits]") {
+  KernelBuilder kb("big_transpose");
+  auto x = kb.arg(ptr_to(DType::f32), "x");
+  auto out = kb.arg(ptr_to(DType::f32), "out");
+  auto r = arange(0, 256), c = arange(0, 256);
+  store(out + r.col() * 256 + c.row(), trans(load(x + r.col() * 256 + c.row())));
+  ir::Kernel k = kb.finish();
+  codegen::CompileOptions o;
+  o.arch = "sm_86";
+  o.num_warps = 8;
+  o.run_ptxas = false;
+  CHECK_THROWS_WITH(codegen::compile(*k, o), Catch::Contains("kernel 'big_transpose' needs") &&
+                                                Catch::Contains("bytes of shared memory per block; sm_86 allows at most 101376"));
+  o.target = codegen::Target::emu; // the emulator has no such limit
+  CHECK_NOTHROW(codegen::compile(*k, o));
+}
