@@ -66,6 +66,7 @@ AxisAnalysis::AxisAnalysis(const ir::Function& fn, const std::map<std::string, i
     int64_t div = 1;
     if (p->type.is_ptr()) div = 16 / ir::dtype_bytes(p->type.dtype());
     else if (auto it = int_arg_divisibility.find(p->name); it != int_arg_divisibility.end()) div = it->second;
+    if (!p->type.is_ptr()) div = std::max(div, p->multiple_of); // the kernel's own promise
     info_[p] = uniform(p, std::max<int64_t>(1, div));
   }
   visit_block(fn.body);

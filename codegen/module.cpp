@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <regex>
 
 #include <unistd.h>
@@ -75,6 +77,8 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;
   m.divisibility = opts.int_arg_divisibility;
+  for (const ir::Value* p : fn.params)
+    if (p->multiple_of) m.divisibility[p->name] = std::max(m.divisibility[p->name], p->multiple_of);
   m.compiler_version = "tilec " TILEC_VERSION;
   m.ir_hash = ir_hash(fn);
   if (run.size() > 1) m.run = run;

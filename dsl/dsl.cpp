@@ -348,6 +348,17 @@ Tile trans(const Tile& t, Loc loc) {
   return at(loc).permute(t.value(), {1, 0});
 }
 
+Tile multiple_of(const Tile& param, int64_t n, Loc loc) {
+  ir::Value* v = need(param, loc, "multiple_of");
+  if (v->def || (v->owner && v->owner->parent)) // a loop's block argument has a parent op
+    fail(loc, "multiple_of: only a kernel parameter (KernelBuilder::arg) takes the promise");
+  if (!v->type.is_scalar() || v->type.is_ptr() || !ir::is_int(v->type.dtype()) || v->type.dtype() == ir::DType::i1)
+    fail(loc, fmt::format("multiple_of: needs an integer scalar parameter, got {}", v->type.str()));
+  if (n < 2 || (n & (n - 1)) != 0) fail(loc, fmt::format("multiple_of: {} is not a power of two from 2", n));
+  v->multiple_of = n;
+  return param;
+}
+
 // --- memory
 
 Tile load(const Tile& ptr, Loc loc) {

@@ -141,6 +141,10 @@ Tile expand_dims(const Tile& t, int axis, Loc loc = Loc::current());
 Tile reshape(const Tile& t, Shape shape, Loc loc = Loc::current());
 Tile permute(const Tile& t, std::vector<int64_t> perm, Loc loc = Loc::current());
 Tile trans(const Tile& t, Loc loc = Loc::current()); // swaps the two dims of a 2-d tile
+// Promises that an integer kernel parameter is always a multiple of `n` (a power of two),
+// like Triton's tl.multiple_of: index arithmetic from it counts as aligned, so a row stride
+// can give vector loads. Launches check the promise. Returns `param`.
+Tile multiple_of(const Tile& param, int64_t n, Loc loc = Loc::current());
 
 // --- memory (mask, other and value broadcast to the address tile's shape)
 Tile load(const Tile& ptr, Loc loc = Loc::current());

@@ -333,6 +333,9 @@ void Machine::bind(const std::vector<Arg>& args) {
       v.f = {round_exact(a.f, t)};
     } else {
       if (wrap(a.i, t) != a.i) fail(fmt::format("{} was given {}, which does not fit", what, a.i));
+      if (p->multiple_of && a.i % p->multiple_of != 0)
+        fail(fmt::format("{} was given {}, not a multiple of {} as the kernel declares (multiple_of)", what, a.i,
+                         p->multiple_of));
       v.i = {a.i};
     }
   }

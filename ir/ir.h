@@ -50,6 +50,9 @@ public:
   Op* def = nullptr;       // the op that produced it, or null for a block argument
   Block* owner = nullptr;  // for block arguments: the block
   std::string name;        // a hint kept for kernel parameters ("x", "n")
+  // Integer kernel parameters: a power of two the caller promises divides the argument
+  // (dsl::multiple_of; printed `multiple_of N`); 0: no promise. Launches check it.
+  int64_t multiple_of = 0;
 };
 
 // Constant payload: ints are kept exactly, floats as double.

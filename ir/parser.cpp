@@ -68,7 +68,9 @@ public:
         expect_punct(':', "':' after the parameter name");
         Type t = parse_type();
         // A numbered parameter had no usable name; the printer numbers it again.
-        define(p, fn_->add_param(is_all_digits(p.str) ? "" : p.str, std::move(t)));
+        Value* param = fn_->add_param(is_all_digits(p.str) ? "" : p.str, std::move(t));
+        if (accept_keyword("multiple_of")) param->multiple_of = parse_int("a power of two after 'multiple_of'");
+        define(p, param);
         if (accept_punct(',')) continue;
         expect_punct(')', "',' or ')' after a parameter");
         break;

@@ -72,6 +72,7 @@ public:
     for (size_t i = 0; i < fn_.params.size(); ++i) {
       if (i) out_ += ", ";
       out_ += fmt::format("{}: {}", ref(fn_.params[i]), type_str(fn_.params[i]));
+      if (fn_.params[i]->multiple_of) out_ += fmt::format(" multiple_of {}", fn_.params[i]->multiple_of);
     }
     out_ += ") {\n";
     print_ops(fn_.body, 1);

@@ -96,6 +96,11 @@ private:
       }
       if (p->def)
         report_kernel(fmt::format("parameter {} is also the result of an op", describe(p)));
+      if (p->multiple_of != 0 &&
+          (p->multiple_of < 2 || (p->multiple_of & (p->multiple_of - 1)) != 0 || !p->type.is_scalar() ||
+           p->type.is_ptr() || !is_int(p->type.dtype()) || p->type.dtype() == DType::i1))
+        report_kernel(fmt::format("parameter {}: multiple_of {} needs an integer scalar and a power of two from 2",
+                                  describe(p), p->multiple_of));
       if (p->name.empty()) {
         report_kernel(fmt::format("parameter {} {} has no name", i, describe(p)));
       } else if (auto [it, fresh] = by_name.emplace(p->name, p); !fresh) {

@@ -10,6 +10,8 @@
 #include "interp/interpreter.h"
 #include "kernels/launcher.h"
 #include "ir/param_access.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
 #include "kernels/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
@@ -131,4 +133,49 @@ TEST_CASE("a kernel needing more shared memory than the arch has is an error wit
                                                 Catch::Contains("bytes of shared memory per block; sm_86 allows at most 101376"));
   o.target = codegen::Target::emu; // the emulator has no such limit
   CHECK_NOTHROW(codegen::compile(*k, o));
+}
+
+namespace {
+
+// strided_copy with the stride promised a multiple of 8 in the kernel itself.
+ir::Kernel strided_copy_promised() {
+  KernelBuilder kb("strided_copy");
+  auto x = kb.arg(ptr_to(DType::f16), "x");
+  auto out = kb.arg(ptr_to(DType::f16), "out");
+  auto stride = multiple_of(kb.arg(ElemType{DType::i32, false}, "stride"), 8);
+  auto r = arange(0, 4), c = arange(0, 64);
+  store(out + r.col() * 64 + c.row(), load(x + r.col() * stride + c.row()));
+  return kb.finish();
+}
+
+} // namespace
+
+TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives vector loads, and is checked",
+          "[codegen][specialize]") {
+  ir::Kernel k = strided_copy_promised();
+  std::string printed = ir::print(*k);
+  INFO(printed);
+  CHECK(printed.find("stride: i32 multiple_of 8") != std::string::npos);
+  CHECK(ir::print(*ir::parse(printed)) == printed);
+  codegen::CompileOptions o;
+  o.num_warps = 1;
+  std::string ptx = codegen::compile(*k, o).ptx;
+  CHECK(count(ptx, "ld.global.nc.v4") >= 1);
+  CHECK(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.b16") == 0);
+  // Interpreter and emulator refuse an argument that breaks the promise.
+  interp::Buffer x("x", DType::f16, 4 * 100), out("out", DType::f16, 256);
+  std::vector<interp::Arg> bad = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(100)};
+  CHECK_THROWS_WITH(kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, bad),
+                    Catch::Contains("was given 100, not a multiple of 8"));
+  CHECK_THROWS_WITH(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, bad),
+                    Catch::Contains("parameter 'stride' = 100"));
+  std::vector<interp::Arg> good = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(72)};
+  CHECK_NOTHROW(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, good));
+  // The DSL refuses a promise on anything but an integer parameter.
+  KernelBuilder kb("bad_promise");
+  auto f = kb.arg(ptr_to(DType::f32), "f");
+  CHECK_THROWS_WITH(multiple_of(f, 16), Catch::Contains("needs an integer scalar parameter"));
+  auto n = kb.arg(ElemType{DType::i32, false}, "n");
+  CHECK_THROWS_WITH(multiple_of(n, 12), Catch::Contains("12 is not a power of two"));
+  CHECK_THROWS_WITH(multiple_of(n + 1, 16), Catch::Contains("only a kernel parameter"));
 }
