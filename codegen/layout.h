@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ir.h"
 #include "ir/types.h"
 
 namespace tilec::codegen {
@@ -66,6 +67,9 @@ Layout access_layout(const ir::Shape& shape, int contig_dim, int vec, int num_wa
 // The layout for a value with no memory access to anchor it.
 Layout default_layout(const ir::Shape& shape, int elem_bytes, int num_warps);
 // The output layout of dot [M, N]: a small 2-d block of outputs per thread.
+// Whether a dot runs on the tensor cores (f16 x f16 or bf16 x bf16 with its f32
+// accumulator, K at least 2) when CompileOptions::tensor_cores is on; else on CUDA cores.
+bool dot_on_tensor_cores(const ir::Op& dot);
 Layout dot_layout(int64_t m, int64_t n, int num_warps);
 
 // The layout of `l` with tile dim `dim` dropped (what reduce produces).

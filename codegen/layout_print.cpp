@@ -115,6 +115,17 @@ public:
       if (auto it = by_op_.find(&op); it != by_op_.end())
         for (const auto* c : it->second) lines.push_back(line(*c, ref) + " (reshape " + ref(op.results[0]) + ")");
       for (const Value* r : op.results) converted(r, ref, lines);
+      if (op.kind == OpKind::Dot) {
+        const ir::Shape& a = op.operands[0]->type.shape;
+        lines.push_back(dot_on_tensor_cores(op)
+                            ? fmt::format("// tensor cores: mma.sync.m16n8k16 over {}x{}x{} padded to {}x{}x{}, "
+                                          "operands staged in shared memory, fragments by ldmatrix where rows "
+                                          "hold 8 elements",
+                                          a[0], op.operands[1]->type.shape[1], a[1], std::max<int64_t>(a[0], 16),
+                                          std::max<int64_t>(op.operands[1]->type.shape[1], 8),
+                                          std::max<int64_t>(a[1], 16))
+                            : std::string("// CUDA cores: FMA over operands staged in shared memory"));
+      }
       return lines;
     };
     h.region_start = [this](const Op& op, size_t i, const ir::PrintHooks::Ref& ref) {

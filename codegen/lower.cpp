@@ -953,8 +953,7 @@ void Lowering::plan_async_copies() {
 // f16 x f16 or bf16 x bf16 with an f32 accumulator takes the tensor cores (emit_dot_mma)
 // unless CompileOptions::tensor_cores is off; everything else runs on CUDA cores.
 bool Lowering::mma_eligible(const Op& op) const {
-  DType a = op.operands[0]->type.dtype(), b = op.operands[1]->type.dtype();
-  return opts_.tensor_cores && a == b && (a == DType::f16 || a == DType::bf16) && op.operands[0]->type.shape[1] >= 2;
+  return opts_.tensor_cores && dot_on_tensor_cores(op);
 }
 
 // dot on the tensor cores, mma.sync.m16n8k16 with f32 accumulators. The operands are staged
