@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <functional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -68,7 +69,7 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
   static const std::regex layout_ref(R"(#L(\d+))");
   static const std::regex layouts(R"((scalar|#L\d+( \| #L\d+)*))");
   static const std::regex convert(R"(^ *convert_layout %[\w.$"]+ : #L\d+ -> #L\d+( \(reshape %\w+\))?$)");
-  int annotated = 0, converts = 0;
+  int annotated = 0, converts = 0, dot_notes = 0;
   std::string plain;
   for (++i; i < lines.size(); ++i) {
     const std::string& l = lines[i];
@@ -78,6 +79,13 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
     if (l.find("convert_layout") != std::string::npos) {
       CHECK(std::regex_match(l, convert));
       ++converts;
+      continue;
+    }
+    if (size_t c = l.find_first_not_of(' '); c != std::string::npos && l.compare(c, 2, "//") == 0) {
+      // Each dot says where it runs.
+      CHECK((l.find("// tensor cores: mma.sync.m16n8k16") != std::string::npos ||
+             l.find("// CUDA cores: FMA") != std::string::npos));
+      ++dot_notes;
       continue;
     }
     size_t eq = l.find(" = ");
@@ -107,6 +115,15 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
     }
   }
   CHECK(annotated == ops_with_results(fn.body));
+  int dots = 0;
+  std::function<void(const ir::Block&)> count_dots = [&](const ir::Block& b) {
+    for (const auto& op : b.ops) {
+      dots += op->kind == ir::OpKind::Dot;
+      for (const auto& r : op->regions) count_dots(*r);
+    }
+  };
+  count_dots(fn.body);
+  CHECK(dot_notes == dots);
   CHECK(annotated > 0);
 
   // The conversions printed are the plan's, and the lowering emits as many.
