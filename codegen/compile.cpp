@@ -135,9 +135,14 @@ void mark_pointer_params(const ir::Function& fn, llvm::Module& m) {
   }
 }
 
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const CompileOptions& o,
                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
-                                           LoweringStats& stats) {
+                                           LoweringStats& stats, CompilePhases* phases = nullptr) {
+  auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<llvm::Module>(fn.name, ctx);
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
@@ -149,7 +154,10 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
     retarget_nvptx_for_emulator(*m);
     verify(*m, "kernel " + fn.name + " (nvptx lowering retargeted to the emulator)");
   }
+  if (phases) phases->lower_ms = ms_since(t0);
+  auto t1 = std::chrono::steady_clock::now();
   optimize(*m, tm);
+  if (phases) phases->optimize_ms = ms_since(t1);
   return m;
 }
 
@@ -312,25 +320,30 @@ CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
   auto tm = make_target_machine(opts);
   llvm::LLVMContext ctx;
   CompiledKernel r;
-  auto m = lower_module(fn, opts, ctx, *tm, r.stats);
+  auto m = lower_module(fn, opts, ctx, *tm, r.stats, &r.phases);
   r.symbol = fn.name;
   r.llvm_ir = module_text(*m);
   r.threads_per_block = r.stats.threads_per_block;
+  auto t_codegen = std::chrono::steady_clock::now();
   r.shared_bytes = r.stats.shared_bytes;
   if (!runs_on_emulator(opts.target)) {
     if (int64_t limit = max_shared_bytes(opts.arch); limit > 0 && r.shared_bytes > limit)
       throw UserError(fmt::format("kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}",
                                   fn.name, r.shared_bytes, opts.arch, limit));
     r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
+    r.phases.codegen_ms = ms_since(t_codegen);
     if (opts.run_ptxas)
       if (auto ptxas = find_ptxas()) {
+        auto t_ptxas = std::chrono::steady_clock::now();
         PtxasResult p = run_ptxas(r.ptx, opts.arch, *ptxas);
+        r.phases.ptxas_ms = ms_since(t_ptxas);
         r.cubin = std::move(p.cubin);
         r.ptxas = std::move(p.info);
       }
   } else {
     std::string obj = emit_code(*m, *tm, llvm::CodeGenFileType::ObjectFile);
     r.object.assign(obj.begin(), obj.end());
+    r.phases.codegen_ms = ms_since(t_codegen);
   }
   r.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return r;

@@ -59,6 +59,14 @@ struct LoweredKernel {
   LoweringStats stats;
 };
 
+// Where a compile's time went, in milliseconds.
+struct CompilePhases {
+  double lower_ms = 0;    // tile IR -> LLVM IR (layout plan, SIMT lowering, verification)
+  double optimize_ms = 0; // LLVM's O3 pipeline
+  double codegen_ms = 0;  // LLVM IR -> PTX (NVPTX) or an x86-64 object
+  double ptxas_ms = 0;    // PTX -> cubin
+};
+
 struct CompiledKernel {
   std::string symbol;
   std::string llvm_ir;
@@ -70,6 +78,7 @@ struct CompiledKernel {
   int shared_bytes = 0; // dynamic shared memory to launch with
   LoweringStats stats;
   double compile_ms = 0;
+  CompilePhases phases;
 };
 
 // ptxas rejected the PTX; the message carries ptxas's log.

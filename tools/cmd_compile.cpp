@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -77,7 +79,9 @@ Action add_compile(CLI::App& app, Common& common) {
     const auto& t = a->choice.kernel();
     auto params = a->choice.params();
     auto shape = a->choice.shape();
+    auto t_build = std::chrono::steady_clock::now();
     std::vector<ir::Kernel> kernels = kernels::build_kernels(t, params, shape);
+    double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_build).count();
     const ir::Kernel& k = kernels.front();
     for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
@@ -104,6 +108,9 @@ Action add_compile(CLI::App& app, Common& common) {
     std::string manifest = (std::filesystem::path(a->out_dir) / (t.name + ".toml")).string();
     say(common, fmt::format("{} -> {} ({} threads, {} B shared) in {:.1f} ms", t.name, manifest,
                             ck.threads_per_block, ck.shared_bytes, ck.compile_ms));
+    say(common, fmt::format("  phases: build {:.1f} ms, lower {:.1f}, optimize {:.1f}, codegen {:.1f}, ptxas {:.1f}",
+                            build_ms, ck.phases.lower_ms, ck.phases.optimize_ms, ck.phases.codegen_ms,
+                            ck.phases.ptxas_ms));
     if (ck.ptxas)
       say(common, fmt::format("  ptxas: {} registers, {} B spill stores, {} B spill loads", ck.ptxas->registers,
                               ck.ptxas->spill_stores, ck.ptxas->spill_loads));
@@ -119,6 +126,11 @@ Action add_compile(CLI::App& app, Common& common) {
     if (common.json) {
       JsonObject j;
       j.str("kernel", t.name).str("arch", m.arch).number("compile_ms", ck.compile_ms);
+      // Phases of the first kernel's compile: the DSL build (with the tile-IR passes), the
+      // lowering, LLVM's optimizations, code generation and ptxas (0 when it did not run).
+      j.number("build_ms", build_ms).number("lower_ms", ck.phases.lower_ms);
+      j.number("optimize_ms", ck.phases.optimize_ms).number("codegen_ms", ck.phases.codegen_ms);
+      j.number("ptxas_ms", ck.phases.ptxas_ms);
       auto opt_str = [&](const char* key, std::optional<std::string> v) {
         if (v) j.str(key, *v);
         else j.null(key);

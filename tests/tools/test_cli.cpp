@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "tests/runtime/helpers.h"
 #include "tests/tilec_process.h"
 
 namespace {
@@ -94,4 +95,17 @@ TEST_CASE("tilec ir prints tile IR that names the kernel", "[cli]") {
   CHECK(o.exit_code == 0);
   CHECK_THAT(o.out, Catch::Contains("kernel @softmax("));
   CHECK_THAT(o.out, Catch::Contains("reduce"));
+}
+
+TEST_CASE("tilec compile --json reports the phases and the main loop of paged attention", "[cli]") {
+  tilec::rt::test::TempDir tmp;
+  std::string dir = (tmp.path / "compile_json").string();
+  auto o = run("compile paged_attention --arch sm_90 --set block_n=64 head_group=4 num_warps=4 --shape batch=1 hq=32 "
+               "hkv=8 sq=1 head_dim=128 block_size=16 dtype=bf16 -o " + dir + " --json");
+  CHECK(o.exit_code == 0);
+  std::string j = last_line(o.out);
+  for (const char* key : {"\"build_ms\": ", "\"lower_ms\": ", "\"optimize_ms\": ", "\"codegen_ms\": ", "\"ptxas_ms\": ",
+                          "\"loop_mma\": 32", "\"loop_cp_async\": 16", "\"loop_inner_loops\": 0"})
+    CHECK_THAT(j, Catch::Contains(key));
+  CHECK_THAT(o.text(), Catch::Contains("main loop: "));
 }
