@@ -51,7 +51,7 @@ public:
     if (!kernel) internal_fail("nvptx module has no ptx_kernel function");
     fn_ = make_entry(*kernel);
     if (auto* md = m_.getNamedMetadata("nvvm.annotations")) md->eraseFromParent();
-    ctx_ = fn_->getArg(0);
+    emu_.bind(fn_);
     replace_shared_global();
 
     std::vector<llvm::Instruction*> work;
@@ -96,7 +96,7 @@ private:
     if (!g) return;
     llvm::convertUsersOfConstantsToInstructions({g});
     Builder b(&fn_->getEntryBlock(), fn_->getEntryBlock().getFirstInsertionPt());
-    llvm::Value* base = call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
+    llvm::Value* base = emu_.call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
     g->replaceAllUsesWith(b.CreateAddrSpaceCast(base, g->getType()));
     g->eraseFromParent();
   }
@@ -120,9 +120,9 @@ private:
     if (tag != "cp.async.16")
       internal_fail("nvptx on CPU: inline asm without a known tilec.asm tag ('" + tag + "') has no mapping");
     Builder b(&call);
-    this->call(b, "tilec_emu_cp_async", b.getVoidTy(),
+    emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(),
              {flat(b, call.getArgOperand(0)), flat(b, call.getArgOperand(1)), call.getArgOperand(2),
-              site(b, site_of(call, "nvptx cp.async"))});
+              emu_.site(b, site_of(call, "nvptx cp.async"))});
     call.eraseFromParent();
   }
 
@@ -143,12 +143,12 @@ private:
     if (as == 0) return; // the kernel's own stack
     Builder b(&ld);
     llvm::Type* ty = ld.getType();
-    llvm::Value* tmp = scratch(ty);
+    llvm::Value* tmp = emu_.scratch(ty);
     llvm::Value* p = flat(b, ld.getPointerOperand());
     if (as == kShared)
-      call(b, "tilec_emu_shared_load", b.getVoidTy(), {p, b.getInt32(bytes(ty)), tmp, site(b, site_of(ld, "nvptx shared load"))});
+      emu_.call(b, "tilec_emu_shared_load", b.getVoidTy(), {p, b.getInt32(emu_.bytes(ty)), tmp, emu_.site(b, site_of(ld, "nvptx shared load"))});
     else if (as == kGlobal)
-      call(b, "tilec_emu_load", b.getVoidTy(), {p, b.getInt32(bytes(ty)), tmp});
+      emu_.call(b, "tilec_emu_load", b.getVoidTy(), {p, b.getInt32(emu_.bytes(ty)), tmp});
     else
       unmapped_space(as, ld);
     replace(ld, b.CreateLoad(ty, tmp));
@@ -159,15 +159,15 @@ private:
     if (as == 0) return;
     Builder b(&st);
     llvm::Value* v = st.getValueOperand();
-    llvm::Value* tmp = scratch(v->getType());
+    llvm::Value* tmp = emu_.scratch(v->getType());
     b.CreateStore(v, tmp);
     llvm::Value* p = flat(b, st.getPointerOperand());
-    unsigned n = bytes(v->getType());
+    unsigned n = emu_.bytes(v->getType());
     if (as == kShared)
-      call(b, "tilec_emu_shared_store", b.getVoidTy(),
-           {p, b.getInt32(n), tmp, site(b, site_of(st, "nvptx shared store")), b.getInt32(float_type_of(st))});
+      emu_.call(b, "tilec_emu_shared_store", b.getVoidTy(),
+           {p, b.getInt32(n), tmp, emu_.site(b, site_of(st, "nvptx shared store")), b.getInt32(float_type_of(st))});
     else if (as == kGlobal)
-      call(b, "tilec_emu_store", b.getVoidTy(), {p, b.getInt32(n), tmp});
+      emu_.call(b, "tilec_emu_store", b.getVoidTy(), {p, b.getInt32(n), tmp});
     else
       unmapped_space(as, st);
     st.eraseFromParent();
@@ -183,7 +183,7 @@ private:
     if (!fn)
       internal_fail(fmt::format("nvptx on CPU: atomicrmw {} on {} has no mapping",
                                 llvm::AtomicRMWInst::getOperationName(a.getOperation()).str(), type_name(ty)));
-    replace(a, call(b, fn, ty, {flat(b, a.getPointerOperand()), a.getValOperand()}));
+    replace(a, emu_.call(b, fn, ty, {flat(b, a.getPointerOperand()), a.getValOperand()}));
   }
 
   // cvt.f32.f16 / cvt.f32.bf16: exact.
@@ -193,7 +193,7 @@ private:
       internal_fail("nvptx on CPU: fpext from " + type_name(from) + " to " + type_name(e.getDestTy()) + " has no mapping");
     Builder b(&e);
     llvm::Value* bits = b.CreateBitCast(e.getOperand(0), b.getInt16Ty());
-    replace(e, call(b, from->isBFloatTy() ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32", b.getFloatTy(), {bits}));
+    replace(e, emu_.call(b, from->isBFloatTy() ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32", b.getFloatTy(), {bits}));
   }
 
   // cvt.rn.f16.f32 / cvt.rn.bf16.f32: round to nearest even, as the NVPTX back end selects
@@ -205,7 +205,7 @@ private:
                     " has no mapping");
     Builder b(&t);
     llvm::Value* bits =
-        call(b, to->isBFloatTy() ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16", b.getInt16Ty(), {t.getOperand(0)});
+        emu_.call(b, to->isBFloatTy() ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16", b.getInt16Ty(), {t.getOperand(0)});
     replace(t, b.CreateBitCast(bits, to));
   }
 
@@ -214,34 +214,34 @@ private:
     auto arg = [&](unsigned k) { return ii.getArgOperand(k); };
     switch (ii.getIntrinsicID()) {
     case llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x:
-      return replace(ii, call(b, "tilec_emu_thread_id", b.getInt32Ty(), {}));
+      return replace(ii, emu_.call(b, "tilec_emu_thread_id", b.getInt32Ty(), {}));
     case llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x:
     case llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y:
     case llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z: {
       unsigned axis = ii.getIntrinsicID() - llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x;
-      return replace(ii, call(b, "tilec_emu_block_id", b.getInt32Ty(), {b.getInt32(axis)}));
+      return replace(ii, emu_.call(b, "tilec_emu_block_id", b.getInt32Ty(), {b.getInt32(axis)}));
     }
     case llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x:
     case llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y:
     case llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_z: {
       unsigned axis = ii.getIntrinsicID() - llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x;
-      return replace(ii, call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)}));
+      return replace(ii, emu_.call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)}));
     }
     case llvm::Intrinsic::nvvm_barrier0:
-      call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
+      emu_.call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
       ii.eraseFromParent();
       return;
     case llvm::Intrinsic::nvvm_shfl_sync_idx_i32:
     case llvm::Intrinsic::nvvm_shfl_sync_bfly_i32: {
       unsigned mode = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_shfl_sync_idx_i32 ? 0 : 1;
-      return replace(ii, call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
+      return replace(ii, emu_.call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
                               {b.getInt32(mode), arg(0), arg(1), arg(2), arg(3)}, true));
     }
     case llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32:
     case llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16: {
       unsigned dtype = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 ? 3 : 2;
-      std::array<llvm::Value*, 4> d = emu_mma(b, ctx_, dtype, {arg(0), arg(1), arg(2), arg(3)}, {arg(4), arg(5)},
-                                              {arg(6), arg(7), arg(8), arg(9)}, mma_scratch_);
+      std::array<llvm::Value*, 4> d = emu_mma(b, emu_.ctx(), dtype, {arg(0), arg(1), arg(2), arg(3)}, {arg(4), arg(5)},
+                                              {arg(6), arg(7), arg(8), arg(9)}, emu_.mma());
       llvm::Value* r = llvm::PoisonValue::get(ii.getType());
       for (unsigned i = 0; i < 4; ++i) r = b.CreateInsertValue(r, d[i], i);
       return replace(ii, r);
@@ -264,23 +264,23 @@ private:
                        llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x2_trans_b16,
                        llvm::Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16});
       std::vector<llvm::Value*> regs =
-          emu_ldmatrix(b, ctx_, arg(0), count, trans, site(b, site_of(ii, "nvptx ldmatrix")), mma_scratch_);
+          emu_ldmatrix(b, emu_.ctx(), arg(0), count, trans, emu_.site(b, site_of(ii, "nvptx ldmatrix")), emu_.mma());
       if (!ii.getType()->isStructTy()) return replace(ii, regs[0]);
       llvm::Value* r = llvm::PoisonValue::get(ii.getType());
       for (int i = 0; i < count; ++i) r = b.CreateInsertValue(r, regs[size_t(i)], unsigned(i));
       return replace(ii, r);
     }
     case llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16_s:
-      call(b, "tilec_emu_cp_async", b.getVoidTy(),
-           {flat(b, arg(0)), flat(b, arg(1)), arg(2), site(b, site_of(ii, "nvptx cp.async"))});
+      emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(),
+           {flat(b, arg(0)), flat(b, arg(1)), arg(2), emu_.site(b, site_of(ii, "nvptx cp.async"))});
       ii.eraseFromParent();
       return;
     case llvm::Intrinsic::nvvm_cp_async_commit_group:
-      call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {});
+      emu_.call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {});
       ii.eraseFromParent();
       return;
     case llvm::Intrinsic::nvvm_cp_async_wait_group:
-      call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {arg(0)});
+      emu_.call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {arg(0)});
       ii.eraseFromParent();
       return;
     case llvm::Intrinsic::nvvm_ex2_approx_f:
@@ -333,43 +333,11 @@ private:
   // Address spaces 1 and 3 are flat host pointers on the CPU.
   llvm::Value* flat(Builder& b, llvm::Value* p) { return b.CreateAddrSpaceCast(p, b.getPtrTy()); }
 
-  llvm::Value* site(Builder& b, const std::string& s) {
-    auto it = sites_.find(s);
-    if (it == sites_.end()) it = sites_.emplace(s, b.CreateGlobalString(s, "tilec.site")).first;
-    return it->second;
-  }
-
-  llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
-                    bool convergent = false) {
-    std::vector<llvm::Type*> types{b.getPtrTy()};
-    for (llvm::Value* a : args) types.push_back(a->getType());
-    auto f = m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
-    if (convergent) llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
-    args.insert(args.begin(), ctx_);
-    llvm::CallInst* c = b.CreateCall(f, args);
-    if (convergent) c->addFnAttr(llvm::Attribute::Convergent);
-    return c;
-  }
-
-  unsigned bytes(llvm::Type* ty) const { return static_cast<unsigned>(m_.getDataLayout().getTypeStoreSize(ty)); }
-
-  llvm::Value* scratch(llvm::Type* ty) {
-    auto it = scratch_.find(ty);
-    if (it != scratch_.end()) return it->second;
-    Builder eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-    llvm::AllocaInst* a = eb.CreateAlloca(ty);
-    a->setAlignment(llvm::Align(16));
-    return scratch_[ty] = a;
-  }
-
   llvm::Module& m_;
   llvm::LLVMContext& c_;
   llvm::Function* fn_ = nullptr;
-  llvm::Value* ctx_ = nullptr;
   std::uint32_t next_barrier_ = 0;
-  std::map<std::string, llvm::Value*> sites_;
-  std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
-  MmaScratch mma_scratch_;
+  EmuCalls emu_;
 };
 
 } // namespace

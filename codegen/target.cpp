@@ -24,4 +24,35 @@ llvm::Value* guarded(llvm::IRBuilder<>& b, llvm::Value* pred,
   return phi;
 }
 
+llvm::Value* EmuCalls::call(llvm::IRBuilder<>& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
+                            bool convergent) {
+  std::vector<llvm::Type*> types{b.getPtrTy()};
+  for (llvm::Value* a : args) types.push_back(a->getType());
+  auto f = fn_->getParent()->getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
+  if (convergent) llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
+  args.insert(args.begin(), ctx());
+  llvm::CallInst* c = b.CreateCall(f, args);
+  if (convergent) c->addFnAttr(llvm::Attribute::Convergent);
+  return c;
+}
+
+llvm::Value* EmuCalls::site(llvm::IRBuilder<>& b, const std::string& s) {
+  auto it = sites_.find(s);
+  if (it == sites_.end()) it = sites_.emplace(s, b.CreateGlobalString(s, "tilec.site")).first;
+  return it->second;
+}
+
+llvm::Value* EmuCalls::scratch(llvm::Type* ty) {
+  auto it = scratch_.find(ty);
+  if (it != scratch_.end()) return it->second;
+  llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+  llvm::AllocaInst* a = eb.CreateAlloca(ty);
+  a->setAlignment(llvm::Align(16));
+  return scratch_[ty] = a;
+}
+
+unsigned EmuCalls::bytes(llvm::Type* ty) const {
+  return static_cast<unsigned>(fn_->getParent()->getDataLayout().getTypeStoreSize(ty));
+}
+
 } // namespace tilec::codegen

@@ -6,6 +6,7 @@
 #include <llvm/IR/Module.h>
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,6 +102,30 @@ std::unique_ptr<TargetHooks> make_emu_hooks();
 struct MmaScratch {
   llvm::AllocaInst *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *ldm = nullptr;
 };
+// Emitting calls into the emulator from one kernel function (the emu hooks and the nvptx
+// rewrite both do): tilec_emu_NAME(ctx, args...) declared on first use, one C string per
+// access site, one 16-byte aligned stack slot per type in the entry block.
+class EmuCalls {
+public:
+  // The function the calls go into and the calling thread's context, its first argument.
+  void bind(llvm::Function* fn) { fn_ = fn; }
+  llvm::Value* ctx() const { return fn_->getArg(0); }
+  // Barriers and warp-wide calls are convergent, as on the GPU: LLVM must not duplicate them
+  // into divergent paths (the emulator checks every thread waits at one site).
+  llvm::Value* call(llvm::IRBuilder<>& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
+                    bool convergent = false);
+  llvm::Value* site(llvm::IRBuilder<>& b, const std::string& s);
+  llvm::Value* scratch(llvm::Type* ty);
+  unsigned bytes(llvm::Type* ty) const;
+  MmaScratch& mma() { return mma_; }
+
+private:
+  llvm::Function* fn_ = nullptr;
+  std::map<std::string, llvm::Value*> sites_;
+  std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
+  MmaScratch mma_;
+};
+
 std::array<llvm::Value*, 4> emu_mma(llvm::IRBuilder<>& b, llvm::Value* ctx, unsigned dtype,
                                     const std::array<llvm::Value*, 4>& a, const std::array<llvm::Value*, 2>& bf,
                                     const std::array<llvm::Value*, 4>& c, MmaScratch& scratch);

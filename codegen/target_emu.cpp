@@ -73,6 +73,7 @@ public:
     auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr}, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m);
     fn_->getArg(0)->setName("ctx");
+    emu_.bind(fn_);
     fn_->getArg(1)->setName("args");
     params_ = params;
     return fn_;
@@ -88,56 +89,56 @@ public:
     return r;
   }
 
-  llvm::Value* thread_id(Builder& b) override { return call(b, "tilec_emu_thread_id", b.getInt32Ty(), {}); }
+  llvm::Value* thread_id(Builder& b) override { return emu_.call(b, "tilec_emu_thread_id", b.getInt32Ty(), {}); }
   llvm::Value* block_id(Builder& b, int axis) override {
-    return call(b, "tilec_emu_block_id", b.getInt32Ty(), {b.getInt32(axis)});
+    return emu_.call(b, "tilec_emu_block_id", b.getInt32Ty(), {b.getInt32(axis)});
   }
   llvm::Value* num_blocks(Builder& b, int axis) override {
-    return call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)});
+    return emu_.call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)});
   }
   void barrier(Builder& b) override {
-    call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
+    emu_.call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
   }
   llvm::Value* shared_base(Builder& b) override {
-    return call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
+    return emu_.call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
   }
   llvm::Value* shared_load(Builder& b, llvm::Value* ptr, llvm::Type* ty, const std::string& site) override {
-    llvm::Value* tmp = scratch(ty);
-    call(b, "tilec_emu_shared_load", b.getVoidTy(), {ptr, b.getInt32(bytes(ty)), tmp, site_string(b, site)});
+    llvm::Value* tmp = emu_.scratch(ty);
+    emu_.call(b, "tilec_emu_shared_load", b.getVoidTy(), {ptr, b.getInt32(emu_.bytes(ty)), tmp, emu_.site(b, site)});
     return b.CreateLoad(ty, tmp);
   }
   void shared_store(Builder& b, llvm::Value* ptr, llvm::Value* v, const std::string& site,
                     unsigned float_type) override {
-    llvm::Value* tmp = scratch(v->getType());
+    llvm::Value* tmp = emu_.scratch(v->getType());
     b.CreateStore(v, tmp);
-    call(b, "tilec_emu_shared_store", b.getVoidTy(),
-         {ptr, b.getInt32(bytes(v->getType())), tmp, site_string(b, site), b.getInt32(float_type)});
+    emu_.call(b, "tilec_emu_shared_store", b.getVoidTy(),
+         {ptr, b.getInt32(emu_.bytes(v->getType())), tmp, emu_.site(b, site), b.getInt32(float_type)});
   }
   llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
-    return call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)}, true);
+    return emu_.call(b, "tilec_emu_shfl_xor", b.getInt32Ty(), {v, b.getInt32(lane_mask)}, true);
   }
   llvm::Value* shfl_idx(Builder& b, llvm::Value* v, llvm::Value* lane) override {
-    return call(b, "tilec_emu_shfl_idx", b.getInt32Ty(), {v, lane}, true);
+    return emu_.call(b, "tilec_emu_shfl_idx", b.getInt32Ty(), {v, lane}, true);
   }
 
   std::array<llvm::Value*, 4> mma_m16n8k16(Builder& b, ir::DType operands, const std::array<llvm::Value*, 4>& a,
                                            const std::array<llvm::Value*, 2>& bf,
                                            const std::array<llvm::Value*, 4>& c) override {
-    return emu_mma(b, fn_->getArg(0), operands == ir::DType::bf16 ? 3 : 2, a, bf, c, scratch_arrays_);
+    return emu_mma(b, emu_.ctx(), operands == ir::DType::bf16 ? 3 : 2, a, bf, c, emu_.mma());
   }
 
   std::vector<llvm::Value*> ldmatrix(Builder& b, llvm::Value* row, int count, bool trans,
                                      const std::string& site) override {
-    return emu_ldmatrix(b, fn_->getArg(0), row, count, trans, site_string(b, site), scratch_arrays_);
+    return emu_ldmatrix(b, emu_.ctx(), row, count, trans, emu_.site(b, site), emu_.mma());
   }
 
   void cp_async_16(Builder& b, llvm::Value* dst, llvm::Value* src, llvm::Value* pred, const std::string& site) override {
     llvm::Value* size = pred ? b.CreateSelect(pred, b.getInt32(16), b.getInt32(0)) : b.getInt32(16);
-    call(b, "tilec_emu_cp_async", b.getVoidTy(), {dst, src, size, site_string(b, site)});
+    emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(), {dst, src, size, emu_.site(b, site)});
   }
-  void cp_async_commit(Builder& b) override { call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {}); }
+  void cp_async_commit(Builder& b) override { emu_.call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {}); }
   void cp_async_wait(Builder& b, int groups) override {
-    call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
+    emu_.call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
   }
 
   llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }
@@ -154,11 +155,11 @@ public:
 
   llvm::Type* half_type(llvm::LLVMContext& c, ir::DType) override { return llvm::Type::getInt16Ty(c); }
   llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) override {
-    return call(b, t == ir::DType::bf16 ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32",
+    return emu_.call(b, t == ir::DType::bf16 ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32",
                 b.getFloatTy(), {v});
   }
   llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) override {
-    return call(b, t == ir::DType::bf16 ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16",
+    return emu_.call(b, t == ir::DType::bf16 ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16",
                 b.getInt16Ty(), {v});
   }
 
@@ -166,71 +167,31 @@ public:
 
   llvm::Value* load(Builder& b, llvm::Value* ptr, llvm::Type* ty, unsigned, llvm::Value* pred) override {
     return guarded(b, pred, [&]() -> llvm::Value* {
-      llvm::Value* tmp = scratch(ty);
-      call(b, "tilec_emu_load", b.getVoidTy(), {ptr, b.getInt32(bytes(ty)), tmp});
+      llvm::Value* tmp = emu_.scratch(ty);
+      emu_.call(b, "tilec_emu_load", b.getVoidTy(), {ptr, b.getInt32(emu_.bytes(ty)), tmp});
       return b.CreateLoad(ty, tmp);
     });
   }
   void store(Builder& b, llvm::Value* ptr, llvm::Value* v, unsigned, llvm::Value* pred) override {
     guarded(b, pred, [&]() -> llvm::Value* {
-      llvm::Value* tmp = scratch(v->getType());
+      llvm::Value* tmp = emu_.scratch(v->getType());
       b.CreateStore(v, tmp);
-      call(b, "tilec_emu_store", b.getVoidTy(), {ptr, b.getInt32(bytes(v->getType())), tmp});
+      emu_.call(b, "tilec_emu_store", b.getVoidTy(), {ptr, b.getInt32(emu_.bytes(v->getType())), tmp});
       return nullptr;
     });
   }
   llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v, llvm::Value* pred) override {
     return guarded(b, pred, [&]() -> llvm::Value* {
       bool f = v->getType()->isFloatingPointTy();
-      return call(b, f ? "tilec_emu_atomic_add_f32" : "tilec_emu_atomic_add_i32", v->getType(), {ptr, v});
+      return emu_.call(b, f ? "tilec_emu_atomic_add_f32" : "tilec_emu_atomic_add_i32", v->getType(), {ptr, v});
     });
   }
 
 private:
-  // Calls tilec_emu_NAME(ctx, args...), declaring it on first use. Barriers
-  // and shuffles are convergent, as on the GPU: LLVM must not duplicate them
-  // into divergent paths (the emulator checks every thread waits at one site).
-  // One constant C string per distinct site, for the emulator's messages.
-  llvm::Value* site_string(Builder& b, const std::string& site) {
-    auto it = sites_.find(site);
-    if (it == sites_.end()) it = sites_.emplace(site, b.CreateGlobalString(site, "tilec.site")).first;
-    return it->second;
-  }
-
-  llvm::Value* call(Builder& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
-                    bool convergent = false) {
-    llvm::Module& m = *fn_->getParent();
-    std::vector<llvm::Type*> types{b.getPtrTy()};
-    for (llvm::Value* a : args) types.push_back(a->getType());
-    auto f = m.getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
-    if (convergent) llvm::cast<llvm::Function>(f.getCallee())->addFnAttr(llvm::Attribute::Convergent);
-    args.insert(args.begin(), fn_->getArg(0));
-    llvm::CallInst* c = b.CreateCall(f, args);
-    if (convergent) c->addFnAttr(llvm::Attribute::Convergent);
-    return c;
-  }
-
-  unsigned bytes(llvm::Type* ty) const {
-    return static_cast<unsigned>(fn_->getParent()->getDataLayout().getTypeStoreSize(ty));
-  }
-
-  // One stack slot per type, in the entry block, reused by every access.
-  llvm::Value* scratch(llvm::Type* ty) {
-    auto it = scratch_.find(ty);
-    if (it != scratch_.end()) return it->second;
-    llvm::BasicBlock& entry = fn_->getEntryBlock();
-    Builder eb(&entry, entry.begin());
-    llvm::AllocaInst* a = eb.CreateAlloca(ty);
-    a->setAlignment(llvm::Align(16));
-    return scratch_[ty] = a;
-  }
-
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Type*> params_;
   std::uint32_t next_barrier_ = 0; // the number of the next barrier of this kernel
-  std::map<std::string, llvm::Value*> sites_; // a C string per shared-memory access site
-  std::map<llvm::Type*, llvm::AllocaInst*> scratch_;
-  MmaScratch scratch_arrays_;
+  EmuCalls emu_;
 };
 
 } // namespace
