@@ -150,6 +150,10 @@ private:
   void emit_reduce(const Op& op);
   void emit_dot(const Op& op);
   bool mma_eligible(const Op& op) const;
+  // A dot's K loop, run at least once: k = 0, step, ... while below `end`, carrying the f32
+  // values `init` through `body`, which returns their next values. Returns the last ones.
+  Elems k_loop(const char* name, int64_t end, int64_t step, const Elems& init,
+               const std::function<Elems(llvm::Value* k, const Elems& carried)>& body);
   // Loads that feed a tensor-core dot's operand and nothing else, and can go straight to
   // its shared-memory staging as 16-byte cp.async copies (plan_async_copies): per (dot,
   // operand index), the load and whether the dot sees it transposed. The loads, and the
@@ -950,6 +954,30 @@ void Lowering::plan_async_copies() {
   });
 }
 
+Elems Lowering::k_loop(const char* name, int64_t end, int64_t step, const Elems& init,
+                       const std::function<Elems(llvm::Value* k, const Elems& carried)>& body) {
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, std::string(name) + ".k", kernel_);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, std::string(name) + ".end", kernel_);
+  b_.CreateBr(loop);
+  b_.SetInsertPoint(loop);
+  llvm::PHINode* k = b_.CreatePHI(b_.getInt32Ty(), 2, "k");
+  k->addIncoming(b_.getInt32(0), pre);
+  std::vector<llvm::PHINode*> phis;
+  for (llvm::Value* v : init) {
+    phis.push_back(b_.CreatePHI(v->getType(), 2));
+    phis.back()->addIncoming(v, pre);
+  }
+  Elems next = body(k, Elems(phis.begin(), phis.end()));
+  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(uint32_t(step)));
+  llvm::BasicBlock* latch = b_.GetInsertBlock();
+  k->addIncoming(k_next, latch);
+  for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(uint32_t(end))), loop, exit);
+  b_.SetInsertPoint(exit);
+  return next;
+}
+
 // f16 x f16 or bf16 x bf16 with an f32 accumulator takes the tensor cores (emit_dot_mma)
 // unless CompileOptions::tensor_cores is off; everything else runs on CUDA cores.
 bool Lowering::mma_eligible(const Op& op) const {
@@ -1251,33 +1279,18 @@ void Lowering::emit_dot_mma(const Op& op) {
           }));
         }
       }
-      llvm::BasicBlock* pre = b_.GetInsertBlock();
-      llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, "mma.k", kernel_);
-      llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, "mma.end", kernel_);
-      b_.CreateBr(loop);
-      b_.SetInsertPoint(loop);
-      llvm::PHINode* kk = b_.CreatePHI(b_.getInt32Ty(), 2, "k");
-      kk->addIncoming(b_.getInt32(0), pre);
-      std::vector<llvm::PHINode*> acc;
-      for (llvm::Value* v : c) {
-        acc.push_back(b_.CreatePHI(b_.getFloatTy(), 2));
-        acc.back()->addIncoming(v, pre);
-      }
-      std::array<llvm::Value*, 4> af = load_a(gr.m0, kk);
-      std::vector<llvm::Value*> bfs = load_b(gr.n0, kk, gr.ntiles);
-      std::vector<llvm::Value*> d;
-      for (int q = 0; q < gr.ntiles; ++q) {
-        std::array<llvm::Value*, 4> cin;
-        for (int r = 0; r < 4; ++r) cin[size_t(r)] = acc[size_t(4 * q + r)];
-        auto dq = hooks_.mma_m16n8k16(b_, dt, af, {bfs[size_t(2 * q)], bfs[size_t(2 * q + 1)]}, cin);
-        d.insert(d.end(), dq.begin(), dq.end());
-      }
-      llvm::Value* next = b_.CreateAdd(kk, b_.getInt32(16));
-      llvm::BasicBlock* latch = b_.GetInsertBlock();
-      kk->addIncoming(next, latch);
-      for (size_t r = 0; r < acc.size(); ++r) acc[r]->addIncoming(d[r], latch);
-      b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(uint32_t(Kp))), loop, exit);
-      b_.SetInsertPoint(exit);
+      Elems d = k_loop("mma", Kp, 16, c, [&](llvm::Value* kk, const Elems& acc) {
+        std::array<llvm::Value*, 4> af = load_a(gr.m0, kk);
+        std::vector<llvm::Value*> bfs = load_b(gr.n0, kk, gr.ntiles);
+        Elems next;
+        for (int q = 0; q < gr.ntiles; ++q) {
+          std::array<llvm::Value*, 4> cin;
+          for (int r = 0; r < 4; ++r) cin[size_t(r)] = acc[size_t(4 * q + r)];
+          auto dq = hooks_.mma_m16n8k16(b_, dt, af, {bfs[size_t(2 * q)], bfs[size_t(2 * q + 1)]}, cin);
+          next.insert(next.end(), dq.begin(), dq.end());
+        }
+        return next;
+      });
       for (int q = 0; q < gr.ntiles; ++q) {
         if (zero_acc) { // the padded result area: (row0 | row1) x (2t, 2t + 1), a pair at a time
           llvm::Value* col = bytes(b_.CreateAdd(b_.CreateAdd(gr.n0, b_.getInt32(uint32_t(8 * q))), t2), 4);
@@ -1362,34 +1375,20 @@ void Lowering::emit_dot(const Op& op) {
     if (cnew) col_coord.push_back(cd[j][1]);
     rc[j] = {ri->second, ci->second};
   }
-  llvm::BasicBlock* pre = b_.GetInsertBlock();
-  llvm::BasicBlock* loop = llvm::BasicBlock::Create(c_, "dot.k", kernel_);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c_, "dot.end", kernel_);
-  b_.CreateBr(loop);
-  b_.SetInsertPoint(loop);
-  llvm::PHINode* kk = b_.CreatePHI(b_.getInt32Ty(), 2, "k");
-  kk->addIncoming(b_.getInt32(0), pre);
-  std::vector<llvm::PHINode*> phis;
-  for (llvm::Value* v : init) {
-    phis.push_back(b_.CreatePHI(b_.getFloatTy(), 2));
-    phis.back()->addIncoming(v, pre);
-  }
-  std::vector<llvm::Value*> av(row_coord.size()), bvv(col_coord.size());
-  llvm::Value* ka = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sa)));
-  llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));
-  for (size_t r = 0; r < row_coord.size(); ++r)
-    av[r] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(ka, row_coord[r])), "dot operand A read"), e.dtype);
-  for (size_t c = 0; c < col_coord.size(); ++c)
-    bvv[c] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(kb, col_coord[c]), off_b), "dot operand B read"), e.dtype);
-  Elems out(td.count);
-  for (int64_t j = 0; j < td.count; ++j)
-    out[j] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
-                                {av[rc[j].first], bvv[rc[j].second], phis[j]});
-  llvm::Value* next = b_.CreateAdd(kk, b_.getInt32(1));
-  kk->addIncoming(next, loop);
-  for (int64_t j = 0; j < td.count; ++j) phis[j]->addIncoming(out[j], loop);
-  b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt32(static_cast<uint32_t>(k))), loop, exit);
-  b_.SetInsertPoint(exit);
+  Elems out = k_loop("dot", k, 1, init, [&](llvm::Value* kk, const Elems& acc) {
+    std::vector<llvm::Value*> av(row_coord.size()), bvv(col_coord.size());
+    llvm::Value* ka = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sa)));
+    llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));
+    for (size_t r = 0; r < row_coord.size(); ++r)
+      av[r] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(ka, row_coord[r])), "dot operand A read"), e.dtype);
+    for (size_t c = 0; c < col_coord.size(); ++c)
+      bvv[c] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(kb, col_coord[c]), off_b), "dot operand B read"), e.dtype);
+    Elems next(td.count);
+    for (int64_t j = 0; j < td.count; ++j)
+      next[j] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
+                                   {av[rc[j].first], bvv[rc[j].second], acc[size_t(j)]});
+    return next;
+  });
   smem_dirty_ = true;
   define(res, ls[2], std::move(out));
 }
