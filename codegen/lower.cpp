@@ -1176,7 +1176,6 @@ void Lowering::emit_dot_mma(const Op& op) {
       r[size_t(i)] = b_.getInt32(0);
       if (!((i & 1) && M <= 8) && !((i & 2) && K <= 8)) need.push_back(i);
     }
-    llvm::Value* row_out = M < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(M))) : nullptr; // rows g >= M
     if (a_ldm) {
       std::vector<std::pair<int64_t, int64_t>> mats;
       for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});
@@ -1184,6 +1183,7 @@ void Lowering::emit_dot_mma(const Op& op) {
       for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j];
       return r;
     }
+    llvm::Value* row_out = M < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(M))) : nullptr; // rows g >= M
     for (int i : need) {
       llvm::Value* row = b_.CreateAdd(b_.CreateAdd(m0, g), b_.getInt32(uint32_t((i & 1) * 8)));
       llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, t2), b_.getInt32(uint32_t((i >> 1) * 8)));
@@ -1199,7 +1199,6 @@ void Lowering::emit_dot_mma(const Op& op) {
     std::vector<int> need; // 2 q + h: tile q, k half h
     for (int i = 0; i < 2 * ntiles; ++i)
       if (!((i & 1) && K <= 8)) need.push_back(i);
-    llvm::Value* n_out = N < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(N))) : nullptr; // columns g >= N
     if (b_ldm) {
       std::vector<std::pair<int64_t, int64_t>> mats;
       for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * 8});
@@ -1208,6 +1207,7 @@ void Lowering::emit_dot_mma(const Op& op) {
       for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j]; // columns past N read zeros
       return r;
     }
+    llvm::Value* n_out = N < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(N))) : nullptr; // columns g >= N
     for (int i : need) {
       llvm::Value* n = b_.CreateAdd(b_.CreateAdd(n0, g), b_.getInt32(uint32_t((i >> 1) * 8)));
       llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, t2), b_.getInt32(uint32_t((i & 1) * 8)));
