@@ -17,6 +17,7 @@
 #include "codegen/layout_plan.h"
 #include "abi/float16.h"
 #include "ir/op_rules.h"
+#include "ir/param_access.h"
 
 namespace tilec::codegen {
 
@@ -124,11 +125,13 @@ private:
     hooks_.shared_store(b_, ptr, v, site(what), float_type);
   }
   std::string site(const char* what) const;
-  void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, bytes); }
+  // Scratch shared memory (everything but the pipelines' buffers) starts at pipe_bytes_.
+  void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipe_bytes_ + bytes); }
   void barrier() {
     hooks_.barrier(b_);
     ++stats_.barriers;
     smem_dirty_ = false;
+    pipe_read_unfenced_ = false;
   }
   void before_smem_write() {
     if (smem_dirty_) barrier();
@@ -158,13 +161,55 @@ private:
   // its shared-memory staging as 16-byte cp.async copies (plan_async_copies): per (dot,
   // operand index), the load and whether the dot sees it transposed. The loads, and the
   // transposes between them and the dot, are not emitted where they stand.
+  struct Pipeline;
   struct AsyncOperand {
     const Op* load;
     bool transposed;
+    Pipeline* pipe = nullptr; // software-pipelined: copied ahead into pipe->operands[slot]
+    size_t slot = 0;
   };
   std::map<std::pair<const Op*, int>, AsyncOperand> async_operands_;
   std::set<const Op*> deferred_ops_;
   void plan_async_copies();
+  // How a tensor-core dot stages operand `idx` (0: A [M, K], 1: B [K, N]) in shared memory:
+  // rows of `row_bytes` bytes (padded by 16), `rows` of them; k-major: the rows are M (or N)
+  // and each holds K elements, else the rows are K.
+  struct Staging {
+    bool kmajor;
+    int64_t row_bytes, rows;
+    int64_t bytes() const { return (rows * row_bytes + 15) / 16 * 16; }
+  };
+  Staging staging(const Op& dot, int idx, bool kmajor) const;
+  bool async_kmajor(const AsyncOperand& x, int idx);
+  // A for loop with num_stages > 1 whose tensor-core operand loads are issued num_stages - 1
+  // iterations ahead (plan_pipelines): each iteration's copies go to one of num_stages
+  // rotating buffers at [base, base + stages * stage_bytes) of shared memory, below every
+  // other use of it. `slice`: the body's ops the copies' addresses and masks need, emitted
+  // again for the iteration ahead (issue_ahead).
+  struct Pipeline {
+    const Op* loop = nullptr;
+    int64_t stages = 1;
+    std::vector<const Op*> slice;
+    struct Operand {
+      const Op* load;
+      bool transposed;
+      Staging st;
+      int64_t offset; // within a stage
+    };
+    std::vector<Operand> operands;
+    int64_t base = 0, stage_bytes = 0;
+    llvm::Value* read_stage = nullptr; // while the body is lowered: the stage this iteration reads
+  };
+  std::map<const Op*, Pipeline> pipelines_;
+  int64_t pipe_bytes_ = 0;           // shared memory the pipelines' buffers take, from offset 0
+  llvm::Value* ahead_pred_ = nullptr; // while issue_ahead emits a slice: the iteration exists
+  bool emitting_ahead_ = false;
+  bool pipe_read_unfenced_ = false;   // a dot read a pipeline buffer since the last barrier
+  void plan_pipelines();
+  llvm::Value* pipe_buffer(const Pipeline& pl, llvm::Value* stage, size_t slot);
+  void issue_ahead(Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bool in_loop);
+  void issue_copies(const Op& load, bool transposed, const Staging& st, bool is_a, llvm::Value* base,
+                    const char* what);
   // Runs of a thread's elements of a tile in layout `l` that are contiguous along `dim`:
   // (first element, count), each count a power of two of at most 16 bytes, its first
   // element's coordinate along `dim` a multiple of the count.
@@ -233,7 +278,13 @@ LoweringStats Lowering::run() {
   lane_ = pb_.CreateAnd(tid_, 31, "lane");
   warp_ = pb_.CreateLShr(tid_, 5, "warp");
   plan_async_copies();
+  plan_pipelines();
   emit_block(fn_.body);
+  for (const auto& [loop, pl] : pipelines_) {
+    ++stats_.pipelined_loops;
+    stats_.pipeline_stages = std::max<int>(stats_.pipeline_stages, int(pl.stages));
+    stats_.pipeline_stage_bytes = std::max<int>(stats_.pipeline_stage_bytes, int(pl.stage_bytes));
+  }
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   pb_.CreateBr(body);
   hooks_.finish_kernel(m_, kernel_, threads);
@@ -345,6 +396,7 @@ llvm::Value* Lowering::linear_index(const std::vector<llvm::Value*>& coord, cons
 llvm::Value* Lowering::smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
   if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
   llvm::Value* p = smem_base_;
+  byte_offset += pipe_bytes_;
   if (byte_offset) p = b_.CreateConstGEP1_64(b_.getInt8Ty(), p, byte_offset);
   return b_.CreateGEP(ty, p, index);
 }
@@ -433,7 +485,8 @@ void Lowering::emit_op(const Op& op) {
     ~Restore() { cur = outer; }
   } restore{cur_op_, outer};
   const Value* res = op.results.empty() ? nullptr : op.results[0];
-  if (deferred_ops_.count(&op)) return; // a load the dot that uses it issues as cp.async
+  // A load the dot that uses it issues as cp.async, or an op only copies issued ahead need.
+  if (deferred_ops_.count(&op) && !emitting_ahead_) return;
   switch (op.kind) {
   case OpKind::ProgramId: define(res, kScalar, {hooks_.block_id(b_, static_cast<int>(op.attrs.axis))}); return;
   case OpKind::NumPrograms:
@@ -662,6 +715,11 @@ void Lowering::emit_load(const Op& op) {
   unsigned eb = static_cast<unsigned>(mem_bytes(e));
   AccessPlan ap = plan_access(op, l);
   size_t n = P.size();
+  Elems ahead_mask; // issued ahead (issue_ahead): nothing is read for an iteration past the end
+  if (ahead_pred_) {
+    for (size_t j = 0; j < n; ++j) ahead_mask.push_back(M ? b_.CreateAnd((*M)[j], ahead_pred_) : ahead_pred_);
+    M = &ahead_mask;
+  }
   int vec = ap.vec;
   Elems r(n);
   for (size_t j0 = 0; j0 < n; j0 += vec) {
@@ -954,6 +1012,177 @@ void Lowering::plan_async_copies() {
   });
 }
 
+Lowering::Staging Lowering::staging(const Op& dot, int idx, bool kmajor) const {
+  const ir::Shape& a = dot.operands[0]->type.shape;
+  const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
+  const int64_t mn = idx == 0 ? M : N;
+  return {kmajor, ((kmajor ? K : mn) + 8) * 2, kmajor ? mn : K};
+}
+
+// An operand copied straight from global memory is staged along the load's contiguous
+// dimension (through the transpose, if any): k-major when that dimension is K.
+bool Lowering::async_kmajor(const AsyncOperand& x, int idx) {
+  int rd = elems_of(plan_.op_layouts(x.load)[0], x.load->results[0]->type.shape).run_dim;
+  int contig = x.transposed ? 1 - rd : rd; // in the dot's [M, K] or [K, N] coordinates
+  return idx == 0 ? contig == 1 : contig == 0;
+}
+
+// The loop of a dot's asynchronous operand pipelines it when the loop asks for stages, the
+// dot and the load sit in its body (not deeper), its step is a positive constant, and the
+// load's address and mask can be computed for a later iteration: from the induction
+// variable, values defined outside the loop, pure ops, and loads of parameters the kernel
+// never writes (a block table, say: it is read ahead too). The K/V data must be read-only
+// as well, since it is copied before the iteration that uses it.
+void Lowering::plan_pipelines() {
+  std::vector<ir::ParamAccess> access = ir::param_access(fn_);
+  auto read_only = [&](const Value* ptr) {
+    const Value* p = ir::root_param(fn_, ptr);
+    if (!p) return false;
+    size_t i = size_t(std::find(fn_.params.begin(), fn_.params.end(), p) - fn_.params.begin());
+    return access[i] == ir::ParamAccess::read;
+  };
+  auto pure = [](const Op& o) {
+    switch (o.kind) {
+#define TILEC_X(E, N) case OpKind::E:
+      TILEC_VIEW_OR_ELEMENTWISE_OPS(TILEC_X)
+#undef TILEC_X
+    case OpKind::ProgramId:
+    case OpKind::NumPrograms: return o.kind != OpKind::Reshape ||
+                                     is_trivial_reshape(o.operands[0]->type.shape, o.results[0]->type.shape);
+    default: return false;
+    }
+  };
+  std::map<const Value*, std::vector<const Op*>> users;
+  std::function<void(const ir::Block&)> index = [&](const ir::Block& b) {
+    for (const auto& op : b.ops) {
+      for (const Value* v : op->operands) users[v].push_back(op.get());
+      for (const auto& r : op->regions) index(*r);
+    }
+  };
+  index(fn_.body);
+  for (auto& [key, x] : async_operands_) {
+    const Op& dot = *key.first;
+    const ir::Block* body = dot.parent;
+    const Op* loop = body->parent;
+    if (!loop || loop->kind != OpKind::For || loop->attrs.num_stages < 2 || !read_only(x.load->operands[0])) continue;
+    const Op* step = loop->operands[2]->def;
+    if (!step || step->kind != OpKind::Constant || step->attrs.value.is_float || step->attrs.value.i <= 0) continue;
+    // The ops of the body the load's operands need, or failure.
+    std::set<const Op*> slice;
+    std::function<bool(const Value*)> ahead = [&](const Value* v) {
+      if (v == body->args[0]) return true;
+      if (std::find(body->args.begin() + 1, body->args.end(), v) != body->args.end()) return false; // carried
+      const Op* d = v->def;
+      if (!d || d->parent != body || slice.count(d)) return true; // defined outside the loop
+      if (deferred_ops_.count(d)) return false;
+      if (!pure(*d) && !(d->kind == OpKind::Load && read_only(d->operands[0]))) return false;
+      for (const Value* o : d->operands)
+        if (!ahead(o)) return false;
+      slice.insert(d);
+      return true;
+    };
+    bool ok = true;
+    for (size_t i = 1; i < x.load->operands.size(); ++i) ok = ok && ahead(x.load->operands[i]);
+    if (!ok || !ahead(x.load->operands[0])) continue;
+    Pipeline& pl = pipelines_[loop];
+    pl.loop = loop;
+    pl.stages = loop->attrs.num_stages;
+    for (const auto& o : body->ops)
+      if (slice.count(o.get()) && std::find(pl.slice.begin(), pl.slice.end(), o.get()) == pl.slice.end())
+        pl.slice.push_back(o.get());
+    Staging st = staging(dot, key.second, async_kmajor(x, key.second));
+    x.pipe = &pl;
+    x.slot = pl.operands.size();
+    pl.operands.push_back({x.load, x.transposed, st, pl.stage_bytes});
+    pl.stage_bytes += st.bytes();
+  }
+  for (auto& [loop, pl] : pipelines_) {
+    // Keep the body order of the slice (operands added it piecewise).
+    std::vector<const Op*> ordered;
+    for (const auto& o : loop->region(0).ops)
+      if (std::find(pl.slice.begin(), pl.slice.end(), o.get()) != pl.slice.end()) ordered.push_back(o.get());
+    pl.slice = std::move(ordered);
+    pl.base = pipe_bytes_;
+    pipe_bytes_ += pl.stages * pl.stage_bytes;
+    // Ops of the slice whose results only the pipelined loads (or other such ops) use are
+    // not emitted in the body any more: the copies issued ahead are their only users.
+    std::set<const Op*> loads;
+    for (const auto& o : pl.operands) loads.insert(o.load);
+    for (auto it = pl.slice.rbegin(); it != pl.slice.rend(); ++it) {
+      bool only_ahead = true;
+      for (const Value* r : (*it)->results)
+        for (const Op* u : users[r])
+          only_ahead = only_ahead && (loads.count(u) || (deferred_ops_.count(u) && std::find(pl.slice.begin(), pl.slice.end(), u) != pl.slice.end()));
+      if (only_ahead) deferred_ops_.insert(*it);
+    }
+  }
+  need_smem(0);
+}
+
+llvm::Value* Lowering::pipe_buffer(const Pipeline& pl, llvm::Value* stage, size_t slot) {
+  if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
+  llvm::Value* off = b_.CreateAdd(b_.CreateMul(stage, b_.getInt32(uint32_t(pl.stage_bytes)), "", true, true),
+                                  b_.getInt32(uint32_t(pl.base + pl.operands[slot].offset)), "", true, true);
+  return b_.CreateGEP(b_.getInt8Ty(), smem_base_, off);
+}
+
+// One 16-byte cp.async per chunk `load` would have read, into the operand's staging at
+// `base` (zero-filled where the load's mask, or ahead_pred_, is off).
+void Lowering::issue_copies(const Op& load, bool transposed, const Staging& st, bool is_a, llvm::Value* base,
+                            const char* what) {
+  LayoutId ll = plan_.op_layouts(&load)[0];
+  const Value* ptr = load.operands[0];
+  const Elems& P = get(ptr, ll);
+  const Elems* mask = load.mask() ? &get(load.mask(), ll) : nullptr;
+  AccessPlan ap = plan_access(load, ll);
+  auto cs = coords(ll, ptr->type.shape);
+  std::string where = site(what);
+  for (size_t j0 = 0; j0 < P.size(); j0 += size_t(ap.vec)) {
+    llvm::Value* d0 = transposed ? cs[j0][1] : cs[j0][0]; // the dot's (m, k) or (k, n)
+    llvm::Value* d1 = transposed ? cs[j0][0] : cs[j0][1];
+    llvm::Value* mn = is_a ? d0 : d1, *k = is_a ? d1 : d0;
+    llvm::Value* row = st.kmajor ? mn : k, *col = st.kmajor ? k : mn;
+    llvm::Value* byte = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(st.row_bytes)), "", true, true),
+                                     b_.CreateMul(col, b_.getInt32(2), "", true, true), "", true, true);
+    llvm::Value* pred = and_pred(mask ? (*mask)[j0] : nullptr, ahead_pred_);
+    hooks_.cp_async_16(b_, b_.CreateGEP(b_.getInt8Ty(), base, byte), P[j0], pred, where);
+  }
+}
+
+// The copies of iteration `iv` (the induction variable's value) into buffer `stage`: the
+// slice is emitted again with the induction variable replaced, its loads guarded by iv <
+// the loop's end, then one cp.async group is committed.
+void Lowering::issue_ahead(Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bool in_loop) {
+  const ir::Block& body = pl.loop->region(0);
+  auto saved = vals_;
+  vals_[{body.args[0], kScalar}] = {iv};
+  ahead_pred_ = b_.CreateICmpSLT(iv, get(pl.loop->operands[1], kScalar)[0]);
+  emitting_ahead_ = true;
+  for (const Op* o : pl.slice) {
+    // The layout plan lists each conversion of the body once: those of ops only the copies
+    // need are counted where the loop issues them, and nowhere else.
+    int conversions = stats_.conversions;
+    emit_op(*o);
+    if (!in_loop || !deferred_ops_.count(o)) stats_.conversions = conversions;
+  }
+  emitting_ahead_ = false;
+  for (size_t i = 0; i < pl.operands.size(); ++i) {
+    const Pipeline::Operand& x = pl.operands[i];
+    bool is_a = false;
+    for (const auto& [key, a] : async_operands_)
+      if (a.pipe == &pl && a.slot == i) is_a = key.second == 0;
+    const char* what = is_a ? "dot (mma) operand A, asynchronous copy issued ahead"
+                            : "dot (mma) operand B, asynchronous copy issued ahead";
+    const Op* outer = cur_op_;
+    cur_op_ = x.load;
+    issue_copies(*x.load, x.transposed, x.st, is_a, pipe_buffer(pl, stage, i), what);
+    cur_op_ = outer;
+  }
+  ahead_pred_ = nullptr;
+  vals_ = std::move(saved);
+  hooks_.cp_async_commit(b_);
+}
+
 Elems Lowering::k_loop(const char* name, int64_t end, int64_t step, const Elems& init,
                        const std::function<Elems(llvm::Value* k, const Elems& carried)>& body) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -1016,39 +1245,41 @@ void Lowering::emit_dot_mma(const Op& op) {
   };
   const AsyncOperand* async_a = async_of(0);
   const AsyncOperand* async_b = async_of(1);
-  // An operand copied straight from global memory is staged along the load's contiguous
-  // dimension (through the transpose, if any).
-  auto async_contig = [&](const AsyncOperand& x) {
-    int rd = elems_of(plan_.op_layouts(x.load)[0], x.load->results[0]->type.shape).run_dim;
-    return x.transposed ? 1 - rd : rd;
-  };
-  const bool a_kmajor = async_a ? async_contig(*async_a) == 1 : elems_of(ls[0], a->type.shape).run_dim != 0;
-  const bool b_kmajor = async_b ? async_contig(*async_b) == 0 : elems_of(ls[1], bv->type.shape).run_dim != 1;
-  const int64_t sa = ((a_kmajor ? K : M) + 8) * 2, sb = ((b_kmajor ? K : N) + 8) * 2, sc = (N + 4) * 4; // row strides
-  const int64_t rows_a = a_kmajor ? M : K, rows_b = b_kmajor ? N : K;
+  const bool a_kmajor = async_a ? async_kmajor(*async_a, 0) : elems_of(ls[0], a->type.shape).run_dim != 0;
+  const bool b_kmajor = async_b ? async_kmajor(*async_b, 1) : elems_of(ls[1], bv->type.shape).run_dim != 1;
+  const Staging st_a = staging(op, 0, a_kmajor), st_b = staging(op, 1, b_kmajor);
+  const int64_t sa = st_a.row_bytes, sb = st_b.row_bytes, sc = (N + 4) * 4; // row strides
+  // An operand copied ahead by its loop's pipeline is read from this iteration's buffer; the
+  // others are staged in scratch shared memory.
+  const bool pipe_a = async_a && async_a->pipe, pipe_b = async_b && async_b->pipe;
   // A zero accumulator (dot(a, b)) is not staged: the fragments start at zero. The result
   // area has the padded rows and columns too, so every lane stores its fragments without a
   // branch (the padding is never read).
   const bool zero_acc = is_positive_zero(op.operands[2]);
   const int64_t scp = (Np + 4) * 4;
-  const int64_t off_a = 0, off_b = (rows_a * sa + 15) / 16 * 16, off_c = off_b + (rows_b * sb + 15) / 16 * 16;
+  const int64_t off_a = 0, off_b = pipe_a ? 0 : st_a.bytes(), off_c = off_b + (pipe_b ? 0 : st_b.bytes());
   // 16 zero bytes: the row an ldmatrix lane addresses for a row of A past M or of B past N,
   // so the padding reads as zeros without a select per register.
   const int64_t off_z = off_c + (std::max(M * sc, Mp * scp) + 15) / 16 * 16;
   need_smem(off_z + 16);
   before_smem_write();
-  auto at = [&](int64_t off, int64_t stride, llvm::Value* row, llvm::Value* col_bytes) { // offsets never wrap
+  llvm::Value* base_a = pipe_a ? pipe_buffer(*async_a->pipe, async_a->pipe->read_stage, async_a->slot)
+                               : smem(b_.getInt8Ty(), b_.getInt32(0), off_a);
+  llvm::Value* base_b = pipe_b ? pipe_buffer(*async_b->pipe, async_b->pipe->read_stage, async_b->slot)
+                               : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
+  llvm::Value* base_c = smem(b_.getInt8Ty(), b_.getInt32(0), off_c);
+  auto at = [&](llvm::Value* base, int64_t stride, llvm::Value* row, llvm::Value* col_bytes) { // offsets never wrap
     llvm::Value* byte = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(uint32_t(stride)), "", true, true), col_bytes, "",
                                      true, true);
-    return smem(b_.getInt8Ty(), byte, off);
+    return b_.CreateGEP(b_.getInt8Ty(), base, byte);
   };
   auto bytes = [&](llvm::Value* v, int eb) { return b_.CreateMul(v, b_.getInt32(uint32_t(eb)), "", true, true); };
   // Element (m, k) of A and (k, n) of B in shared memory.
   auto a_at = [&](llvm::Value* m, llvm::Value* k) {
-    return a_kmajor ? at(off_a, sa, m, bytes(k, 2)) : at(off_a, sa, k, bytes(m, 2));
+    return a_kmajor ? at(base_a, sa, m, bytes(k, 2)) : at(base_a, sa, k, bytes(m, 2));
   };
   auto b_at = [&](llvm::Value* k, llvm::Value* n) {
-    return b_kmajor ? at(off_b, sb, n, bytes(k, 2)) : at(off_b, sb, k, bytes(n, 2));
+    return b_kmajor ? at(base_b, sb, n, bytes(k, 2)) : at(base_b, sb, k, bytes(n, 2));
   };
   // A thread's runs of elements contiguous in shared memory go as one vector store each (the
   // row strides and offsets are multiples of 16 bytes, the runs aligned to their size).
@@ -1065,34 +1296,27 @@ void Lowering::emit_dot_mma(const Op& op) {
       smem_store(x, addr(cs[j]), what, held);
     }
   };
-  // An operand loaded from global memory for this dot alone goes there directly: one 16-byte
-  // cp.async per chunk the load would have read (zero-filled where its mask is off).
-  auto stage_async = [&](const AsyncOperand& x, bool is_a) {
-    const Op& load = *x.load;
-    LayoutId ll = plan_.op_layouts(&load)[0];
-    const Value* ptr = load.operands[0];
-    const Elems& P = get(ptr, ll);
-    const Elems* mask = load.mask() ? &get(load.mask(), ll) : nullptr;
-    AccessPlan ap = plan_access(load, ll);
-    auto cs = coords(ll, ptr->type.shape);
-    std::string where = site(is_a ? "dot (mma) operand A, asynchronous copy" : "dot (mma) operand B, asynchronous copy");
-    for (size_t j0 = 0; j0 < P.size(); j0 += size_t(ap.vec)) {
-      llvm::Value* d0 = x.transposed ? cs[j0][1] : cs[j0][0];
-      llvm::Value* d1 = x.transposed ? cs[j0][0] : cs[j0][1];
-      hooks_.cp_async_16(b_, is_a ? a_at(d0, d1) : b_at(d0, d1), P[j0], mask ? (*mask)[j0] : nullptr, where);
-    }
-  };
-  if (async_a) stage_async(*async_a, true);
-  else stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
-  if (async_b) stage_async(*async_b, false);
-  else stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
+  // An operand loaded from global memory for this dot alone goes there directly, as 16-byte
+  // cp.async copies, unless its loop's pipeline copied it already.
+  if (pipe_a) {
+  } else if (async_a) {
+    issue_copies(*async_a->load, async_a->transposed, st_a, true, base_a, "dot (mma) operand A, asynchronous copy");
+  } else {
+    stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
+  }
+  if (pipe_b) {
+  } else if (async_b) {
+    issue_copies(*async_b->load, async_b->transposed, st_b, false, base_b, "dot (mma) operand B, asynchronous copy");
+  } else {
+    stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
+  }
   if (M < 8 || N < 8) // every thread writes the same zeros: no branch, and no race
     smem_store(llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt32Ty(), 4)),
                smem(b_.getInt8Ty(), b_.getInt32(0), off_z), "dot (mma) zero row", DType::i32);
   if (!zero_acc)
-    stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(off_c, sc, c[0], bytes(c[1], 4)); },
+    stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(base_c, sc, c[0], bytes(c[1], 4)); },
           "dot (mma) accumulator write");
-  if (async_a || async_b) { // one group, waited for at once: the copies land before the barrier
+  if ((async_a && !pipe_a) || (async_b && !pipe_b)) { // one group, waited for at once: the copies land before the barrier
     hooks_.cp_async_commit(b_);
     hooks_.cp_async_wait(b_, 0);
   }
@@ -1260,8 +1484,8 @@ void Lowering::emit_dot_mma(const Op& op) {
         llvm::Value* ccol = b_.CreateAdd(b_.CreateAdd(gr.n0, b_.getInt32(uint32_t(8 * q))), t2);
         llvm::Value* out_c = past(ccol, N, Np);
         llvm::Value* cb = bytes(clamp(ccol, out_c), 4);
-        cptr[size_t(q)] = {at(off_c, sc, r0, cb), at(off_c, sc, r0, b_.CreateAdd(cb, b_.getInt32(4))),
-                           at(off_c, sc, r1, cb), at(off_c, sc, r1, b_.CreateAdd(cb, b_.getInt32(4)))};
+        cptr[size_t(q)] = {at(base_c, sc, r0, cb), at(base_c, sc, r0, b_.CreateAdd(cb, b_.getInt32(4))),
+                           at(base_c, sc, r1, cb), at(base_c, sc, r1, b_.CreateAdd(cb, b_.getInt32(4)))};
         // Element (row, 2t) is past N exactly when out_c; (row, 2t + 1) too unless N == 1.
         llvm::Value* out_c1 = N == 1 ? b_.getTrue() : out_c;
         c_out[size_t(q)] = {either(out_r0, out_c), either(out_r0, out_c1), either(out_r1, out_c),
@@ -1300,7 +1524,7 @@ void Lowering::emit_dot_mma(const Op& op) {
             llvm::Value* v = llvm::PoisonValue::get(v2);
             v = b_.CreateInsertElement(v, d[size_t(4 * q + 2 * h)], uint64_t(0));
             v = b_.CreateInsertElement(v, d[size_t(4 * q + 2 * h + 1)], uint64_t(1));
-            smem_store(v, at(off_c, scp, h ? row1 : row0, col), "dot (mma) result write", DType::f32);
+            smem_store(v, at(base_c, scp, h ? row1 : row0, col), "dot (mma) result write", DType::f32);
           }
           continue;
         }
@@ -1318,12 +1542,13 @@ void Lowering::emit_dot_mma(const Op& op) {
     if (gr.active) guarded(b_, gr.active, body); // warp-uniform
     else body();
   }
+  if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // until the barrier: the buffer may not be refilled
   barrier();
   auto cd = coords(ls[2], res->type.shape);
   Elems out(cd.size());
   for (auto [j, n] : runs_along(ls[2], res->type.shape, 1, 4)) {
     llvm::Type* ty = n > 1 ? llvm::FixedVectorType::get(b_.getFloatTy(), unsigned(n)) : b_.getFloatTy();
-    llvm::Value* x = smem_load(ty, at(off_c, zero_acc ? scp : sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
+    llvm::Value* x = smem_load(ty, at(base_c, zero_acc ? scp : sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
     for (int k = 0; k < n; ++k) out[j + size_t(k)] = n > 1 ? b_.CreateExtractElement(x, uint64_t(k)) : x;
   }
   smem_dirty_ = true;
@@ -1405,6 +1630,17 @@ void Lowering::emit_for(const Op& op) {
     cl[i] = op.results[i]->type.is_scalar() ? kScalar : plan_.native(op.results[i]);
     init[i] = get(op.operands[3 + i], cl[i]);
   }
+  // A pipelined loop first issues the copies of its first stages - 1 iterations, one group
+  // each, into buffers 0, 1, ... (after a barrier if an earlier loop's dots may still read them).
+  auto pit = pipelines_.find(&op);
+  Pipeline* pl = pit == pipelines_.end() ? nullptr : &pit->second;
+  const int64_t S = pl ? pl->stages : 1;
+  if (pl) {
+    before_smem_write();
+    for (int64_t s = 0; s + 1 < S; ++s)
+      issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
+                  b_.getInt32(uint32_t(s)), false);
+  }
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(c_, "for.header", kernel_);
   llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(c_, "for.body", kernel_);
@@ -1413,6 +1649,11 @@ void Lowering::emit_for(const Op& op) {
   b_.SetInsertPoint(header);
   llvm::PHINode* iv = b_.CreatePHI(lb->getType(), 2, "iv");
   iv->addIncoming(lb, pre);
+  llvm::PHINode* stage = nullptr; // the buffer this iteration reads: its count modulo S
+  if (pl) {
+    stage = b_.CreatePHI(b_.getInt32Ty(), 2, "stage");
+    stage->addIncoming(b_.getInt32(0), pre);
+  }
   std::vector<std::vector<llvm::PHINode*>> phis(n);
   for (size_t i = 0; i < n; ++i)
     for (llvm::Value* v : init[i]) {
@@ -1422,17 +1663,35 @@ void Lowering::emit_for(const Op& op) {
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), body_bb, exit);
   b_.SetInsertPoint(body_bb);
   smem_dirty_ = true; // an earlier trip may still be reading shared memory
+  if (pl) {
+    // This iteration's group has landed once at most the S - 2 newer ones are pending; the
+    // barrier before its dot's first read shows it to every thread. Then the copies of
+    // iteration + S - 1 go into the buffer the previous iteration read (every read of it was
+    // followed by a barrier: pipe_read_unfenced_).
+    hooks_.cp_async_wait(b_, int(S - 2));
+    llvm::Value* fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
+                                        b_.CreateSub(stage, b_.getInt32(1)));
+    issue_ahead(*pl, b_.CreateAdd(iv, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(S - 1)))),
+                fill, true);
+    pl->read_stage = stage;
+  }
   vals_[{body.args[0], kScalar}] = {iv};
   for (size_t i = 0; i < n; ++i) define(body.args[i + 1], cl[i], Elems(phis[i].begin(), phis[i].end()));
   emit_block(body);
+  if (pipe_read_unfenced_) barrier();
   std::vector<Elems> next = yielded_;
   llvm::BasicBlock* latch = b_.GetInsertBlock();
   iv->addIncoming(b_.CreateAdd(iv, step), latch);
+  if (pl) {
+    llvm::Value* s1 = b_.CreateAdd(stage, b_.getInt32(1));
+    stage->addIncoming(b_.CreateSelect(b_.CreateICmpEQ(s1, b_.getInt32(uint32_t(S))), b_.getInt32(0), s1), latch);
+  }
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < phis[i].size(); ++j) phis[i][j]->addIncoming(next[i][j], latch);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
   smem_dirty_ = true;
+  if (pl) hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off)
   for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
 }
 

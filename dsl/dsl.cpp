@@ -543,9 +543,12 @@ struct ControlFlow {
     return out;
   }
 
-  static void for_range(Operand start, Operand end, Operand step,
+  static void for_range(Operand start, Operand end, Operand step, const RangeOptions& opts,
                         const std::function<void(Scalar)>& body, Loc loc) {
     detail::Tracker& tr = current(loc);
+    if (opts.num_stages < 1 || opts.num_stages > ir::kMaxPipelineStages)
+      fail(loc, fmt::format("for_range: num_stages {} must be from 1 to {}", opts.num_stages,
+                            ir::kMaxPipelineStages));
     ir::Builder& b = at(loc);
     DType it = DType::i32;
     for (const Operand* o : {&start, &end, &step})
@@ -564,6 +567,7 @@ struct ControlFlow {
     std::vector<ir::Value*> inits;
     for (auto& s : snap) inits.push_back(s.before);
     ir::Op* op = b.for_op(lb, ub, st, inits);
+    op->attrs.num_stages = opts.num_stages;
     ir::Block& blk = op->region(0);
     for (size_t i = 0; i < snap.size(); ++i) snap[i].tile->v_ = blk.args[i + 1];
 
@@ -674,7 +678,12 @@ struct ControlFlow {
 };
 
 void for_range(Operand start, Operand end, Operand step, const std::function<void(Scalar)>& body, Loc loc) {
-  ControlFlow::for_range(start, end, step, body, loc);
+  ControlFlow::for_range(start, end, step, RangeOptions{}, body, loc);
+}
+
+void for_range(Operand start, Operand end, Operand step, const RangeOptions& opts,
+               const std::function<void(Scalar)>& body, Loc loc) {
+  ControlFlow::for_range(start, end, step, opts, body, loc);
 }
 void if_then_else(Operand cond, const std::function<void()>& then_body,
                   const std::function<void()>& else_body, Loc loc) {

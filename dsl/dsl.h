@@ -194,6 +194,15 @@ Tile dot(const Tile& a, const Tile& b, const Tile& acc, Loc loc = Loc::current()
 // --- control flow (bounds and conditions are scalars: uniform per program)
 void for_range(Operand start, Operand end, Operand step, const std::function<void(Scalar)>& body,
                Loc loc = Loc::current());
+// num_stages > 1: the loop's loads that feed a tensor-core dot are copied num_stages - 1
+// iterations ahead into rotating shared-memory buffers (cp.async), so memory latency
+// overlaps the math; each stage costs those tiles' bytes of shared memory. Loads whose
+// addresses cannot be computed ahead keep their place. No effect on the CPU interpreter.
+struct RangeOptions {
+  int64_t num_stages = 1;
+};
+void for_range(Operand start, Operand end, Operand step, const RangeOptions& opts,
+               const std::function<void(Scalar)>& body, Loc loc = Loc::current());
 void if_then_else(Operand cond, const std::function<void()>& then_body,
                   const std::function<void()>& else_body, Loc loc = Loc::current());
 void if_then(Operand cond, const std::function<void()>& then_body, Loc loc = Loc::current());

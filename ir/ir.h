@@ -70,12 +70,18 @@ struct ConstValue {
 };
 
 // All attributes any op may carry; each op uses the few that apply.
+// The most stages a for op's software pipeline may have.
+inline constexpr int64_t kMaxPipelineStages = 8;
+
 struct Attrs {
   int64_t axis = 0;              // program_id, num_programs, expand_dims, reduce
   int64_t start = 0;             // arange
   std::vector<int64_t> perm;     // permute
   ConstValue value;              // constant
   ReduceKind reduce = ReduceKind::sum;
+  // for: stages of the software pipeline of its asynchronous copies (1: none). A hint:
+  // loads the lowering cannot issue ahead keep their place (docs/ARCHITECTURE.md).
+  int64_t num_stages = 1;
   bool operator==(const Attrs&) const = default;
 };
 

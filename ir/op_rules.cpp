@@ -264,6 +264,8 @@ std::string check(const Op& op) {
     if (in[0]->type != in[1]->type || in[0]->type != in[2]->type)
       return fmt::format("bounds {}, {}, {} differ in type", describe(in[0]), describe(in[1]),
                          describe(in[2]));
+    if (op.attrs.num_stages < 1 || op.attrs.num_stages > kMaxPipelineStages)
+      return fmt::format("stages {} must be from 1 to {}", op.attrs.num_stages, kMaxPipelineStages);
     if (out.size() != in.size() - 3)
       return fmt::format("has {} carried values but {} results", in.size() - 3, out.size());
     std::vector<Type> args{in[0]->type};

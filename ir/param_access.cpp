@@ -5,9 +5,6 @@
 
 namespace tilec::ir {
 
-namespace {
-
-// The parameter a pointer value is computed from, or null when it is not one parameter.
 const Value* root_param(const Function& fn, const Value* v) {
   while (v->def) {
     const Op* d = v->def;
@@ -23,8 +20,6 @@ const Value* root_param(const Function& fn, const Value* v) {
   }
   return std::find(fn.params.begin(), fn.params.end(), v) != fn.params.end() ? v : nullptr;
 }
-
-} // namespace
 
 std::vector<ParamAccess> param_access(const Function& fn) {
   std::vector<ParamAccess> r;

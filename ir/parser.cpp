@@ -597,6 +597,8 @@ private:
     operands.push_back(parse_operand("the upper bound"));
     expect_keyword("step", "after the upper bound");
     operands.push_back(parse_operand("the step"));
+    Attrs attrs;
+    if (accept_keyword("stages")) attrs.num_stages = parse_int("a stage count after 'stages'");
     std::vector<Token> carried;
     if (accept_keyword("iter_args")) {
       expect_punct('(', "'(' after 'iter_args'");
@@ -612,7 +614,7 @@ private:
     std::vector<Type> types = parse_result_types();
     check_result_count(at, results, types.size());
     builder_->loc = {};
-    Op* op = create(at, OpKind::For, operands, std::move(types), {}, 1, results);
+    Op* op = create(at, OpKind::For, operands, std::move(types), std::move(attrs), 1, results);
     Block& body = op->region(0);
     body.args.push_back(fn_->new_value(operands[0]->type, nullptr, &body));
     define(iv, body.args.back());

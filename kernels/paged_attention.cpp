@@ -223,8 +223,9 @@ struct FusedSpec {
 
   // Names the specialization in the kernel cache.
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
-                       ir::dtype_name(dtype), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits);
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
+                       ir::dtype_name(dtype), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits,
+                       cfg.num_stages);
   }
 };
 
@@ -271,7 +272,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto end = min(ctx, start + chunk);
 
   Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, D});
-  for_range(start, end, N, [&](Scalar s0) {
+  // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
+  for_range(start, end, N, RangeOptions{sp.cfg.num_stages}, [&](Scalar s0) {
     auto j = s0 + arange(0, N);
     auto live = j < end;
     auto page = load(block_table + b * max_blocks + j / sp.block_size, live);
@@ -336,6 +338,9 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   if (!ir::is_pow2(cfg.num_splits) || cfg.num_splits > 64)
     throw UserError(fmt::format("paged_attention: num_splits {} must be a power of two from 1 to 64", cfg.num_splits));
   if (std::string why = num_warps_error(cfg.num_warps); !why.empty()) throw UserError("paged_attention: " + why);
+  if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
+    throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
+                                ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.alibi, s.softcap.has_value(), cfg};
 }
 
@@ -363,7 +368,8 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"block_n", sp.cfg.block_n},
           {"head_group", cfg.head_group}, // as configured: 0 (all Hq/Hkv heads) stays 0
           {"num_warps", sp.cfg.num_warps},
-          {"num_splits", sp.cfg.num_splits}};
+          {"num_splits", sp.cfg.num_splits},
+          {"num_stages", sp.cfg.num_stages}};
 }
 
 interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,

@@ -67,6 +67,7 @@ struct PagedAttentionConfig {
   int64_t head_group = 0;  // query heads per program (0: all Hq/Hkv heads of a KV head)
   int64_t num_warps = 4;
   int64_t num_splits = 1;  // split-KV partitions (flash-decoding), combined by a second kernel
+  int64_t num_stages = 2;  // software-pipeline stages of the K/V copies (f16/bf16 caches)
 };
 
 // out [B, Hq, Sq, D] in q's dtype.

@@ -94,7 +94,7 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
 }
 
 PagedAttentionConfig paged_attention_config(const ParamMap& p) {
-  return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits")};
+  return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits"), p.at("num_stages")};
 }
 
 KernelTemplate paged_attention_template() {
@@ -105,7 +105,8 @@ KernelTemplate paged_attention_template() {
   t.params = {{"block_n", 32, "tokens per step of the block-table walk (power of two)"},
               {"head_group", 0, "query heads per program sharing one KV head (0: all Hq/Hkv)"},
               {"num_warps", 4, "warps per program on the GPU"},
-              {"num_splits", 1, "split-KV partitions combined by a second kernel (power of two)"}};
+              {"num_splits", 1, "split-KV partitions combined by a second kernel (power of two)"},
+              {"num_stages", 2, "K/V copies in flight: software-pipeline stages (1: none; f16/bf16 on tensor cores)"}};
   t.shape = {{"batch", 2, "sequences"},
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},

@@ -69,6 +69,7 @@ struct tilec_emu_thread {
   // groups count up from 0; open_group is the one new copies join.
   struct PendingCopy {
     std::uint64_t group;
+    std::uint64_t epoch; // the barrier interval it was issued in: it may land any time from then
     void* dst;
     std::uint8_t data[16];
     const char* site;
@@ -729,6 +730,46 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
 
 } // namespace tilec::rt
 
+namespace tilec::rt {
+
+// The race checks of a shared-memory write of `bytes` at byte offset `off` that may happen
+// at any time from barrier interval `since` to now (a plain store: since is now; an
+// asynchronous copy lands somewhere between its issue and its wait): another thread's write
+// of a different value, or its read, in that window races with it. `write`: also record it
+// and write the bytes.
+void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t bytes, const void* src, const char* site,
+                        std::uint32_t float_type, std::uint64_t since, bool write) {
+  tilec_emu_worker& w = *t->worker;
+  // Writing the value already there changes nothing another thread sees: replicated owners
+  // of one element all write its value (floats: the zeros alike, the NaNs alike).
+  bool same = same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_type);
+  const char* window = since == w.epoch ? "no barrier between" : "while an asynchronous copy to it was in flight";
+  for (std::size_t i = off; i < off + bytes; ++i) {
+    ShadowByte& s = w.shadow[i];
+    bool written_here = s.write_epoch >= w.block_epoch;
+    if (!same && written_here && s.write_epoch >= since && s.writer != t->tid) {
+      std::string message = fmt::format(
+          "{}: shared-memory race (write after write, {}): thread {} writes byte offset {} that thread {} wrote "
+          "with another value (write at {}; other write at {})", where(t), window, t->tid, i, s.writer, site,
+          s.write_site);
+      abort_thread(t, std::move(message));
+    }
+    if (!(same && written_here) && s.read_epoch >= since && s.read_epoch >= w.block_epoch &&
+        (s.reader != t->tid || s.several_readers)) {
+      std::uint32_t reader = s.reader != t->tid ? s.reader : UINT32_MAX;
+      std::string readers = reader != UINT32_MAX ? fmt::format("thread {}", reader) : std::string("other threads");
+      std::string message = fmt::format(
+          "{}: shared-memory race (write after read, {}): thread {} writes byte offset {} that {} read (write at "
+          "{}; read at {})", where(t), window, t->tid, i, readers, site, s.read_site);
+      abort_thread(t, std::move(message));
+    }
+    if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site;
+  }
+  if (write) std::memcpy(w.shared + off, src, bytes);
+}
+
+} // namespace tilec::rt
+
 using tilec::rt::State;
 
 extern "C" {
@@ -752,6 +793,14 @@ void* tilec_emu_shared_base(tilec_emu_thread* t) { return t->worker->shared; }
 void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst, const char* site) {
   std::size_t off = tilec::rt::check_shared(t, addr, bytes, "load", site);
   tilec_emu_worker& w = *t->worker;
+  for (const auto& c : t->pending_copies) { // on a GPU it reads the old bytes or the new, by chance
+    std::size_t coff = std::size_t(static_cast<std::byte*>(c.dst) - w.shared);
+    if (coff < off + bytes && off < coff + 16)
+      tilec::rt::abort_thread(t, fmt::format("{}: shared-memory load of {} bytes at byte offset {} (at {}) reads the "
+                                             "destination of an asynchronous copy this thread issued and has not "
+                                             "waited for (cp.async at {}; cp.async.wait_group missing)",
+                                             tilec::rt::where(t), bytes, off, site, c.site));
+  }
   for (std::size_t i = off; i < off + bytes; ++i) {
     tilec::rt::ShadowByte& s = w.shadow[i];
     if (s.write_epoch < w.block_epoch) {
@@ -778,31 +827,7 @@ void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes
 void tilec_emu_shared_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src, const char* site,
                             uint32_t float_type) {
   std::size_t off = tilec::rt::check_shared(t, addr, bytes, "store", site);
-  tilec_emu_worker& w = *t->worker;
-  // Writing the value already there changes nothing another thread sees: replicated owners
-  // of one element all write its value (floats: the zeros alike, the NaNs alike).
-  bool same = tilec::rt::same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_type);
-  for (std::size_t i = off; i < off + bytes; ++i) {
-    tilec::rt::ShadowByte& s = w.shadow[i];
-    bool written_here = s.write_epoch >= w.block_epoch;
-    if (!same && written_here && s.write_epoch == w.epoch && s.writer != t->tid) {
-      std::string message = fmt::format(
-          "{}: shared-memory race (write after write, no barrier between): thread {} writes byte offset {} that "
-          "thread {} wrote with another value (write at {}; other write at {})", tilec::rt::where(t), t->tid, i,
-          s.writer, site, s.write_site);
-      tilec::rt::abort_thread(t, std::move(message));
-    }
-    if (!(same && written_here) && s.read_epoch == w.epoch && (s.reader != t->tid || s.several_readers)) {
-      std::uint32_t reader = s.reader != t->tid ? s.reader : UINT32_MAX;
-      std::string readers = reader != UINT32_MAX ? fmt::format("thread {}", reader) : std::string("other threads");
-      std::string message = fmt::format(
-          "{}: shared-memory race (write after read, no barrier between): thread {} writes byte offset {} that {} "
-          "read (write at {}; read at {})", tilec::rt::where(t), t->tid, i, readers, site, s.read_site);
-      tilec::rt::abort_thread(t, std::move(message));
-    }
-    s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site;
-  }
-  std::memcpy(w.shared + off, src, bytes);
+  tilec::rt::check_shared_write(t, off, bytes, src, site, float_type, t->worker->epoch, true);
 }
 
 uint32_t tilec_emu_shfl_xor(tilec_emu_thread* t, uint32_t value, uint32_t lane_mask) {
@@ -859,13 +884,15 @@ void tilec_emu_cp_async(tilec_emu_thread* t, void* dst, const void* src, uint32_
   if (src_bytes != 0 && src_bytes != 16)
     tilec::rt::abort_thread(t, fmt::format("{}: cp.async of {} source bytes (0 or 16) at {}", tilec::rt::where(t),
                                            src_bytes, site));
-  tilec::rt::check_shared(t, dst, 16, "asynchronous copy", site);
-  tilec_emu_thread::PendingCopy c{t->open_group, dst, {}, site};
+  std::size_t off = tilec::rt::check_shared(t, dst, 16, "asynchronous copy", site);
+  tilec_emu_thread::PendingCopy c{t->open_group, t->worker->epoch, dst, {}, site};
   if (src_bytes) {
     tilec::rt::check_access(t, src, 16, true, false, "asynchronous copy",
                             reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
     std::memcpy(c.data, src, 16);
   }
+  // The copy may land at once: its bytes must be free of other threads' accesses now.
+  tilec::rt::check_shared_write(t, off, 16, c.data, site, 0, c.epoch, false);
   t->pending_copies.push_back(c);
 }
 
@@ -876,7 +903,10 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* t, uint32_t groups) {
   std::uint64_t keep_from = t->open_group >= groups ? t->open_group - groups : 0;
   std::vector<tilec_emu_thread::PendingCopy> still;
   for (const auto& c : t->pending_copies) {
-    if (c.group < keep_from) tilec_emu_shared_store(t, c.dst, 16, c.data, c.site, 0);
+    if (c.group < keep_from) {
+      std::size_t off = std::size_t(static_cast<std::byte*>(c.dst) - t->worker->shared);
+      tilec::rt::check_shared_write(t, off, 16, c.data, c.site, 0, c.epoch, true);
+    }
     else still.push_back(c);
   }
   t->pending_copies = std::move(still);

@@ -119,11 +119,11 @@ TEST_CASE("dot on the tensor cores: mma.sync and ldmatrix in the PTX; f32 stays 
   }
 }
 
-TEST_CASE("paged attention K/V loop counts on sm_90 (bf16 D128 block_n64 head_group4 4 warps)",
+TEST_CASE("paged attention K/V loop counts on sm_90 (bf16 D128 block_n64 head_group4 4 warps 3 stages)",
           "[codegen][mma][paged_attention]") {
   const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
   REQUIRE(t);
-  kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}};
+  kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 3}};
   kernels::ParamMap shape;
   for (const kernels::Param& p : t->shape) shape[p.name] = p.value;
   shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = 128;
@@ -143,8 +143,17 @@ TEST_CASE("paged attention K/V loop counts on sm_90 (bf16 D128 block_n64 head_gr
   CHECK(l->count("mma") == 32);   // 2 x 16: S = q K^T and P V, 16x8x16 each
   CHECK(l->instructions <= 400);  // FMA path: ~700 static plus two inner loops (~3,900 per step)
   CHECK(l->count("cp.async.cg") == 16); // K and V: 8 + 8 16-byte copies straight to shared memory
-  CHECK(l->count("cp.async.wait_group") == 2);
-  CHECK(l->count("ld.global") == 1);    // the page ids
+  // Software-pipelined: one wait per step, for the group issued two steps earlier (at most
+  // num_stages - 2 = 1 newer group pending); K and V of step + 2 are copied in this one.
+  CHECK(l->count("cp.async.wait_group") == 1);
+  CHECK(ck.ptx.find("cp.async.wait_group 1;") != std::string::npos);
+  CHECK(l->count("cp.async.commit_group") == 1);
+  CHECK(l->count("ld.global") == 1);    // the page ids, a step ahead with the copies
+  CHECK(ck.stats.pipelined_loops == 1);
+  CHECK(ck.stats.pipeline_stages == 3);
+  // A stage holds K and V, 64 rows of 128 bf16 each padded by 16 bytes; the buffers come first.
+  CHECK(ck.stats.pipeline_stage_bytes == 2 * 64 * (128 + 8) * 2);
+  CHECK(ck.shared_bytes > 3 * ck.stats.pipeline_stage_bytes);
   if (ck.ptxas) {
     CHECK(ck.ptxas->registers <= 128);
     CHECK(ck.ptxas->spill_stores + ck.ptxas->spill_loads == 0);

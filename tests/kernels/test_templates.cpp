@@ -75,14 +75,16 @@ TEST_CASE("fused paged attention compiles with zero spills over its config space
     PagedAttentionConfig cfg;
   };
   std::vector<Case> cases = {
-      {64, 8, 2, 1, ir::DType::f16, false, false, {32, 4, 4, 1}},
-      {64, 8, 2, 1, ir::DType::f16, false, false, {16, 1, 2, 2}},
-      {64, 8, 2, 1, ir::DType::bf16, true, true, {64, 2, 8, 4}},
-      {128, 32, 8, 1, ir::DType::f16, false, true, {32, 4, 4, 1}},
-      {128, 32, 8, 1, ir::DType::bf16, true, false, {16, 4, 8, 2}},
-      {128, 8, 8, 1, ir::DType::f32, false, false, {64, 1, 4, 1}},
-      {16, 4, 1, 3, ir::DType::f32, true, true, {16, 4, 2, 1}},
-      {256, 16, 2, 1, ir::DType::f16, false, false, {16, 8, 8, 1}},
+      {64, 8, 2, 1, ir::DType::f16, false, false, {32, 4, 4, 1, 2}},
+      {64, 8, 2, 1, ir::DType::f16, false, false, {16, 1, 2, 2, 3}},
+      {64, 8, 2, 1, ir::DType::bf16, true, true, {64, 2, 8, 4, 3}},
+      {128, 32, 8, 1, ir::DType::f16, false, true, {32, 4, 4, 1, 1}},
+      {128, 32, 8, 1, ir::DType::bf16, true, false, {16, 4, 8, 2, 3}},
+      {128, 32, 8, 1, ir::DType::bf16, false, false, {64, 4, 4, 1, 3}},
+      {128, 32, 4, 1, ir::DType::f16, false, false, {64, 8, 2, 1, 2}},
+      {128, 8, 8, 1, ir::DType::f32, false, false, {64, 1, 4, 1, 2}},
+      {16, 4, 1, 3, ir::DType::f32, true, true, {16, 4, 2, 1, 1}},
+      {256, 16, 2, 1, ir::DType::f16, false, false, {16, 8, 8, 1, 3}},
   };
   bool ptxas = codegen::test::have_ptxas();
   for (const auto& c : cases) {
@@ -99,7 +101,8 @@ TEST_CASE("fused paged attention compiles with zero spills over its config space
     o.arch = "sm_90";
     o.num_warps = int(c.cfg.num_warps);
     INFO("head_dim " << c.head_dim << " " << ir::dtype_name(c.dtype) << " block_n " << c.cfg.block_n
-                     << " head_group " << c.cfg.head_group << " warps " << c.cfg.num_warps);
+                     << " head_group " << c.cfg.head_group << " warps " << c.cfg.num_warps << " stages "
+                     << c.cfg.num_stages);
     codegen::CompiledKernel ck = codegen::compile(*k, o);
     CHECK(!ck.ptx.empty());
     if (ptxas) {
@@ -184,10 +187,12 @@ TEST_CASE("fused paged attention stays within its traffic budget across configs 
   ParamMap shape;
   for (const Param& p : t->shape) shape[p.name] = p.value;
   shape["dtype"] = 1; // f16
-  for (auto [block_n, head_group, splits, warps] :
-       std::vector<std::array<int64_t, 4>>{{32, 0, 1, 4}, {16, 1, 1, 2}, {64, 4, 1, 4}, {16, 4, 4, 1}, {64, 1, 2, 2}}) {
-    ParamMap params{{"block_n", block_n}, {"head_group", head_group}, {"num_splits", splits}, {"num_warps", warps}};
-    INFO("block_n " << block_n << " head_group " << head_group << " num_splits " << splits << " num_warps " << warps);
+  for (auto [block_n, head_group, splits, warps, stages] : std::vector<std::array<int64_t, 5>>{
+           {32, 0, 1, 4, 2}, {16, 1, 1, 2, 3}, {64, 4, 1, 4, 1}, {16, 4, 4, 1, 4}, {64, 1, 2, 2, 3}}) {
+    ParamMap params{{"block_n", block_n}, {"head_group", head_group}, {"num_splits", splits}, {"num_warps", warps},
+                    {"num_stages", stages}};
+    INFO("block_n " << block_n << " head_group " << head_group << " num_splits " << splits << " num_warps " << warps
+                    << " num_stages " << stages);
     Problem p = make_problem(*t, {params, shape, 9, {}, {}});
     auto launcher = backends::make_emulate_launcher();
     run_problem(*t, "", params, shape, p, *launcher);

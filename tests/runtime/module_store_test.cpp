@@ -96,7 +96,7 @@ TEST_CASE("find_module matches on every specialization value and skips corrupt m
   rt::ModuleQuery q;
   q.kernel = "paged_attention";
   q.arch = "host";
-  q.values = rt::spec_of(key_of(shape), {{"block_n", 16}, {"head_group", 0}, {"num_warps", 4}, {"num_splits", 1}});
+  q.values = rt::spec_of(key_of(shape), {{"block_n", 16}, {"head_group", 0}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 2}});
   q.values["softcap"] = int64_t(0);
   auto m = rt::find_module({dir.path}, q);
   REQUIRE(m);
@@ -188,7 +188,8 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
 TEST_CASE("a kernel card carries the template's defaults and reads back", "[runtime][modules]") {
   rt::test::TempDir dir;
   rt::KernelCard card = kernels::kernel_card(paged());
-  CHECK(card.defaults == rt::TunedConfig{{"block_n", 32}, {"head_group", 0}, {"num_splits", 1}, {"num_warps", 4}});
+  CHECK(card.defaults ==
+        rt::TunedConfig{{"block_n", 32}, {"head_group", 0}, {"num_splits", 1}, {"num_stages", 2}, {"num_warps", 4}});
   CHECK(card.size_fields == paged().size_fields);
   CHECK(card.spec_defaults == rt::Spec{{"softcap", int64_t(0)}});
   CHECK(rt::read_kernel_card(rt::write_kernel_card(card, dir.path)) == card);
