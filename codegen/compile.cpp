@@ -328,8 +328,16 @@ CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
   r.shared_bytes = r.stats.shared_bytes;
   if (!runs_on_emulator(opts.target)) {
     if (int64_t limit = max_shared_bytes(opts.arch); limit > 0 && r.shared_bytes > limit)
-      throw UserError(fmt::format("kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}",
-                                  fn.name, r.shared_bytes, opts.arch, limit));
+      throw UserError(fmt::format("kernel '{}' needs {} bytes of shared memory per block{}; {} allows at most {}",
+                                  fn.name, r.shared_bytes,
+                                  r.stats.pipelined_loops
+                                      ? fmt::format(" ({} stages x {} bytes of copies in flight + {} more): lower "
+                                                    "num_stages or the tile sizes",
+                                                    r.stats.pipeline_stages, r.stats.pipeline_stage_bytes,
+                                                    r.shared_bytes - r.stats.pipeline_stages *
+                                                                         r.stats.pipeline_stage_bytes)
+                                      : std::string(),
+                                  opts.arch, limit));
     r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
     r.phases.codegen_ms = ms_since(t_codegen);
     if (opts.run_ptxas)

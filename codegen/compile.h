@@ -51,7 +51,8 @@ struct LoweringStats {
   int barriers = 0;         // barriers emitted (before LLVM's optimizations)
   int shared_bytes = 0;     // dynamic shared memory the kernel needs
   int threads_per_block = 0;
-  int pipelined_loops = 0;      // for loops whose copies are issued ahead (num_stages > 1)
+  int staged_loops = 0;         // for loops with num_stages > 1
+  int pipelined_loops = 0;      // those whose copies are issued ahead
   int pipeline_stages = 0;      // the most stages of one of them
   int pipeline_stage_bytes = 0; // the most shared memory one stage of one of them takes
 };

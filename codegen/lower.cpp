@@ -1619,6 +1619,7 @@ void Lowering::emit_dot(const Op& op) {
 }
 
 void Lowering::emit_for(const Op& op) {
+  if (op.attrs.num_stages > 1) ++stats_.staged_loops;
   const ir::Block& body = op.region(0);
   llvm::Value* lb = get(op.operands[0], kScalar)[0];
   llvm::Value* ub = get(op.operands[1], kScalar)[0];

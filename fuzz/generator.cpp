@@ -12,6 +12,8 @@
 
 namespace tilec::fuzz {
 
+constexpr int64_t kMat = 64; // act_pipe_dot's matrix is kMat x kMat
+
 namespace {
 
 using ir::DType;
@@ -99,6 +101,7 @@ private:
   void act_reduce();
   void act_shape();
   void act_dot();
+  void act_pipe_dot();
   void act_splat();
   void act_for();
   void act_if();
@@ -127,6 +130,7 @@ private:
     bool used = false;
   };
   std::vector<Buf> inputs_, outputs_, atomics_;
+  Value* mat_ = nullptr;   // an f16/bf16 [64, 64] matrix that act_pipe_dot reads, if any
   int depth_ = 0;
 };
 
@@ -180,6 +184,10 @@ Program Generator::run() {
   for (int k = 0; k < n_out; ++k) outputs_.push_back(buffer(fmt::format("out{}", k), any_dtype(), r_.chance(0.3)));
   if (r_.chance(0.15))
     atomics_.push_back(buffer("acc", r_.chance(0.5) ? DType::i32 : DType::f32, r_.chance(0.3)));
+  if (r_.chance(0.5)) {
+    mat_ = fn_->add_param("mat", ir::Type{{r_.chance(0.5) ? DType::f16 : DType::bf16, true}, {}});
+    prog_.params.push_back({kMat * kMat, 0});
+  }
   n_ = fn_->add_param("n", ir::scalar_type(DType::i32));
   prog_.params.push_back({0, static_cast<double>(n)});
   add(n_);
@@ -239,7 +247,7 @@ void Generator::action() {
   if (w < 51) return act_cast();
   if (w < 59) return act_reduce();
   if (w < 65) return act_shape();
-  if (w < 70) return act_dot();
+  if (w < 70) return iv_ && mat_ && r_.chance(0.8) ? act_pipe_dot() : act_dot();
   if (w < 75) return act_splat();
   if (w < 81 && depth_ < o_.max_depth) return act_for();
   if (w < 87 && depth_ < o_.max_depth) return act_if();
@@ -315,8 +323,9 @@ void Generator::act_unary() {
   case OpKind::Exp:
   case OpKind::Exp2: out = {true, true, false}; break;
   case OpKind::Log: out = {true, false, false}; break;
+  case OpKind::Tanh: out.inexact = true; break; // approximate on the GPU (ir/SEMANTICS.md)
+  case OpKind::Rsqrt: out = {true, true, false}; break;
   case OpKind::Sqrt:
-  case OpKind::Rsqrt:
   case OpKind::Abs: out.nonneg = true; break;
   case OpKind::Neg: out.nonneg = false; break;
   default: break;
@@ -479,6 +488,40 @@ void Generator::act_dot() {
   add(b_->reshape(d, shape_), {inexact, nonneg, ia.zsign || ib.zsign});
 }
 
+// Inside a loop: dot(A, B) with A [M, K] and B [K, N] (or B^T loaded as [N, K]) loaded
+// straight from `mat`, at rows and columns the induction variable picks, and reshaped to the
+// main shape (M N = its element count): the 16-byte loads that a loop with stages copies
+// ahead (cp.async), including their addresses. Exact, as every dot is between backends.
+void Generator::act_pipe_dot() {
+  const int64_t M = std::min<int64_t>(elems_, r_.pick(std::vector<int64_t>{1, 2, 4, 8, 16})), N = elems_ / M;
+  const int64_t K = r_.pick(std::vector<int64_t>{16, 32, 64, 64});
+  if (N > kMat) return act_dot();
+  Type it = ir::scalar_type(DType::i32);
+  auto k32 = [&](int64_t v) { return b_->constant(it, ir::ConstValue::of_int(v)); };
+  auto col = [&](Value* v) { return b_->expand_dims(v, 1); };
+  auto row = [&](Value* v) { return b_->expand_dims(v, 0); };
+  // blk in [0, 4) from the induction variable (which may be negative).
+  Value* four = k32(4);
+  Value* blk = b_->binary(OpKind::Rem, b_->binary(OpKind::Add, b_->binary(OpKind::Rem, iv_, four), four), four);
+  Value* r0 = b_->binary(OpKind::Mul, blk, k32((kMat - M) / 4 / 8 * 8));     // A's first row
+  Value* c0 = b_->binary(OpKind::Mul, blk, k32((kMat - N) / 4 / 8 * 8));     // B's first column
+  auto at = [&](Value* rows, Value* cols) { // mat + rows (col) * kMat + cols (row), broadcast to 2-d
+    Value* r = b_->binary(OpKind::Mul, col(rows), b_->splat(k32(kMat), {rows->type.shape[0], 1}));
+    Shape s{rows->type.shape[0], cols->type.shape[0]};
+    Value* off = b_->binary(OpKind::Add, b_->broadcast(r, s), b_->broadcast(row(cols), s));
+    return b_->addptr(b_->splat(mat_, s), off);
+  };
+  auto range_from = [&](Value* start, int64_t n) {
+    return b_->binary(OpKind::Add, b_->splat(start, {n}), b_->arange(0, n));
+  };
+  Value* a = b_->load(at(range_from(r0, M), b_->arange(0, K)), nullptr, nullptr);     // [M, K]
+  Value* b;
+  if (r_.chance(0.5)) b = b_->load(at(b_->arange(0, K), range_from(c0, N)), nullptr, nullptr); // [K, N]
+  else b = b_->permute(b_->load(at(range_from(c0, N), b_->arange(0, K)), nullptr, nullptr), {1, 0});
+  Value* acc = cst(ir::tile_type(DType::f32, {M, N}), r_.pick(std::vector<double>{0.0, -1.0, 0.5}));
+  add(b_->reshape(b_->dot(a, b, acc), shape_), {false, false, true});
+}
+
 void Generator::act_splat() {
   std::vector<Value*> c;
   for (const auto& s : scalars_) c.insert(c.end(), s.begin(), s.end());
@@ -512,6 +555,9 @@ void Generator::act_for() {
   int carried = static_cast<int>(r_.range(0, 2));
   for (int k = 0; k < carried; ++k) inits.push_back(pick_tile([](Value*) { return true; }));
   ir::Op* op = b_->for_op(scalar(lb), ub, scalar(step), inits);
+  // Stages pipeline the loop's tensor-core operand loads (when any qualify); the interpreter
+  // ignores them, so any count must give the same results.
+  op->attrs.num_stages = r_.pick(std::vector<int64_t>{1, 1, 2, 3});
   ir::Block& blk = op->region(0);
   ir::Block* outer = b_->block();
   Value* outer_iv = iv_;

@@ -116,6 +116,12 @@ Action add_compile(CLI::App& app, Common& common) {
                               ck.ptxas->spill_stores, ck.ptxas->spill_loads));
     else if (opts.target == codegen::Target::nvptx && !have_ptxas)
       say(common, "  ptxas not found (PATH, /usr/local/cuda/bin): wrote PTX only");
+    if (ck.stats.pipelined_loops)
+      say(common, fmt::format("  pipeline: {} stages x {} B of copies in flight", ck.stats.pipeline_stages,
+                              ck.stats.pipeline_stage_bytes));
+    else if (ck.stats.staged_loops)
+      say(common, "  pipeline: not applied (no loop has a tensor-core operand loaded in 16-byte chunks from a "
+                  "buffer the kernel only reads)");
     if (!ck.ptx.empty()) {
       std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
       if (const codegen::PtxLoop* l = codegen::main_loop(loops))
@@ -145,6 +151,8 @@ Action add_compile(CLI::App& app, Common& common) {
         j.null("registers").null("spills");
       }
       j.integer("shared_bytes", ck.shared_bytes);
+      j.integer("pipeline_stages", ck.stats.pipelined_loops ? ck.stats.pipeline_stages : 1);
+      j.integer("pipeline_stage_bytes", ck.stats.pipeline_stage_bytes);
       // The main loop (the outermost one loading from global memory): instructions per trip.
       std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
       if (const codegen::PtxLoop* l = codegen::main_loop(loops)) {

@@ -12,8 +12,8 @@ using namespace tilec::autotune;
 namespace {
 
 const SpaceNames kNames{"paged_attention",
-                        {"block_n", "head_group", "num_warps", "num_splits"},
-                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx"}};
+                        {"block_n", "head_group", "num_warps", "num_splits", "num_stages"},
+                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx", "dtype"}};
 
 std::string error_of(const std::string& text) {
   try {
@@ -29,9 +29,10 @@ std::string error_of(const std::string& text) {
 TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]") {
   SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
   CHECK(s.kernel == "paged_attention");
-  CHECK(s.params.size() == 4);
+  CHECK(s.params.size() == 5);
   CHECK(s.constraints.size() >= 1);
-  Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"ctx", 256}};
+  Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"ctx", 256},
+               {"dtype", 1}};
   Enumeration en = enumerate(s, shape);
   CHECK(en.candidates.size() + en.rejected.size() == s.size());
   REQUIRE(!en.candidates.empty());
