@@ -175,6 +175,16 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
       r.fail(at, fmt::format("key 'divisibility.{}' names no integer parameter", name));
     m.divisibility[name] = *d;
   }
+  for (const auto& [name, value] : read_values(r, doc, "fixed")) {
+    const std::int64_t* v = std::get_if<std::int64_t>(&value);
+    const toml::node* at = doc.at_path("fixed").as_table()->get(name);
+    if (!v) r.fail(at, fmt::format("key 'fixed.{}' must be an integer", name));
+    auto p = std::find_if(m.params.begin(), m.params.end(), [&](const ModuleParam& q) { return q.name == name; });
+    if (p == m.params.end() || p->type.is_pointer || p->type.element == ScalarType::i1 ||
+        p->type.element == ScalarType::f16 || p->type.element == ScalarType::bf16 || p->type.element == ScalarType::f32)
+      r.fail(at, fmt::format("key 'fixed.{}' names no integer parameter", name));
+    m.fixed[name] = *v;
+  }
   if (const toml::node* run = doc.get("run")) {
     if (!run->is_array()) r.fail(run, fmt::format("key 'run' must be an array of kernel names, got {}", node_kind(*run)));
     const toml::array& names = *run->as_array();
@@ -299,6 +309,10 @@ std::string format_manifest(const Manifest& m) {
   if (!m.divisibility.empty()) {
     out += "\n[divisibility]\n";
     for (const auto& [name, d] : m.divisibility) out += fmt::format("{} = {}\n", key(name), d);
+  }
+  if (!m.fixed.empty()) {
+    out += "\n[fixed]\n";
+    for (const auto& [name, v] : m.fixed) out += fmt::format("{} = {}\n", key(name), v);
   }
   if (!m.problem.empty()) values("problem", m.problem);
 

@@ -29,6 +29,9 @@
 //   [divisibility]              # optional: integer parameters the code assumes a power of
 //   stride = 16                 # two divides; launching with another value is an error
 //
+//   [fixed]                     # optional: integer parameters compiled in as constants (a
+//   col_stride = 1              # value of 1 is specialized); launching with another is an error
+//
 //   [problem]                   # optional: the problem sizes it was compiled for (not matched;
 //   n = 4096                    # benchmarks run that problem)
 //
@@ -88,6 +91,9 @@ struct Manifest {
   // Integer parameters (by name) and a power of two the compiled code assumes divides each
   // (CompileOptions::int_arg_divisibility); check_launch_args refuses other values.
   std::map<std::string, std::int64_t> divisibility;
+  // Integer parameters (by name) compiled in with one value (CompileOptions::int_arg_values);
+  // check_launch_args refuses any other.
+  std::map<std::string, std::int64_t> fixed;
 
   // The folder the manifest was read from (not written); code paths are relative to it.
   std::filesystem::path dir;

@@ -34,6 +34,7 @@ public:
                                               const std::vector<interp::Arg>& args) {
     codegen::CompileOptions o;
     o.int_arg_divisibility = kernels::int_arg_divisibility(fn, args);
+    o.int_arg_values = kernels::int_arg_values(fn, args);
     o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
     o.num_warps = num_warps;
     rt::Manifest manifest = cached_module(fn, o, "emu");

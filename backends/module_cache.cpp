@@ -108,6 +108,7 @@ rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions
 
   std::string divisibility;
   for (const auto& [name, d] : opts.int_arg_divisibility) divisibility += fmt::format(" {}%{}", name, d);
+  for (const auto& [name, v] : opts.int_arg_values) divisibility += fmt::format(" {}={}", name, v);
   std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={} tensor_cores={} divisible:{}\ncompiler={}\n",
                                 ir::print(fn), target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas,
                                 opts.tensor_cores, divisibility, identity);

@@ -42,12 +42,6 @@ int64_t elem_div(const AxisInfo& a) {
   return d;
 }
 
-std::optional<int64_t> constant_int(const Value* v) {
-  const Op* d = v->def;
-  while (d && d->kind == OpKind::Splat) d = d->operands[0]->def;
-  if (d && d->kind == OpKind::Constant && !d->attrs.value.is_float) return d->attrs.value.i;
-  return std::nullopt;
-}
 
 AxisInfo meet(const AxisInfo& a, const AxisInfo& b) {
   AxisInfo r = a;
@@ -61,15 +55,31 @@ AxisInfo meet(const AxisInfo& a, const AxisInfo& b) {
 
 } // namespace
 
-AxisAnalysis::AxisAnalysis(const ir::Function& fn, const std::map<std::string, int64_t>& int_arg_divisibility) {
+AxisAnalysis::AxisAnalysis(const ir::Function& fn, const std::map<std::string, int64_t>& int_arg_divisibility,
+                           const std::map<std::string, int64_t>& int_arg_values) {
   for (const Value* p : fn.params) {
     int64_t div = 1;
     if (p->type.is_ptr()) div = 16 / ir::dtype_bytes(p->type.dtype());
     else if (auto it = int_arg_divisibility.find(p->name); it != int_arg_divisibility.end()) div = it->second;
     if (!p->type.is_ptr()) div = std::max(div, p->multiple_of); // the kernel's own promise
+    if (auto it = int_arg_values.find(p->name); it != int_arg_values.end() && !p->type.is_ptr()) {
+      fixed_[p] = it->second;
+      div = pow2_divisor(it->second);
+    }
     info_[p] = uniform(p, std::max<int64_t>(1, div));
   }
   visit_block(fn.body);
+}
+
+std::optional<int64_t> AxisAnalysis::constant_int(const Value* v) const {
+  const Op* d = v->def;
+  while (d && d->kind == OpKind::Splat) {
+    v = d->operands[0];
+    d = v->def;
+  }
+  if (d && d->kind == OpKind::Constant && !d->attrs.value.is_float) return d->attrs.value.i;
+  if (auto it = fixed_.find(v); it != fixed_.end()) return it->second;
+  return std::nullopt;
 }
 
 const AxisInfo& AxisAnalysis::at(const Value* v) const { return info_.at(v); }
@@ -173,6 +183,15 @@ void AxisAnalysis::visit(const Op& op) {
   }
   case OpKind::Mul: {
     if (!ptr_or_int(res)) break;
+    // x * 1 is x (a stride compiled in as 1, say): its runs stay runs.
+    if (constant_int(op.operands[1]) == 1 && op.operands[0]->type == res->type) {
+      info_[res] = in(0);
+      return;
+    }
+    if (constant_int(op.operands[0]) == 1 && op.operands[1]->type == res->type) {
+      info_[res] = in(1);
+      return;
+    }
     AxisInfo r = unknown(res);
     int64_t div = std::min(kMaxDiv, elem_div(in(0)) * elem_div(in(1)));
     for (size_t d = 0; d < r.contiguity.size(); ++d) {

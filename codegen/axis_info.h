@@ -23,10 +23,17 @@ class AxisAnalysis {
 public:
   // `int_arg_divisibility`: integer parameters (by name) and a power of two the launch
   // guarantees divides each (CompileOptions::int_arg_divisibility).
-  explicit AxisAnalysis(const ir::Function& fn, const std::map<std::string, int64_t>& int_arg_divisibility = {});
+  // `int_arg_values`: integer parameters the launch passes with exactly that value
+  // (CompileOptions::int_arg_values): constants here.
+  explicit AxisAnalysis(const ir::Function& fn, const std::map<std::string, int64_t>& int_arg_divisibility = {},
+                        const std::map<std::string, int64_t>& int_arg_values = {});
   const AxisInfo& at(const ir::Value* v) const;
+  // The value of an integer scalar or splat known at compile time: a constant, or a parameter
+  // compiled in with one value.
+  std::optional<int64_t> constant_int(const ir::Value* v) const;
 
 private:
+  std::unordered_map<const ir::Value*, int64_t> fixed_; // parameters with a known value
   void visit_block(const ir::Block& b);
   void visit(const ir::Op& op);
   std::unordered_map<const ir::Value*, AxisInfo> info_;

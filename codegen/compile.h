@@ -34,6 +34,10 @@ struct CompileOptions {
   // loads. A module compiled with it records it (Manifest::int_arg_divisibility) and its
   // launch checks the arguments.
   std::map<std::string, int64_t> int_arg_divisibility;
+  // Integer parameters, by name, that the launch passes with exactly this value (1: the
+  // other specialization Triton's launcher makes): compiled in as constants, so a stride of 1
+  // makes its dim contiguous. Recorded in the manifest's [fixed] table and checked at launch.
+  std::map<std::string, int64_t> int_arg_values;
 };
 
 // Figures from `ptxas -v`.

@@ -76,7 +76,7 @@ constexpr CompareRow kCompare[] = {
 class Lowering {
 public:
   Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
-      : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility),
+      : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility, opts.int_arg_values),
         plan_(fn, axis_, opts.num_warps), b_(c_), pb_(c_) {}
 
   LoweringStats run();
@@ -272,6 +272,10 @@ LoweringStats Lowering::run() {
     llvm::Value* a = args[i];
     if (!fn_.params[i]->type.is_ptr() && fn_.params[i]->type.dtype() == DType::i1)
       a = pb_.CreateICmpNE(a, pb_.getInt8(0));
+    // A parameter compiled in with one value (CompileOptions::int_arg_values) is that constant.
+    if (auto it = opts_.int_arg_values.find(fn_.params[i]->name);
+        it != opts_.int_arg_values.end() && !fn_.params[i]->type.is_ptr() && ir::is_int(fn_.params[i]->type.dtype()))
+      a = llvm::ConstantInt::get(a->getType(), uint64_t(it->second), true);
     vals_[{fn_.params[i], kScalar}] = {a};
   }
   tid_ = hooks_.thread_id(pb_);

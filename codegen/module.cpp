@@ -77,6 +77,7 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;
   m.divisibility = opts.int_arg_divisibility;
+  m.fixed = opts.int_arg_values;
   for (const ir::Value* p : fn.params)
     if (p->multiple_of) m.divisibility[p->name] = std::max(m.divisibility[p->name], p->multiple_of);
   m.compiler_version = "tilec " TILEC_VERSION;

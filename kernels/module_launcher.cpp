@@ -169,6 +169,16 @@ std::map<std::string, int64_t> int_arg_divisibility(const ir::Function& fn, cons
   return r;
 }
 
+std::map<std::string, int64_t> int_arg_values(const ir::Function& fn, const std::vector<interp::Arg>& args) {
+  std::map<std::string, int64_t> r;
+  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i) {
+    const ir::Type& t = fn.params[i]->type;
+    if (t.is_ptr() || !ir::is_int(t.dtype()) || t.dtype() == ir::DType::i1 || args[i].buffer) continue;
+    if (args[i].i == 1) r[fn.params[i]->name] = 1;
+  }
+  return r;
+}
+
 std::unique_ptr<Launcher> make_module_launcher(ModuleSource source, bool gpu, std::string backend) {
   return std::make_unique<ModuleLauncher>(std::move(source), gpu, std::move(backend));
 }

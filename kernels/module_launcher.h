@@ -27,6 +27,9 @@ using ModuleSource =
 // each mapped to 16: what a launch specializes a module on (CompileOptions::
 // int_arg_divisibility), as Triton's launcher specializes on divisibility by 16.
 std::map<std::string, int64_t> int_arg_divisibility(const ir::Function& fn, const std::vector<interp::Arg>& args);
+// The integer arguments equal to 1, which launchers compile in as constants
+// (CompileOptions::int_arg_values), as Triton's launcher specializes on them.
+std::map<std::string, int64_t> int_arg_values(const ir::Function& fn, const std::vector<interp::Arg>& args);
 
 // On the GPU (device 0; BackendUnavailable without one) when `gpu`, else on the CPU emulator
 // (the modules' arch is then "host"). `backend` is what backend() reports.

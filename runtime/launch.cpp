@@ -77,6 +77,13 @@ void check_launch_args(const Manifest& m, std::span<const Arg> args) {
               "written buffer overlaps no other (pass separate buffers)",
               m.kernel, m.params[j].name, p.name, p.read_only ? "'" + m.params[j].name + "'" : "'" + p.name + "'"));
       }
+    if (auto it = m.fixed.find(p.name); it != m.fixed.end()) {
+      std::int64_t v = scalar_int_value(a);
+      if (v != it->second)
+        throw LaunchArgumentError(fmt::format(
+            "kernel '{}' parameter '{}' = {}: this module was compiled with it fixed at {} (its [fixed] table); "
+            "compile one for this value", m.kernel, p.name, v, it->second));
+    }
     if (auto it = m.divisibility.find(p.name); it != m.divisibility.end()) {
       std::int64_t v = scalar_int_value(a);
       if (v % it->second != 0)

@@ -179,3 +179,69 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
   CHECK_THROWS_WITH(multiple_of(n, 12), Catch::Contains("12 is not a power of two"));
   CHECK_THROWS_WITH(multiple_of(n + 1, 16), Catch::Contains("only a kernel parameter"));
 }
+
+namespace {
+
+// out[r, c] = x[r * 64 + c * cstride] for a [4, 64] f16 tile: the column stride is a runtime
+// integer, usually 1.
+ir::Kernel column_strided_copy() {
+  KernelBuilder kb("column_strided_copy");
+  auto x = kb.arg(ptr_to(DType::f16), "x");
+  auto out = kb.arg(ptr_to(DType::f16), "out");
+  auto cstride = kb.arg(ElemType{DType::i32, false}, "cstride");
+  auto r = arange(0, 4), c = arange(0, 64);
+  store(out + r.col() * 64 + c.row(), load(x + r.col() * 64 + c.row() * cstride));
+  return kb.finish();
+}
+
+} // namespace
+
+TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride gives vector loads",
+          "[codegen][specialize]") {
+  ir::Kernel k = column_strided_copy();
+  CHECK(kernels::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(1)}) ==
+        std::map<std::string, int64_t>{{"cstride", 1}});
+  CHECK(kernels::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(2)}).empty());
+  codegen::CompileOptions o;
+  o.num_warps = 1;
+  std::string plain = codegen::compile(*k, o).ptx;
+  o.int_arg_values = {{"cstride", 1}};
+  std::string spec = codegen::compile(*k, o).ptx;
+  INFO(plain << "\n----\n" << spec);
+  CHECK(count(spec, "ld.global.nc.v4") >= 1);
+  CHECK(count(spec, "ld.global.nc.u16") + count(spec, "ld.global.nc.b16") == 0);
+  CHECK(count(plain, "ld.global.nc.v4") == 0);
+  CHECK(count(plain, "ld.global.nc.u16") + count(plain, "ld.global.nc.b16") >= 8);
+
+  // Launches specialize on it and stay correct for any stride.
+  for (int64_t cs : {1, 2, 3}) {
+    INFO("cstride " << cs);
+    interp::Buffer x("x", DType::f16, size_t(4 * 64 * 3)), want("out", DType::f16, 256), got("out", DType::f16, 256);
+    for (size_t i = 0; i < x.count(); ++i) x.set(i, double(i % 89) / 4);
+    auto args = [&](interp::Buffer& out) {
+      return std::vector<interp::Arg>{interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(cs)};
+    };
+    kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
+    for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+      got.bytes.assign(got.bytes.size(), std::byte{0});
+      backends::make_emulate_launcher(lowering)->launch(k, 1, {1, 1, 1}, args(got));
+      CHECK(got.bytes == want.bytes);
+    }
+  }
+
+  // The module records the value and its launch refuses another.
+  rt::test::TempDir dir;
+  o.target = codegen::Target::emu;
+  rt::Manifest m = codegen::write_module(*k, codegen::compile(*k, o), o, {}, dir.path, "column_strided_copy");
+  CHECK(rt::read_manifest(dir.path / "column_strided_copy.toml").fixed ==
+        std::map<std::string, std::int64_t>{{"cstride", 1}});
+  rt::EmuModule mod(m);
+  std::vector<std::uint16_t> x(4 * 64 * 2), out(256);
+  auto buf = [](std::vector<std::uint16_t>& v) {
+    return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
+  };
+  std::vector<rt::Arg> one = {buf(x), buf(out), std::int32_t{1}}, two = {buf(x), buf(out), std::int32_t{2}};
+  CHECK_NOTHROW(mod.launch({1, 1, 1}, one));
+  CHECK_THROWS_WITH(mod.launch({1, 1, 1}, two),
+                    Catch::Contains("parameter 'cstride' = 2: this module was compiled with it fixed at 1"));
+}

@@ -165,6 +165,10 @@ TEST_CASE("manifest errors name the file, position and key", "[runtime]") {
         "dir/m.toml:21:9: key 'specialization.block' must be an integer or a string, got a float");
   CHECK(message_of(kValid + "\n[ptxas]\nregisters = 3\n") ==
         "dir/m.toml:20:1: missing key 'ptxas.spills'");
+  CHECK(message_of(kValid + "\n[fixed]\nn = \"one\"\n") == "dir/m.toml:21:5: key 'fixed.n' must be an integer");
+  CHECK(message_of(kValid + "\n[fixed]\nx = 1\n") == "dir/m.toml:21:5: key 'fixed.x' names no integer parameter");
+  CHECK(message_of(kValid + "\n[divisibility]\nn = 12\n") ==
+        "dir/m.toml:21:5: key 'divisibility.n' must be a power of two from 2");
 
   std::string syntax = message_of(replace(kValid, "arch = \"sm_90\"", "arch = sm_90"));
   CHECK_THAT(syntax, Catch::StartsWith("dir/m.toml:3:8: "));
