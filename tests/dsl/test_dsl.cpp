@@ -180,3 +180,21 @@ TEST_CASE("a carried variable may not change type in the loop", "[dsl][errors]")
 TEST_CASE("DSL calls outside a kernel are errors, not crashes", "[dsl][errors]") {
   CHECK_THAT(error_of([] { auto t = arange(0, 4); }), Catch::Contains("KernelBuilder"));
 }
+
+TEST_CASE("for_range takes a stage count for its loads, checked", "[dsl][pipeline]") {
+  {
+    KernelBuilder k("staged");
+    auto x = k.arg<Ptr<f32>>("x");
+    Var acc = zeros({8});
+    for_range(0, 64, 8, RangeOptions{3}, [&](Scalar i) { acc = acc + load(x + i + arange(0, 8)); });
+    store(x + arange(0, 8), acc);
+    ir::Kernel kern = k.finish();
+    ir::Op* loop = first_op(kern->body, ir::OpKind::For);
+    REQUIRE(loop);
+    CHECK(loop->attrs.num_stages == 3);
+  }
+  KernelBuilder k("bad_stages");
+  int line = __LINE__ + 1;
+  std::string e = error_of([&] { for_range(0, 64, 8, RangeOptions{0}, [&](Scalar) {}); });
+  CHECK(e == here(line) + ":43: for_range: num_stages 0 must be from 1 to 8");
+}

@@ -459,3 +459,33 @@ TEST_CASE("non-finite float constants are safe for every dtype", "[ir][parser]")
   CHECK_THROWS_AS(b.constant(scalar_type(DType::i64), ConstValue::of_float(1e300)), UserError);
   CHECK(b.constant(scalar_type(DType::i64), ConstValue::of_float(-4.0))->def->attrs.value.i == -4);
 }
+
+TEST_CASE("a for loop's stages print, parse and are checked", "[ir][parser][pipeline]") {
+  const std::string text = R"(kernel @staged(%x: ptr<f32>, %n: i32) {
+  %2 = constant 0 : i32
+  %3 = constant 4 : i32
+  for %4 = %2 to %n step %3 stages 3 {
+    yield
+  }
+  return
+}
+)";
+  Kernel k = parse(text, "staged.tir");
+  CHECK(print(*k) == text);
+  bool found = false;
+  walk(k->body, [&](Op& op) {
+    if (op.kind == OpKind::For) found = op.attrs.num_stages == 3;
+  });
+  CHECK(found);
+  auto with = [&](const std::string& stages) {
+    std::string t = text;
+    t.replace(t.find("stages 3"), 8, "stages " + stages);
+    return parse_error(t);
+  };
+  CHECK_THAT(with("0"), Catch::Contains("stages 0 must be from 1 to 8"));
+  CHECK_THAT(with("9"), Catch::Contains("stages 9 must be from 1 to 8"));
+  // One stage is the default and is not printed.
+  std::string one = text;
+  one.replace(one.find(" stages 3"), 9, "");
+  CHECK(print(*parse(one, "one.tir")) == one);
+}
