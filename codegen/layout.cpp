@@ -145,6 +145,20 @@ Layout dot_layout(int64_t m, int64_t n, int num_warps) {
   return Layout{b, {0, 1}};
 }
 
+bool mma_layout_fits(int64_t m, int64_t n, int num_warps) {
+  return m >= 1 && n >= 8 * num_warps && n % (8 * num_warps) == 0;
+}
+
+Layout mma_layout(int64_t m, int64_t n, int num_warps) {
+  internal_assert(mma_layout_fits(m, n, num_warps), "the MMA accumulator layout fits the tile");
+  BlockedLayout b = make_base(2);
+  b.order = {1, 0};
+  b.size_per_thread = {1, 2};
+  b.threads_per_warp = {8, 4};
+  b.warps_per_block = {1, num_warps};
+  return Layout{b, {0, 1}};
+}
+
 Layout canonical(Layout l) {
   for (int b = l.base.rank() - 1; b >= 0; --b) {
     bool mapped = std::find(l.dims.begin(), l.dims.end(), b) != l.dims.end();

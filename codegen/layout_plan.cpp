@@ -40,8 +40,8 @@ bool is_trivial_reshape(const ir::Shape& from, const ir::Shape& to) {
   return a == b;
 }
 
-LayoutPlan::LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps)
-    : axis_(axis), num_warps_(num_warps) {
+LayoutPlan::LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores)
+    : axis_(axis), num_warps_(num_warps), tensor_cores_(tensor_cores) {
   forward(fn.body);
   backward(fn.body);
   collect_conversions(fn.body);
@@ -124,10 +124,16 @@ void LayoutPlan::forward_op(const Op& op) {
     }
     default:
       for (const Value* v : op.operands)
-        if (nat(v) >= 0) {
+        if (nat(v) >= 0 && is_mma(nat(v))) { // keep an accumulator in its fragments
           l = nat(v);
           break;
         }
+      if (l == kNone)
+        for (const Value* v : op.operands)
+          if (nat(v) >= 0) {
+            l = nat(v);
+            break;
+          }
     }
     if (l != kNone) nat_[res] = l;
     else nat_.erase(res);
@@ -195,7 +201,13 @@ void LayoutPlan::forward_op(const Op& op) {
   }
   case OpKind::Dot: {
     const ir::Shape& s = res->type.shape;
-    LayoutId d = intern(dot_layout(s[0], s[1], num_warps_));
+    LayoutId d;
+    if (tensor_cores_ && dot_on_tensor_cores(op) && mma_layout_fits(s[0], s[1], num_warps_)) {
+      d = intern(mma_layout(s[0], s[1], num_warps_));
+      mma_.insert(d);
+    } else {
+      d = intern(dot_layout(s[0], s[1], num_warps_));
+    }
     op_layouts_[&op] = {nat_or_default(op.operands[0]), nat_or_default(op.operands[1]), d};
     set_native(res, d);
     return;

@@ -8,6 +8,7 @@
 // its users ask for, so no data moves for them. A native value asked for in
 // another layout is converted through shared memory once, where it is defined.
 #include <unordered_map>
+#include <set>
 #include <vector>
 
 #include "codegen/axis_info.h"
@@ -42,7 +43,12 @@ inline constexpr LayoutId kNone = -2;   // no preference (computed wherever need
 
 class LayoutPlan {
 public:
-  LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps);
+  // `tensor_cores`: f16/bf16 dots run on them (CompileOptions::tensor_cores), and produce
+  // their result in the MMA accumulator's layout where it fits (mma_layout).
+  LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores = true);
+  // Whether `id` is a tensor-core dot's result layout (mma_layout): elementwise ops with an
+  // operand in it are computed in it, so an accumulator stays in its fragments.
+  bool is_mma(LayoutId id) const { return mma_.count(id) != 0; }
 
   const Layout& layout(LayoutId id) const { return layouts_.at(id); }
   int num_layouts() const { return static_cast<int>(layouts_.size()); }
@@ -101,6 +107,8 @@ private:
   std::unordered_map<const ir::Value*, LayoutId> native_;
   std::unordered_map<const ir::Value*, std::vector<LayoutId>> requests_;
   std::unordered_map<const ir::Op*, std::vector<LayoutId>> op_layouts_;
+  std::set<LayoutId> mma_;
+  bool tensor_cores_ = true;
   std::vector<Conversion> conversions_;
 };
 

@@ -30,7 +30,12 @@ public:
   // The legend number of a plan layout.
   int index(LayoutId id) {
     auto it = by_id_.find(id);
-    if (it == by_id_.end()) it = by_id_.emplace(id, add(plan_.layout(id))).first;
+    if (it == by_id_.end()) {
+      it = by_id_.emplace(id, add(plan_.layout(id))).first;
+      std::string& def = defs_[size_t(it->second)];
+      const char* note = "  // mma.sync m16n8 accumulator fragments";
+      if (plan_.is_mma(id) && def.find(note) == std::string::npos) def += note;
+    }
     return it->second;
   }
 
@@ -120,10 +125,13 @@ public:
         lines.push_back(dot_on_tensor_cores(op)
                             ? fmt::format("// tensor cores: mma.sync.m16n8k16 over {}x{}x{} padded to {}x{}x{}, "
                                           "operands staged in shared memory, fragments by ldmatrix where rows "
-                                          "hold 8 elements",
+                                          "hold 8 elements; {}",
                                           a[0], op.operands[1]->type.shape[1], a[1], std::max<int64_t>(a[0], 16),
                                           std::max<int64_t>(op.operands[1]->type.shape[1], 8),
-                                          std::max<int64_t>(a[1], 16))
+                                          std::max<int64_t>(a[1], 16),
+                                          plan_.is_mma(plan_.op_layouts(&op)[2])
+                                              ? "accumulator and result in registers (the MMA layout)"
+                                              : "accumulator and result through shared memory")
                             : std::string("// CUDA cores: FMA over operands staged in shared memory"));
       }
       return lines;

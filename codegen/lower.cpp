@@ -77,7 +77,7 @@ class Lowering {
 public:
   Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
       : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility, opts.int_arg_values),
-        plan_(fn, axis_, opts.num_warps), b_(c_), pb_(c_) {}
+        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), b_(c_), pb_(c_) {}
 
   LoweringStats run();
 
@@ -1256,6 +1256,9 @@ void Lowering::emit_dot_mma(const Op& op) {
   // An operand copied ahead by its loop's pipeline is read from this iteration's buffer; the
   // others are staged in scratch shared memory.
   const bool pipe_a = async_a && async_a->pipe, pipe_b = async_b && async_b->pipe;
+  // The plan put the result (and the accumulator) in the MMA accumulator's own layout: the
+  // fragments are the elements, so neither goes through shared memory.
+  const bool direct = plan_.is_mma(ls[2]);
   // A zero accumulator (dot(a, b)) is not staged: the fragments start at zero. The result
   // area has the padded rows and columns too, so every lane stores its fragments without a
   // branch (the padding is never read).
@@ -1264,7 +1267,7 @@ void Lowering::emit_dot_mma(const Op& op) {
   const int64_t off_a = 0, off_b = pipe_a ? 0 : st_a.bytes(), off_c = off_b + (pipe_b ? 0 : st_b.bytes());
   // 16 zero bytes: the row an ldmatrix lane addresses for a row of A past M or of B past N,
   // so the padding reads as zeros without a select per register.
-  const int64_t off_z = off_c + (std::max(M * sc, Mp * scp) + 15) / 16 * 16;
+  const int64_t off_z = off_c + (direct ? 0 : (std::max(M * sc, Mp * scp) + 15) / 16 * 16);
   need_smem(off_z + 16);
   before_smem_write();
   llvm::Value* base_a = pipe_a ? pipe_buffer(*async_a->pipe, async_a->pipe->read_stage, async_a->slot)
@@ -1317,7 +1320,7 @@ void Lowering::emit_dot_mma(const Op& op) {
   if (M < 8 || N < 8) // every thread writes the same zeros: no branch, and no race
     smem_store(llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt32Ty(), 4)),
                smem(b_.getInt8Ty(), b_.getInt32(0), off_z), "dot (mma) zero row", DType::i32);
-  if (!zero_acc)
+  if (!zero_acc && !direct)
     stage(op.operands[2], ls[2], 1, 4, DType::f32, [&](const auto& c) { return at(base_c, sc, c[0], bytes(c[1], 4)); },
           "dot (mma) accumulator write");
   if ((async_a && !pipe_a) || (async_b && !pipe_b)) { // one group, waited for at once: the copies land before the barrier
@@ -1373,7 +1376,7 @@ void Lowering::emit_dot_mma(const Op& op) {
   // per matrix.
   auto ldm = [&](const std::vector<std::pair<int64_t, int64_t>>& mats, bool kmajor, llvm::Value* mn0, llvm::Value* k0,
                  int64_t mn_limit, const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& addr,
-                 const char* what) {
+                 const char* what, bool wrap_rows = false) {
     int count = mats.size() == 3 ? 4 : int(mats.size());
     llvm::Value* q = count > 1 ? b_.CreateAnd(mi, uint64_t(count - 1)) : b_.getInt32(0);
     llvm::Value* dmn = b_.getInt32(uint32_t(mats[0].first)), *dk = b_.getInt32(uint32_t(mats[0].second));
@@ -1386,7 +1389,9 @@ void Lowering::emit_dot_mma(const Op& op) {
     if (kmajor) { // stored rows are m (or n): this lane's row, or the zero row past the tile
       llvm::Value* row = b_.CreateAdd(b_.CreateAdd(mn0, dmn), mr);
       p = addr(row, b_.CreateAdd(k0, dk));
-      if (mn_limit < 8)
+      if (mn_limit < 8 && wrap_rows) // rows past M repeat rows mod M (the result's replicas)
+        p = addr(b_.CreateAnd(row, b_.getInt32(uint32_t(mn_limit - 1))), b_.CreateAdd(k0, dk));
+      else if (mn_limit < 8)
         p = b_.CreateSelect(b_.CreateICmpUGE(row, b_.getInt32(uint32_t(mn_limit))),
                             smem(b_.getInt8Ty(), b_.getInt32(0), off_z), p);
     } else { // stored rows are k
@@ -1407,13 +1412,15 @@ void Lowering::emit_dot_mma(const Op& op) {
     if (a_ldm) {
       std::vector<std::pair<int64_t, int64_t>> mats;
       for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});
-      auto v = ldm(mats, a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read"); // rows past M read zeros
+      // Rows past M read zeros, or (direct) repeat rows mod M.
+      auto v = ldm(mats, a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read", direct);
       for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j];
       return r;
     }
-    llvm::Value* row_out = M < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(M))) : nullptr; // rows g >= M
+    llvm::Value* row_out = M < 8 && !direct ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(M))) : nullptr; // rows g >= M
     for (int i : need) {
       llvm::Value* row = b_.CreateAdd(b_.CreateAdd(m0, g), b_.getInt32(uint32_t((i & 1) * 8)));
+      if (direct && M < 8) row = b_.CreateAnd(row, b_.getInt32(uint32_t(M - 1))); // replicas of rows mod M
       llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, t2), b_.getInt32(uint32_t((i >> 1) * 8)));
       llvm::Value* k_out = K < 16 ? b_.CreateICmpUGE(k, b_.getInt32(uint32_t(K))) : nullptr;
       r[size_t(i)] = frag_word(a_kmajor, [&](llvm::Value* kx) { return a_at(clamp(row, row_out), kx); }, clamp(k, k_out),
@@ -1422,14 +1429,14 @@ void Lowering::emit_dot_mma(const Op& op) {
     return r;
   };
   // B's fragment registers for `ntiles` adjacent column tiles from n0 at k step kk.
-  auto load_b = [&](llvm::Value* n0, llvm::Value* kk, int ntiles) {
+  auto load_b = [&](llvm::Value* n0, llvm::Value* kk, int ntiles, int64_t tile_stride = 8) {
     std::vector<llvm::Value*> r(size_t(2 * ntiles), b_.getInt32(0));
     std::vector<int> need; // 2 q + h: tile q, k half h
     for (int i = 0; i < 2 * ntiles; ++i)
       if (!((i & 1) && K <= 8)) need.push_back(i);
     if (b_ldm) {
       std::vector<std::pair<int64_t, int64_t>> mats;
-      for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * 8});
+      for (int i : need) mats.push_back({(i >> 1) * tile_stride, (i & 1) * 8});
       auto v = ldm(mats, b_kmajor, n0, kk, N, [&](llvm::Value* n, llvm::Value* k) { return b_at(k, n); },
                    "dot (mma) operand B read");
       for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j]; // columns past N read zeros
@@ -1437,7 +1444,7 @@ void Lowering::emit_dot_mma(const Op& op) {
     }
     llvm::Value* n_out = N < 8 ? b_.CreateICmpUGE(g, b_.getInt32(uint32_t(N))) : nullptr; // columns g >= N
     for (int i : need) {
-      llvm::Value* n = b_.CreateAdd(b_.CreateAdd(n0, g), b_.getInt32(uint32_t((i >> 1) * 8)));
+      llvm::Value* n = b_.CreateAdd(b_.CreateAdd(n0, g), b_.getInt32(uint32_t((i >> 1) * tile_stride)));
       llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, t2), b_.getInt32(uint32_t((i & 1) * 8)));
       llvm::Value* k_out = K < 16 ? b_.CreateICmpUGE(k, b_.getInt32(uint32_t(K))) : nullptr;
       r[size_t(i)] = frag_word(b_kmajor, [&](llvm::Value* kx) { return b_at(kx, clamp(n, n_out)); }, clamp(k, k_out),
@@ -1449,6 +1456,56 @@ void Lowering::emit_dot_mma(const Op& op) {
   // columns [w cpw, (w + 1) cpw) of every row tile, two adjacent ones at a time (one B
   // ldmatrix serves both); otherwise W / tiles_n warps share a column and take every
   // (W / tiles_n)-th row tile.
+  if (direct) {
+    // Warp w computes the 8-column tiles w, w + W, ... of every row tile, two at a time (one B
+    // ldmatrix serves both): exactly the elements mma_layout gives its lanes. A thread's
+    // element at offset (8 pm, 8 W pn + e) from its base is row tile pm / 2, fragment
+    // register 2 (pm % 2) + e of its pn-th column tile; below 16 rows only pm = 0 exists.
+    const ThreadElems& te = elems_of(ls[2], res->type.shape);
+    std::map<std::array<int64_t, 3>, size_t> elem;
+    for (size_t j = 0; j < size_t(te.count); ++j)
+      elem[{te.offset[j][0] / 8, te.offset[j][1] / (8 * W), te.offset[j][1] % 2}] = j;
+    internal_assert(int64_t(elem.size()) == te.count, "the MMA layout's elements map to fragments");
+    const Elems* acc = zero_acc ? nullptr : &get(op.operands[2], ls[2]);
+    Elems out(size_t(te.count), nullptr);
+    const int64_t tpw = tiles_n / W; // column tiles per warp
+    llvm::Value* nw = b_.CreateMul(warp_, b_.getInt32(8));
+    for (int64_t tm = 0; tm < Mp / 16; ++tm)
+      for (int64_t j = 0; j < tpw; j += 2) {
+        const int nt = int(std::min<int64_t>(2, tpw - j));
+        llvm::Value* n0 = b_.CreateAdd(nw, b_.getInt32(uint32_t(j * 8 * W)));
+        auto slot = [&](int q, int r) -> const size_t* {
+          auto it = elem.find({tm * 2 + r / 2, j + q, r % 2});
+          return it == elem.end() ? nullptr : &it->second;
+        };
+        Elems c;
+        for (int q = 0; q < nt; ++q)
+          for (int r = 0; r < 4; ++r) {
+            const size_t* s = slot(q, r);
+            c.push_back(acc && s ? (*acc)[*s] : llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+          }
+        Elems d = k_loop("mma", Kp, 16, c, [&](llvm::Value* kk, const Elems& cur) {
+          std::array<llvm::Value*, 4> af = load_a(b_.getInt32(uint32_t(tm * 16)), kk);
+          std::vector<llvm::Value*> bfs = load_b(n0, kk, nt, 8 * W);
+          Elems next;
+          for (int q = 0; q < nt; ++q) {
+            std::array<llvm::Value*, 4> cin;
+            for (int r = 0; r < 4; ++r) cin[size_t(r)] = cur[size_t(4 * q + r)];
+            auto dq = hooks_.mma_m16n8k16(b_, dt, af, {bfs[size_t(2 * q)], bfs[size_t(2 * q + 1)]}, cin);
+            next.insert(next.end(), dq.begin(), dq.end());
+          }
+          return next;
+        });
+        for (int q = 0; q < nt; ++q)
+          for (int r = 0; r < 4; ++r)
+            if (const size_t* s = slot(q, r)) out[*s] = d[size_t(4 * q + r)];
+      }
+    for (llvm::Value* v : out) internal_assert(v != nullptr, "every element of the MMA layout is computed");
+    if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // no barrier of its own follows the reads
+    smem_dirty_ = true;
+    define(res, ls[2], std::move(out));
+    return;
+  }
   struct Group {
     llvm::Value *m0, *n0;
     int ntiles;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (18 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (22 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -100,6 +100,22 @@ MUTATIONS = [
      "the dot reads operands copied with cp.async without waiting for the copies",
      "    hooks_.cp_async_wait(b_, 0);\n",
      ""),
+    ("pipeline-wait-late", "codegen/lower.cpp",
+     "a pipelined loop waits for one group too few: this trip's copies may not have landed",
+     "hooks_.cp_async_wait(b_, int(S - 2));",
+     "hooks_.cp_async_wait(b_, int(S - 1));"),
+    ("pipeline-refill-current", "codegen/lower.cpp",
+     "a pipelined loop refills the buffer this trip reads instead of the one the last trip read",
+     "b_.CreateSub(stage, b_.getInt32(1)));",
+     "stage);"),
+    ("pipeline-ahead-unguarded", "codegen/lower.cpp",
+     "copies (and the block-table loads) issued ahead are not guarded by the loop's end",
+     "ahead_pred_ = b_.CreateICmpSLT(iv, get(pl.loop->operands[1], kScalar)[0]);",
+     "ahead_pred_ = b_.getTrue();"),
+    ("pipeline-written-buffer", "codegen/lower.cpp",
+     "a load from a buffer the loop writes is copied ahead (it misses the writes)",
+     "loop->attrs.num_stages < 2 || !read_only(x.load->operands[0])) continue;",
+     "loop->attrs.num_stages < 2) continue;"),
     ("nvptx-shfl-mask", "codegen/target_nvptx.cpp",
      "the nvptx target's butterfly shuffle has member mask 0xffff (half the warp)",
      "{b.getInt32(0xffffffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)}",

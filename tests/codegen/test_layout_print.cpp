@@ -50,7 +50,8 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
 
   // The legend: #L0, #L1, ... in order; a slice's parent comes before it.
   static const std::regex def(R"(^#L(\d+) = (blocked<size_per_thread=\[[\d,]+\], threads_per_warp=\[[\d,]+\], )"
-                              R"(warps_per_block=\[[\d,]+\], order=\[[\d,]+\]>|slice<dim=\d+, parent=#L(\d+)>)$)");
+                              R"(warps_per_block=\[[\d,]+\], order=\[[\d,]+\]>(  // mma\.sync m16n8 accumulator )"
+                              R"(fragments)?|slice<dim=\d+, parent=#L(\d+)>)$)");
   size_t i = 1;
   int defined = 0;
   for (; i < lines.size() && !lines[i].empty(); ++i) {
@@ -58,7 +59,7 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
     INFO(lines[i]);
     REQUIRE(std::regex_match(lines[i], m, def));
     CHECK(std::stoi(m[1]) == defined);
-    if (m[3].matched) CHECK(std::stoi(m[3]) < defined);
+    if (m[4].matched) CHECK(std::stoi(m[4]) < defined);
     ++defined;
   }
   CHECK(defined == p.layouts);
@@ -294,4 +295,24 @@ TEST_CASE("tilec ir --stage layouts", "[cli][layouts]") {
   CHECK(bad.exit_code == 2);
   CHECK(bad.out.empty());
   for (const char* s : {"layout", "tile", "layouts", "llvm", "ptx"}) CHECK_THAT(bad.err, Catch::Contains(s));
+}
+
+TEST_CASE("the layouts print shows a tensor-core dot's result in the MMA accumulator layout", "[codegen][layouts][mma]") {
+  Built b = build("paged_attention", {"block_n=64", "head_group=4"},
+                  {"dtype=bf16", "hq=32", "hkv=8", "head_dim=128"});
+  std::string text = check_layouts(*b.fn, b.num_warps);
+  INFO(text);
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, std::regex(R"(#L(\d+) = blocked<size_per_thread=\[1,2\], threads_per_warp=\[8,4\], )"
+                                               R"(warps_per_block=\[1,4\], order=\[1,0\]>  // mma\.sync m16n8 )"
+                                               R"(accumulator fragments)")));
+  const std::string mma = "#L" + m[1].str();
+  // Both dots produce it, and the loop carries the accumulator in it.
+  CHECK(std::regex_search(text, std::regex("= dot [^\\n]*  : " + mma + " loc")));
+  size_t notes = 0;
+  for (size_t at = text.find("accumulator and result in registers (the MMA layout)"); at != std::string::npos;
+       at = text.find("accumulator and result in registers (the MMA layout)", at + 1))
+    ++notes;
+  CHECK(notes == 2);
+  CHECK(std::regex_search(text, std::regex("iter_args\\([^\\n]*\\{  : [^\\n]*" + mma)));
 }

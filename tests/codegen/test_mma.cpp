@@ -10,6 +10,7 @@
 #include "abi/float16.h"
 #include "backends/launchers.h"
 #include "codegen/compile.h"
+#include "codegen/layout_plan.h"
 #include "codegen/ptx_loops.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
@@ -64,11 +65,27 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
       {8, 2, 2, DType::f16, true, false, false, 1},     {32, 16, 64, DType::bf16, true, true, true, 2},
       {16, 32, 8, DType::f16, true, false, false, 4},   {8, 16, 4, DType::bf16, false, true, true, 8},
       {128, 8, 16, DType::f16, false, false, false, 8}, {8, 8, 128, DType::bf16, true, true, false, 1},
+      // N a multiple of 8 x warps: the result (and accumulator) in the MMA layout, in registers;
+      // rows past M (below 8) replicate rows mod M, through ldmatrix or (A stored [K][M]) not.
+      {4, 32, 32, DType::f16, true, false, true, 4},    {2, 64, 16, DType::bf16, false, false, true, 2},
+      {16, 64, 8, DType::f16, true, true, false, 2},    {32, 128, 64, DType::bf16, false, true, true, 4},
+      {1, 16, 32, DType::f16, false, false, true, 1},   {8, 16, 16, DType::bf16, true, true, true, 2},
   };
   for (const DotCase& c : cases) {
     INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " trans_a " << c.trans_a
               << " trans_b " << c.trans_b << " acc " << c.with_acc << " warps " << c.warps);
     ir::Kernel k = dot_kernel(c);
+    {
+      codegen::CompileOptions o;
+      o.num_warps = c.warps;
+      codegen::AxisAnalysis axis(*k);
+      codegen::LayoutPlan plan(*k, axis, c.warps);
+      bool in_mma_layout = false;
+      ir::walk(k->body, [&](ir::Op& op) {
+        if (op.kind == ir::OpKind::Dot) in_mma_layout = plan.is_mma(plan.op_layouts(&op)[2]);
+      });
+      CHECK(in_mma_layout == (c.n % (8 * c.warps) == 0));
+    }
     interp::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
     interp::Buffer acc("c", DType::f32, size_t(c.m * c.n));
     fill(a, rng), fill(b, rng), fill(acc, rng);

@@ -229,3 +229,38 @@ TEST_CASE("a run over its traffic budget is an error naming the numbers; other p
   st.request_bytes.reset(); // a backend that does not count requests
   CHECK(traffic_error(t, "", {}, p, st).empty());
 }
+
+TEST_CASE("fused paged attention matches its reference on public models' attention shapes (emulator, 3 stages)",
+          "[templates][emulator][paged_attention][pipeline]") {
+  // (Hq, Hkv, head_dim) of served models whose head_dim tilec takes (powers of two): Llama-2
+  // 7B, Llama-3 8B / Mistral 7B / Mixtral, Llama-3 70B, Qwen2 7B, Qwen2.5 0.5B, Gemma 2B,
+  // Gemma-2 9B, Falcon 7B, StarCoder2 15B, Yi 34B, Grok-1 and MPT-7B, at bf16 with the
+  // pipeline and at f16 with the defaults; ragged contexts over two sequences.
+  struct Model {
+    const char* name;
+    int64_t hq, hkv, head_dim;
+  };
+  const Model models[] = {{"llama-2-7b", 32, 32, 128},  {"llama-3-8b", 32, 8, 128}, {"llama-3-70b", 64, 8, 128},
+                          {"qwen2-7b", 28, 4, 128},     {"qwen2.5-0.5b", 14, 2, 64}, {"gemma-2b", 8, 1, 256},
+                          {"gemma-2-9b", 16, 8, 256},   {"falcon-7b", 71, 1, 64},    {"starcoder2-15b", 48, 4, 128},
+                          {"yi-34b", 56, 8, 128},       {"grok-1", 48, 8, 128},      {"mpt-7b", 32, 32, 128}};
+  const KernelTemplate* t = find_template("paged_attention");
+  REQUIRE(t);
+  for (const Model& m : models)
+    for (int variant = 0; variant < 2; ++variant) {
+      ParamMap shape = defaults(t->shape), params = defaults(t->params);
+      shape["batch"] = 2, shape["hq"] = m.hq, shape["hkv"] = m.hkv, shape["head_dim"] = m.head_dim;
+      shape["dtype"] = variant == 0 ? 2 : 1; // bf16, f16
+      if (variant == 0) params["block_n"] = 64, params["num_stages"] = 3, params["head_group"] = 0;
+      INFO(m.name << (variant == 0 ? " bf16 block_n=64 num_stages=3" : " f16 defaults"));
+      Problem p = make_problem(*t, {params, shape, 5, {}, {}});
+      auto launcher = backends::make_emulate_launcher();
+      run_problem(*t, "", params, shape, p, *launcher);
+      Comparison c = compare_outputs(p);
+      INFO(c.first_mismatch);
+      CHECK(c.ok);
+      std::string why = traffic_error(*t, "", params, p, launcher->stats());
+      INFO(why);
+      CHECK(why.empty());
+    }
+}
