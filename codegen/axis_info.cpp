@@ -283,6 +283,20 @@ void AxisAnalysis::visit(const Op& op) {
       for (const Value* v : op.operands) k = std::min(k, info_.at(v).constancy[d]);
       r.constancy[d] = k;
     }
+    // x < y and x >= y (y > x, y <= x) with x in aligned runs and y constant along the dim and
+    // a multiple of p: the result only changes at y, a multiple of p, so it is constant over
+    // aligned blocks of p (a mask `d < head_dim` stays uniform over each 16-byte chunk).
+    const Value* x = nullptr;
+    const Value* y = nullptr;
+    if (op.kind == OpKind::Lt || op.kind == OpKind::Ge) x = op.operands[0], y = op.operands[1];
+    if (op.kind == OpKind::Gt || op.kind == OpKind::Le) x = op.operands[1], y = op.operands[0];
+    if (x && ptr_or_int(x) && !x->type.is_ptr() && !res->type.shape.empty()) {
+      const AxisInfo &xi = info_.at(x), &yi = info_.at(y);
+      for (size_t d = 0; d < r.constancy.size(); ++d) {
+        int64_t p = std::min({xi.contiguity[d], xi.divisibility[d], yi.divisibility[d], yi.constancy[d]});
+        if (xi.contiguity[d] > 1 && yi.constancy[d] >= xi.contiguity[d]) r.constancy[d] = std::max(r.constancy[d], p);
+      }
+    }
   }
 }
 

@@ -14,8 +14,8 @@
 namespace tilec::kernels {
 
 std::string head_dim_error(int64_t head_dim) {
-  if (ir::is_pow2(head_dim) && head_dim >= 16 && head_dim <= 256) return "";
-  return fmt::format("head_dim={}: must be a power of two from 16 to 256", head_dim);
+  if (head_dim % 8 == 0 && head_dim >= 16 && head_dim <= 256) return "";
+  return fmt::format("head_dim={}: must be a multiple of 8 from 16 to 256", head_dim);
 }
 
 double PagedAttentionShape::scale() const {
@@ -236,6 +236,10 @@ struct FusedSpec {
 // softmax in f32.
 ir::Kernel build_fused(const FusedSpec& sp) {
   const int64_t G = sp.cfg.head_group, group = sp.hq / sp.hkv, D = sp.head_dim, N = sp.cfg.block_n;
+  // Tiles are powers of two: a head_dim between them (80, 96, 112, ...) masks the lanes past
+  // it, which never touch memory; its rows in memory stay head_dim long.
+  const int64_t DP = next_pow2(D);
+  const bool pad_d = DP != D;
   const int64_t SQP = next_pow2(sp.sq), M = next_pow2(G) * SQP, S = sp.cfg.num_splits;
   const ElemType io{sp.dtype, false};
 
@@ -261,8 +265,11 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto heads = kvh * group + (program_id(1) % (group / G)) * G + g;
   auto row_ok = (g < G) & (i < sp.sq);
   auto rows = (b * sp.hq + heads) * sp.sq + i; // row index into [B, Hq, Sq]
-  auto d = arange(0, D);
-  auto qt = load(q + rows.col() * D + d.row(), row_ok.col(), 0); // [M, D]
+  auto d = arange(0, DP);
+  Tile d_ok = pad_d ? d < D : Tile();
+  // A row mask [R] as the [R, DP] mask of its elements (and, padded, of the lanes below D).
+  auto elems = [&](const Tile& row_mask) { return pad_d ? row_mask.col() & d_ok.row() : row_mask.col(); };
+  auto qt = load(q + rows.col() * D + d.row(), elems(row_ok), 0); // [M, DP]
   Tile slope = sp.alibi ? load(alibi_slopes + heads, row_ok, 0) : Tile();
 
   auto ctx = load(context_lens + b);
@@ -271,14 +278,14 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto start = split * chunk;
   auto end = min(ctx, start + chunk);
 
-  Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, D});
+  Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, DP});
   // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
   for_range(start, end, N, RangeOptions{sp.cfg.num_stages}, [&](Scalar s0) {
     auto j = s0 + arange(0, N);
     auto live = j < end;
     auto page = load(block_table + b * max_blocks + j / sp.block_size, live);
     auto slot = (page * sp.block_size + j % sp.block_size) * sp.hkv + kvh;
-    auto kt = load(k_cache + slot.col() * D + d.row(), live.col(), 0); // [N, D]
+    auto kt = load(k_cache + slot.col() * D + d.row(), elems(live), 0); // [N, DP]
     auto s = dot(qt, trans(kt)) * scale;                                // [M, N]
     if (sp.softcap) s = cap * tanh(s / cap);
     if (sp.alibi) s = s + slope.col() * (j.row() - i.col()).to(f32);
@@ -287,7 +294,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto p = exp(s - m_new.col());
     auto alpha = exp(m - m_new);
     l = l * alpha + reduce_sum(p, 1);
-    auto vt = load(v_cache + slot.col() * D + d.row(), live.col(), 0); // [N, D]
+    auto vt = load(v_cache + slot.col() * D + d.row(), elems(live), 0); // [N, DP]
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
     // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
     acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
@@ -297,10 +304,10 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   if (S == 1) {
     // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does.
     auto o = where(l.col() > 0, acc / l.col(), 0);
-    store(out + rows.col() * D + d.row(), o.to(io), row_ok.col());
+    store(out + rows.col() * D + d.row(), o.to(io), elems(row_ok));
   } else {
     auto part = rows * S + split; // [B, Hq, Sq, S]
-    store(out + part.col() * D + d.row(), acc, row_ok.col());
+    store(out + part.col() * D + d.row(), acc, elems(row_ok));
     store(partial_m + part, m, row_ok);
     store(partial_l + part, l, row_ok);
   }
@@ -316,15 +323,21 @@ ir::Kernel build_combine(int64_t splits, int64_t head_dim, DType dtype) {
   auto out = k.arg(ptr_to(dtype), "out");
   auto row = program_id(0);
   auto sidx = row * splits + arange(0, splits);
-  auto d = arange(0, head_dim);
+  // Tiles are powers of two: a head_dim between them masks the lanes past it.
+  const int64_t DP = next_pow2(head_dim);
+  auto d = arange(0, DP);
+  Tile d_ok = DP != head_dim ? d < head_dim : Tile();
   auto m = load(partial_m + sidx);
   auto l = load(partial_l + sidx);
-  auto o = load(partial_o + sidx.col() * head_dim + d.row()); // [S, D]
+  Tile o = DP != head_dim ? load(partial_o + sidx.col() * head_dim + d.row(), d_ok.row(), 0)
+                          : load(partial_o + sidx.col() * head_dim + d.row()); // [S, D]
   auto m_all = reduce_max(m, 0);
   auto w = where(m > -INFINITY, exp(m - m_all), 0);
   auto total = reduce_sum(l * w, 0);
   auto sum = reduce_sum(o * w.col(), 0);
-  store(out + row * head_dim + d, where(total > 0, sum / total, 0).to(ElemType{dtype, false}));
+  Tile res = where(total > 0, sum / total, 0).to(ElemType{dtype, false});
+  if (DP != head_dim) store(out + row * head_dim + d, res, d_ok);
+  else store(out + row * head_dim + d, res);
   return k.finish();
 }
 

@@ -111,7 +111,7 @@ KernelTemplate paged_attention_template() {
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
              {"sq", 1, "query rows per sequence"},
-             {"head_dim", 64, "head dimension (power of two, 16..256)"},
+             {"head_dim", 64, "head dimension (multiple of 8, 16..256)"},
              {"block_size", 16, "tokens per cache page (1..256)"},
              {"max_blocks", 0, "block-table columns (0: enough for ctx, else 16)"},
              {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
