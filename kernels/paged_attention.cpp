@@ -50,6 +50,8 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
     if (lens[0] % s.block_size == 0) lens[0] = cap > 1 ? std::max<int64_t>(1, lens[0] - 1 - s.block_size / 2) : lens[0];
     if (lens[1] == lens[0]) lens[1] = lens[0] / 2;
   }
+  if (ctx < 0 && s.causal) // causal query rows are the last Sq positions: at least Sq of them
+    for (int64_t& len : lens) len = std::clamp<int64_t>(len, s.sq, std::max(s.sq, s.capacity()));
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = lens[size_t(b)];
     in.context_lens.set_int(size_t(b), len);
@@ -131,11 +133,16 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   if (!std::isfinite(scale)) throw UserError(fmt::format("paged_attention: softmax scale {} is not finite", scale));
   if (s.softcap && !(std::isfinite(*s.softcap) && *s.softcap > 0))
     throw UserError(fmt::format("paged_attention: softcap {} is not a positive finite number", *s.softcap));
+  if (s.window < 0)
+    throw UserError(fmt::format("paged_attention: window {} must be positive (0: no window)", s.window));
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = in.context_lens.get_int(size_t(b));
     if (len < 0 || len > s.capacity())
       throw UserError(fmt::format("context_lens[{}] = {} exceeds max_blocks * block_size = {} * {} = {}", b,
                                   static_cast<uint32_t>(len), s.max_blocks, s.block_size, s.capacity()));
+    if (s.causal && len < s.sq)
+      throw UserError(fmt::format("paged_attention: causal=1 places the Sq = {} query rows at the last positions "
+                                  "of the context, but context_lens[{}] = {} is shorter", s.sq, b, len));
     int64_t used = decompose ? s.max_blocks : cdiv(len, s.block_size);
     for (int64_t k = 0; k < used; ++k) {
       int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + k));
@@ -162,9 +169,11 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
           int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
           return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
         };
-        scores.assign(size_t(len), 0.0);
+        scores.assign(size_t(len), -INFINITY);
         double m = -INFINITY;
+        const int64_t pos = len - s.sq + i; // this row's position
         for (int64_t j = 0; j < len; ++j) {
+          if ((s.causal && j > pos) || (s.window > 0 && j < pos - s.window + 1)) continue; // not seen
           size_t krow = key_row(j);
           double dotp = 0;
           for (int64_t d = 0; d < D; ++d) dotp += in.q.get(qrow + d) * in.k_cache.get(krow + d);
@@ -175,7 +184,7 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
           m = std::max(m, sc);
         }
         double sum = 0;
-        for (double& sc : scores) sum += (sc = std::exp(sc - m));
+        for (double& sc : scores) sum += (sc = sc == -INFINITY ? 0.0 : std::exp(sc - m));
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
           for (int64_t j = 0; j < len; ++j) acc += scores[size_t(j)] * in.v_cache.get(key_row(j) + d);
@@ -192,9 +201,9 @@ int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
   int64_t elem = ir::dtype_bytes(s.dtype);
   int64_t bytes = 2 * s.batch * s.hq * s.sq * s.head_dim * elem; // q and out
   for (int64_t b = 0; b < s.batch; ++b) {
-    int64_t len = in.context_lens.get_int(size_t(b));
-    bytes += 2 * len * s.hkv * s.head_dim * elem;  // K and V of the live tokens
-    bytes += cdiv(len, s.block_size) * 4;          // the block-table entries used
+    int64_t len = in.context_lens.get_int(size_t(b)), first = s.first_key(len);
+    bytes += 2 * (len - first) * s.hkv * s.head_dim * elem; // K and V of the keys some row sees
+    if (len > first) bytes += (cdiv(len, s.block_size) - first / s.block_size) * 4; // their block-table entries
   }
   bytes += s.batch * 4;                            // context lengths
   if (s.alibi) bytes += s.hq * 4;
@@ -219,13 +228,15 @@ struct FusedSpec {
   int64_t hq, hkv, sq, head_dim, block_size;
   DType dtype;
   bool alibi, softcap;
+  int64_t window;
+  bool causal;
   PagedAttentionConfig cfg;
 
   // Names the specialization in the kernel cache.
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
                        ir::dtype_name(dtype), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits,
-                       cfg.num_stages);
+                       cfg.num_stages, window, causal);
   }
 };
 
@@ -273,10 +284,15 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile slope = sp.alibi ? load(alibi_slopes + heads, row_ok, 0) : Tile();
 
   auto ctx = load(context_lens + b);
-  // This split's token range, in whole steps of N.
-  auto chunk = ((ctx + (S - 1)) / S + (N - 1)) / N * N;
-  auto start = split * chunk;
+  // This split's token range, in whole steps of N. A sliding window starts the walk at the
+  // first key any row sees, so the bytes read grow with the window, not the context.
+  Tile lo = sp.window > 0 ? max(ctx - (sp.sq + sp.window - 1), 0) : Tile();
+  auto chunk = ((sp.window > 0 ? ctx - lo : ctx) + (S - 1)) / S;
+  chunk = (chunk + (N - 1)) / N * N;
+  auto start = sp.window > 0 ? lo + split * chunk : split * chunk;
   auto end = min(ctx, start + chunk);
+  // Each row's position (causal, window): the last Sq positions of the context.
+  Tile pos = sp.causal || sp.window > 0 ? ctx - sp.sq + i : Tile();
 
   Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, DP});
   // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
@@ -289,10 +305,16 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto s = dot(qt, trans(kt)) * scale;                                // [M, N]
     if (sp.softcap) s = cap * tanh(s / cap);
     if (sp.alibi) s = s + slope.col() * (j.row() - i.col()).to(f32);
-    s = where(live.row(), s, -INFINITY);
+    Tile seen = live.row();
+    if (sp.causal) seen = seen & (j.row() <= pos.col());
+    if (sp.window > 0) seen = seen & (j.row() >= (pos - (sp.window - 1)).col());
+    s = where(seen, s, -INFINITY);
     auto m_new = max(m, reduce_max(s, 1));
-    auto p = exp(s - m_new.col());
-    auto alpha = exp(m - m_new);
+    // A row may see none of this step's keys (causal, window): its max stays -inf, and the
+    // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf.
+    Tile m_use = sp.causal || sp.window > 0 ? where(m_new > -INFINITY, m_new, 0) : m_new;
+    auto p = exp(s - m_use.col());
+    auto alpha = exp(m - m_use);
     l = l * alpha + reduce_sum(p, 1);
     auto vt = load(v_cache + slot.col() * D + d.row(), elems(live), 0); // [N, DP]
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
@@ -354,7 +376,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
-  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.alibi, s.softcap.has_value(), cfg};
+  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.alibi, s.softcap.has_value(), s.window, s.causal, cfg};
 }
 
 } // namespace
@@ -382,7 +404,9 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"head_group", cfg.head_group}, // as configured: 0 (all Hq/Hkv heads) stays 0
           {"num_warps", sp.cfg.num_warps},
           {"num_splits", sp.cfg.num_splits},
-          {"num_stages", sp.cfg.num_stages}};
+          {"num_stages", sp.cfg.num_stages},
+          {"window", sp.window},
+          {"causal", int64_t(sp.causal)}};
 }
 
 interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,

@@ -25,8 +25,13 @@ struct PagedAttentionShape {
   bool alibi = false;
   double softmax_scale = 0.0;         // 0: 1/sqrt(head_dim)
   std::optional<double> softcap;      // none: no softcap
+  // Query row i (0 <= i < Sq) of sequence b sits at position p_i = context_lens[b] - Sq + i.
+  int64_t window = 0;  // > 0: row i sees only keys j >= p_i - window + 1 (sliding window)
+  bool causal = false; // row i sees only keys j <= p_i (needs context_lens[b] >= Sq)
 
   int64_t group() const { return hq / hkv; }
+  // The keys of sequence b (with context length len) that some query row sees: [first, len).
+  int64_t first_key(int64_t len) const { return window > 0 ? std::max<int64_t>(0, len - sq - window + 1) : 0; }
   int64_t capacity() const { return max_blocks * block_size; }
   double scale() const;
 };

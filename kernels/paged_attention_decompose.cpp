@@ -95,6 +95,20 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
   int cl_bc = r.broadcast_to(cl, scores_shape);
   int mask = r.ge(pos_bc, cl_bc);
   int masked = r.masked_fill(scaled, mask, -INFINITY);
+  // 3b. (off by default) query row i sits at position p_i = context_len - Sq + i; causal hides
+  // keys j > p_i, a window of W keys j <= p_i - W. Constants come from ones = (x >= x).
+  if (s.causal || s.window > 0) {
+    int iq = r.iota(s.sq, DType::f32);
+    int ones = r.cast(r.ge(iq, iq), DType::f32);
+    int rel = r.sub(iq, r.mul_scalar(ones, double(s.sq - 1))); // i - (Sq - 1)
+    int next = r.add(cl_bc, r.broadcast_to(r.reshape(rel, {1, 1, s.sq, 1}), scores_shape)); // p_i + 1
+    if (s.causal) masked = r.masked_fill(masked, r.ge(pos_bc, next), -INFINITY);
+    if (s.window > 0) {
+      int ones_bc = r.broadcast_to(r.reshape(ones, {1, 1, s.sq, 1}), scores_shape);
+      int last_hidden = r.sub(next, r.mul_scalar(ones_bc, double(s.window + 1))); // p_i - W
+      masked = r.masked_fill(masked, r.ge(last_hidden, pos_bc), -INFINITY);
+    }
+  }
 
   // 4. probs = softmax(masked); out = probs · v
   int probs = r.softmax_last_dim(masked);

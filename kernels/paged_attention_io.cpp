@@ -71,6 +71,12 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   s.max_blocks = in_range("max_blocks", 0, kMaxDim);
   s.num_blocks = in_range("num_blocks", 0, kMaxDim);
   if (auto cap = p.find("softcap"); cap != p.end() && cap->second) s.softcap = 1.0;
+  s.window = p.count("window") ? p.at("window") : 0;
+  if (s.window < 0) throw UserError(fmt::format("--shape window={}: must be positive (0: no window)", s.window));
+  s.causal = p.count("causal") && in_range("causal", 0, 1) != 0;
+  if (s.causal && ctx >= 0 && ctx < s.sq)
+    throw UserError(fmt::format("--shape causal=1 sq={} ctx={}: the query rows are the last Sq positions of the "
+                                "context, so ctx must be at least sq", s.sq, ctx));
   if (s.hq % s.hkv != 0)
     throw UserError(fmt::format("--shape hq={} hkv={}: Hq is not a multiple of Hkv", s.hq, s.hkv));
   if (s.max_blocks == 0) s.max_blocks = ctx > 0 ? cdiv(ctx, s.block_size) : 16;
@@ -117,7 +123,9 @@ KernelTemplate paged_attention_template() {
              {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
              {"ctx", -1, "context length of every sequence (-1: random per sequence)"},
              {"dtype", 0, "q/k/v dtype", kDtypes},
-             {"alibi", 0, "1: add ALiBi slopes"}};
+             {"alibi", 0, "1: add ALiBi slopes"},
+             {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
+             {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"}};
   t.build = [](const ParamMap& params, const ParamMap& shape) {
     PagedAttentionShape s = paged_attention_shape(shape);
     return paged_attention_fused_kernel(s, paged_attention_config(params));
@@ -136,6 +144,7 @@ KernelTemplate paged_attention_template() {
   t.options = {{"softmax-scale", "scale of q.k (default 1/sqrt(head_dim))"},
                {"softcap", "cap * tanh(s / cap) on the scores (default none)"}};
   t.reads_inputs = true;
+  t.shape_with_inputs = {"window", "causal"};
   t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy]";
   t.make_problem = [](const ProblemRequest& r) {
     std::optional<double> softcap;
@@ -144,6 +153,9 @@ KernelTemplate paged_attention_template() {
     PagedAttentionInputs in;
     if (!r.inputs_dir.empty()) {
       in = read_paged_attention_inputs(r.inputs_dir, scale, softcap);
+      // Masks are parameters of the op, not data: from --shape.
+      in.shape.window = r.shape.count("window") ? r.shape.at("window") : 0;
+      in.shape.causal = r.shape.count("causal") && r.shape.at("causal") != 0;
     } else {
       PagedAttentionShape s = paged_attention_shape(r.shape);
       s.softmax_scale = scale;
@@ -159,16 +171,18 @@ KernelTemplate paged_attention_template() {
     p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
-                                      ir::dtype_name(s.dtype), s.alibi ? " alibi" : "")
+                                      ir::dtype_name(s.dtype), s.alibi ? " alibi" : "",
+                                      s.window > 0 ? fmt::format(" window={}", s.window) : "",
+                                      s.causal ? " causal" : "")
                         : r.inputs_dir;
     if (!r.inputs_dir.empty()) {
       int64_t ctx = 0;
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()}};
     }
     p.context = std::move(in);
@@ -203,12 +217,23 @@ KernelTemplate paged_attention_template() {
     const PagedAttentionShape& s = in.shape;
     PagedAttentionConfig cfg = paged_attention_config(params);
     int64_t head_group = cfg.head_group == 0 ? s.group() : cfg.head_group, extra = 0;
-    int64_t live = 0;
-    for (size_t b = 0; b < in.context_lens.count(); ++b) live += in.context_lens.get_int(b);
-    extra += (s.group() / std::max<int64_t>(1, head_group) - 1) * 2 * live * s.hkv * s.head_dim * ir::dtype_bytes(s.dtype);
+    int64_t seen = 0; // keys some query row sees
+    for (size_t b = 0; b < in.context_lens.count(); ++b) {
+      int64_t len = in.context_lens.get_int(b);
+      seen += len - s.first_key(len);
+    }
+    extra += (s.group() / std::max<int64_t>(1, head_group) - 1) * 2 * seen * s.hkv * s.head_dim * ir::dtype_bytes(s.dtype);
     if (int64_t splits = cfg.num_splits; splits > 1) {
       int64_t rows = s.batch * s.hq * s.sq;
       extra += 2 * rows * splits * (s.head_dim + 2) * 4 + (splits - 1) * int64_t(in.q.bytes.size());
+      // The combine kernel (launched with num_warps warps) holds a row's [splits] m and l,
+      // [splits, head_dim] partials and [head_dim] output in tiles smaller than its block:
+      // each warp holding a replica reads or writes them again.
+      int64_t warps = cfg.num_warps, dp = 1;
+      while (dp < s.head_dim) dp *= 2;
+      auto again = [&](int64_t elems) { return std::min(warps, std::max<int64_t>(1, 32 * warps / elems)) - 1; };
+      extra += rows * (again(splits) * 2 * splits * 4 + again(splits * dp) * splits * s.head_dim * 4 +
+                       again(dp) * s.head_dim * ir::dtype_bytes(s.dtype));
     }
     return static_cast<int64_t>(std::ceil(double(*p.ideal_bytes + extra) * 1.02));
   };

@@ -126,6 +126,9 @@ struct KernelTemplate {
   // make_problem reads request.inputs_dir (`--inputs DIR`; the help names the files).
   bool reads_inputs = false;
   std::string inputs_help = {};
+  // --shape names that stay parameters of the op when the inputs come from files (paged
+  // attention: window, causal); the files give every other size.
+  std::vector<std::string> shape_with_inputs = {};
   // Writes output `index` of a run as .npy (`--out F.npy`). Empty: a 1-d array of its dtype.
   std::function<void(const std::string& path, const Problem& p)> write_output = {};
   // The --shape values that only size a problem: a config tuned for a key that differs from

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cerrno>
 #include <cstring>
@@ -136,8 +137,16 @@ int run_kernel(const Common& common, const RunOptions& o) {
   const kernels::KernelTemplate& t = o.choice.kernel();
   if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
   if (!o.tuned.empty()) check_tuned_db(o.tuned);
-  if (!o.inputs_dir.empty() && !o.choice.shapes.empty())
-    throw UserError("--shape and --inputs exclude each other: the files give the shapes");
+  if (!o.inputs_dir.empty())
+    for (const std::string& given : o.choice.shapes) {
+      std::string name = given.substr(0, given.find('='));
+      if (std::find(t.shape_with_inputs.begin(), t.shape_with_inputs.end(), name) == t.shape_with_inputs.end())
+        throw UserError(fmt::format("--shape {} and --inputs exclude each other: the files give the shapes{}", given,
+                                    t.shape_with_inputs.empty()
+                                        ? std::string()
+                                        : fmt::format(" (only {} may be set with them)",
+                                                      fmt::join(t.shape_with_inputs, ", "))));
+    }
   kernels::ProblemRequest req{o.choice.params(), o.choice.shape(), o.seed, {}, o.inputs_dir};
   for (const auto& [name, value] : o.options)
     if (value) req.options[name] = *value;

@@ -88,6 +88,13 @@ const fs::path& fixtures() {
       tilec::rt::write_npy((make("inputs_bad_page") / "block_table.npy").string(), t);
     }
     {
+      // Sq = 3 query rows (causal) and a sequence of 2 tokens.
+      tilec::kernels::PagedAttentionShape s3 = s;
+      s3.sq = 3;
+      tilec::kernels::PagedAttentionInputs in3 = tilec::kernels::make_paged_attention_inputs(s3, 1, 2);
+      tilec::kernels::write_paged_attention_inputs((d / "inputs_sq3_ctx2").string(), in3);
+    }
+    {
       fs::path z = make("inputs_zero_batch");
       write(z / "q.npy", "<f4", {0, 2, 1, 16}, 0);
       write(z / "block_table.npy", "<i4", {0, 2}, 0);
@@ -308,6 +315,11 @@ TEST_CASE("bad input: tilec run", "[cli][errors]") {
       {pa_with({"--shape", "ctx=-2"}), {"ctx", "-2"}},
       {pa_with({"--shape", "ctx=100000", "block_size=16", "max_blocks=2"}), {"ctx=100000"}},
       {pa_with({"--shape", "alibi=2"}), {"alibi", "2"}},
+      {pa_with({"--shape", "window=-1"}), {"window=-1", "must be positive"}},
+      {pa_with({"--shape", "causal=2"}), {"causal=2"}},
+      {pa_with({"--shape", "causal=1", "sq=4", "ctx=3"}), {"causal=1", "sq=4", "ctx=3"}},
+      {pa_with({"--set", "num_stages=0"}), {"num_stages", "0"}},
+      {pa_with({"--set", "num_stages=9"}), {"num_stages", "9"}},
       {pa_with({"--shape", "dtype=int8"}), {"int8"}},
       {pa_with({"--shape", "batch=65536", "hq=65536", "head_dim=256", "max_blocks=65536"}), {"batch"}},
       {pa_with({"--set", "block_n=0"}), {"block_n", "0"}},
@@ -326,7 +338,9 @@ TEST_CASE("bad input: tilec run", "[cli][errors]") {
       {pa_with({"--inputs", "{dir}/inputs_ctx_too_long"}), {"context_lens[0] = 100"}},
       {pa_with({"--inputs", "{dir}/inputs_bad_page"}), {"block_table[1, 0] = 1000"}},
       {pa_with({"--inputs", "{dir}/inputs_zero_batch"}), {"batch", "0"}},
-      {pa_with({"--inputs", "{dir}/inputs_ok", "--shape", "batch=2"}), {"--shape", "--inputs"}},
+      {pa_with({"--inputs", "{dir}/inputs_sq3_ctx2", "--shape", "causal=1"}),
+       {"causal=1", "Sq = 3", "context_lens[0] = 2"}},
+      {pa_with({"--inputs", "{dir}/inputs_ok", "--shape", "batch=2"}), {"--shape batch=2", "--inputs", "only window, causal"}},
       {pa_with({"--inputs", "{dir}/inputs_ok", "--out", "{dir}/adir"}), {"{dir}/adir"}},
       {pa_with({"--inputs", "{dir}/inputs_ok", "--out", "{dir}/afile/out.npy"}), {"{dir}/afile"}},
       {pa_with({"--inputs", "{dir}/inputs_ok", "--out", "{dir}/no_such_folder/out.npy"}), {"{dir}/no_such_folder"}},
