@@ -70,9 +70,9 @@ public:
     if (args.size() != fn.params.size())
       throw UserError(fmt::format("kernel '{}' takes {} arguments, got {}", fn.name, fn.params.size(), args.size()));
     for (int64_t g : grid)
-      if (g < 1 || g > std::int64_t(UINT32_MAX))
-        throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive", fn.name, grid[0], grid[1],
-                                    grid[2]));
+      if (g < 0 || g > std::int64_t(UINT32_MAX))
+        throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be from 0 to 2^32 - 1", fn.name, grid[0],
+                                    grid[1], grid[2]));
     auto module = ModuleCache::get().module(fn, num_warps, lowering_, args);
     std::vector<rt::Arg> rt_args;
     std::vector<std::string> names;

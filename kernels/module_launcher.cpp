@@ -101,9 +101,9 @@ private:
     if (args.size() != fn.params.size())
       throw UserError(fmt::format("kernel '{}' takes {} arguments, got {}", fn.name, fn.params.size(), args.size()));
     for (int64_t g : grid)
-      if (g < 1 || g > std::int64_t(UINT32_MAX))
-        throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be positive and fit 32 bits", fn.name,
-                                    grid[0], grid[1], grid[2]));
+      if (g < 0 || g > std::int64_t(UINT32_MAX))
+        throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be from 0 to 2^32 - 1", fn.name, grid[0],
+                                    grid[1], grid[2]));
     Prepared p;
     p.module = &loaded(fn, num_warps, args);
     const rt::Manifest& m = p.module->manifest();

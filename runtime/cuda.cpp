@@ -403,6 +403,7 @@ Kernel::Kernel(const Context& ctx, Manifest manifest)
 
 void Kernel::launch(Dim3 grid, std::span<const Arg> args, const Stream* stream) const {
   check_launch_args(manifest_, args);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return; // no programs: nothing to run (the driver refuses it)
   function_.launch(grid, Dim3{static_cast<unsigned>(manifest_.threads_per_block), 1, 1},
                    static_cast<unsigned>(manifest_.shared_bytes), args, stream);
 }

@@ -245,3 +245,35 @@ TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride g
   CHECK_THROWS_WITH(mod.launch({1, 1, 1}, two),
                     Catch::Contains("parameter 'cstride' = 2: this module was compiled with it fixed at 1"));
 }
+
+TEST_CASE("a launch with zero programs is a no-op on every CPU backend; a negative grid is an error",
+          "[codegen][emulator][launch]") {
+  ir::Kernel k = strided_copy();
+  interp::Buffer x("x", DType::f16, 4 * 64), out("out", DType::f16, 256);
+  for (size_t i = 0; i < out.count(); ++i) out.set(i, 7.0);
+  const interp::Buffer before = out;
+  std::vector<interp::Arg> args = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(64)};
+  for (interp::Grid g : {interp::Grid{0, 1, 1}, interp::Grid{3, 0, 1}, interp::Grid{1, 1, 0}}) {
+    CHECK_NOTHROW(kernels::make_interpret_launcher()->launch(k, 1, g, args));
+    for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx})
+      CHECK_NOTHROW(backends::make_emulate_launcher(lowering)->launch(k, 1, g, args));
+    CHECK(out.bytes == before.bytes);
+  }
+  CHECK_THROWS_WITH(backends::make_emulate_launcher()->launch(k, 1, {-1, 1, 1}, args),
+                    Catch::Contains("grid (-1, 1, 1) must be from 0"));
+  // The runtime's module launch too (no block runs, nothing is counted).
+  rt::test::TempDir dir;
+  codegen::CompileOptions o;
+  o.target = codegen::Target::emu;
+  o.num_warps = 1;
+  rt::EmuModule mod(codegen::write_module(*k, codegen::compile(*k, o), o, {}, dir.path, "strided_copy"));
+  std::vector<std::uint16_t> xs(4 * 64), outs(256, 0x4700);
+  auto buf = [](std::vector<std::uint16_t>& v) {
+    return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
+  };
+  std::vector<rt::Arg> rargs = {buf(xs), buf(outs), std::int32_t{64}};
+  rt::EmuLaunchStats st = mod.launch({0, 1, 1}, rargs);
+  CHECK(st.bytes_loaded == 0);
+  CHECK(st.bytes_stored == 0);
+  CHECK(outs == std::vector<std::uint16_t>(256, 0x4700));
+}
