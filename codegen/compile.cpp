@@ -68,6 +68,14 @@ void init_llvm_targets() {
     auto& options = llvm::cl::getRegisteredOptions();
     if (auto it = options.find("nvptx-short-ptr"); it != options.end())
       static_cast<llvm::cl::opt<bool>*>(it->second)->setValue(true);
+    // Most of O3's time on tilec's kernels went to alias queries from LICM's scalar promotion
+    // and DSE's MemorySSA walks over hundreds of shared-memory accesses off one base, which
+    // find nothing the lowering left to find: cap both (the PTX of the repository's kernels is
+    // unchanged, tests/codegen pins their counts).
+    if (auto it = options.find("licm-mssa-max-acc-promotion"); it != options.end())
+      static_cast<llvm::cl::opt<unsigned>*>(it->second)->setValue(0);
+    if (auto it = options.find("dse-memoryssa-walklimit"); it != options.end())
+      static_cast<llvm::cl::opt<unsigned>*>(it->second)->setValue(10);
   });
 }
 
