@@ -628,6 +628,13 @@ llvm::Value* Lowering::unary(OpKind k, DType t, llvm::Value* x) {
   case OpKind::Rsqrt: r = hooks_.rsqrt(b_, x); break;
   case OpKind::Abs: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); break;
   case OpKind::Neg: r = b_.CreateFNeg(x); break;
+  case OpKind::Log2: r = hooks_.log2(b_, x); break;
+  case OpKind::Sigmoid: // 1 / (1 + 2^(-x log2 e))
+    r = b_.CreateFDiv(f(1.0), b_.CreateFAdd(f(1.0), hooks_.exp2(b_, b_.CreateFMul(x, f(-std::numbers::log2e)))));
+    break;
+  case OpKind::Floor: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x); break;
+  case OpKind::Ceil: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x); break;
+  case OpKind::Round: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, x); break;
   default: internal_fail("not a unary op");
   }
   return from_f32(r, t);

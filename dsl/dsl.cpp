@@ -481,6 +481,11 @@ Tile tanh(const Tile& a, Loc loc) { return unary(ir::OpKind::Tanh, a, loc); }
 Tile sqrt(const Tile& a, Loc loc) { return unary(ir::OpKind::Sqrt, a, loc); }
 Tile rsqrt(const Tile& a, Loc loc) { return unary(ir::OpKind::Rsqrt, a, loc); }
 Tile abs(const Tile& a, Loc loc) { return unary(ir::OpKind::Abs, a, loc); }
+Tile log2(const Tile& a, Loc loc) { return unary(ir::OpKind::Log2, a, loc); }
+Tile sigmoid(const Tile& a, Loc loc) { return unary(ir::OpKind::Sigmoid, a, loc); }
+Tile floor(const Tile& a, Loc loc) { return unary(ir::OpKind::Floor, a, loc); }
+Tile ceil(const Tile& a, Loc loc) { return unary(ir::OpKind::Ceil, a, loc); }
+Tile round(const Tile& a, Loc loc) { return unary(ir::OpKind::Round, a, loc); }
 
 // --- reductions and dot
 

@@ -178,6 +178,13 @@ Tile where(Operand cond, Operand a, Operand b, Loc loc = Loc::current());
 Tile exp(const Tile& a, Loc loc = Loc::current());
 Tile exp2(const Tile& a, Loc loc = Loc::current());
 Tile log(const Tile& a, Loc loc = Loc::current());
+// Floats only: log2 and sigmoid (1 / (1 + e^-x)) are approximate on the GPU like exp and log;
+// floor, ceil and round (to nearest, ties to even) are exact everywhere.
+Tile log2(const Tile& a, Loc loc = Loc::current());
+Tile sigmoid(const Tile& a, Loc loc = Loc::current());
+Tile floor(const Tile& a, Loc loc = Loc::current());
+Tile ceil(const Tile& a, Loc loc = Loc::current());
+Tile round(const Tile& a, Loc loc = Loc::current());
 Tile tanh(const Tile& a, Loc loc = Loc::current());
 Tile sqrt(const Tile& a, Loc loc = Loc::current());
 Tile rsqrt(const Tile& a, Loc loc = Loc::current());

@@ -7,7 +7,7 @@
 // - float buffers an inexact value may reach: within kUlpBound ulps of the buffer's dtype
 //   (distance in representable values; NaN only equals NaN, infinities only themselves).
 // A value is inexact when an op whose result the semantics leave a few ulps open computes it
-// (float exp, exp2, log, tanh and rsqrt; float sum reductions, whose order is unspecified) or when it is
+// (float exp, exp2, log, log2, sigmoid, tanh and rsqrt; float sum reductions, whose order is unspecified) or when it is
 // computed from an inexact value. The generator feeds inexact values only to ops that keep
 // their error within a few ulps (no subtraction, comparison or float-to-int cast of them), so
 // the bound holds however the program combines them.

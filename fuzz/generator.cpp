@@ -314,15 +314,23 @@ void Generator::act_unary() {
     add(b_->unary(r_.chance(0.5) ? OpKind::Abs : OpKind::Neg, v));
     return;
   }
-  std::vector<OpKind> kinds{OpKind::Tanh, OpKind::Sqrt, OpKind::Abs, OpKind::Neg};
+  std::vector<OpKind> kinds{OpKind::Tanh, OpKind::Sqrt, OpKind::Abs, OpKind::Neg, OpKind::Sigmoid};
   if (!i.zsign) kinds.push_back(OpKind::Rsqrt); // rsqrt(-0) is -inf
-  if (!i.inexact) kinds.insert(kinds.end(), {OpKind::Exp, OpKind::Exp2, OpKind::Log});
+  // Exact inputs only: log's error grows near 1, and a few ulps move floor/ceil/round across an integer.
+  if (!i.inexact)
+    kinds.insert(kinds.end(), {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Log2, OpKind::Floor, OpKind::Ceil,
+                               OpKind::Round});
   OpKind k = r_.pick(kinds);
   Info out = i;
   switch (k) {
   case OpKind::Exp:
   case OpKind::Exp2: out = {true, true, false}; break;
-  case OpKind::Log: out = {true, false, false}; break;
+  case OpKind::Log:
+  case OpKind::Log2: out = {true, false, false}; break;
+  case OpKind::Sigmoid: out = {true, true, false}; break; // in (0, 1)
+  case OpKind::Floor:
+  case OpKind::Ceil:
+  case OpKind::Round: break; // exact; the sign of x (and of a zero) is kept
   case OpKind::Tanh: out.inexact = true; break; // approximate on the GPU (ir/SEMANTICS.md)
   case OpKind::Rsqrt: out = {true, true, false}; break;
   case OpKind::Sqrt:

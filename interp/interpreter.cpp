@@ -480,6 +480,16 @@ void Machine::exec_unary(const Op& op) {
       return floats([](float x) { return std::fabs(x); });
     case OpKind::Neg:
       return floats([](float x) { return -x; });
+    case OpKind::Log2:
+      return floats([](float x) { return std::log2(x); });
+    case OpKind::Sigmoid:
+      return floats([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+    case OpKind::Floor:
+      return floats([](float x) { return std::floor(x); });
+    case OpKind::Ceil:
+      return floats([](float x) { return std::ceil(x); });
+    case OpKind::Round: // to nearest, ties to even
+      return floats([](float x) { return std::nearbyint(x); });
     default:
       break;
     }

@@ -97,6 +97,21 @@ std::optional<ConstValue> eval_unary(OpKind k, DType t, const ConstValue& a) {
     case OpKind::Neg:
       r = -x;
       break;
+    case OpKind::Log2:
+      r = std::log2(x);
+      break;
+    case OpKind::Sigmoid:
+      r = 1.0f / (1.0f + std::exp(-x));
+      break;
+    case OpKind::Floor:
+      r = std::floor(x);
+      break;
+    case OpKind::Ceil:
+      r = std::ceil(x);
+      break;
+    case OpKind::Round:
+      r = std::nearbyint(x);
+      break;
     default:
       return std::nullopt;
     }

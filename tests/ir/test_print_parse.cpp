@@ -74,7 +74,8 @@ Kernel coverage_kernel() {
 
   // Every unary, binary and compare op, on floats and on integers.
   for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt,
-                   OpKind::Abs, OpKind::Neg})
+                   OpKind::Abs, OpKind::Neg, OpKind::Log2, OpKind::Sigmoid, OpKind::Floor, OpKind::Ceil,
+                   OpKind::Round})
     x = at().unary(k, x);
   at().unary(OpKind::Abs, idx);
   at().unary(OpKind::Neg, idx);

@@ -72,8 +72,9 @@ struct EveryOp {
     loaded = b.load(ptrs, mask, one);
     b.loc = at(2);
     Value* v = loaded;
-    for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt,
-                     OpKind::Rsqrt, OpKind::Abs, OpKind::Neg})
+    for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt,
+                     OpKind::Abs, OpKind::Neg, OpKind::Log2, OpKind::Sigmoid, OpKind::Floor, OpKind::Ceil,
+                     OpKind::Round})
       v = b.unary(k, v);
     for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Min, OpKind::Max})
       v = b.binary(k, v, one);
