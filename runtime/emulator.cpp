@@ -180,6 +180,14 @@ std::string where(const tilec_emu_thread* t) {
   emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
 
+// abort_thread with "WHERE: " and a formatted message. abort_thread never returns, so the
+// message is built (and every temporary of it freed) before the call; a caller passing
+// fmt::format(..., where(t)) straight in would leak the temporaries of its expression.
+template <class... A> [[noreturn]] void fail_thread(tilec_emu_thread* t, fmt::format_string<A...> f, A&&... args) {
+  std::string message = where(t) + ": " + fmt::format(f, std::forward<A>(args)...);
+  abort_thread(t, std::move(message));
+}
+
 // Whether `bytes` at `a` and `b` hold the same values: equal bits or, for float elements
 // (`float_type` 1 f32, 2 f16, 3 bf16), two zeros or two NaNs.
 bool same_value(const std::byte* a, const std::byte* b, std::uint32_t bytes, std::uint32_t float_type) {
@@ -356,10 +364,9 @@ void fiber_main(void* p) {
   Launch& l = *t->worker->launch;
   l.entry(t, l.args);
   if (!t->pending_copies.empty())
-    abort_thread(t, fmt::format("{}: finished with {} asynchronous cop{} never waited for (cp.async at {}): "
-                                "its bytes never land in shared memory",
-                                where(t), t->pending_copies.size(), t->pending_copies.size() == 1 ? "y" : "ies",
-                                t->pending_copies.front().site));
+    fail_thread(t, "finished with {} asynchronous cop{} never waited for (cp.async at {}): its bytes never land in "
+                "shared memory",
+                t->pending_copies.size(), t->pending_copies.size() == 1 ? "y" : "ies", t->pending_copies.front().site);
   t->state = State::done;
   emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
@@ -795,11 +802,12 @@ void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes
   tilec_emu_worker& w = *t->worker;
   for (const auto& c : t->pending_copies) { // on a GPU it reads the old bytes or the new, by chance
     std::size_t coff = std::size_t(static_cast<std::byte*>(c.dst) - w.shared);
-    if (coff < off + bytes && off < coff + 16)
-      tilec::rt::abort_thread(t, fmt::format("{}: shared-memory load of {} bytes at byte offset {} (at {}) reads the "
-                                             "destination of an asynchronous copy this thread issued and has not "
-                                             "waited for (cp.async at {}; cp.async.wait_group missing)",
-                                             tilec::rt::where(t), bytes, off, site, c.site));
+    if (coff < off + bytes && off < coff + 16) {
+      tilec::rt::fail_thread(t, "shared-memory load of {} bytes at byte offset {} (at {}) reads the destination of "
+                                "an asynchronous copy this thread issued and has not waited for (cp.async at {}; "
+                                "cp.async.wait_group missing)",
+                             bytes, off, site, c.site);
+    }
   }
   for (std::size_t i = off; i < off + bytes; ++i) {
     tilec::rt::ShadowByte& s = w.shadow[i];
@@ -849,22 +857,22 @@ uint32_t tilec_emu_shfl_idx(tilec_emu_thread* t, uint32_t value, uint32_t src_la
 uint32_t tilec_emu_shfl_sync(tilec_emu_thread* t, uint32_t mode, uint32_t member_mask, uint32_t value, uint32_t b,
                              uint32_t c) {
   const char* name = mode == 0 ? "shfl.sync.idx" : "shfl.sync.bfly";
-  if (mode > 1) tilec::rt::abort_thread(t, fmt::format("{}: shuffle of unknown mode {}", tilec::rt::where(t), mode));
+  if (mode > 1) tilec::rt::fail_thread(t, "shuffle of unknown mode {}", mode);
   if (member_mask != 0xffffffffu)
-    tilec::rt::abort_thread(t, fmt::format("{}: {} with member mask {:#010x}: tilec's shuffles take the whole warp "
-                                           "(0xffffffff); lanes outside the mask read undefined values on the GPU",
-                                           tilec::rt::where(t), name, member_mask));
+    tilec::rt::fail_thread(t, "{} with member mask {:#010x}: tilec's shuffles take the whole warp (0xffffffff); lanes "
+                              "outside the mask read undefined values on the GPU",
+                           name, member_mask);
   if (c != 0x1f)
-    tilec::rt::abort_thread(t, fmt::format("{}: {} with clamp/segment operand c = {:#x}: tilec's shuffles use one "
-                                           "32-lane segment without clamping (c = 0x1f)",
-                                           tilec::rt::where(t), name, c));
+    tilec::rt::fail_thread(t, "{} with clamp/segment operand c = {:#x}: tilec's shuffles use one 32-lane segment "
+                              "without clamping (c = 0x1f)",
+                           name, c);
   return mode == 0 ? tilec_emu_shfl_idx(t, value, b) : tilec_emu_shfl_xor(t, value, b);
 }
 
 void tilec_emu_mma_m16n8k16(tilec_emu_thread* t, uint32_t dtype, const uint32_t* a, const uint32_t* b, const float* c,
                             float* d) {
   if (dtype != 2 && dtype != 3)
-    tilec::rt::abort_thread(t, fmt::format("{}: MMA with unknown operand type {}", tilec::rt::where(t), dtype));
+    tilec::rt::fail_thread(t, "MMA with unknown operand type {}", dtype);
   t->mma_dtype = dtype, t->mma_a = a, t->mma_b = b, t->mma_c = c, t->mma_d = d;
   t->state = State::at_shuffle;
   tilec::rt::yield(t);
@@ -873,7 +881,7 @@ void tilec_emu_mma_m16n8k16(tilec_emu_thread* t, uint32_t dtype, const uint32_t*
 void tilec_emu_ldmatrix(tilec_emu_thread* t, uint32_t count, uint32_t trans, const void* row, uint32_t* dst,
                         const char* site) {
   if (count != 1 && count != 2 && count != 4)
-    tilec::rt::abort_thread(t, fmt::format("{}: ldmatrix of {} matrices (1, 2 or 4)", tilec::rt::where(t), count));
+    tilec::rt::fail_thread(t, "ldmatrix of {} matrices (1, 2 or 4)", count);
   if ((t->tid & 31) < 8 * count) tilec_emu_shared_load(t, row, 16, t->ldm_row, site);
   t->ldm_count = count, t->ldm_trans = trans ? 1 : 0, t->ldm_dst = dst;
   t->state = State::at_shuffle;
@@ -881,9 +889,9 @@ void tilec_emu_ldmatrix(tilec_emu_thread* t, uint32_t count, uint32_t trans, con
 }
 
 void tilec_emu_cp_async(tilec_emu_thread* t, void* dst, const void* src, uint32_t src_bytes, const char* site) {
-  if (src_bytes != 0 && src_bytes != 16)
-    tilec::rt::abort_thread(t, fmt::format("{}: cp.async of {} source bytes (0 or 16) at {}", tilec::rt::where(t),
-                                           src_bytes, site));
+  if (src_bytes != 0 && src_bytes != 16) {
+    tilec::rt::fail_thread(t, "cp.async of {} source bytes (0 or 16) at {}", src_bytes, site);
+  }
   std::size_t off = tilec::rt::check_shared(t, dst, 16, "asynchronous copy", site);
   tilec_emu_thread::PendingCopy c{t->open_group, t->worker->epoch, dst, {}, site};
   if (src_bytes) {
