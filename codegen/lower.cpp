@@ -193,6 +193,7 @@ private:
     struct Operand {
       const Op* load;
       bool transposed;
+      bool is_a; // the dot's A (else its B)
       Staging st;
       int64_t offset; // within a stage
     };
@@ -1071,6 +1072,7 @@ void Lowering::plan_pipelines() {
     }
   };
   index(fn_.body);
+  std::map<const Op*, std::set<const Op*>> slices; // per loop
   for (auto& [key, x] : async_operands_) {
     const Op& dot = *key.first;
     const ir::Block* body = dot.parent;
@@ -1098,32 +1100,28 @@ void Lowering::plan_pipelines() {
     Pipeline& pl = pipelines_[loop];
     pl.loop = loop;
     pl.stages = loop->attrs.num_stages;
-    for (const auto& o : body->ops)
-      if (slice.count(o.get()) && std::find(pl.slice.begin(), pl.slice.end(), o.get()) == pl.slice.end())
-        pl.slice.push_back(o.get());
+    slices[loop].insert(slice.begin(), slice.end());
     Staging st = staging(dot, key.second, async_kmajor(x, key.second));
     x.pipe = &pl;
     x.slot = pl.operands.size();
-    pl.operands.push_back({x.load, x.transposed, st, pl.stage_bytes});
+    pl.operands.push_back({x.load, x.transposed, key.second == 0, st, pl.stage_bytes});
     pl.stage_bytes += st.bytes();
   }
   for (auto& [loop, pl] : pipelines_) {
-    // Keep the body order of the slice (operands added it piecewise).
-    std::vector<const Op*> ordered;
-    for (const auto& o : loop->region(0).ops)
-      if (std::find(pl.slice.begin(), pl.slice.end(), o.get()) != pl.slice.end()) ordered.push_back(o.get());
-    pl.slice = std::move(ordered);
+    for (const auto& o : loop->region(0).ops) // the slices of all its operands, in body order
+      if (slices[loop].count(o.get())) pl.slice.push_back(o.get());
     pl.base = pipe_bytes_;
     pipe_bytes_ += pl.stages * pl.stage_bytes;
     // Ops of the slice whose results only the pipelined loads (or other such ops) use are
     // not emitted in the body any more: the copies issued ahead are their only users.
     std::set<const Op*> loads;
     for (const auto& o : pl.operands) loads.insert(o.load);
+    const std::set<const Op*>& in_slice = slices[loop];
     for (auto it = pl.slice.rbegin(); it != pl.slice.rend(); ++it) {
       bool only_ahead = true;
       for (const Value* r : (*it)->results)
         for (const Op* u : users[r])
-          only_ahead = only_ahead && (loads.count(u) || (deferred_ops_.count(u) && std::find(pl.slice.begin(), pl.slice.end(), u) != pl.slice.end()));
+          only_ahead = only_ahead && (loads.count(u) || (deferred_ops_.count(u) && in_slice.count(u)));
       if (only_ahead) deferred_ops_.insert(*it);
     }
   }
@@ -1179,14 +1177,11 @@ void Lowering::issue_ahead(Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bo
   emitting_ahead_ = false;
   for (size_t i = 0; i < pl.operands.size(); ++i) {
     const Pipeline::Operand& x = pl.operands[i];
-    bool is_a = false;
-    for (const auto& [key, a] : async_operands_)
-      if (a.pipe == &pl && a.slot == i) is_a = key.second == 0;
-    const char* what = is_a ? "dot (mma) operand A, asynchronous copy issued ahead"
-                            : "dot (mma) operand B, asynchronous copy issued ahead";
+    const char* what = x.is_a ? "dot (mma) operand A, asynchronous copy issued ahead"
+                              : "dot (mma) operand B, asynchronous copy issued ahead";
     const Op* outer = cur_op_;
     cur_op_ = x.load;
-    issue_copies(*x.load, x.transposed, x.st, is_a, pipe_buffer(pl, stage, i), what);
+    issue_copies(*x.load, x.transposed, x.st, x.is_a, pipe_buffer(pl, stage, i), what);
     cur_op_ = outer;
   }
   ahead_pred_ = nullptr;
@@ -1312,18 +1307,14 @@ void Lowering::emit_dot_mma(const Op& op) {
   };
   // An operand loaded from global memory for this dot alone goes there directly, as 16-byte
   // cp.async copies, unless its loop's pipeline copied it already.
-  if (pipe_a) {
-  } else if (async_a) {
+  if (async_a && !pipe_a)
     issue_copies(*async_a->load, async_a->transposed, st_a, true, base_a, "dot (mma) operand A, asynchronous copy");
-  } else {
+  else if (!async_a)
     stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return a_at(c[0], c[1]); }, "dot (mma) operand A write");
-  }
-  if (pipe_b) {
-  } else if (async_b) {
+  if (async_b && !pipe_b)
     issue_copies(*async_b->load, async_b->transposed, st_b, false, base_b, "dot (mma) operand B, asynchronous copy");
-  } else {
+  else if (!async_b)
     stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return b_at(c[0], c[1]); }, "dot (mma) operand B write");
-  }
   if (M < 8 || N < 8) // every thread writes the same zeros: no branch, and no race
     smem_store(llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt32Ty(), 4)),
                smem(b_.getInt8Ty(), b_.getInt32(0), off_z), "dot (mma) zero row", DType::i32);

@@ -48,6 +48,15 @@ ir::Kernel dot_kernel(const DotCase& c) {
   return kb.finish();
 }
 
+// The largest difference between `got` and the interpreter's `want` for a dot over K, in units
+// of what reordering its K + 1 f32 additions may cost (ir/SEMANTICS.md): at most 1 when they agree.
+double dot_error(const interp::Buffer& want, const interp::Buffer& got, int64_t K) {
+  const double bound = double(K + 1) * std::ldexp(1.0, -23) * (double(K) + 1.0);
+  double worst = 0;
+  for (size_t i = 0; i < want.count(); ++i) worst = std::max(worst, std::abs(want.get(i) - got.get(i)) / bound);
+  return worst;
+}
+
 void fill(interp::Buffer& buf, std::mt19937& rng) {
   std::uniform_real_distribution<double> d(-1, 1);
   for (size_t i = 0; i < buf.count(); ++i) buf.set(i, d(rng)); // rounded to the buffer's dtype
@@ -76,8 +85,6 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
               << " trans_b " << c.trans_b << " acc " << c.with_acc << " warps " << c.warps);
     ir::Kernel k = dot_kernel(c);
     {
-      codegen::CompileOptions o;
-      o.num_warps = c.warps;
       codegen::AxisAnalysis axis(*k);
       codegen::LayoutPlan plan(*k, axis, c.warps);
       bool in_mma_layout = false;
@@ -100,12 +107,7 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
       backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
       // Products of f16/bf16 values are exact in f32; only the order of the K additions
       // differs (ir/SEMANTICS.md bounds it): at most K ulps of the largest partial sum.
-      double worst = 0;
-      for (size_t i = 0; i < want.count(); ++i) {
-        double bound = double(c.k + 1) * std::ldexp(1.0, -23) * (double(c.k) + 1.0);
-        worst = std::max(worst, std::abs(want.get(i) - got.get(i)) / bound);
-      }
-      CHECK(worst <= 1.0);
+      CHECK(dot_error(want, got, c.k) <= 1.0);
     }
   }
 }
@@ -255,13 +257,7 @@ TEST_CASE("pipelined loads (num_stages) agree with the interpreter for every tri
         INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
         interp::Buffer got("out", DType::f32, size_t(c.m * c.n));
         backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
-        const int64_t K = count * c.bk;
-        double worst = 0;
-        for (size_t i = 0; i < want.count(); ++i) {
-          double bound = double(K + 1) * std::ldexp(1.0, -23) * (double(K) + 1.0);
-          worst = std::max(worst, std::abs(want.get(i) - got.get(i)) / bound);
-        }
-        CHECK(worst <= 1.0);
+        CHECK(dot_error(want, got, count * c.bk) <= 1.0);
       }
     }
   }

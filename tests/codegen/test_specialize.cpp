@@ -33,6 +33,23 @@ ir::Kernel strided_copy() {
   return kb.finish();
 }
 
+// out[r, c] = x[r * 64 + c * cstride] for a [4, 64] f16 tile: the column stride is a runtime
+// integer, usually 1.
+ir::Kernel column_strided_copy() {
+  KernelBuilder kb("column_strided_copy");
+  auto x = kb.arg(ptr_to(DType::f16), "x");
+  auto out = kb.arg(ptr_to(DType::f16), "out");
+  auto cstride = kb.arg(ElemType{DType::i32, false}, "cstride");
+  auto r = arange(0, 4), c = arange(0, 64);
+  store(out + r.col() * 64 + c.row(), load(x + r.col() * 64 + c.row() * cstride));
+  return kb.finish();
+}
+
+// A host vector of f16 bits as an emulator buffer argument.
+rt::Arg buf(std::vector<std::uint16_t>& v) {
+  return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
+}
+
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
@@ -90,9 +107,6 @@ TEST_CASE("a module compiled for a divisible argument records it and refuses oth
   CHECK(rt::read_manifest(dir.path / "strided_copy.toml").divisibility == std::map<std::string, std::int64_t>{{"stride", 16}});
   rt::EmuModule mod(m);
   std::vector<std::uint16_t> x(4 * 100), out(256);
-  auto buf = [](std::vector<std::uint16_t>& v) {
-    return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
-  };
   std::vector<rt::Arg> good = {buf(x), buf(out), std::int32_t{64}};
   CHECK_NOTHROW(mod.launch({1, 1, 1}, good));
   std::vector<rt::Arg> bad = {buf(x), buf(out), std::int32_t{100}};
@@ -180,21 +194,6 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
   CHECK_THROWS_WITH(multiple_of(n + 1, 16), Catch::Contains("only a kernel parameter"));
 }
 
-namespace {
-
-// out[r, c] = x[r * 64 + c * cstride] for a [4, 64] f16 tile: the column stride is a runtime
-// integer, usually 1.
-ir::Kernel column_strided_copy() {
-  KernelBuilder kb("column_strided_copy");
-  auto x = kb.arg(ptr_to(DType::f16), "x");
-  auto out = kb.arg(ptr_to(DType::f16), "out");
-  auto cstride = kb.arg(ElemType{DType::i32, false}, "cstride");
-  auto r = arange(0, 4), c = arange(0, 64);
-  store(out + r.col() * 64 + c.row(), load(x + r.col() * 64 + c.row() * cstride));
-  return kb.finish();
-}
-
-} // namespace
 
 TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride gives vector loads",
           "[codegen][specialize]") {
@@ -237,9 +236,6 @@ TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride g
         std::map<std::string, std::int64_t>{{"cstride", 1}});
   rt::EmuModule mod(m);
   std::vector<std::uint16_t> x(4 * 64 * 2), out(256);
-  auto buf = [](std::vector<std::uint16_t>& v) {
-    return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
-  };
   std::vector<rt::Arg> one = {buf(x), buf(out), std::int32_t{1}}, two = {buf(x), buf(out), std::int32_t{2}};
   CHECK_NOTHROW(mod.launch({1, 1, 1}, one));
   CHECK_THROWS_WITH(mod.launch({1, 1, 1}, two),
@@ -268,9 +264,6 @@ TEST_CASE("a launch with zero programs is a no-op on every CPU backend; a negati
   o.num_warps = 1;
   rt::EmuModule mod(codegen::write_module(*k, codegen::compile(*k, o), o, {}, dir.path, "strided_copy"));
   std::vector<std::uint16_t> xs(4 * 64), outs(256, 0x4700);
-  auto buf = [](std::vector<std::uint16_t>& v) {
-    return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
-  };
   std::vector<rt::Arg> rargs = {buf(xs), buf(outs), std::int32_t{64}};
   rt::EmuLaunchStats st = mod.launch({0, 1, 1}, rargs);
   CHECK(st.bytes_loaded == 0);

@@ -24,6 +24,23 @@ ParamMap defaults(const std::vector<Param>& ps) {
   for (const auto& p : ps) m[p.name] = p.value;
   return m;
 }
+
+// Runs path `path` of `t` on the emulator over the problem of (params, shape, seed) and checks
+// it against the reference and the template's traffic budget; returns the problem and the
+// launcher's figures.
+std::pair<Problem, LaunchStats> check_emulated(const KernelTemplate& t, const std::string& path,
+                                               const ParamMap& params, const ParamMap& shape, uint64_t seed) {
+  Problem p = make_problem(t, {params, shape, seed, {}, {}});
+  auto launcher = backends::make_emulate_launcher();
+  run_problem(t, path, params, shape, p, *launcher);
+  Comparison c = compare_outputs(p);
+  INFO(c.first_mismatch);
+  CHECK(c.ok);
+  std::string why = traffic_error(t, path, params, p, launcher->stats());
+  INFO(why);
+  CHECK(why.empty());
+  return {std::move(p), launcher->stats()};
+}
 } // namespace
 
 TEST_CASE("every template's tile IR reads back to an identical print", "[templates]") {
@@ -193,18 +210,10 @@ TEST_CASE("fused paged attention stays within its traffic budget across configs 
                     {"num_stages", stages}};
     INFO("block_n " << block_n << " head_group " << head_group << " num_splits " << splits << " num_warps " << warps
                     << " num_stages " << stages);
-    Problem p = make_problem(*t, {params, shape, 9, {}, {}});
-    auto launcher = backends::make_emulate_launcher();
-    run_problem(*t, "", params, shape, p, *launcher);
-    Comparison c = compare_outputs(p);
-    INFO(c.first_mismatch);
-    CHECK(c.ok);
-    std::string why = traffic_error(*t, "", params, p, launcher->stats());
-    INFO(why);
-    CHECK(why.empty());
-    REQUIRE(launcher->stats().request_bytes);
+    auto [p, stats] = check_emulated(*t, "", params, shape, 9);
+    REQUIRE(stats.request_bytes);
     // Every live K/V byte at least once: the budget is not met by skipping work.
-    CHECK(*launcher->stats().request_bytes >= *p.ideal_bytes);
+    CHECK(*stats.request_bytes >= *p.ideal_bytes);
   }
 }
 
@@ -256,15 +265,7 @@ TEST_CASE("fused paged attention matches its reference on public models' attenti
       shape["dtype"] = variant == 0 ? 2 : 1; // bf16, f16
       if (variant == 0) params["block_n"] = 64, params["num_stages"] = 3, params["head_group"] = 0;
       INFO(m.name << (variant == 0 ? " bf16 block_n=64 num_stages=3" : " f16 defaults"));
-      Problem p = make_problem(*t, {params, shape, 5, {}, {}});
-      auto launcher = backends::make_emulate_launcher();
-      run_problem(*t, "", params, shape, p, *launcher);
-      Comparison c = compare_outputs(p);
-      INFO(c.first_mismatch);
-      CHECK(c.ok);
-      std::string why = traffic_error(*t, "", params, p, launcher->stats());
-      INFO(why);
-      CHECK(why.empty());
+      check_emulated(*t, "", params, shape, 5);
     }
 }
 
@@ -287,15 +288,7 @@ TEST_CASE("paged attention serves head dims between powers of two with caches of
       for (const char* path : {"", "decompose"}) {
         INFO("head_dim " << d << " dtype " << dtype << " path '" << path << "' block_n " << params["block_n"]
                          << " splits " << params["num_splits"]);
-        Problem p = make_problem(*t, {params, shape, 11, {}, {}});
-        auto launcher = backends::make_emulate_launcher();
-        run_problem(*t, path, params, shape, p, *launcher);
-        Comparison c = compare_outputs(p);
-        INFO(c.first_mismatch);
-        CHECK(c.ok);
-        std::string why = traffic_error(*t, path, params, p, launcher->stats());
-        INFO(why);
-        CHECK(why.empty());
+        Problem p = check_emulated(*t, path, params, shape, 11).first;
         CHECK(p.expected[0].count() == size_t(2 * 8 * 1 * d)); // out [B, Hq, Sq, head_dim], unpadded
       }
     }
@@ -319,15 +312,7 @@ TEST_CASE("paged attention with causal query rows and a sliding window matches i
       params["num_splits"] = c.splits, params["block_n"] = c.block_n, params["num_stages"] = c.stages;
       INFO("sq " << c.sq << " window " << c.window << " causal " << c.causal << " dtype " << c.dtype << " splits "
                  << c.splits << " path '" << path << "'");
-      Problem p = make_problem(*t, {params, shape, 21, {}, {}});
-      auto launcher = backends::make_emulate_launcher();
-      run_problem(*t, path, params, shape, p, *launcher);
-      Comparison cmp = compare_outputs(p);
-      INFO(cmp.first_mismatch);
-      CHECK(cmp.ok);
-      std::string why = traffic_error(*t, path, params, p, launcher->stats());
-      INFO(why);
-      CHECK(why.empty());
+      check_emulated(*t, path, params, shape, 21);
     }
 }
 
@@ -339,12 +324,8 @@ TEST_CASE("a sliding window's fused kernel reads bytes in proportion to the wind
     ParamMap shape = defaults(t->shape), params = defaults(t->params);
     shape["ctx"] = 2000, shape["window"] = window, shape["dtype"] = 1;
     params["block_n"] = 64;
-    Problem p = make_problem(*t, {params, shape, 3, {}, {}});
-    auto launcher = backends::make_emulate_launcher();
-    run_problem(*t, "", params, shape, p, *launcher);
-    CHECK(compare_outputs(p).ok);
-    CHECK(traffic_error(*t, "", params, p, launcher->stats()).empty());
-    return std::pair{*launcher->stats().request_bytes, *p.ideal_bytes};
+    auto [p, stats] = check_emulated(*t, "", params, shape, 3);
+    return std::pair{*stats.request_bytes, *p.ideal_bytes};
   };
   auto [full, full_ideal] = moved(0);
   auto [w64, w64_ideal] = moved(64);
