@@ -107,7 +107,7 @@ std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
     if (!parsed)
       r.fail(t.get("type"),
              fmt::format("key '{}.type' is '{}', not a parameter type (i1 i8 i16 i32 i64 f16 "
-                         "bf16 f32, or ptr<T> of one)",
+                         "bf16 f32 f8e4m3 f8e5m2, or ptr<T> of one)",
                          path, type));
     p.type = *parsed;
     std::string access = r.string(t, "access", path + ".access", &t, false);
@@ -170,8 +170,7 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
     if (!d || *d < 2 || (*d & (*d - 1)) != 0)
       r.fail(at, fmt::format("key 'divisibility.{}' must be a power of two from 2", name));
     auto p = std::find_if(m.params.begin(), m.params.end(), [&](const ModuleParam& q) { return q.name == name; });
-    if (p == m.params.end() || p->type.is_pointer || p->type.element == ScalarType::i1 ||
-        p->type.element == ScalarType::f16 || p->type.element == ScalarType::bf16 || p->type.element == ScalarType::f32)
+    if (p == m.params.end() || p->type.is_pointer || !is_integer(p->type.element))
       r.fail(at, fmt::format("key 'divisibility.{}' names no integer parameter", name));
     m.divisibility[name] = *d;
   }
@@ -180,8 +179,7 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
     const toml::node* at = doc.at_path("fixed").as_table()->get(name);
     if (!v) r.fail(at, fmt::format("key 'fixed.{}' must be an integer", name));
     auto p = std::find_if(m.params.begin(), m.params.end(), [&](const ModuleParam& q) { return q.name == name; });
-    if (p == m.params.end() || p->type.is_pointer || p->type.element == ScalarType::i1 ||
-        p->type.element == ScalarType::f16 || p->type.element == ScalarType::bf16 || p->type.element == ScalarType::f32)
+    if (p == m.params.end() || p->type.is_pointer || !is_integer(p->type.element))
       r.fail(at, fmt::format("key 'fixed.{}' names no integer parameter", name));
     m.fixed[name] = *v;
   }

@@ -6,7 +6,7 @@
 namespace tilec::rt {
 namespace {
 
-constexpr std::array<std::pair<ScalarType, std::string_view>, 8> kNames = {{
+constexpr std::array<std::pair<ScalarType, std::string_view>, 10> kNames = {{
     {ScalarType::i1, "i1"},
     {ScalarType::i8, "i8"},
     {ScalarType::i16, "i16"},
@@ -15,6 +15,8 @@ constexpr std::array<std::pair<ScalarType, std::string_view>, 8> kNames = {{
     {ScalarType::f16, "f16"},
     {ScalarType::bf16, "bf16"},
     {ScalarType::f32, "f32"},
+    {ScalarType::f8e4m3, "f8e4m3"},
+    {ScalarType::f8e5m2, "f8e5m2"},
 }};
 
 } // namespace
@@ -35,6 +37,8 @@ std::size_t scalar_type_bytes(ScalarType t) {
   switch (t) {
   case ScalarType::i1:
   case ScalarType::i8:
+  case ScalarType::f8e4m3:
+  case ScalarType::f8e5m2:
     return 1;
   case ScalarType::i16:
   case ScalarType::f16:

@@ -8,12 +8,16 @@
 
 namespace tilec::rt {
 
-enum class ScalarType { i1, i8, i16, i32, i64, f16, bf16, f32 };
+enum class ScalarType { i1, i8, i16, i32, i64, f16, bf16, f32, f8e4m3, f8e5m2 };
 
 std::string_view scalar_type_name(ScalarType t);
 std::optional<ScalarType> parse_scalar_type(std::string_view name);
 // Bytes a scalar of this type occupies as a kernel argument (i1 takes one byte).
 std::size_t scalar_type_bytes(ScalarType t);
+// i8, i16, i32 or i64 (i1 is a boolean, not an integer here).
+inline bool is_integer(ScalarType t) {
+  return t == ScalarType::i8 || t == ScalarType::i16 || t == ScalarType::i32 || t == ScalarType::i64;
+}
 
 struct ParamType {
   ScalarType element = ScalarType::f32;

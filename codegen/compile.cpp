@@ -154,7 +154,7 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
   auto m = std::make_unique<llvm::Module>(fn.name, ctx);
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());
-  auto hooks = o.target == Target::emu ? make_emu_hooks() : make_nvptx_hooks();
+  auto hooks = o.target == Target::emu ? make_emu_hooks() : make_nvptx_hooks(std::stoi(o.arch.substr(3)));
   stats = lower_kernel(fn, o, *hooks, *m);
   if (o.target == Target::nvptx) mark_pointer_params(fn, *m);
   verify(*m, "kernel " + fn.name);

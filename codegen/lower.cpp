@@ -16,6 +16,7 @@
 #include "codegen/axis_info.h"
 #include "codegen/layout_plan.h"
 #include "abi/float16.h"
+#include "abi/float8.h"
 #include "ir/op_rules.h"
 #include "ir/param_access.h"
 
@@ -87,8 +88,12 @@ private:
   llvm::Type* mem_type(const ir::ElemType& e);
   int mem_bytes(const ir::ElemType& e) { return e.is_ptr ? 8 : ir::dtype_bytes(e.dtype); }
   llvm::Value* constant(const ir::ElemType& e, const ir::ConstValue& v);
-  llvm::Value* to_f32(llvm::Value* v, DType t) { return t == DType::f32 ? v : hooks_.to_f32(b_, v, t); }
-  llvm::Value* from_f32(llvm::Value* v, DType t) { return t == DType::f32 ? v : hooks_.from_f32(b_, v, t); }
+  llvm::Value* to_f32(llvm::Value* v, DType t) {
+    return t == DType::f32 ? v : ir::is_fp8(t) ? hooks_.fp8_to_f32(b_, v, t) : hooks_.to_f32(b_, v, t);
+  }
+  llvm::Value* from_f32(llvm::Value* v, DType t) {
+    return t == DType::f32 ? v : ir::is_fp8(t) ? hooks_.f32_to_fp8(b_, v, t) : hooks_.from_f32(b_, v, t);
+  }
   llvm::Value* to_mem(llvm::Value* v, const ir::ElemType& e) {
     return !e.is_ptr && e.dtype == DType::i1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
   }
@@ -311,6 +316,8 @@ llvm::Type* Lowering::reg_type(const ir::ElemType& e) {
   case DType::f16:
   case DType::bf16: return hooks_.half_type(c_, e.dtype);
   case DType::f32: return b_.getFloatTy();
+  case DType::f8e4m3:
+  case DType::f8e5m2: return b_.getInt8Ty(); // its bits
   }
   internal_fail("bad dtype");
 }
@@ -328,6 +335,11 @@ llvm::Value* Lowering::constant(const ir::ElemType& e, const ir::ConstValue& v) 
     float f = static_cast<float>(v.is_float ? v.f : double(v.i));
     uint16_t bits = e.dtype == DType::f16 ? f32_to_f16_bits(f) : f32_to_bf16_bits(f);
     return llvm::ConstantExpr::getBitCast(b_.getInt16(bits), hooks_.half_type(c_, e.dtype));
+  }
+  case DType::f8e4m3:
+  case DType::f8e5m2: {
+    float f = static_cast<float>(v.is_float ? v.f : double(v.i));
+    return b_.getInt8(e.dtype == DType::f8e4m3 ? f32_to_f8e4m3_bits(f) : f32_to_f8e5m2_bits(f));
   }
   case DType::i1: return b_.getInt1(v.i != 0);
   default: return llvm::ConstantInt::get(reg_type(e), static_cast<uint64_t>(v.i), true);

@@ -117,9 +117,22 @@ private:
     std::string tag;
     if (auto* md = call.getMetadata("tilec.asm"))
       if (auto* s = llvm::dyn_cast<llvm::MDString>(md->getOperand(0))) tag = s->getString().str();
+    Builder b(&call);
+    // cvt between fp8 pairs and f16 / f32 pairs (format 0 e4m3, 1 e5m2).
+    for (int format : {0, 1}) {
+      const std::string name = format == 0 ? "e4m3x2" : "e5m2x2";
+      if (tag == "cvt.f16x2." + name) {
+        replace(call, emu_.call(b, "tilec_emu_fp8x2_to_f16x2", b.getInt32Ty(), {call.getArgOperand(0), b.getInt32(format)}));
+        return;
+      }
+      if (tag == "cvt." + name + ".f32") {
+        replace(call, emu_.call(b, "tilec_emu_f32x2_to_fp8x2", b.getInt16Ty(),
+                                {call.getArgOperand(0), call.getArgOperand(1), b.getInt32(format)}));
+        return;
+      }
+    }
     if (tag != "cp.async.16")
       internal_fail("nvptx on CPU: inline asm without a known tilec.asm tag ('" + tag + "') has no mapping");
-    Builder b(&call);
     emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(),
              {flat(b, call.getArgOperand(0)), flat(b, call.getArgOperand(1)), call.getArgOperand(2),
               emu_.site(b, site_of(call, "nvptx cp.async"))});

@@ -79,6 +79,11 @@ public:
   virtual llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) = 0;
   virtual llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) = 0;
 
+  // 8-bit floats (ir::is_fp8) live as their i8 bits. The default converts in plain IR
+  // (fp8_to_f32_ir); a target with instructions for it overrides.
+  virtual llvm::Value* fp8_to_f32(Builder& b, llvm::Value* bits, ir::DType t);
+  virtual llvm::Value* f32_to_fp8(Builder& b, llvm::Value* x, ir::DType t);
+
   virtual unsigned global_address_space() const = 0;
   // Global memory; `pred` (i1, may be null) guards the access: when false,
   // memory is not touched and the load yields zero.
@@ -93,7 +98,8 @@ public:
   virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) {}
 };
 
-std::unique_ptr<TargetHooks> make_nvptx_hooks();
+// `sm`: the arch's number (80, 86, 89, 90): sm_89 and later convert fp8 with cvt.
+std::unique_ptr<TargetHooks> make_nvptx_hooks(int sm);
 std::unique_ptr<TargetHooks> make_emu_hooks();
 
 // The emulator's warp-wide MMA call (tilec_emu_mma_m16n8k16): fragments through stack
@@ -140,6 +146,11 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
 // the emulator call with PTX's semantics (codegen/nvptx_on_cpu.cpp). The module's triple and
 // data layout are the caller's to set.
 void retarget_nvptx_for_emulator(llvm::Module& m);
+
+// fp8 <-> f32 with abi/float8.h's semantics (round to nearest even, saturating; NaN 0x7f)
+// in integer and f32 IR only (codegen/float8_ir.cpp).
+llvm::Value* fp8_to_f32_ir(llvm::IRBuilder<>& b, llvm::Value* bits, ir::DType t);
+llvm::Value* f32_to_fp8_ir(llvm::IRBuilder<>& b, llvm::Value* x, ir::DType t);
 
 // Runs `body` only where `pred` holds (no branch when pred is null or true);
 // returns `body`'s value there and zero elsewhere (null if body returns null).

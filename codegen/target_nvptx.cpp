@@ -1,5 +1,6 @@
 // Target hooks for NVIDIA GPUs: NVVM intrinsics, global memory in address
 // space 1, shared memory in address space 3, ptx_kernel entry points.
+#include <fmt/format.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Metadata.h>
@@ -18,6 +19,8 @@ constexpr unsigned kShared = 3;
 
 class NvptxHooks final : public TargetHooks {
 public:
+  explicit NvptxHooks(bool fp8_cvt) : fp8_cvt_(fp8_cvt) {}
+
   llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
                                 const std::vector<llvm::Type*>& params, int threads) override {
     auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(m.getContext()), params, false);
@@ -116,8 +119,7 @@ public:
     auto* asm_ = llvm::InlineAsm::get(fty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", true);
     llvm::CallInst* c = b.CreateCall(fty, asm_, {dst, src, size});
     tag(*c, site, 0);
-    llvm::LLVMContext& ctx = b.getContext();
-    c->setMetadata("tilec.asm", llvm::MDNode::get(ctx, llvm::MDString::get(ctx, "cp.async.16")));
+    tag_asm(*c, "cp.async.16");
   }
   void cp_async_commit(Builder& b) override { b.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {}); }
   void cp_async_wait(Builder& b, int groups) override {
@@ -160,6 +162,30 @@ public:
   }
   llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) override {
     return b.CreateFPTrunc(v, half_type(b.getContext(), t));
+  }
+
+  // sm_89+: cvt.rn.f16x2.{e4m3,e5m2}x2 and cvt.rn.satfinite.{e4m3,e5m2}x2.f32 as inline PTX
+  // (LLVM 19 has no intrinsics for them), on one of each pair's lanes: the low byte and the
+  // low half. Tagged `tilec.asm` for the emulator's rewrite. Earlier archs: the IR default.
+  llvm::Value* fp8_to_f32(Builder& b, llvm::Value* bits, ir::DType t) override {
+    if (!fp8_cvt_) return TargetHooks::fp8_to_f32(b, bits, t);
+    const char* fmt = t == ir::DType::f8e4m3 ? "e4m3" : "e5m2";
+    auto* fty = llvm::FunctionType::get(b.getInt32Ty(), {b.getInt16Ty()}, false);
+    auto* asm_ = llvm::InlineAsm::get(fty, fmt::format("cvt.rn.f16x2.{}x2 $0, $1;", fmt), "=r,h", false);
+    llvm::CallInst* c = b.CreateCall(fty, asm_, {b.CreateZExt(bits, b.getInt16Ty())});
+    tag_asm(*c, fmt::format("cvt.f16x2.{}x2", fmt));
+    llvm::Value* h = b.CreateBitCast(b.CreateTrunc(c, b.getInt16Ty()), b.getHalfTy());
+    return b.CreateFPExt(h, b.getFloatTy());
+  }
+  llvm::Value* f32_to_fp8(Builder& b, llvm::Value* x, ir::DType t) override {
+    if (!fp8_cvt_) return TargetHooks::f32_to_fp8(b, x, t);
+    const char* fmt = t == ir::DType::f8e4m3 ? "e4m3" : "e5m2";
+    auto* fty = llvm::FunctionType::get(b.getInt16Ty(), {b.getFloatTy(), b.getFloatTy()}, false);
+    auto* asm_ = llvm::InlineAsm::get(fty, fmt::format("cvt.rn.satfinite.{}x2.f32 $0, $1, $2;", fmt), "=h,f,f", false);
+    // The second source lands in the low byte.
+    llvm::CallInst* c = b.CreateCall(fty, asm_, {llvm::ConstantFP::get(b.getFloatTy(), 0.0), x});
+    tag_asm(*c, fmt::format("cvt.{}x2.f32", fmt));
+    return b.CreateTrunc(c, b.getInt8Ty());
   }
 
   unsigned global_address_space() const override { return kGlobal; }
@@ -213,6 +239,10 @@ public:
   }
 
 private:
+  static void tag_asm(llvm::CallInst& c, const std::string& what) {
+    llvm::LLVMContext& ctx = c.getContext();
+    c.setMetadata("tilec.asm", llvm::MDNode::get(ctx, llvm::MDString::get(ctx, what)));
+  }
   static void tag(llvm::Instruction& i, const std::string& site, unsigned float_type) {
     llvm::LLVMContext& c = i.getContext();
     i.setMetadata("tilec.site", llvm::MDNode::get(c, llvm::MDString::get(c, site)));
@@ -222,10 +252,11 @@ private:
   }
 
   llvm::Function* fn_ = nullptr;
+  bool fp8_cvt_; // sm_89+: cvt converts fp8
 };
 
 } // namespace
 
-std::unique_ptr<TargetHooks> make_nvptx_hooks() { return std::make_unique<NvptxHooks>(); }
+std::unique_ptr<TargetHooks> make_nvptx_hooks(int sm) { return std::make_unique<NvptxHooks>(sm >= 89); }
 
 } // namespace tilec::codegen

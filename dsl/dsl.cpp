@@ -87,17 +87,20 @@ int dtype_rank(DType t) {
   case DType::i16: return 2;
   case DType::i32: return 3;
   case DType::i64: return 4;
+  case DType::f8e4m3:
+  case DType::f8e5m2: return 5;
   case DType::f16:
-  case DType::bf16: return 5;
-  case DType::f32: return 6;
+  case DType::bf16: return 6;
+  case DType::f32: return 7;
   }
   return 0;
 }
 
 // The dtype two operands meet at: floats beat ints, wider beats narrower,
-// f16 with bf16 meet at f32.
+// f16 with bf16 meet at f32, the two fp8 formats at f16 (which holds both exactly).
 DType promote(DType a, DType b) {
   if (a == b) return a;
+  if (ir::is_fp8(a) && ir::is_fp8(b)) return DType::f16;
   if ((a == DType::f16 && b == DType::bf16) || (a == DType::bf16 && b == DType::f16))
     return DType::f32;
   return dtype_rank(a) >= dtype_rank(b) ? a : b;

@@ -43,6 +43,8 @@ inline constexpr ElemType i64{DType::i64, false};
 inline constexpr ElemType f16{DType::f16, false};
 inline constexpr ElemType bf16{DType::bf16, false};
 inline constexpr ElemType f32{DType::f32, false};
+inline constexpr ElemType f8e4m3{DType::f8e4m3, false}; // 8-bit floats: storage types, computed in f32
+inline constexpr ElemType f8e5m2{DType::f8e5m2, false};
 template <ElemType E> inline constexpr ElemType Ptr{E.dtype, true};
 inline constexpr ElemType ptr_to(DType t) { return {t, true}; }
 

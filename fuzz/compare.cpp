@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "abi/float16.h"
+#include "abi/float8.h"
 
 namespace tilec::fuzz {
 
@@ -14,6 +15,8 @@ int64_t ulp_bound(ir::DType t) {
   case ir::DType::f32: return 256;
   case ir::DType::f16:
   case ir::DType::bf16: return 16;
+  case ir::DType::f8e4m3:
+  case ir::DType::f8e5m2: return 2; // 3 and 2 mantissa bits: f32's error is below one ulp
   default: return 0;
   }
 }
@@ -120,13 +123,15 @@ int64_t raw_bits(double v, ir::DType t) {
   switch (t) {
   case ir::DType::f16: return f32_to_f16_bits(static_cast<float>(v));
   case ir::DType::bf16: return f32_to_bf16_bits(static_cast<float>(v));
+  case ir::DType::f8e4m3: return f32_to_f8e4m3_bits(static_cast<float>(v));
+  case ir::DType::f8e5m2: return f32_to_f8e5m2_bits(static_cast<float>(v));
   default: return std::bit_cast<uint32_t>(static_cast<float>(v));
   }
 }
 
 // The bits of `v` as an integer ordered like the values (+0 and -0 both 0).
 int64_t ordered_bits(double v, ir::DType t) {
-  int64_t bits = raw_bits(v, t), sign = t == ir::DType::f32 ? 0x80000000ll : 0x8000;
+  int64_t bits = raw_bits(v, t), sign = t == ir::DType::f32 ? 0x80000000ll : ir::is_fp8(t) ? 0x80 : 0x8000;
   return bits & sign ? -(bits & (sign - 1)) : bits;
 }
 

@@ -73,7 +73,7 @@ private:
         if (ir::is_int(v->type.dtype()) && !info(v).inexact) c.push_back(v);
     return r_.pick(c);
   }
-  DType any_dtype() { return ir::kAllDTypes[r_.range(0, 7)]; }
+  DType any_dtype() { return ir::kAllDTypes[r_.range(0, std::size(ir::kAllDTypes) - 1)]; }
   DType float_dtype() { return r_.pick(std::vector<DType>{DType::f16, DType::bf16, DType::f32}); }
 
   Value* cst(const Type& t, double v) {

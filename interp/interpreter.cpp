@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "abi/float16.h"
+#include "abi/float8.h"
 
 namespace tilec::interp {
 
@@ -62,11 +63,7 @@ void wrap_all(std::vector<int64_t>& v, DType t) {
   }
 }
 
-float round_to(float x, DType t) {
-  if (t == DType::f16) return f16_bits_to_f32(f32_to_f16_bits(x));
-  if (t == DType::bf16) return bf16_bits_to_f32(f32_to_bf16_bits(x));
-  return x;
-}
+float round_to(float x, DType t) { return ir::round_to_dtype(x, t); }
 
 void round_all(std::vector<float>& v, DType t) {
   if (t == DType::f32) return;
@@ -140,6 +137,10 @@ float read_float(const std::byte* p, DType t) {
     return f16_bits_to_f32(read_as<uint16_t>(p));
   case DType::bf16:
     return bf16_bits_to_f32(read_as<uint16_t>(p));
+  case DType::f8e4m3:
+    return f8e4m3_bits_to_f32(read_as<uint8_t>(p));
+  case DType::f8e5m2:
+    return f8e5m2_bits_to_f32(read_as<uint8_t>(p));
   case DType::f32:
     return read_as<float>(p);
   default:
@@ -170,6 +171,10 @@ void write_float(std::byte* p, DType t, float x) {
     return write_as<uint16_t>(p, f32_to_f16_bits(x));
   case DType::bf16:
     return write_as<uint16_t>(p, f32_to_bf16_bits(x));
+  case DType::f8e4m3:
+    return write_as<uint8_t>(p, f32_to_f8e4m3_bits(x));
+  case DType::f8e5m2:
+    return write_as<uint8_t>(p, f32_to_f8e5m2_bits(x));
   case DType::f32:
     return write_as<float>(p, x);
   default:

@@ -23,11 +23,7 @@ int64_t min_int(DType t) {
   return wrap_int(int64_t{1} << (dtype_bits(t) - 1), t);
 }
 
-float round_to(float v, DType t) {
-  if (t == DType::f16) return f16_bits_to_f32(f32_to_f16_bits(v));
-  if (t == DType::bf16) return bf16_bits_to_f32(f32_to_bf16_bits(v));
-  return v;
-}
+float round_to(float v, DType t) { return round_to_dtype(v, t); }
 
 // A constant's element as every backend sees it: floats rounded to the dtype,
 // integers wrapped to the width, whatever the attribute holds.
@@ -54,7 +50,7 @@ ConstValue int_value(int64_t v, DType t) {
 // int -> float rounds once, to nearest even at the dtype's precision; going
 // through f32 first would round twice for bf16 (and for i64 beyond 2^24).
 float int_to_float(int64_t v, DType t) {
-  int precision = t == DType::f16 ? 11 : t == DType::bf16 ? 8 : 24;
+  int precision = t == DType::f16 ? 11 : t == DType::bf16 ? 8 : t == DType::f8e4m3 ? 4 : t == DType::f8e5m2 ? 3 : 24;
   uint64_t mag = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
   int drop = std::max(0, static_cast<int>(std::bit_width(mag)) - precision);
   if (drop > 0) {

@@ -331,7 +331,7 @@ private:
     Token t = next();
     if (t.kind == Tok::ident)
       if (auto d = ir::parse_dtype(t.text)) return *d;
-    fail_expected(t, "an element type (i1, i8, i16, i32, i64, f16, bf16, f32)");
+    fail_expected(t, "an element type (i1, i8, i16, i32, i64, f16, bf16, f32, f8e4m3, f8e5m2)");
   }
 
   ElemType parse_elem(const Token& t) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "abi/float16.h"
+#include "abi/float8.h"
 #include "ir/error.h"
 
 namespace tilec {
@@ -27,6 +29,8 @@ std::string_view dtype_name(DType t) {
   case DType::f16: return "f16";
   case DType::bf16: return "bf16";
   case DType::f32: return "f32";
+  case DType::f8e4m3: return "f8e4m3";
+  case DType::f8e5m2: return "f8e5m2";
   }
   internal_fail("bad dtype");
 }
@@ -40,7 +44,9 @@ std::optional<DType> parse_dtype(std::string_view name) {
 int dtype_bits(DType t) {
   switch (t) {
   case DType::i1: return 1;
-  case DType::i8: return 8;
+  case DType::i8:
+  case DType::f8e4m3:
+  case DType::f8e5m2: return 8;
   case DType::i16:
   case DType::f16:
   case DType::bf16: return 16;
@@ -53,7 +59,17 @@ int dtype_bits(DType t) {
 
 int dtype_bytes(DType t) { return t == DType::i1 ? 1 : dtype_bits(t) / 8; }
 
-bool is_float(DType t) { return t == DType::f16 || t == DType::bf16 || t == DType::f32; }
+bool is_float(DType t) { return t == DType::f16 || t == DType::bf16 || t == DType::f32 || is_fp8(t); }
+
+float round_to_dtype(float x, DType t) {
+  switch (t) {
+  case DType::f16: return f16_bits_to_f32(f32_to_f16_bits(x));
+  case DType::bf16: return bf16_bits_to_f32(f32_to_bf16_bits(x));
+  case DType::f8e4m3: return f8e4m3_bits_to_f32(f32_to_f8e4m3_bits(x));
+  case DType::f8e5m2: return f8e5m2_bits_to_f32(f32_to_f8e5m2_bits(x));
+  default: return x;
+  }
+}
 
 std::string ElemType::str() const {
   return is_ptr ? fmt::format("ptr<{}>", dtype_name(dtype)) : std::string(dtype_name(dtype));

@@ -8,15 +8,20 @@
 
 namespace tilec::ir {
 
-enum class DType : uint8_t { i1, i8, i16, i32, i64, f16, bf16, f32 };
+// f8e4m3 and f8e5m2 are 8-bit floats (abi/float8.h): stored as bytes, computed in f32.
+enum class DType : uint8_t { i1, i8, i16, i32, i64, f16, bf16, f32, f8e4m3, f8e5m2 };
 inline constexpr DType kAllDTypes[] = {DType::i1,  DType::i8,  DType::i16,  DType::i32,
-                                       DType::i64, DType::f16, DType::bf16, DType::f32};
+                                       DType::i64, DType::f16, DType::bf16, DType::f32,
+                                       DType::f8e4m3, DType::f8e5m2};
 
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);
 int dtype_bits(DType t);
 int dtype_bytes(DType t); // i1 is stored as one byte
 bool is_float(DType t);
+inline bool is_fp8(DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; }
+// `x` rounded to a float dtype (nearest even; fp8 saturates, abi/float8.h); f32 unchanged.
+float round_to_dtype(float x, DType t);
 inline bool is_int(DType t) { return !is_float(t); }
 
 // An element: a value of some dtype, or a pointer to one (pointers are 64-bit).

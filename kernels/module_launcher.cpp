@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "abi/float16.h"
+#include "abi/float8.h"
 #include "ir/error.h"
 #include "runtime/cuda.h"
 #include "runtime/loaded_module.h"
@@ -155,6 +156,8 @@ rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
   case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
   case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
   case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::f8e4m3: return rt::Arg::fp8_bits(type, f32_to_f8e4m3_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::f8e5m2: return rt::Arg::fp8_bits(type, f32_to_f8e5m2_bits(static_cast<float>(a.f)));
   }
   internal_fail("unknown scalar type");
 }

@@ -261,6 +261,8 @@ std::string npy_descr(ir::DType t) {
   case ir::DType::i16: return "<i2";
   case ir::DType::i64: return "<i8";
   case ir::DType::i1: return "|b1";
+  case ir::DType::f8e4m3:
+  case ir::DType::f8e5m2: return "|u1"; // raw fp8 bits; the dtype is declared elsewhere
   default: throw UserError(fmt::format("no .npy dtype for {}", ir::dtype_name(t)));
   }
 }

@@ -2,6 +2,7 @@
 
 #include "abi/emu_abi.h"
 #include "abi/float16.h"
+#include "abi/float8.h"
 #include "runtime/emu_fiber.h"
 
 #include <algorithm>
@@ -954,5 +955,15 @@ float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::f16
 uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) { return tilec::f32_to_f16_bits(f); }
 float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::bf16_bits_to_f32(bits); }
 uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) { return tilec::f32_to_bf16_bits(f); }
+// fp8 -> f16 is exact (both formats fit), so the f16 conversion adds no rounding.
+uint32_t tilec_emu_fp8x2_to_f16x2(tilec_emu_thread*, uint16_t pair, uint32_t format) {
+  const tilec::Fp8Format& f = format == 0 ? tilec::kE4M3 : tilec::kE5M2;
+  auto half = [&](unsigned byte) { return uint32_t(tilec::f32_to_f16_bits(tilec::fp8_bits_to_f32(uint8_t(byte), f))); };
+  return half(pair & 0xff) | (half(pair >> 8) << 16);
+}
+uint16_t tilec_emu_f32x2_to_fp8x2(tilec_emu_thread*, float hi, float lo, uint32_t format) {
+  const tilec::Fp8Format& f = format == 0 ? tilec::kE4M3 : tilec::kE5M2;
+  return uint16_t(tilec::f32_to_fp8_bits(lo, f) | (tilec::f32_to_fp8_bits(hi, f) << 8));
+}
 
 } // extern "C"

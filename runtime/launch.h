@@ -31,6 +31,8 @@ public:
   template <class T> Arg(T*) = delete; // not silently a bool
   static Arg f16_bits(std::uint16_t bits) { return Arg(ScalarType::f16, bits); }
   static Arg bf16_bits(std::uint16_t bits) { return Arg(ScalarType::bf16, bits); }
+  // An 8-bit float scalar (ScalarType::f8e4m3 or f8e5m2) from its bits.
+  static Arg fp8_bits(ScalarType type, std::uint8_t bits) { return Arg(type, bits); }
   // A buffer of unknown element type: only its kind is checked against the parameter.
   static Arg buffer(std::uint64_t address, std::size_t bytes);
   // A buffer of `element`s: a parameter of another element type (ptr<i32> given f32 data)
@@ -38,7 +40,8 @@ public:
   static Arg buffer(std::uint64_t address, std::size_t bytes, ScalarType element);
   // A host or device array of `count` values of T (float, int8..int64, uint32/64 as f32, i8..i64,
   // i32/i64); for
-  // f16/bf16 data (uint16_t) use buffer(address, bytes, ScalarType::f16 / bf16).
+  // f16/bf16 data (uint16_t) use buffer(address, bytes, ScalarType::f16 / bf16), for fp8
+  // data (uint8_t) buffer(address, bytes, ScalarType::f8e4m3 / f8e5m2).
   template <class T> static Arg array(const T* data, std::size_t count) {
     return buffer(reinterpret_cast<std::uintptr_t>(data), count * sizeof(T), element_of<T>());
   }

@@ -8,6 +8,7 @@
 #include "interp/interpreter.h"
 #include "ir/builder.h"
 #include "abi/float16.h"
+#include "abi/float8.h"
 
 namespace tilec::interp::test {
 
@@ -62,6 +63,8 @@ inline Buffer random_buffer(std::string name, DType t, size_t n, std::mt19937& r
 inline float round_ref(float x, DType t) {
   if (t == DType::f16) return f16_bits_to_f32(f32_to_f16_bits(x));
   if (t == DType::bf16) return bf16_bits_to_f32(f32_to_bf16_bits(x));
+  if (t == DType::f8e4m3) return f8e4m3_bits_to_f32(f32_to_f8e4m3_bits(x));
+  if (t == DType::f8e5m2) return f8e5m2_bits_to_f32(f32_to_f8e5m2_bits(x));
   return x;
 }
 

@@ -151,7 +151,7 @@ TEST_CASE("manifest errors name the file, position and key", "[runtime]") {
         "dir/m.toml:7:11: key 'ir_hash' must not be empty");
   CHECK(message_of(replace(kValid, "type = \"i32\"", "type = \"u32\"")) ==
         "dir/m.toml:18:8: key 'params[1].type' is 'u32', not a parameter type (i1 i8 i16 i32 "
-        "i64 f16 bf16 f32, or ptr<T> of one)");
+        "i64 f16 bf16 f32 f8e4m3 f8e5m2, or ptr<T> of one)");
   CHECK(message_of(replace(kValid, "name = \"n\"\n", "")) ==
         "dir/m.toml:16:1: missing key 'params[1].name'");
   CHECK(message_of(replace(kValid, "name = \"n\"", "name = \"x\"")) ==
