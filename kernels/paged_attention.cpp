@@ -30,13 +30,22 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   if (s.num_blocks == 0) s.num_blocks = s.batch * s.max_blocks;
   size_t cache = size_t(s.num_blocks * s.block_size * s.hkv * s.head_dim);
   in.q = interp::Buffer("q", s.dtype, size_t(s.batch * s.hq * s.sq * s.head_dim));
-  in.k_cache = interp::Buffer("k_cache", s.dtype, cache);
-  in.v_cache = interp::Buffer("v_cache", s.dtype, cache);
+  in.k_cache = interp::Buffer("k_cache", s.cache_dtype(), cache);
+  in.v_cache = interp::Buffer("v_cache", s.cache_dtype(), cache);
   in.block_table = interp::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
   in.context_lens = interp::Buffer("context_lens", ir::DType::i32, size_t(s.batch));
   fill_uniform(in.q, seed, -1, 1);
   fill_uniform(in.k_cache, seed + 1, -1, 1);
   fill_uniform(in.v_cache, seed + 2, -1, 1);
+  if (s.kv_fp8) {
+    // Per-tensor scales as a quantizer picks them, amax / largest finite (amax is 1 here),
+    // unless given; the caches hold the values divided by them.
+    const double largest = *s.kv_fp8 == ir::DType::f8e4m3 ? 448.0 : 57344.0;
+    if (s.k_scale == 0) s.k_scale = 1.0 / largest;
+    if (s.v_scale == 0) s.v_scale = 1.0 / largest;
+    for (auto [buf, scale] : {std::pair{&in.k_cache, s.k_scale}, std::pair{&in.v_cache, s.v_scale}})
+      for (size_t i = 0; i < buf->count(); ++i) buf->set(i, std::clamp(buf->get(i) / scale, -largest, largest));
+  }
 
   std::mt19937_64 rng(seed + 3);
   std::vector<int64_t> pages(size_t(s.num_blocks));
@@ -107,11 +116,22 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   if (std::string why = head_dim_error(s.head_dim); !why.empty()) throw UserError("paged_attention: " + why);
   if (s.block_size > 256)
     throw UserError(fmt::format("paged_attention: block_size {} exceeds 256", s.block_size));
-  if (!ir::is_float(s.dtype))
-    throw UserError(fmt::format("paged_attention: q/k/v dtype must be f32, f16 or bf16, not {}", ir::dtype_name(s.dtype)));
-  for (const interp::Buffer* b : {&in.q, &in.k_cache, &in.v_cache})
-    if (b->dtype != s.dtype)
-      throw UserError(fmt::format("{}: dtype {} differs from q's {}", b->name, ir::dtype_name(b->dtype), ir::dtype_name(s.dtype)));
+  if (!ir::is_float(s.dtype) || ir::is_fp8(s.dtype))
+    throw UserError(fmt::format("paged_attention: q dtype must be f32, f16 or bf16, not {}", ir::dtype_name(s.dtype)));
+  if (s.kv_fp8 && !ir::is_fp8(*s.kv_fp8))
+    throw UserError(fmt::format("paged_attention: an fp8 cache is f8e4m3 or f8e5m2, not {}", ir::dtype_name(*s.kv_fp8)));
+  if (in.q.dtype != s.dtype)
+    throw UserError(fmt::format("q: dtype {} differs from the problem's {}", ir::dtype_name(in.q.dtype), ir::dtype_name(s.dtype)));
+  for (const interp::Buffer* b : {&in.k_cache, &in.v_cache})
+    if (b->dtype != s.cache_dtype())
+      throw UserError(fmt::format("{}: dtype {} differs from {}", b->name, ir::dtype_name(b->dtype),
+                                  s.kv_fp8 ? fmt::format("the fp8 cache's {}", ir::dtype_name(*s.kv_fp8))
+                                           : fmt::format("q's {}", ir::dtype_name(s.dtype))));
+  if (s.kv_fp8)
+    for (auto [name, scale] : {std::pair{"k_scale", s.k_scale}, std::pair{"v_scale", s.v_scale}})
+      if (!(std::isfinite(scale) && scale > 0))
+        throw UserError(fmt::format("paged_attention: an {} cache needs {} as a positive finite number, got {}",
+                                    ir::dtype_name(*s.kv_fp8), name, scale));
   for (const interp::Buffer* b : {&in.block_table, &in.context_lens})
     if (b->dtype != ir::DType::i32)
       throw UserError(fmt::format("{}: dtype must be u32 or i32, got {}", b->name, ir::dtype_name(b->dtype)));
@@ -157,6 +177,8 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
 interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
   const PagedAttentionShape& s = in.shape;
   const int64_t D = s.head_dim;
+  // An fp8 cache is dequantized: its values times its scale.
+  const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
   interp::Buffer out("out", ir::DType::f32, in.q.count());
   std::vector<double> scores;
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -177,7 +199,7 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
           size_t krow = key_row(j);
           double dotp = 0;
           for (int64_t d = 0; d < D; ++d) dotp += in.q.get(qrow + d) * in.k_cache.get(krow + d);
-          double sc = dotp * s.scale();
+          double sc = dotp * s.scale() * k_scale;
           if (s.softcap) sc = *s.softcap * std::tanh(sc / *s.softcap);
           if (s.alibi) sc += in.alibi_slopes.get(size_t(h)) * double(j - i);
           scores[size_t(j)] = sc;
@@ -188,7 +210,7 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
           for (int64_t j = 0; j < len; ++j) acc += scores[size_t(j)] * in.v_cache.get(key_row(j) + d);
-          out.set(qrow + d, len > 0 ? acc / sum : 0.0);
+          out.set(qrow + d, len > 0 ? acc * v_scale / sum : 0.0);
         }
       }
     }
@@ -198,11 +220,11 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
 
 int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
   const PagedAttentionShape& s = in.shape;
-  int64_t elem = ir::dtype_bytes(s.dtype);
+  int64_t elem = ir::dtype_bytes(s.dtype), kv_elem = ir::dtype_bytes(s.cache_dtype());
   int64_t bytes = 2 * s.batch * s.hq * s.sq * s.head_dim * elem; // q and out
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = in.context_lens.get_int(size_t(b)), first = s.first_key(len);
-    bytes += 2 * (len - first) * s.hkv * s.head_dim * elem; // K and V of the keys some row sees
+    bytes += 2 * (len - first) * s.hkv * s.head_dim * kv_elem; // K and V of the keys some row sees
     if (len > first) bytes += (cdiv(len, s.block_size) - first / s.block_size) * 4; // their block-table entries
   }
   bytes += s.batch * 4;                            // context lengths
@@ -226,7 +248,7 @@ int64_t next_pow2(int64_t v) {
 // Everything the fused kernel is specialized on.
 struct FusedSpec {
   int64_t hq, hkv, sq, head_dim, block_size;
-  DType dtype;
+  DType dtype, cache; // q/out's, the caches' (dtype, or fp8)
   bool alibi, softcap;
   int64_t window;
   bool causal;
@@ -234,8 +256,8 @@ struct FusedSpec {
 
   // Names the specialization in the kernel cache.
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
-                       ir::dtype_name(dtype), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits,
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
+                       ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits,
                        cfg.num_stages, window, causal);
   }
 };
@@ -256,8 +278,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
 
   KernelBuilder k("paged_attention");
   auto q = k.arg(ptr_to(sp.dtype), "q");
-  auto k_cache = k.arg(ptr_to(sp.dtype), "k_cache");
-  auto v_cache = k.arg(ptr_to(sp.dtype), "v_cache");
+  const bool fp8 = sp.cache != sp.dtype;
+  auto k_cache = k.arg(ptr_to(sp.cache), "k_cache");
+  auto v_cache = k.arg(ptr_to(sp.cache), "v_cache");
   auto block_table = k.arg<Ptr<i32>>("block_table");
   auto context_lens = k.arg<Ptr<i32>>("context_lens");
   Tile alibi_slopes = sp.alibi ? k.arg<Ptr<f32>>("alibi_slopes") : Tile();
@@ -265,10 +288,15 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto out = S == 1 ? k.arg(ptr_to(sp.dtype), "out") : k.arg<Ptr<f32>>("partial_o");
   Tile partial_m = S > 1 ? k.arg<Ptr<f32>>("partial_m") : Tile();
   Tile partial_l = S > 1 ? k.arg<Ptr<f32>>("partial_l") : Tile();
-  auto scale = k.arg<f32>("softmax_scale");
+  Tile scale = k.arg<f32>("softmax_scale");
   Tile cap = sp.softcap ? k.arg<f32>("softcap") : Tile();
+  Tile k_scale = fp8 ? k.arg<f32>("k_scale") : Tile(), v_scale = fp8 ? k.arg<f32>("v_scale") : Tile();
   auto max_blocks = k.arg<i32>("max_blocks");
 
+  // An fp8 cache is widened to q's dtype (exactly: f16 and bf16 hold every fp8 value), so the
+  // dots run as they do for that dtype; its scales apply to the scores and the output.
+  if (fp8) scale = scale * k_scale;
+  auto widen = [&](Tile t) { return fp8 ? t.to(io) : t; };
   auto b = program_id(0), split = program_id(2);
   auto kvh = program_id(1) / (group / G);
   auto r = arange(0, M);
@@ -301,7 +329,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto live = j < end;
     auto page = load(block_table + b * max_blocks + j / sp.block_size, live);
     auto slot = (page * sp.block_size + j % sp.block_size) * sp.hkv + kvh;
-    auto kt = load(k_cache + slot.col() * D + d.row(), elems(live), 0); // [N, DP]
+    auto kt = widen(load(k_cache + slot.col() * D + d.row(), elems(live), 0)); // [N, DP]
     auto s = dot(qt, trans(kt)) * scale;                                // [M, N]
     if (sp.softcap) s = cap * tanh(s / cap);
     if (sp.alibi) s = s + slope.col() * (j.row() - i.col()).to(f32);
@@ -316,7 +344,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto p = exp(s - m_use.col());
     auto alpha = exp(m - m_use);
     l = l * alpha + reduce_sum(p, 1);
-    auto vt = load(v_cache + slot.col() * D + d.row(), elems(live), 0); // [N, DP]
+    auto vt = widen(load(v_cache + slot.col() * D + d.row(), elems(live), 0)); // [N, DP]
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
     // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
     acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
@@ -325,11 +353,11 @@ ir::Kernel build_fused(const FusedSpec& sp) {
 
   if (S == 1) {
     // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does.
-    auto o = where(l.col() > 0, acc / l.col(), 0);
+    auto o = where(l.col() > 0, acc / (fp8 ? l / v_scale : l).col(), 0);
     store(out + rows.col() * D + d.row(), o.to(io), elems(row_ok));
   } else {
     auto part = rows * S + split; // [B, Hq, Sq, S]
-    store(out + part.col() * D + d.row(), acc, elems(row_ok));
+    store(out + part.col() * D + d.row(), fp8 ? acc * v_scale : acc, elems(row_ok));
     store(partial_m + part, m, row_ok);
     store(partial_l + part, l, row_ok);
   }
@@ -376,7 +404,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
-  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.alibi, s.softcap.has_value(), s.window, s.causal, cfg};
+  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(), s.window, s.causal, cfg};
 }
 
 } // namespace
@@ -398,6 +426,7 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"head_dim", sp.head_dim},
           {"block_size", sp.block_size},
           {"dtype", std::string(ir::dtype_name(sp.dtype))},
+          {"kv_dtype", std::string(sp.cache == sp.dtype ? "same" : ir::dtype_name(sp.cache))},
           {"alibi", int64_t(sp.alibi)},
           {"softcap", int64_t(sp.softcap)},
           {"block_n", sp.cfg.block_n},
@@ -438,6 +467,10 @@ interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   }
   args.push_back(interp::Arg::of_float(s.scale()));
   if (s.softcap) args.push_back(interp::Arg::of_float(*s.softcap));
+  if (s.kv_fp8) {
+    args.push_back(interp::Arg::of_float(s.k_scale));
+    args.push_back(interp::Arg::of_float(s.v_scale));
+  }
   args.push_back(interp::Arg::of_int(s.max_blocks));
   interp::Grid grid{s.batch, s.hkv * (s.group() / sp.cfg.head_group), S};
   launcher.launch(kernel, int(sp.cfg.num_warps), grid, args);

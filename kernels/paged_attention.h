@@ -21,7 +21,11 @@ struct PagedAttentionShape {
   int64_t block_size = 16;  // tokens per page
   int64_t max_blocks = 16;  // block-table columns per sequence
   int64_t num_blocks = 0;   // pages in the cache (0: batch * max_blocks)
-  ir::DType dtype = ir::DType::f32; // of q, k_cache, v_cache and out
+  ir::DType dtype = ir::DType::f32; // of q and out, and of k_cache and v_cache unless kv_fp8
+  // An fp8 KV cache (f8e4m3 or f8e5m2, as vLLM's kv_cache_dtype=fp8): its elements are
+  // value / scale, so attention runs on k_cache * k_scale and v_cache * v_scale.
+  std::optional<ir::DType> kv_fp8;
+  double k_scale = 0.0, v_scale = 0.0; // 0: chosen by make_paged_attention_inputs
   bool alibi = false;
   double softmax_scale = 0.0;         // 0: 1/sqrt(head_dim)
   std::optional<double> softcap;      // none: no softcap
@@ -30,6 +34,7 @@ struct PagedAttentionShape {
   bool causal = false; // row i sees only keys j <= p_i (needs context_lens[b] >= Sq)
 
   int64_t group() const { return hq / hkv; }
+  ir::DType cache_dtype() const { return kv_fp8 ? *kv_fp8 : dtype; }
   // The keys of sequence b (with context length len) that some query row sees: [first, len).
   int64_t first_key(int64_t len) const { return window > 0 ? std::max<int64_t>(0, len - sq - window + 1) : 0; }
   int64_t capacity() const { return max_blocks * block_size; }
@@ -39,13 +44,14 @@ struct PagedAttentionShape {
 // The op's inputs as host buffers, named as their .npy files (docs/ARCHITECTURE.md):
 // q [B, Hq, Sq, D], k_cache/v_cache [num_blocks, block_size, Hkv, D],
 // block_table [B, max_blocks] and context_lens [B] (u32 data held as i32),
-// alibi_slopes [Hq] f32 when shape.alibi.
+// alibi_slopes [Hq] f32 when shape.alibi. The caches are in shape.cache_dtype().
 struct PagedAttentionInputs {
   PagedAttentionShape shape;
   interp::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
 };
 
-// Random inputs: context lengths ragged in [0, capacity] (`ctx` >= 0 fixes them all; with
+// Random inputs (values in [-1, 1]; an fp8 cache holds them divided by its scale, which is
+// amax / the format's largest finite value unless the shape sets one): context lengths ragged in [0, capacity] (`ctx` >= 0 fixes them all; with
 // ctx = -1 and more than one sequence, the lengths differ and at least one ends inside a
 // page), block tables pointing at distinct pages in random order. The unused block-table
 // slots past each sequence's live pages point at random valid pages, or with
@@ -109,9 +115,12 @@ PagedAttentionConfig paged_attention_config(const ParamMap& params);
 
 // Reads q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy
 // [alibi_slopes.npy] from `dir` (the op's input names). q/k/v may be <f4, <f2, or
-// <u2 holding bfloat16 bits; the tables <u4 or <i4. Shapes come from the files.
+// <u2 holding bfloat16 bits; the caches also |u1 holding fp8 bits when `kv_fp8` names their
+// format (and only then); the tables <u4 or <i4. Shapes come from the files; the fp8 scales
+// are the caller's to set.
 PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double softmax_scale,
-                                                 std::optional<double> softcap);
+                                                 std::optional<double> softcap,
+                                                 std::optional<ir::DType> kv_fp8 = std::nullopt);
 // Writes the inputs as .npy files into `dir` (creating it).
 void write_paged_attention_inputs(const std::string& dir, const PagedAttentionInputs& in);
 // Writes `out` ([B, Hq, Sq, D], in q's dtype) as a .npy file.

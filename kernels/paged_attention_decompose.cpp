@@ -30,10 +30,12 @@ int repeat_kv_heads(Recipe& r, int x, const PagedAttentionShape& s) {
 // The seed's gather_kv_recipe: IndexSelect the pages the (flattened) block
 // table names, view them as [B, kv_len, Hkv, D], permute to [B, Hkv, kv_len, D]
 // and repeat heads up to Hq. tilec computes in f32 from here on, so the
-// gathered pages are cast right after the IndexSelect (the seed keeps q's dtype).
-int gather_kv(Recipe& r, int cache, int bt_flat, const PagedAttentionShape& s) {
+// gathered pages are cast right after the IndexSelect (the seed keeps q's dtype); an fp8
+// cache is dequantized there too (times its scale: 0 for none).
+int gather_kv(Recipe& r, int cache, int bt_flat, const PagedAttentionShape& s, double fp8_scale) {
   int sel = r.index_select(cache, bt_flat, 0);
-  if (s.dtype != ir::DType::f32) sel = r.cast(sel, ir::DType::f32);
+  if (s.cache_dtype() != ir::DType::f32) sel = r.cast(sel, ir::DType::f32);
+  if (s.kv_fp8) sel = r.mul_scalar(sel, fp8_scale);
   int seq = r.reshape(sel, {s.batch, s.capacity(), s.hkv, s.head_dim});
   int perm = r.permute(seq, {0, 2, 1, 3});
   return repeat_kv_heads(r, perm, s);
@@ -66,16 +68,16 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
 
   Recipe r;
   int q = r.input(0, "q", {b, s.hq, s.sq, d}, s.dtype);
-  int k_cache = r.input(1, "k_cache", cache_shape, s.dtype);
-  int v_cache = r.input(2, "v_cache", cache_shape, s.dtype);
+  int k_cache = r.input(1, "k_cache", cache_shape, s.cache_dtype());
+  int v_cache = r.input(2, "v_cache", cache_shape, s.cache_dtype());
   int block_table = r.input(3, "block_table", {b, s.max_blocks}, DType::i32);
   int context_lens = r.input(4, "context_lens", {b}, DType::i32);
   int alibi = s.alibi ? r.input(5, "alibi_slopes", {s.hq}, DType::f32) : -1;
 
   // 1. gather the physical blocks through the (shared) flattened block table
   int bt_flat = r.reshape(block_table, {b * s.max_blocks});
-  int k_att = gather_kv(r, k_cache, bt_flat, s);
-  int v_att = gather_kv(r, v_cache, bt_flat, s);
+  int k_att = gather_kv(r, k_cache, bt_flat, s, s.k_scale);
+  int v_att = gather_kv(r, v_cache, bt_flat, s, s.v_scale);
 
   // 2. scores = scale · q·kᵀ (+ softcap, + alibi)
   int kt = r.permute(k_att, {0, 1, 3, 2});

@@ -15,6 +15,7 @@ namespace tilec::kernels {
 namespace {
 
 const std::vector<std::string> kDtypes = {"f32", "f16", "bf16"};
+const std::vector<std::string> kKvDtypes = {"same", "f8e4m3", "f8e5m2"}; // "same": q's dtype
 
 
 // Converts an .npy array to a buffer of `want` dtype class; `what` names the file.
@@ -28,7 +29,8 @@ interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const s
     if (a.descr == "<f4") b.dtype = ir::DType::f32;
     else if (a.descr == "<f2") b.dtype = ir::DType::f16;
     else if (a.descr == "<u2") b.dtype = ir::DType::bf16;
-    else throw UserError(fmt::format("{}: dtype '{}' is not <f4, <f2 or <u2 (bfloat16 bits)", what, a.descr));
+    else if (a.descr == "|u1") b.dtype = ir::DType::i8; // fp8 bits: the format is declared (kv_dtype)
+    else throw UserError(fmt::format("{}: dtype '{}' is not <f4, <f2, <u2 (bfloat16 bits) or |u1 (fp8 bits)", what, a.descr));
     b.bytes = a.data;
     return b;
   }
@@ -66,6 +68,7 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   if (std::string why = head_dim_error(s.head_dim); !why.empty()) throw UserError("--shape " + why);
   s.block_size = in_range("block_size", 1, 256);
   s.dtype = *ir::parse_dtype(kDtypes.at(size_t(p.at("dtype"))));
+  if (int64_t kv = p.count("kv_dtype") ? p.at("kv_dtype") : 0; kv != 0) s.kv_fp8 = ir::parse_dtype(kKvDtypes.at(size_t(kv)));
   s.alibi = in_range("alibi", 0, 1) != 0;
   int64_t ctx = in_range("ctx", -1, int64_t(1) << 31);
   s.max_blocks = in_range("max_blocks", 0, kMaxDim);
@@ -125,7 +128,8 @@ KernelTemplate paged_attention_template() {
              {"dtype", 0, "q/k/v dtype", kDtypes},
              {"alibi", 0, "1: add ALiBi slopes"},
              {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
-             {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"}};
+             {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"},
+             {"kv_dtype", 0, "k/v cache dtype: q's, or fp8 with --k-scale/--v-scale", kKvDtypes}};
   t.build = [](const ParamMap& params, const ParamMap& shape) {
     PagedAttentionShape s = paged_attention_shape(shape);
     return paged_attention_fused_kernel(s, paged_attention_config(params));
@@ -142,24 +146,41 @@ KernelTemplate paged_attention_template() {
     return paged_attention_module_spec(paged_attention_shape(shape), paged_attention_config(params));
   };
   t.options = {{"softmax-scale", "scale of q.k (default 1/sqrt(head_dim))"},
-               {"softcap", "cap * tanh(s / cap) on the scores (default none)"}};
+               {"softcap", "cap * tanh(s / cap) on the scores (default none)"},
+               {"k-scale", "fp8 k_cache: its values are k / k_scale (required with --inputs; generated: amax/max)"},
+               {"v-scale", "fp8 v_cache: its values are v / v_scale (required with --inputs; generated: amax/max)"}};
   t.reads_inputs = true;
-  t.shape_with_inputs = {"window", "causal"};
+  t.shape_with_inputs = {"window", "causal", "kv_dtype"};
   t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy]";
   t.make_problem = [](const ProblemRequest& r) {
     std::optional<double> softcap;
     if (auto it = r.options.find("softcap"); it != r.options.end()) softcap = it->second;
     double scale = r.options.count("softmax-scale") ? r.options.at("softmax-scale") : 0.0;
+    auto option = [&](const char* name) { return r.options.count(name) ? r.options.at(name) : 0.0; };
     PagedAttentionInputs in;
     if (!r.inputs_dir.empty()) {
-      in = read_paged_attention_inputs(r.inputs_dir, scale, softcap);
+      std::optional<ir::DType> kv_fp8;
+      if (int64_t kv = r.shape.count("kv_dtype") ? r.shape.at("kv_dtype") : 0; kv != 0)
+        kv_fp8 = ir::parse_dtype(kKvDtypes.at(size_t(kv)));
+      in = read_paged_attention_inputs(r.inputs_dir, scale, softcap, kv_fp8);
       // Masks are parameters of the op, not data: from --shape.
       in.shape.window = r.shape.count("window") ? r.shape.at("window") : 0;
       in.shape.causal = r.shape.count("causal") && r.shape.at("causal") != 0;
+      if (kv_fp8)
+        for (const char* name : {"k-scale", "v-scale"})
+          if (!r.options.count(name))
+            throw UserError(fmt::format("--inputs {}: the caches are {} (--shape kv_dtype), so --{} is required: "
+                                        "the scale they were quantized with", r.inputs_dir, ir::dtype_name(*kv_fp8), name));
+      in.shape.k_scale = option("k-scale");
+      in.shape.v_scale = option("v-scale");
     } else {
       PagedAttentionShape s = paged_attention_shape(r.shape);
       s.softmax_scale = scale;
       s.softcap = softcap;
+      s.k_scale = option("k-scale");
+      s.v_scale = option("v-scale");
+      if ((s.k_scale != 0 || s.v_scale != 0) && !s.kv_fp8)
+        throw UserError("--k-scale/--v-scale: the caches are not fp8 (set --shape kv_dtype=f8e4m3 or f8e5m2)");
       in = make_paged_attention_inputs(s, r.seed, r.shape.at("ctx"), /*poison_unused=*/true);
     }
     validate_paged_attention(in, false);
@@ -171,9 +192,13 @@ KernelTemplate paged_attention_template() {
     p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}{}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
-                                      ir::dtype_name(s.dtype), s.alibi ? " alibi" : "",
+                                      ir::dtype_name(s.dtype),
+                                      s.kv_fp8 ? fmt::format(" {} cache (scales {:g}, {:g})", ir::dtype_name(*s.kv_fp8),
+                                                             s.k_scale, s.v_scale)
+                                               : "",
+                                      s.alibi ? " alibi" : "",
                                       s.window > 0 ? fmt::format(" window={}", s.window) : "",
                                       s.causal ? " causal" : "")
                         : r.inputs_dir;
@@ -183,7 +208,10 @@ KernelTemplate paged_attention_template() {
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
                  {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal},
-                 {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()}};
+                 {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
+                 {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
+                                             kKvDtypes.begin()
+                                       : 0}};
     }
     p.context = std::move(in);
     return p;
@@ -222,16 +250,20 @@ KernelTemplate paged_attention_template() {
       int64_t len = in.context_lens.get_int(b);
       seen += len - s.first_key(len);
     }
-    extra += (s.group() / std::max<int64_t>(1, head_group) - 1) * 2 * seen * s.hkv * s.head_dim * ir::dtype_bytes(s.dtype);
+    extra += (s.group() / std::max<int64_t>(1, head_group) - 1) * 2 * seen * s.hkv * s.head_dim *
+             ir::dtype_bytes(s.cache_dtype());
+    // A tile smaller than the block (num_warps warps) is held by several warps, each of which
+    // reads or writes it again: the fused kernel's q tile [head_group x Sq rows, head_dim]
+    // (padded to powers of two), and the combine kernel's tiles below.
+    int64_t warps = cfg.num_warps, dp = 1, gp = 1, sqp = 1;
+    while (dp < s.head_dim) dp *= 2;
+    while (gp < head_group) gp *= 2;
+    while (sqp < s.sq) sqp *= 2;
+    auto again = [&](int64_t elems) { return std::min(warps, std::max<int64_t>(1, 32 * warps / elems)) - 1; };
+    extra += again(gp * sqp * dp) * cfg.num_splits * int64_t(in.q.bytes.size());
     if (int64_t splits = cfg.num_splits; splits > 1) {
       int64_t rows = s.batch * s.hq * s.sq;
       extra += 2 * rows * splits * (s.head_dim + 2) * 4 + (splits - 1) * int64_t(in.q.bytes.size());
-      // The combine kernel (launched with num_warps warps) holds a row's [splits] m and l,
-      // [splits, head_dim] partials and [head_dim] output in tiles smaller than its block:
-      // each warp holding a replica reads or writes them again.
-      int64_t warps = cfg.num_warps, dp = 1;
-      while (dp < s.head_dim) dp *= 2;
-      auto again = [&](int64_t elems) { return std::min(warps, std::max<int64_t>(1, 32 * warps / elems)) - 1; };
       extra += rows * (again(splits) * 2 * splits * 4 + again(splits * dp) * splits * s.head_dim * 4 +
                        again(dp) * s.head_dim * ir::dtype_bytes(s.dtype));
     }
@@ -242,7 +274,7 @@ KernelTemplate paged_attention_template() {
 }
 
 PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double softmax_scale,
-                                                 std::optional<double> softcap) {
+                                                 std::optional<double> softcap, std::optional<ir::DType> kv_fp8) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) throw UserError(fmt::format("--inputs {}: not a directory", dir));
   auto path = [&](const char* f) { return (fs::path(dir) / f).string(); };
@@ -268,6 +300,19 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
   s.hkv = k.shape[2];
   s.max_blocks = bt.shape[1];
   s.dtype = in.q.dtype;
+  s.kv_fp8 = kv_fp8;
+  if (in.q.dtype == ir::DType::i8)
+    throw UserError(fmt::format("{}: q holds raw bytes (|u1); q is <f4, <f2 or <u2 (bfloat16 bits)", path("q.npy")));
+  for (auto [buf, file] : {std::pair{&in.k_cache, "k_cache.npy"}, std::pair{&in.v_cache, "v_cache.npy"}}) {
+    bool raw = buf->dtype == ir::DType::i8;
+    if (raw && !kv_fp8)
+      throw UserError(fmt::format("{}: holds raw bytes (|u1): an fp8 cache; say which format with --shape "
+                                  "kv_dtype=f8e4m3 or kv_dtype=f8e5m2", path(file)));
+    if (!raw && kv_fp8)
+      throw UserError(fmt::format("{}: --shape kv_dtype={} wants fp8 bytes (|u1), the file holds {}", path(file),
+                                  ir::dtype_name(*kv_fp8), npy_descr(buf->dtype)));
+    if (raw) buf->dtype = *kv_fp8;
+  }
   s.softmax_scale = softmax_scale;
   s.softcap = softcap;
   if (k.shape != v.shape)
@@ -293,8 +338,8 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
     rt::write_npy((fs::path(dir) / file).string(), a);
   };
   put("q.npy", in.q, {s.batch, s.hq, s.sq, s.head_dim}, npy_descr(s.dtype));
-  put("k_cache.npy", in.k_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.dtype));
-  put("v_cache.npy", in.v_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.dtype));
+  put("k_cache.npy", in.k_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.cache_dtype()));
+  put("v_cache.npy", in.v_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.cache_dtype()));
   put("block_table.npy", in.block_table, {s.batch, s.max_blocks}, "<u4");
   put("context_lens.npy", in.context_lens, {s.batch}, "<u4");
   if (s.alibi) put("alibi_slopes.npy", in.alibi_slopes, {s.hq}, "<f4");

@@ -177,6 +177,26 @@ TEST_CASE("paged attention validation names the input and the numbers", "[templa
   in.v_cache = interp::Buffer("v_cache", ir::DType::f32, 10);
   CHECK_THAT(msg(in), Catch::Contains("v_cache: has 10 elements"));
 
+  in = fresh();
+  in.shape.kv_fp8 = ir::DType::f8e4m3; // the buffers are still f32
+  CHECK_THAT(msg(in), Catch::Contains("k_cache: dtype f32") && Catch::Contains("f8e4m3"));
+  PagedAttentionShape s8 = s;
+  s8.kv_fp8 = ir::DType::f8e5m2;
+  in = make_paged_attention_inputs(s8, 5, 6);
+  CHECK(msg(in).empty());
+  CHECK(in.shape.k_scale == Approx(1.0 / 57344)); // amax / largest finite
+  in.shape.v_scale = NAN;
+  CHECK_THAT(msg(in), Catch::Contains("v_scale") && Catch::Contains("nan"));
+  in.shape.v_scale = 0;
+  CHECK_THAT(msg(in), Catch::Contains("v_scale") && Catch::Contains("positive"));
+  in = make_paged_attention_inputs(s8, 5, 6);
+  in.shape.kv_fp8 = ir::DType::f16;
+  CHECK_THAT(msg(in), Catch::Contains("f8e4m3 or f8e5m2"));
+  in = make_paged_attention_inputs(s8, 5, 6);
+  in.q = interp::Buffer("q", ir::DType::f8e5m2, in.q.count());
+  in.shape.dtype = ir::DType::f8e5m2;
+  CHECK_THAT(msg(in), Catch::Contains("q dtype must be f32, f16 or bf16"));
+
   auto launcher = make_interpret_launcher();
   PagedAttentionConfig bad_group{32, 3, 4, 1};
   CHECK_THAT(error_of([&] { run_paged_attention_fused(fresh(), bad_group, *launcher); }),
@@ -209,6 +229,20 @@ TEST_CASE("paged attention inputs round-trip through .npy files", "[templates][p
   CHECK(back.shape.alibi);
   CHECK(back.q.bytes == in.q.bytes);
   CHECK(back.block_table.bytes == in.block_table.bytes);
+
+  // fp8 caches are raw bytes (|u1); the format comes with the read, the scales from the caller.
+  s.kv_fp8 = ir::DType::f8e4m3;
+  auto in8 = make_paged_attention_inputs(s, 9);
+  write_paged_attention_inputs((dir / "fp8").string(), in8);
+  CHECK(rt::read_npy((dir / "fp8" / "k_cache.npy").string()).descr == "|u1");
+  auto back8 = read_paged_attention_inputs((dir / "fp8").string(), 0.0, std::nullopt, ir::DType::f8e4m3);
+  CHECK(back8.k_cache.dtype == ir::DType::f8e4m3);
+  CHECK(back8.k_cache.bytes == in8.k_cache.bytes);
+  CHECK(back8.v_cache.bytes == in8.v_cache.bytes);
+  CHECK_THROWS_WITH(read_paged_attention_inputs((dir / "fp8").string(), 0.0, std::nullopt),
+                    Catch::Contains("raw bytes") && Catch::Contains("kv_dtype=f8e4m3"));
+  CHECK_THROWS_WITH(read_paged_attention_inputs(dir.string(), 0.0, std::nullopt, ir::DType::f8e5m2),
+                    Catch::Contains("k_cache.npy") && Catch::Contains("<u2"));
 
   // A truncated file and a header that claims more data than the file holds.
   auto q = dir / "q.npy";

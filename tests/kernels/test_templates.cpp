@@ -29,9 +29,10 @@ ParamMap defaults(const std::vector<Param>& ps) {
 // it against the reference and the template's traffic budget; returns the problem and the
 // launcher's figures.
 std::pair<Problem, LaunchStats> check_emulated(const KernelTemplate& t, const std::string& path,
-                                               const ParamMap& params, const ParamMap& shape, uint64_t seed) {
+                                               const ParamMap& params, const ParamMap& shape, uint64_t seed,
+                                               backends::EmuLowering lowering = backends::default_emu_lowering()) {
   Problem p = make_problem(t, {params, shape, seed, {}, {}});
-  auto launcher = backends::make_emulate_launcher();
+  auto launcher = backends::make_emulate_launcher(lowering);
   run_problem(t, path, params, shape, p, *launcher);
   Comparison c = compare_outputs(p);
   INFO(c.first_mismatch);
@@ -336,4 +337,51 @@ TEST_CASE("a sliding window's fused kernel reads bytes in proportion to the wind
   CHECK(w256 <= w256_ideal * 102 / 100);
   CHECK(double(w256 - w64) == Approx(double(256 - 64) * 2 * 2 * 64 * 2 * 2).epsilon(0.05));
   CHECK(full > w256 * 5);
+}
+
+TEST_CASE("paged attention over an fp8 KV cache matches a reference that dequantizes the same bytes",
+          "[templates][emulator][paged_attention][fp8]") {
+  // Both formats under every q dtype, with the other parameters mixed in, on both paths; the
+  // fused kernel on both lowerings (the IR conversion and PTX's cvt).
+  const KernelTemplate* t = find_template("paged_attention");
+  REQUIRE(t);
+  struct Case {
+    int64_t kv, dtype, head_dim, sq, window, causal, splits, block_n, hq;
+  };
+  const Case cases[] = {{1, 2, 64, 1, 0, 0, 1, 32, 8},  {2, 1, 128, 1, 0, 0, 2, 64, 8}, {1, 0, 96, 2, 0, 1, 1, 16, 4},
+                        {2, 2, 80, 1, 24, 0, 1, 32, 8}, {1, 1, 64, 4, 9, 1, 4, 16, 8},  {2, 0, 32, 1, 0, 0, 1, 16, 2}};
+  for (const Case& c : cases)
+    for (const char* path : {"", "decompose"})
+      for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+        if (*path && lowering == backends::EmuLowering::nvptx) continue;
+        ParamMap shape = defaults(t->shape), params = defaults(t->params);
+        shape["kv_dtype"] = c.kv, shape["dtype"] = c.dtype, shape["head_dim"] = c.head_dim, shape["sq"] = c.sq;
+        shape["window"] = c.window, shape["causal"] = c.causal, shape["hq"] = c.hq;
+        params["num_splits"] = c.splits, params["block_n"] = c.block_n;
+        INFO("kv_dtype " << c.kv << " dtype " << c.dtype << " head_dim " << c.head_dim << " path '" << path
+                         << "' lowering " << int(lowering));
+        Problem p = check_emulated(*t, path, params, shape, 17, lowering).first;
+        const auto& in = std::any_cast<const kernels::PagedAttentionInputs&>(p.context);
+        CHECK(in.k_cache.dtype == (c.kv == 1 ? ir::DType::f8e4m3 : ir::DType::f8e5m2));
+        CHECK(in.k_cache.bytes.size() == in.k_cache.count()); // one byte per element
+      }
+}
+
+TEST_CASE("an fp8 KV cache halves the K/V bytes the fused kernel moves", "[templates][emulator][paged_attention][fp8]") {
+  const KernelTemplate* t = find_template("paged_attention");
+  REQUIRE(t);
+  auto moved = [&](int64_t kv) {
+    ParamMap shape = defaults(t->shape), params = defaults(t->params);
+    shape["ctx"] = 1024, shape["dtype"] = 1, shape["kv_dtype"] = kv, shape["head_dim"] = 128;
+    params["block_n"] = 64;
+    auto [p, stats] = check_emulated(*t, "", params, shape, 4);
+    return std::pair{*stats.request_bytes, *p.ideal_bytes};
+  };
+  auto [f16, f16_ideal] = moved(0);
+  auto [e4m3, e4m3_ideal] = moved(1);
+  // K and V dominate: 2 sequences x 1024 tokens x 2 KV heads x 128 x 2 (K, V).
+  const double kv_elems = 2.0 * 1024 * 2 * 128 * 2;
+  CHECK(double(f16_ideal - e4m3_ideal) == Approx(kv_elems)); // 2 bytes per element -> 1
+  CHECK(double(e4m3) / double(f16) == Approx(0.5).epsilon(0.03));
+  CHECK(e4m3 <= e4m3_ideal * 102 / 100);
 }

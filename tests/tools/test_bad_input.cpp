@@ -95,6 +95,12 @@ const fs::path& fixtures() {
       tilec::kernels::write_paged_attention_inputs((d / "inputs_sq3_ctx2").string(), in3);
     }
     {
+      tilec::kernels::PagedAttentionShape s8 = s;
+      s8.kv_fp8 = tilec::ir::DType::f8e5m2;
+      tilec::kernels::write_paged_attention_inputs((d / "inputs_fp8").string(),
+                                                   tilec::kernels::make_paged_attention_inputs(s8, 1, 4));
+    }
+    {
       fs::path z = make("inputs_zero_batch");
       write(z / "q.npy", "<f4", {0, 2, 1, 16}, 0);
       write(z / "block_table.npy", "<i4", {0, 2}, 0);
@@ -318,6 +324,16 @@ TEST_CASE("bad input: tilec run", "[cli][errors]") {
       {pa_with({"--shape", "window=-1"}), {"window=-1", "must be positive"}},
       {pa_with({"--shape", "causal=2"}), {"causal=2"}},
       {pa_with({"--shape", "causal=1", "sq=4", "ctx=3"}), {"causal=1", "sq=4", "ctx=3"}},
+      {pa_with({"--shape", "kv_dtype=f8e3m4"}), {"kv_dtype", "f8e3m4"}},
+      {pa_with({"--k-scale", "0.5"}), {"--k-scale", "not fp8", "kv_dtype=f8e4m3"}},
+      {pa_with({"--shape", "kv_dtype=f8e4m3", "--k-scale", "nan"}), {"k_scale", "nan", "f8e4m3"}},
+      {pa_with({"--shape", "kv_dtype=f8e4m3", "--v-scale", "-1"}), {"v_scale", "-1"}},
+      {pa_with({"--shape", "kv_dtype=f8e5m2", "--v-scale", "inf"}), {"v_scale", "inf"}},
+      {pa_with({"--inputs", "{dir}/inputs_fp8"}), {"k_cache.npy", "|u1", "kv_dtype=f8e4m3"}},
+      {pa_with({"--inputs", "{dir}/inputs_fp8", "--shape", "kv_dtype=f8e5m2"}), {"--k-scale is required"}},
+      {pa_with({"--inputs", "{dir}/inputs_fp8", "--shape", "kv_dtype=f8e5m2", "--k-scale", "1"}), {"--v-scale is required"}},
+      {pa_with({"--inputs", "{dir}/inputs_ok", "--shape", "kv_dtype=f8e4m3", "--k-scale", "1", "--v-scale", "1"}),
+       {"k_cache.npy", "kv_dtype=f8e4m3", "|u1"}},
       {pa_with({"--set", "num_stages=0"}), {"num_stages", "0"}},
       {pa_with({"--set", "num_stages=9"}), {"num_stages", "9"}},
       {pa_with({"--shape", "dtype=int8"}), {"int8"}},
@@ -340,7 +356,7 @@ TEST_CASE("bad input: tilec run", "[cli][errors]") {
       {pa_with({"--inputs", "{dir}/inputs_zero_batch"}), {"batch", "0"}},
       {pa_with({"--inputs", "{dir}/inputs_sq3_ctx2", "--shape", "causal=1"}),
        {"causal=1", "Sq = 3", "context_lens[0] = 2"}},
-      {pa_with({"--inputs", "{dir}/inputs_ok", "--shape", "batch=2"}), {"--shape batch=2", "--inputs", "only window, causal"}},
+      {pa_with({"--inputs", "{dir}/inputs_ok", "--shape", "batch=2"}), {"--shape batch=2", "--inputs", "only window, causal, kv_dtype"}},
       {pa_with({"--inputs", "{dir}/inputs_ok", "--out", "{dir}/adir"}), {"{dir}/adir"}},
       {pa_with({"--inputs", "{dir}/inputs_ok", "--out", "{dir}/afile/out.npy"}), {"{dir}/afile"}},
       {pa_with({"--inputs", "{dir}/inputs_ok", "--out", "{dir}/no_such_folder/out.npy"}), {"{dir}/no_such_folder"}},
