@@ -8,6 +8,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,12 @@ public:
   // (fp8_to_f32_ir); a target with instructions for it overrides.
   virtual llvm::Value* fp8_to_f32(Builder& b, llvm::Value* bits, ir::DType t);
   virtual llvm::Value* f32_to_fp8(Builder& b, llvm::Value* x, ir::DType t);
+  // Two fp8 values to f16 (half_type) at once, where one instruction does it; else nullopt
+  // and the lowering converts one at a time through f32.
+  virtual std::optional<std::array<llvm::Value*, 2>> fp8x2_to_f16(Builder& b, llvm::Value* lo, llvm::Value* hi,
+                                                                   ir::DType t) {
+    return std::nullopt;
+  }
 
   virtual unsigned global_address_space() const = 0;
   // Global memory; `pred` (i1, may be null) guards the access: when false,

@@ -169,13 +169,21 @@ public:
   // low half. Tagged `tilec.asm` for the emulator's rewrite. Earlier archs: the IR default.
   llvm::Value* fp8_to_f32(Builder& b, llvm::Value* bits, ir::DType t) override {
     if (!fp8_cvt_) return TargetHooks::fp8_to_f32(b, bits, t);
+    return b.CreateFPExt((*fp8x2_to_f16(b, bits, b.getInt8(0), t))[0], b.getFloatTy());
+  }
+  std::optional<std::array<llvm::Value*, 2>> fp8x2_to_f16(Builder& b, llvm::Value* lo, llvm::Value* hi,
+                                                           ir::DType t) override {
+    if (!fp8_cvt_) return std::nullopt;
     const char* fmt = t == ir::DType::f8e4m3 ? "e4m3" : "e5m2";
     auto* fty = llvm::FunctionType::get(b.getInt32Ty(), {b.getInt16Ty()}, false);
     auto* asm_ = llvm::InlineAsm::get(fty, fmt::format("cvt.rn.f16x2.{}x2 $0, $1;", fmt), "=r,h", false);
-    llvm::CallInst* c = b.CreateCall(fty, asm_, {b.CreateZExt(bits, b.getInt16Ty())});
+    llvm::Value* pair = byte_pair(b, lo, hi);
+    llvm::CallInst* c = b.CreateCall(fty, asm_, {pair});
     tag_asm(*c, fmt::format("cvt.f16x2.{}x2", fmt));
-    llvm::Value* h = b.CreateBitCast(b.CreateTrunc(c, b.getInt16Ty()), b.getHalfTy());
-    return b.CreateFPExt(h, b.getFloatTy());
+    auto half = [&](unsigned shift) {
+      return b.CreateBitCast(b.CreateTrunc(b.CreateLShr(c, shift), b.getInt16Ty()), b.getHalfTy());
+    };
+    return std::array<llvm::Value*, 2>{half(0), half(16)};
   }
   llvm::Value* f32_to_fp8(Builder& b, llvm::Value* x, ir::DType t) override {
     if (!fp8_cvt_) return TargetHooks::f32_to_fp8(b, x, t);
@@ -239,6 +247,23 @@ public:
   }
 
 private:
+  // lo | hi << 8 as an i16: when they are bytes 2k and 2k+1 of one vector (a vector load's
+  // elements), its k-th 16-bit half, which the back end takes from the register as it is.
+  static llvm::Value* byte_pair(Builder& b, llvm::Value* lo, llvm::Value* hi) {
+    auto* el = llvm::dyn_cast<llvm::ExtractElementInst>(lo);
+    auto* eh = llvm::dyn_cast<llvm::ExtractElementInst>(hi);
+    if (el && eh && el->getVectorOperand() == eh->getVectorOperand()) {
+      auto* il = llvm::dyn_cast<llvm::ConstantInt>(el->getIndexOperand());
+      auto* ih = llvm::dyn_cast<llvm::ConstantInt>(eh->getIndexOperand());
+      auto* vty = llvm::cast<llvm::FixedVectorType>(el->getVectorOperandType());
+      if (il && ih && il->getZExtValue() % 2 == 0 && ih->getZExtValue() == il->getZExtValue() + 1 &&
+          vty->getNumElements() % 2 == 0) {
+        auto* halves = llvm::FixedVectorType::get(b.getInt16Ty(), vty->getNumElements() / 2);
+        return b.CreateExtractElement(b.CreateBitCast(el->getVectorOperand(), halves), il->getZExtValue() / 2);
+      }
+    }
+    return b.CreateOr(b.CreateZExt(lo, b.getInt16Ty()), b.CreateShl(b.CreateZExt(hi, b.getInt16Ty()), 8));
+  }
   static void tag_asm(llvm::CallInst& c, const std::string& what) {
     llvm::LLVMContext& ctx = c.getContext();
     c.setMetadata("tilec.asm", llvm::MDNode::get(ctx, llvm::MDString::get(ctx, what)));

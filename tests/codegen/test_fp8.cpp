@@ -13,6 +13,7 @@
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "kernels/launcher.h"
+#include "kernels/paged_attention.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -172,4 +173,23 @@ TEST_CASE("fp8 casts take cvt on sm_89+ and the IR conversion before; ptxas acce
       }
     }
   }
+}
+
+TEST_CASE("paged attention's fp8 K/V tiles widen two elements per cvt, straight from the loaded registers",
+          "[fp8][codegen][paged_attention]") {
+  kernels::PagedAttentionShape s;
+  s.hq = 32, s.hkv = 8, s.head_dim = 128, s.dtype = DType::f16, s.kv_fp8 = DType::f8e4m3;
+  kernels::PagedAttentionConfig cfg;
+  cfg.block_n = 64, cfg.head_group = 4, cfg.num_warps = 4;
+  ir::Kernel k = kernels::paged_attention_fused_kernel(s, cfg);
+  codegen::CompileOptions o;
+  o.arch = "sm_90";
+  o.num_warps = 4;
+  codegen::CompiledKernel c = codegen::compile(*k, o);
+  INFO(c.ptx);
+  // K and V tiles of [64, 128] bytes over 128 threads: 128 bytes per thread, 64 pairs.
+  CHECK(codegen::test::count_matches(c.ptx, R"(cvt\.rn\.f16x2\.e4m3x2)") == 64);
+  CHECK(codegen::test::count_matches(c.ptx, R"(bfe\.u32\s+%r\d+, %r\d+, \d+, 8;)") == 0); // no byte-by-byte unpacking
+  o.arch = "sm_80"; // no cvt for fp8 before sm_89
+  CHECK(codegen::test::count_matches(codegen::compile(*k, o).ptx, R"(e4m3x2)") == 0);
 }
