@@ -365,6 +365,19 @@ TEST_CASE("paged attention over an fp8 KV cache matches a reference that dequant
         CHECK(in.k_cache.dtype == (c.kv == 1 ? ir::DType::f8e4m3 : ir::DType::f8e5m2));
         CHECK(in.k_cache.bytes.size() == in.k_cache.count()); // one byte per element
       }
+  // And on the interpreter.
+  auto interpreter = make_interpret_launcher();
+  for (int64_t kv : {1, 2})
+    for (const char* path : {"", "decompose"}) {
+      ParamMap shape = defaults(t->shape), params = defaults(t->params);
+      shape["kv_dtype"] = kv, shape["dtype"] = 2, shape["head_dim"] = 48, shape["causal"] = 1, shape["sq"] = 2;
+      INFO("interpreter kv_dtype " << kv << " path '" << path << "'");
+      Problem p = make_problem(*t, {params, shape, 23, {}, {}});
+      run_problem(*t, path, params, shape, p, *interpreter);
+      Comparison c = compare_outputs(p);
+      INFO(c.first_mismatch);
+      CHECK(c.ok);
+    }
 }
 
 TEST_CASE("an fp8 KV cache halves the K/V bytes the fused kernel moves", "[templates][emulator][paged_attention][fp8]") {
