@@ -7,6 +7,9 @@
 #include <llvm/Analysis/CGSCCPassManager.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/AsmParser/Parser.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -147,6 +150,31 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Links the libdevice functions the module calls (__nv_sinf, ...) into it, internal so that
+// O3 inlines them and drops the rest.
+void link_libdevice(llvm::Module& m) {
+  std::vector<std::string> wanted;
+  for (const llvm::Function& f : m)
+    if (f.isDeclaration() && f.getName().starts_with("__nv_")) wanted.push_back(f.getName().str());
+  if (wanted.empty()) return;
+  std::optional<std::string> path = find_libdevice();
+  if (!path)
+    throw UserError(fmt::format("{} on the GPU needs CUDA's libdevice (nvvm/libdevice/libdevice.10.bc next to "
+                                "ptxas, or /usr/local/cuda): not found; set TILEC_LIBDEVICE to its path",
+                                wanted.front().substr(5)));
+  auto buf = llvm::MemoryBuffer::getFile(*path);
+  if (!buf) throw UserError(fmt::format("libdevice {}: {}", *path, buf.getError().message()));
+  auto lib = llvm::parseBitcodeFile((*buf)->getMemBufferRef(), m.getContext());
+  if (!lib) throw UserError(fmt::format("libdevice {}: {}", *path, llvm::toString(lib.takeError())));
+  (*lib)->setTargetTriple(m.getTargetTriple());
+  (*lib)->setDataLayout(m.getDataLayout());
+  if (llvm::Linker::linkModules(m, std::move(*lib), llvm::Linker::Flags::LinkOnlyNeeded))
+    internal_fail("linking libdevice failed");
+  for (llvm::Function& f : m)
+    if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel)
+      f.setLinkage(llvm::GlobalValue::InternalLinkage);
+}
+
 std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const CompileOptions& o,
                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
                                            LoweringStats& stats, CompilePhases* phases = nullptr) {
@@ -156,7 +184,10 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
   m->setDataLayout(tm.createDataLayout());
   auto hooks = o.target == Target::emu ? make_emu_hooks() : make_nvptx_hooks(std::stoi(o.arch.substr(3)));
   stats = lower_kernel(fn, o, *hooks, *m);
-  if (o.target == Target::nvptx) mark_pointer_params(fn, *m);
+  if (o.target == Target::nvptx) {
+    mark_pointer_params(fn, *m);
+    link_libdevice(*m);
+  }
   verify(*m, "kernel " + fn.name);
   if (o.target == Target::emu_nvptx) {
     retarget_nvptx_for_emulator(*m);
@@ -264,6 +295,16 @@ std::vector<char> emit_object(const std::string& llvm_ir, const CompileOptions& 
   auto m = parse_module(llvm_ir, ctx);
   std::string obj = emit_code(*m, *tm, llvm::CodeGenFileType::ObjectFile);
   return std::vector<char>(obj.begin(), obj.end());
+}
+
+std::optional<std::string> find_libdevice() {
+  if (const char* env = std::getenv("TILEC_LIBDEVICE"); env && *env) return std::string(env);
+  std::vector<fs::path> candidates;
+  if (auto ptxas = find_ptxas()) candidates.push_back(fs::path(*ptxas).parent_path().parent_path());
+  candidates.push_back("/usr/local/cuda");
+  for (const fs::path& root : candidates)
+    if (fs::path p = root / "nvvm" / "libdevice" / "libdevice.10.bc"; fs::exists(p)) return p.string();
+  return std::nullopt;
 }
 
 std::optional<std::string> find_ptxas() {

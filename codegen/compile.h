@@ -104,6 +104,9 @@ std::vector<char> emit_object(const std::string& llvm_ir, const CompileOptions& 
 
 // ptxas on PATH, then /usr/local/cuda/bin/ptxas; nullopt if neither exists.
 std::optional<std::string> find_ptxas();
+// CUDA's libdevice bitcode (sin, cos, erf, pow on the GPU): $TILEC_LIBDEVICE, else
+// nvvm/libdevice/libdevice.10.bc under ptxas's CUDA folder or /usr/local/cuda.
+std::optional<std::string> find_libdevice();
 struct PtxasResult {
   std::vector<char> cubin;
   PtxasInfo info;

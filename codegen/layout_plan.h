@@ -29,6 +29,7 @@
   X(Permute, "permute")                                                                            \
   X(AddPtr, "addptr")                                                                              \
   X(Select, "select")                                                                              \
+  X(Fma, "fma")                                                                                    \
   X(Cast, "cast")                                                                                  \
   TILEC_UNARY_OPS(X) TILEC_BINARY_OPS(X) TILEC_COMPARE_OPS(X)
 

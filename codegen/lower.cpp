@@ -586,6 +586,13 @@ Elems Lowering::compute(const Op& op, LayoutId l) {
       break;
     }
     case OpKind::Select: r[j] = b_.CreateSelect(x(0), x(1), x(2)); break;
+    case OpKind::Fma: {
+      DType t = e0.dtype;
+      r[j] = from_f32(b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()},
+                                         {to_f32(x(0), t), to_f32(x(1), t), to_f32(x(2), t)}),
+                      t);
+      break;
+    }
     case OpKind::Cast: r[j] = cast(x(0), e0.dtype, res->type.dtype()); break;
     default:
       r[j] = ir::is_unary(op.kind) ? unary(op.kind, e0.dtype, x(0)) : binary(op.kind, e0, x(0), x(1));
@@ -664,6 +671,9 @@ llvm::Value* Lowering::unary(OpKind k, DType t, llvm::Value* x) {
   case OpKind::Floor: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x); break;
   case OpKind::Ceil: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x); break;
   case OpKind::Round: r = b_.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, x); break;
+  case OpKind::Sin: r = hooks_.libm(b_, "sinf", {x}); break;
+  case OpKind::Cos: r = hooks_.libm(b_, "cosf", {x}); break;
+  case OpKind::Erf: r = hooks_.libm(b_, "erff", {x}); break;
   default: internal_fail("not a unary op");
   }
   return from_f32(r, t);
@@ -683,6 +693,24 @@ llvm::Value* Lowering::binary(OpKind k, const ir::ElemType& e, llvm::Value* x, l
     llvm::Value* r = b_.CreateBinaryIntrinsic(k == OpKind::Min ? llvm::Intrinsic::minnum : llvm::Intrinsic::maxnum,
                                               to_f32(x, e.dtype), to_f32(y, e.dtype));
     return from_f32(r, e.dtype);
+  }
+  if (k == OpKind::Pow) return from_f32(hooks_.libm(b_, "powf", {to_f32(x, e.dtype), to_f32(y, e.dtype)}), e.dtype);
+  if (k == OpKind::Shl || k == OpKind::LShr || k == OpKind::AShr) {
+    // Amounts are unsigned; from the width on: 0, or for ashr the sign (ir/int_ops.h).
+    unsigned bits = x->getType()->getIntegerBitWidth();
+    llvm::Value* width = llvm::ConstantInt::get(y->getType(), bits);
+    if (k == OpKind::AShr)
+      return b_.CreateAShr(x, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, y, llvm::ConstantInt::get(y->getType(), bits - 1)));
+    llvm::Value* in_range = b_.CreateICmpULT(y, width);
+    llvm::Value* safe = b_.CreateSelect(in_range, y, llvm::ConstantInt::get(y->getType(), 0));
+    llvm::Value* shifted = k == OpKind::Shl ? b_.CreateShl(x, safe) : b_.CreateLShr(x, safe);
+    return b_.CreateSelect(in_range, shifted, llvm::ConstantInt::get(x->getType(), 0));
+  }
+  if (k == OpKind::UMulHi) {
+    unsigned bits = x->getType()->getIntegerBitWidth();
+    llvm::Type* wide = b_.getIntNTy(2 * bits);
+    llvm::Value* p = b_.CreateMul(b_.CreateZExt(x, wide), b_.CreateZExt(y, wide));
+    return b_.CreateTrunc(b_.CreateLShr(p, bits), x->getType());
   }
   if (!flt && (k == OpKind::Div || k == OpKind::Rem)) {
     // The minimum value divided by -1 overflows: undefined in LLVM, a trap on x86. The IR

@@ -110,6 +110,15 @@ private:
     if (auto* tr = llvm::dyn_cast<llvm::FPTruncInst>(&i)) return rewrite_fptrunc(*tr);
     if (auto* ii = llvm::dyn_cast<llvm::IntrinsicInst>(&i)) return rewrite_intrinsic(*ii);
     if (auto* call = llvm::dyn_cast<llvm::CallInst>(&i); call && call->isInlineAsm()) return rewrite_asm(*call);
+    if (auto* call = llvm::dyn_cast<llvm::CallInst>(&i)) return rewrite_libdevice(*call);
+  }
+
+  // libdevice's __nv_NAME (not linked in here) is the C library's NAME on the CPU.
+  void rewrite_libdevice(llvm::CallInst& call) {
+    llvm::Function* f = call.getCalledFunction();
+    if (!f || !f->getName().starts_with("__nv_")) return;
+    auto libc = m_.getOrInsertFunction(f->getName().substr(5), f->getFunctionType(), f->getAttributes());
+    call.setCalledFunction(libc);
   }
 
   // Inline PTX the nvptx hooks emit, known by its `tilec.asm` tag.

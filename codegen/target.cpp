@@ -24,6 +24,17 @@ llvm::Value* guarded(llvm::IRBuilder<>& b, llvm::Value* pred,
   return phi;
 }
 
+llvm::Value* call_float_function(llvm::IRBuilder<>& b, const std::string& name, const std::vector<llvm::Value*>& args) {
+  llvm::Module& m = *b.GetInsertBlock()->getModule();
+  std::vector<llvm::Type*> types(args.size(), b.getFloatTy());
+  auto f = m.getOrInsertFunction(name, llvm::FunctionType::get(b.getFloatTy(), types, false));
+  auto* fn = llvm::cast<llvm::Function>(f.getCallee());
+  fn->setDoesNotAccessMemory();
+  fn->setDoesNotThrow();
+  fn->addFnAttr(llvm::Attribute::WillReturn);
+  return b.CreateCall(f, args);
+}
+
 llvm::Value* EmuCalls::call(llvm::IRBuilder<>& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
                             bool convergent) {
   std::vector<llvm::Type*> types{b.getPtrTy()};

@@ -75,6 +75,10 @@ public:
   virtual llvm::Value* rsqrt(Builder& b, llvm::Value* x) = 0;
   virtual llvm::Value* tanh(Builder& b, llvm::Value* x) = 0;
 
+  // A C math library function on f32 (sinf, cosf, erff, powf): libdevice's __nv_NAME on the
+  // GPU (linked in by compile), the C library's NAME in the emulator.
+  virtual llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) = 0;
+
   // How f16/bf16 live in registers and memory, and their f32 conversions.
   virtual llvm::Type* half_type(llvm::LLVMContext& c, ir::DType t) = 0;
   virtual llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) = 0;
@@ -158,6 +162,10 @@ void retarget_nvptx_for_emulator(llvm::Module& m);
 // in integer and f32 IR only (codegen/float8_ir.cpp).
 llvm::Value* fp8_to_f32_ir(llvm::IRBuilder<>& b, llvm::Value* bits, ir::DType t);
 llvm::Value* f32_to_fp8_ir(llvm::IRBuilder<>& b, llvm::Value* x, ir::DType t);
+
+// A call of the f32 function `name` (declared on first use: f32 (f32, ...)), marked as not
+// touching memory, so LLVM may move or drop it.
+llvm::Value* call_float_function(llvm::IRBuilder<>& b, const std::string& name, const std::vector<llvm::Value*>& args);
 
 // Runs `body` only where `pred` holds (no branch when pred is null or true);
 // returns `body`'s value there and zero elsewhere (null if body returns null).

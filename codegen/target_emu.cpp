@@ -153,6 +153,10 @@ public:
     return b.CreateCall(f, {x});
   }
 
+  llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) override {
+    return call_float_function(b, name, args);
+  }
+
   llvm::Type* half_type(llvm::LLVMContext& c, ir::DType) override { return llvm::Type::getInt16Ty(c); }
   llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) override {
     return emu_.call(b, t == ir::DType::bf16 ? "tilec_emu_bf16_to_f32" : "tilec_emu_f16_to_f32",

@@ -154,6 +154,10 @@ public:
     return b.CreateSelect(b.CreateFCmpOLT(ax, c(0.125)), small, big);
   }
 
+  llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) override {
+    return call_float_function(b, "__nv_" + name, args);
+  }
+
   llvm::Type* half_type(llvm::LLVMContext& c, ir::DType t) override {
     return t == ir::DType::bf16 ? llvm::Type::getBFloatTy(c) : llvm::Type::getHalfTy(c);
   }

@@ -471,6 +471,12 @@ Tile min(Operand a, Operand b, Loc loc) {
 }
 Tile where(Operand cond, Operand a, Operand b, Loc loc) {
   a.loc = loc;
+  if (a.is_literal && b.is_literal) { // two numbers: the condition's shape, f32 or i32
+    if (cond.is_literal || !cond.v) fail(loc, "where: needs at least one tile operand");
+    Shape s = cond.v->type.shape;
+    ElemType e = a.lit.is_float || b.lit.is_float ? f32 : i32;
+    return at(loc).select(as_mask(cond, s, loc, "where"), literal(a, e, s), literal(b, e, s));
+  }
   auto v = unify({a, b}, "where");
   Shape s = v[0]->type.shape;
   if (!cond.is_literal && cond.v) s = broadcast_shape(s, cond.v->type.shape, loc, "where");
@@ -489,6 +495,58 @@ Tile sigmoid(const Tile& a, Loc loc) { return unary(ir::OpKind::Sigmoid, a, loc)
 Tile floor(const Tile& a, Loc loc) { return unary(ir::OpKind::Floor, a, loc); }
 Tile ceil(const Tile& a, Loc loc) { return unary(ir::OpKind::Ceil, a, loc); }
 Tile round(const Tile& a, Loc loc) { return unary(ir::OpKind::Round, a, loc); }
+Tile sin(const Tile& a, Loc loc) { return unary(ir::OpKind::Sin, a, loc); }
+Tile cos(const Tile& a, Loc loc) { return unary(ir::OpKind::Cos, a, loc); }
+Tile erf(const Tile& a, Loc loc) { return unary(ir::OpKind::Erf, a, loc); }
+
+Tile pow(Operand a, Operand b, Loc loc) {
+  a.loc = loc;
+  auto v = unify({a, b}, "pow");
+  if (!ir::is_float(v[0]->type.dtype())) v = {cast_to(v[0], DType::f32, loc), cast_to(v[1], DType::f32, loc)};
+  return at(loc).binary(ir::OpKind::Pow, v[0], v[1]);
+}
+Tile fma(Operand a, Operand b, Operand c, Loc loc) {
+  a.loc = loc;
+  auto v = unify({a, b, c}, "fma");
+  if (!ir::is_float(v[0]->type.dtype()))
+    for (auto& x : v) x = cast_to(x, DType::f32, loc);
+  return at(loc).fma(v[0], v[1], v[2]);
+}
+Tile clamp(Operand x, Operand lo, Operand hi, Loc loc) { return min(max(x, lo, loc), hi, loc); }
+Tile isnan(const Tile& a, Loc loc) {
+  ir::Value* v = need(a, loc, "isnan");
+  if (!ir::is_float(v->type.dtype())) return full(v->type.shape, 0, i1, loc);
+  return a != a;
+}
+Tile isinf(const Tile& a, Loc loc) {
+  ir::Value* v = need(a, loc, "isinf");
+  if (!ir::is_float(v->type.dtype())) return full(v->type.shape, 0, i1, loc);
+  return abs(a, loc) == Operand(INFINITY, loc);
+}
+
+namespace {
+// Integer-only binary ops: both operands brought to one integer dtype (not i1).
+Tile int_binary(ir::OpKind k, Operand a, const Operand& b, const Loc& loc, const char* what) {
+  a.loc = loc;
+  auto v = unify({a, b}, what);
+  DType t = v[0]->type.dtype();
+  if (ir::is_float(t) || t == DType::i1)
+    fail(loc, fmt::format("{}: needs integer operands (i8..i64), got {}", what, v[0]->type.str()));
+  return at(loc).binary(k, v[0], v[1]);
+}
+} // namespace
+
+Tile operator<<(Operand a, Operand b) { return int_binary(ir::OpKind::Shl, a, b, a.loc, "<<"); }
+Tile operator>>(Operand a, Operand b) { return int_binary(ir::OpKind::AShr, a, b, a.loc, ">>"); }
+Tile lshr(Operand a, Operand b, Loc loc) { return int_binary(ir::OpKind::LShr, a, b, loc, "lshr"); }
+Tile umulhi(Operand a, Operand b, Loc loc) { return int_binary(ir::OpKind::UMulHi, a, b, loc, "umulhi"); }
+Tile cdiv(Operand a, Operand b, Loc loc) {
+  a.loc = loc;
+  auto v = unify({a, b}, "cdiv");
+  if (ir::is_float(v[0]->type.dtype())) fail(loc, fmt::format("cdiv: needs integer operands, got {}", v[0]->type.str()));
+  Tile x(v[0]), y(v[1]);
+  return (x + y - 1) / y;
+}
 
 // --- reductions and dot
 

@@ -187,6 +187,27 @@ Tile sigmoid(const Tile& a, Loc loc = Loc::current());
 Tile floor(const Tile& a, Loc loc = Loc::current());
 Tile ceil(const Tile& a, Loc loc = Loc::current());
 Tile round(const Tile& a, Loc loc = Loc::current());
+// Floats (integers become f32): the C library's sinf, cosf, erff and powf on the CPU
+// backends and libdevice's on the GPU, each within a few ulp (ir/SEMANTICS.md).
+Tile sin(const Tile& a, Loc loc = Loc::current());
+Tile cos(const Tile& a, Loc loc = Loc::current());
+Tile erf(const Tile& a, Loc loc = Loc::current());
+Tile pow(Operand a, Operand b, Loc loc = Loc::current());
+// a * b + c rounded once (in f32, then to the dtype).
+Tile fma(Operand a, Operand b, Operand c, Loc loc = Loc::current());
+// min(max(x, lo), hi): a NaN x gives lo (min and max return the operand that is not NaN).
+Tile clamp(Operand x, Operand lo, Operand hi, Loc loc = Loc::current());
+// i1 tiles: x != x, and |x| == inf (all false for integers).
+Tile isnan(const Tile& a, Loc loc = Loc::current());
+Tile isinf(const Tile& a, Loc loc = Loc::current());
+// Integers (i8..i64): << and >> (arithmetic) and lshr (logical) read the amount as unsigned,
+// and from the width on give 0 (>>: the sign); umulhi is the high half of the unsigned
+// double-width product; cdiv(a, b) = (a + b - 1) / b, the ceiling for b > 0.
+Tile operator<<(Operand a, Operand b);
+Tile operator>>(Operand a, Operand b);
+Tile lshr(Operand a, Operand b, Loc loc = Loc::current());
+Tile umulhi(Operand a, Operand b, Loc loc = Loc::current());
+Tile cdiv(Operand a, Operand b, Loc loc = Loc::current());
 Tile tanh(const Tile& a, Loc loc = Loc::current());
 Tile sqrt(const Tile& a, Loc loc = Loc::current());
 Tile rsqrt(const Tile& a, Loc loc = Loc::current());

@@ -29,6 +29,10 @@ bool is_inexact_source(const ir::Op& op) {
   case ir::OpKind::Log:
   case ir::OpKind::Log2:
   case ir::OpKind::Sigmoid:
+  case ir::OpKind::Sin: // the C library's on the CPU, libdevice's on the GPU
+  case ir::OpKind::Cos:
+  case ir::OpKind::Erf:
+  case ir::OpKind::Pow:
   case ir::OpKind::Tanh:  // the GPU's (and the nvptx lowering's) from ex2 or a polynomial
   case ir::OpKind::Rsqrt: return true; // rsqrt.approx on the GPU
   case ir::OpKind::Reduce: return op.attrs.reduce == ir::ReduceKind::sum;

@@ -317,9 +317,10 @@ void Generator::act_unary() {
   std::vector<OpKind> kinds{OpKind::Tanh, OpKind::Sqrt, OpKind::Abs, OpKind::Neg, OpKind::Sigmoid};
   if (!i.zsign) kinds.push_back(OpKind::Rsqrt); // rsqrt(-0) is -inf
   // Exact inputs only: log's error grows near 1, and a few ulps move floor/ceil/round across an integer.
+  // sin and erf too: near a zero of sin, an input a few ulps off is far off in ulps.
   if (!i.inexact)
     kinds.insert(kinds.end(), {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Log2, OpKind::Floor, OpKind::Ceil,
-                               OpKind::Round});
+                               OpKind::Round, OpKind::Sin, OpKind::Cos, OpKind::Erf});
   OpKind k = r_.pick(kinds);
   Info out = i;
   switch (k) {
@@ -328,6 +329,9 @@ void Generator::act_unary() {
   case OpKind::Log:
   case OpKind::Log2: out = {true, false, false}; break;
   case OpKind::Sigmoid: out = {true, true, false}; break; // in (0, 1)
+  case OpKind::Sin: out = {true, false, i.zsign}; break;  // sin(-0) is -0
+  case OpKind::Cos: out = {true, false, false}; break;    // never exactly 0 for a float
+  case OpKind::Erf: out = {true, i.nonneg, i.zsign}; break;
   case OpKind::Floor:
   case OpKind::Ceil:
   case OpKind::Round: break; // exact; the sign of x (and of a zero) is kept
@@ -357,11 +361,22 @@ void Generator::act_binary() {
     if (!b) b = a;
   }
   Info ib = info(b);
+  if (ir::is_float(t) && !ia.inexact && !ib.inexact && r_.chance(0.12)) {
+    // fma of exact values (rounded once, the same everywhere), or pow (a libm call, inexact).
+    Value* c = pick_tile([&](Value* v) { return !info(v).inexact; });
+    if (c && (c = convert(c, t)) && r_.chance(0.5)) {
+      Info ic = info(c);
+      add(b_->fma(a, b, c), {false, false, ia.zsign || ib.zsign || ic.zsign});
+    } else {
+      add(b_->binary(OpKind::Pow, a, b), {true, ia.nonneg, ia.zsign});
+    }
+    return;
+  }
   std::vector<OpKind> kinds;
   if (t == DType::i1) kinds = {OpKind::And, OpKind::Or, OpKind::Xor};
   else if (ir::is_int(t))
-    kinds = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min,
-             OpKind::Max, OpKind::And, OpKind::Or, OpKind::Xor};
+    kinds = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min, OpKind::Max,
+             OpKind::And, OpKind::Or,  OpKind::Xor, OpKind::Shl, OpKind::AShr, OpKind::LShr, OpKind::UMulHi};
   else if (ia.inexact || ib.inexact) {
     kinds = {OpKind::Mul, OpKind::Min, OpKind::Max};
     if (!ib.zsign) kinds.push_back(OpKind::Div);

@@ -12,6 +12,7 @@
 
 #include "abi/float16.h"
 #include "abi/float8.h"
+#include "ir/int_ops.h"
 
 namespace tilec::interp {
 
@@ -430,6 +431,13 @@ void Machine::exec(const Op& op) {
     });
     return;
   }
+  case OpKind::Fma: { // in f32, rounded once to the dtype
+    const Tile &a = in(args[0]), &b = in(args[1]), &c = in(args[2]);
+    Tile& r = out(op.result());
+    each(r.f, [](float x, float y, float z) { return std::fma(x, y, z); }, a.f, b.f, c.f);
+    round_all(r.f, res_type().dtype());
+    return;
+  }
   case OpKind::Load:
   case OpKind::Store:
   case OpKind::AtomicAdd:
@@ -495,6 +503,12 @@ void Machine::exec_unary(const Op& op) {
       return floats([](float x) { return std::ceil(x); });
     case OpKind::Round: // to nearest, ties to even
       return floats([](float x) { return std::nearbyint(x); });
+    case OpKind::Sin:
+      return floats([](float x) { return std::sin(x); });
+    case OpKind::Cos:
+      return floats([](float x) { return std::cos(x); });
+    case OpKind::Erf:
+      return floats([](float x) { return std::erf(x); });
     default:
       break;
     }
@@ -540,6 +554,8 @@ void Machine::exec_binary(const Op& op) {
       return floats([](float x, float y) { return std::fmin(x, y); });
     case OpKind::Max:
       return floats([](float x, float y) { return std::fmax(x, y); });
+    case OpKind::Pow:
+      return floats([](float x, float y) { return std::pow(x, y); });
     default:
       break;
     }
@@ -569,6 +585,14 @@ void Machine::exec_binary(const Op& op) {
       return ints(std::bit_or<int64_t>());
     case OpKind::Xor:
       return ints(std::bit_xor<int64_t>());
+    case OpKind::Shl:
+      return ints([bits = ir::dtype_bits(t)](int64_t x, int64_t y) { return ir::shift_left(x, y, bits); });
+    case OpKind::AShr:
+      return ints([bits = ir::dtype_bits(t)](int64_t x, int64_t y) { return ir::shift_right_arithmetic(x, y, bits); });
+    case OpKind::LShr:
+      return ints([bits = ir::dtype_bits(t)](int64_t x, int64_t y) { return ir::shift_right_logical(x, y, bits); });
+    case OpKind::UMulHi:
+      return ints([bits = ir::dtype_bits(t)](int64_t x, int64_t y) { return ir::umulhi(x, y, bits); });
     default:
       break;
     }

@@ -139,6 +139,10 @@ Value* Builder::select(Value* cond, Value* a, Value* b) {
   return create(OpKind::Select, {cond, a, b}, {a->type})->result();
 }
 
+Value* Builder::fma(Value* a, Value* b, Value* c) {
+  return create(OpKind::Fma, {a, b, c}, {a->type})->result();
+}
+
 Value* Builder::cast(Value* v, DType to) {
   if (!v->type.is_ptr() && v->type.dtype() == to) return v;
   return create(OpKind::Cast, {v}, {tile_type(to, v->type.shape)})->result();

@@ -42,6 +42,7 @@ public:
   Value* unary(OpKind kind, Value* v);
   Value* binary(OpKind kind, Value* a, Value* b); // also comparisons
   Value* select(Value* cond, Value* a, Value* b);
+  Value* fma(Value* a, Value* b, Value* c);
   Value* cast(Value* v, DType to);
   Value* dot(Value* a, Value* b, Value* acc);
   Value* reduce(ReduceKind kind, Value* v, int axis);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "abi/float16.h"
+#include "ir/int_ops.h"
 #include "ir/op_rules.h"
 #include "ir/passes.h"
 
@@ -171,6 +172,14 @@ std::optional<ConstValue> eval_binary(OpKind k, DType t, const ConstValue& a, co
     return int_value(std::min(x, y), t);
   case OpKind::Max:
     return int_value(std::max(x, y), t);
+  case OpKind::Shl:
+    return int_value(shift_left(x, y, dtype_bits(t)), t);
+  case OpKind::AShr:
+    return int_value(shift_right_arithmetic(x, y, dtype_bits(t)), t);
+  case OpKind::LShr:
+    return int_value(shift_right_logical(x, y, dtype_bits(t)), t);
+  case OpKind::UMulHi:
+    return int_value(umulhi(x, y, dtype_bits(t)), t);
   case OpKind::And:
     return int_value(x & y, t);
   case OpKind::Or:

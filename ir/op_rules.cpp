@@ -96,7 +96,10 @@ std::string check(const Op& op) {
       return fmt::format("operand {} is a pointer", describe(in[0]));
     DType dt = in[0]->type.dtype();
     bool bitwise = op.kind == OpKind::And || op.kind == OpKind::Or || op.kind == OpKind::Xor;
-    if (bitwise && is_float(dt)) return fmt::format("needs integer operands, got {}", describe(in[0]));
+    bool int_only = op.kind == OpKind::Shl || op.kind == OpKind::AShr || op.kind == OpKind::LShr ||
+                    op.kind == OpKind::UMulHi;
+    if ((bitwise || int_only) && is_float(dt)) return fmt::format("needs integer operands, got {}", describe(in[0]));
+    if (op.kind == OpKind::Pow && !is_float(dt)) return fmt::format("needs float operands, got {}", describe(in[0]));
     if (dt == DType::i1 && is_binary(op.kind) && !bitwise)
       return fmt::format("is not defined on i1 operands ({})", describe(in[0]));
     Type want = is_compare(op.kind) ? tile_type(DType::i1, in[0]->type.shape) : in[0]->type;
@@ -223,6 +226,14 @@ std::string check(const Op& op) {
       return fmt::format("operands {} and {} differ in type", describe(in[1]), describe(in[2]));
     if (!(e = same_shape(in[0], in[1])).empty()) return e;
     if (res() != in[1]->type) return fmt::format("result {} should be {}", describe(out[0]), in[1]->type.str());
+    return "";
+  case OpKind::Fma:
+    if (!(e = expect_count(op, 3, 3, 1)).empty()) return e;
+    if (in[0]->type != in[1]->type || in[0]->type != in[2]->type)
+      return fmt::format("operands {}, {} and {} differ in type", describe(in[0]), describe(in[1]), describe(in[2]));
+    if (in[0]->type.is_ptr() || !is_float(in[0]->type.dtype()))
+      return fmt::format("needs float operands, got {}", describe(in[0]));
+    if (res() != in[0]->type) return fmt::format("result {} should be {}", describe(out[0]), in[0]->type.str());
     return "";
   case OpKind::Cast:
     if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;

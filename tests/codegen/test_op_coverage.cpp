@@ -48,6 +48,9 @@ bool unary_ok(OpKind k, DType t) {
 bool binary_ok(OpKind k, DType t) {
   bool bitwise = k == OpKind::And || k == OpKind::Or || k == OpKind::Xor;
   if (bitwise) return ir::is_int(t);
+  if (k == OpKind::Pow) return ir::is_float(t);
+  if (k == OpKind::Shl || k == OpKind::AShr || k == OpKind::LShr || k == OpKind::UMulHi)
+    return ir::is_int(t) && t != DType::i1;
   return t != DType::i1;
 }
 
@@ -84,6 +87,7 @@ ir::Kernel elementwise_kernel(DType t) {
   TILEC_COMPARE_OPS(TILEC_X)
 #undef TILEC_X
   b.store(at(out, ++slot), b.select(last, xv, yv), tl.mask);
+  if (ir::is_float(t)) b.store(at(out, ++slot), b.fma(xv, yv, xv), tl.mask);
   b.ret();
   return fn;
 }
@@ -218,7 +222,7 @@ TEST_CASE("elementwise, cast and reduce kernels agree with the interpreter when 
   using interp::Buffer;
   for (DType t : ir::kAllDTypes) {
     INFO("dtype " << ir::dtype_name(t));
-    const int64_t n = 8 * 32 * 2 - 5, size = 32 * 4096;
+    const int64_t n = 8 * 32 * 2 - 5, size = 64 * 4096; // a slot of 4096 per op
     std::vector<Buffer> bufs{{"x", t, n}, {"y", t, n}, {"out", t, size}, {"outb", DType::i1, size}};
     bool flt = ir::is_float(t);
     fill_random(bufs[0], 11, t == DType::i1 ? 0 : -4, t == DType::i1 ? 2 : 4);

@@ -198,3 +198,26 @@ TEST_CASE("for_range takes a stage count for its loads, checked", "[dsl][pipelin
   std::string e = error_of([&] { for_range(0, 64, 8, RangeOptions{0}, [&](Scalar) {}); });
   CHECK(e == here(line) + ":43: for_range: num_stages 0 must be from 1 to 8");
 }
+
+TEST_CASE("new ops: dtype rules and clear errors", "[dsl][ops]") {
+  KernelBuilder kb("ops");
+  auto p = kb.arg<Ptr<f32>>("p");
+  auto n = arange(0, 16);
+  auto x = load(p + n);
+  CHECK(where(x > 0, 1.0, 0.0).type().dtype() == ir::DType::f32); // two numbers take the mask's shape
+  CHECK(where(x > 0, 1, 0).type().dtype() == ir::DType::i32);
+  CHECK(where(x > 0, 1, 0).type().shape == ir::Shape{16});
+  CHECK(sin(n).type().dtype() == ir::DType::f32); // integers become f32
+  CHECK(pow(n, 2).type().dtype() == ir::DType::f32);
+  CHECK(fma(x, 2, n).type().dtype() == ir::DType::f32);
+  CHECK(isnan(x).type().dtype() == ir::DType::i1);
+  CHECK(isinf(n).type().dtype() == ir::DType::i1);
+  CHECK((n << 3).type().dtype() == ir::DType::i32);
+  CHECK(cdiv(n, 4).type().dtype() == ir::DType::i32);
+  int line = __LINE__ + 1;
+  CHECK_THAT(error_of([&] { (void)(x << 2); }), Catch::Contains("<<: needs integer operands") &&
+                                                      Catch::Contains(here(line)));
+  CHECK_THAT(error_of([&] { (void)umulhi(n > 2, n > 3); }), Catch::Contains("umulhi") && Catch::Contains("i1"));
+  CHECK_THAT(error_of([&] { (void)cdiv(x, 2); }), Catch::Contains("cdiv: needs integer operands"));
+  kb.finish();
+}

@@ -39,7 +39,9 @@ TEST_CASE("fuzz: every generated program verifies and round-trips through its te
                        ir::OpKind::Reshape, ir::OpKind::Broadcast, ir::OpKind::ExpandDims, ir::OpKind::Splat,
                        ir::OpKind::Select, ir::OpKind::Cast, ir::OpKind::Exp, ir::OpKind::Exp2, ir::OpKind::Log,
                        ir::OpKind::Tanh, ir::OpKind::Sqrt, ir::OpKind::Rsqrt, ir::OpKind::Abs, ir::OpKind::Neg,
-                       ir::OpKind::Div, ir::OpKind::Rem, ir::OpKind::Xor, ir::OpKind::Ge, ir::OpKind::NumPrograms})
+                       ir::OpKind::Div, ir::OpKind::Rem, ir::OpKind::Xor, ir::OpKind::Ge, ir::OpKind::NumPrograms,
+                       ir::OpKind::Sin, ir::OpKind::Cos, ir::OpKind::Erf, ir::OpKind::Pow, ir::OpKind::Fma,
+                       ir::OpKind::Shl, ir::OpKind::AShr, ir::OpKind::LShr, ir::OpKind::UMulHi})
     CHECK(ops.count(std::string(ir::op_name(k))));
   for (ir::DType t : ir::kAllDTypes) CHECK(dtypes.count(std::string(ir::dtype_name(t))));
 }

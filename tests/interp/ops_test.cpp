@@ -89,6 +89,9 @@ Buffer lane_values(std::string name, DType t, bool second, std::mt19937_64& rng)
 bool is_bitwise(OpKind k) {
   return k == OpKind::And || k == OpKind::Or || k == OpKind::Xor;
 }
+bool is_int_only(OpKind k) {
+  return k == OpKind::Shl || k == OpKind::AShr || k == OpKind::LShr || k == OpKind::UMulHi;
+}
 
 float float_binary_ref(OpKind k, float x, float y) {
   switch (k) {
@@ -106,14 +109,33 @@ float float_binary_ref(OpKind k, float x, float y) {
     return std::isnan(x) ? y : std::isnan(y) ? x : (y < x ? y : x);
   case OpKind::Max:
     return std::isnan(x) ? y : std::isnan(y) ? x : (y > x ? y : x);
+  case OpKind::Pow:
+    return std::pow(x, y);
   default:
     FAIL("no float reference for " << ir::op_name(k));
     return 0;
   }
 }
 
-__int128 int_binary_ref(OpKind k, __int128 x, __int128 y) {
+// `bits`: the operands' width (shift amounts and umulhi read the operands as unsigned).
+__int128 int_binary_ref(OpKind k, __int128 x, __int128 y, int bits) {
+  const __int128 modulus = __int128(1) << bits;
+  auto as_unsigned = [&](__int128 v) { return v < 0 ? v + modulus : v; };
+  const __int128 amount = as_unsigned(y);
   switch (k) {
+  case OpKind::Shl:
+    return amount >= bits ? 0 : x * (__int128(1) << int(amount));
+  case OpKind::LShr:
+    return amount >= bits ? 0 : as_unsigned(x) / (__int128(1) << int(amount));
+  case OpKind::AShr: { // floor division by 2^amount; the sign from the width on
+    if (amount >= bits) return x < 0 ? -1 : 0;
+    __int128 d = __int128(1) << int(amount), q = x / d;
+    return q * d > x ? q - 1 : q;
+  }
+  case OpKind::UMulHi: {
+    unsigned __int128 p = static_cast<unsigned __int128>(as_unsigned(x)) * static_cast<unsigned __int128>(as_unsigned(y));
+    return static_cast<__int128>(p >> bits);
+  }
   case OpKind::Add:
     return x + y;
   case OpKind::Sub:
@@ -174,6 +196,7 @@ TEST_CASE("every binary and compare op on every dtype matches a C++ reference", 
     for (DType t : ir::kAllDTypes) {
       bool cmp = ir::is_compare(kind);
       if (!cmp && (is_bitwise(kind) ? ir::is_float(t) : t == DType::i1)) continue;
+      if ((is_int_only(kind) && ir::is_float(t)) || (kind == OpKind::Pow && !ir::is_float(t))) continue;
       INFO(ir::op_name(kind) << " on " << ir::dtype_name(t));
       ++combos;
       Buffer a = lane_values("a", t, false, rng), b = lane_values("b", t, true, rng);
@@ -194,13 +217,13 @@ TEST_CASE("every binary and compare op on every dtype matches a C++ reference", 
           float want = round_ref(float_binary_ref(kind, float(a.get(k)), float(b.get(k))), t);
           REQUIRE(same_float(out.get(k), want));
         } else {
-          __int128 want = wrap_ref(int_binary_ref(kind, a.get_int(k), b.get_int(k)), t);
+          __int128 want = wrap_ref(int_binary_ref(kind, a.get_int(k), b.get_int(k), ir::dtype_bits(t)), t);
           REQUIRE(out.get_int(k) == int64_t(want));
         }
       }
     }
   }
-  CHECK(combos == 7 * 9 + 3 * 5 + 6 * 10); // arithmetic, bitwise, comparisons
+  CHECK(combos == 7 * 9 + 5 + 3 * 5 + 4 * 4 + 6 * 10); // arithmetic, pow, bitwise, shifts/umulhi, comparisons
 }
 
 TEST_CASE("i8 arithmetic wraps and f16/bf16 results round to nearest even", "[interp]") {
@@ -285,6 +308,15 @@ TEST_CASE("every unary op on every dtype matches a C++ reference", "[interp]") {
           break;
         case OpKind::Round: // ties to even, whatever the rounding mode of the process
           want = std::fabs(x - std::trunc(x)) == 0.5f ? 2.0f * std::round(x / 2.0f) : std::round(x);
+          break;
+        case OpKind::Sin:
+          want = std::sin(x);
+          break;
+        case OpKind::Cos:
+          want = std::cos(x);
+          break;
+        case OpKind::Erf:
+          want = std::erf(x);
           break;
         default:
           FAIL("unexpected unary op");

@@ -75,8 +75,11 @@ Kernel coverage_kernel() {
   // Every unary, binary and compare op, on floats and on integers.
   for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt,
                    OpKind::Abs, OpKind::Neg, OpKind::Log2, OpKind::Sigmoid, OpKind::Floor, OpKind::Ceil,
-                   OpKind::Round})
+                   OpKind::Round, OpKind::Sin, OpKind::Cos, OpKind::Erf})
     x = at().unary(k, x);
+  x = at().binary(OpKind::Pow, x, x);
+  x = at().fma(x, x, x);
+  for (OpKind k : {OpKind::Shl, OpKind::AShr, OpKind::LShr, OpKind::UMulHi}) idx = at().binary(k, idx, offs);
   at().unary(OpKind::Abs, idx);
   at().unary(OpKind::Neg, idx);
   for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Rem, OpKind::Min,

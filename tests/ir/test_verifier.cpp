@@ -74,12 +74,14 @@ struct EveryOp {
     Value* v = loaded;
     for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt,
                      OpKind::Abs, OpKind::Neg, OpKind::Log2, OpKind::Sigmoid, OpKind::Floor, OpKind::Ceil,
-                     OpKind::Round})
+                     OpKind::Round, OpKind::Sin, OpKind::Cos, OpKind::Erf})
       v = b.unary(k, v);
-    for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Min, OpKind::Max})
+    for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Min, OpKind::Max, OpKind::Pow})
       v = b.binary(k, v, one);
+    v = b.fma(v, one, v);
     Value* ri = r;
-    for (OpKind k : {OpKind::Rem, OpKind::And, OpKind::Or, OpKind::Xor})
+    for (OpKind k : {OpKind::Rem, OpKind::And, OpKind::Or, OpKind::Xor, OpKind::Shl, OpKind::AShr, OpKind::LShr,
+                     OpKind::UMulHi})
       ri = b.binary(k, ri, r);
     Value* cmp = mask;
     for (OpKind k : {OpKind::Eq, OpKind::Ne, OpKind::Le, OpKind::Gt, OpKind::Ge})
