@@ -706,12 +706,7 @@ llvm::Value* Lowering::binary(OpKind k, const ir::ElemType& e, llvm::Value* x, l
     llvm::Value* shifted = k == OpKind::Shl ? b_.CreateShl(x, safe) : b_.CreateLShr(x, safe);
     return b_.CreateSelect(in_range, shifted, llvm::ConstantInt::get(x->getType(), 0));
   }
-  if (k == OpKind::UMulHi) {
-    unsigned bits = x->getType()->getIntegerBitWidth();
-    llvm::Type* wide = b_.getIntNTy(2 * bits);
-    llvm::Value* p = b_.CreateMul(b_.CreateZExt(x, wide), b_.CreateZExt(y, wide));
-    return b_.CreateTrunc(b_.CreateLShr(p, bits), x->getType());
-  }
+  if (k == OpKind::UMulHi) return hooks_.umulhi(b_, x, y);
   if (!flt && (k == OpKind::Div || k == OpKind::Rem)) {
     // The minimum value divided by -1 overflows: undefined in LLVM, a trap on x86. The IR
     // wraps (SEMANTICS.md): x / -1 is -x, x % -1 is 0. Divide by 1 instead and fix up.

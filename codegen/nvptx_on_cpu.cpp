@@ -249,6 +249,10 @@ private:
       unsigned axis = ii.getIntrinsicID() - llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x;
       return replace(ii, emu_.call(b, "tilec_emu_num_blocks", b.getInt32Ty(), {b.getInt32(axis)}));
     }
+    case llvm::Intrinsic::nvvm_mulhi_us:
+    case llvm::Intrinsic::nvvm_mulhi_ui:
+    case llvm::Intrinsic::nvvm_mulhi_ull:
+      return replace(ii, umulhi_ir(b, arg(0), arg(1)));
     case llvm::Intrinsic::nvvm_barrier0:
       emu_.call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
       ii.eraseFromParent();

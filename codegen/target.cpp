@@ -35,6 +35,15 @@ llvm::Value* call_float_function(llvm::IRBuilder<>& b, const std::string& name, 
   return b.CreateCall(f, args);
 }
 
+llvm::Value* umulhi_ir(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y) {
+  unsigned bits = x->getType()->getIntegerBitWidth();
+  llvm::Type* wide = b.getIntNTy(2 * bits);
+  llvm::Value* p = b.CreateMul(b.CreateZExt(x, wide), b.CreateZExt(y, wide));
+  return b.CreateTrunc(b.CreateLShr(p, bits), x->getType());
+}
+
+llvm::Value* TargetHooks::umulhi(Builder& b, llvm::Value* x, llvm::Value* y) { return umulhi_ir(b, x, y); }
+
 llvm::Value* EmuCalls::call(llvm::IRBuilder<>& b, const char* name, llvm::Type* ret, std::vector<llvm::Value*> args,
                             bool convergent) {
   std::vector<llvm::Type*> types{b.getPtrTy()};

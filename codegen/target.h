@@ -79,6 +79,10 @@ public:
   // GPU (linked in by compile), the C library's NAME in the emulator.
   virtual llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) = 0;
 
+  // The upper half of the unsigned double-width product of two integers of one width. The
+  // default widens, multiplies and shifts (umulhi_ir); the GPU has mul.hi.
+  virtual llvm::Value* umulhi(Builder& b, llvm::Value* x, llvm::Value* y);
+
   // How f16/bf16 live in registers and memory, and their f32 conversions.
   virtual llvm::Type* half_type(llvm::LLVMContext& c, ir::DType t) = 0;
   virtual llvm::Value* to_f32(Builder& b, llvm::Value* v, ir::DType t) = 0;
@@ -166,6 +170,8 @@ llvm::Value* f32_to_fp8_ir(llvm::IRBuilder<>& b, llvm::Value* x, ir::DType t);
 // A call of the f32 function `name` (declared on first use: f32 (f32, ...)), marked as not
 // touching memory, so LLVM may move or drop it.
 llvm::Value* call_float_function(llvm::IRBuilder<>& b, const std::string& name, const std::vector<llvm::Value*>& args);
+
+llvm::Value* umulhi_ir(llvm::IRBuilder<>& b, llvm::Value* x, llvm::Value* y);
 
 // Runs `body` only where `pred` holds (no branch when pred is null or true);
 // returns `body`'s value there and zero elsewhere (null if body returns null).

@@ -154,6 +154,14 @@ public:
     return b.CreateSelect(b.CreateFCmpOLT(ax, c(0.125)), small, big);
   }
 
+  llvm::Value* umulhi(Builder& b, llvm::Value* x, llvm::Value* y) override {
+    switch (x->getType()->getIntegerBitWidth()) {
+    case 16: return b.CreateIntrinsic(llvm::Intrinsic::nvvm_mulhi_us, {}, {x, y});
+    case 32: return b.CreateIntrinsic(llvm::Intrinsic::nvvm_mulhi_ui, {}, {x, y});
+    case 64: return b.CreateIntrinsic(llvm::Intrinsic::nvvm_mulhi_ull, {}, {x, y});
+    default: return umulhi_ir(b, x, y);
+    }
+  }
   llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) override {
     return call_float_function(b, "__nv_" + name, args);
   }

@@ -540,6 +540,58 @@ Tile operator<<(Operand a, Operand b) { return int_binary(ir::OpKind::Shl, a, b,
 Tile operator>>(Operand a, Operand b) { return int_binary(ir::OpKind::AShr, a, b, a.loc, ">>"); }
 Tile lshr(Operand a, Operand b, Loc loc) { return int_binary(ir::OpKind::LShr, a, b, loc, "lshr"); }
 Tile umulhi(Operand a, Operand b, Loc loc) { return int_binary(ir::OpKind::UMulHi, a, b, loc, "umulhi"); }
+std::array<Tile, 4> randint4x(Operand seed, const Tile& offsets, Loc loc) {
+  ir::Value* off = need(offsets, loc, "randint4x");
+  if (off->type.is_ptr() || !ir::is_int(off->type.dtype()) || off->type.dtype() == DType::i1)
+    fail(loc, fmt::format("randint4x: offsets must be an integer tile, got {}", off->type.str()));
+  Tile c0 = Tile(cast_to(off, DType::i32, loc));
+  const Shape& s = off->type.shape;
+  // The key from the seed: two 32-bit words.
+  Tile k0, k1;
+  if (seed.is_literal) {
+    if (seed.lit.is_float) fail(loc, "randint4x: the seed must be an integer");
+    uint64_t v = static_cast<uint64_t>(seed.lit.i);
+    k0 = full({}, int64_t(int32_t(uint32_t(v))), i32, loc);
+    k1 = full({}, int64_t(int32_t(uint32_t(v >> 32))), i32, loc);
+  } else {
+    ir::Value* sv = need(Tile(seed.v), loc, "randint4x");
+    if (!sv->type.is_scalar() || sv->type.is_ptr() || !ir::is_int(sv->type.dtype()) || sv->type.dtype() == DType::i1)
+      fail(loc, fmt::format("randint4x: the seed must be an integer scalar, got {}", sv->type.str()));
+    Tile sd(cast_to(sv, DType::i64, loc));
+    k0 = sd.to(i32, loc);
+    k1 = lshr(sd, 32, loc).to(i32, loc);
+  }
+  auto word = [&](uint32_t w) { return Operand(int64_t(int32_t(w)), loc); };
+  Tile c1 = full(s, 0, i32, loc), c2 = full(s, 0, i32, loc), c3 = full(s, 0, i32, loc);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 = k0 + word(0x9E3779B9u);
+      k1 = k1 + word(0xBB67AE85u);
+    }
+    Tile hi0 = umulhi(word(0xD2511F53u), c0, loc), lo0 = c0 * word(0xD2511F53u);
+    Tile hi1 = umulhi(word(0xCD9E8D57u), c2, loc), lo1 = c2 * word(0xCD9E8D57u);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  return {c0, c1, c2, c3};
+}
+Tile randint(Operand seed, const Tile& offsets, Loc loc) { return randint4x(seed, offsets, loc)[0]; }
+namespace {
+Tile uniform_from_bits(const Tile& w, const Loc& loc) {
+  Tile pos = where(w < Operand(0, loc), Operand(-1, loc) - w, w, loc); // in [0, 2^31)
+  // The f32 just below 2^-31 keeps the largest word (which rounds up to 2^31) below 1.
+  return pos.to(f32, loc) * Operand(double(std::nextafter(0x1p-31f, 0.0f)), loc);
+}
+} // namespace
+Tile rand(Operand seed, const Tile& offsets, Loc loc) { return uniform_from_bits(randint(seed, offsets, loc), loc); }
+Tile randn(Operand seed, const Tile& offsets, Loc loc) {
+  auto w = randint4x(seed, offsets, loc);
+  Tile u1 = max(uniform_from_bits(w[0], loc), Operand(1e-7, loc), loc), u2 = uniform_from_bits(w[1], loc);
+  return sqrt(Operand(-2.0, loc) * log(u1, loc), loc) * cos(Operand(6.283185307179586, loc) * u2, loc);
+}
+
 Tile cdiv(Operand a, Operand b, Loc loc) {
   a.loc = loc;
   auto v = unify({a, b}, "cdiv");

@@ -208,6 +208,20 @@ Tile operator>>(Operand a, Operand b);
 Tile lshr(Operand a, Operand b, Loc loc = Loc::current());
 Tile umulhi(Operand a, Operand b, Loc loc = Loc::current());
 Tile cdiv(Operand a, Operand b, Loc loc = Loc::current());
+
+// Counter-based random numbers: Philox 4x32-10 (Salmon et al., SC'11; as cuRAND and Triton
+// use it) on the counter (offset, 0, 0, 0) with the key (seed's low 32 bits, its high 32
+// bits), written with the tile ops above, so every backend gives the same bits. `seed`: an
+// integer number or scalar (i32 or i64); `offsets`: an i32 tile, one draw per element. As
+// Triton's tl.randint4x / randint / rand / randn:
+std::array<Tile, 4> randint4x(Operand seed, const Tile& offsets, Loc loc = Loc::current()); // 4 x i32 bits
+Tile randint(Operand seed, const Tile& offsets, Loc loc = Loc::current());                  // the first
+// Uniform in [0, 1): the first word w as (w < 0 ? -w - 1 : w) in f32 times the f32 just
+// below 2^-31 (as Triton's uint_to_uniform_float).
+Tile rand(Operand seed, const Tile& offsets, Loc loc = Loc::current());
+// Standard normal by Box-Muller on the first two words: sqrt(-2 log u1) cos(2 pi u2), so
+// within a few ulp across backends (log, sqrt and cos are approximate), not bit for bit.
+Tile randn(Operand seed, const Tile& offsets, Loc loc = Loc::current());
 Tile tanh(const Tile& a, Loc loc = Loc::current());
 Tile sqrt(const Tile& a, Loc loc = Loc::current());
 Tile rsqrt(const Tile& a, Loc loc = Loc::current());
