@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <bit>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -492,4 +494,31 @@ TEST_CASE("a for loop's stages print, parse and are checked", "[ir][parser][pipe
   std::string one = text;
   one.replace(one.find(" stages 3"), 9, "");
   CHECK(print(*parse(one, "one.tir")) == one);
+}
+
+TEST_CASE("the Triton table names every IR op", "[ir][docs]") {
+  std::ifstream in(std::string(TILEC_SOURCE_DIR) + "/docs/TRITON_OPS.md");
+  REQUIRE(in.good());
+  // The backquoted names in each table row's third column (cells split at unescaped '|').
+  std::set<std::string> named;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("|")) continue;
+    std::vector<std::string> cells(1);
+    for (size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '|' && line[i - 1] != '\\') cells.emplace_back();
+      else cells.back() += line[i];
+    }
+    if (cells.size() < 4) continue;
+    static const std::regex quoted("`([a-z_0-9]+)`");
+    for (std::sregex_iterator it(cells[2].begin(), cells[2].end(), quoted), end; it != end; ++it)
+      named.insert((*it)[1].str());
+  }
+  std::vector<std::string> missing;
+  for (int i = 0; i < ir::kNumOpKinds; ++i) {
+    std::string name(op_name(static_cast<OpKind>(i)));
+    if (!named.count(name)) missing.push_back(name);
+  }
+  INFO("IR ops the third column of docs/TRITON_OPS.md does not name: " << fmt::format("{}", fmt::join(missing, ", ")));
+  CHECK(missing.empty());
 }
