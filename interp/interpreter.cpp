@@ -314,6 +314,16 @@ private:
   std::vector<int64_t> counts_; // element count of each of bufs_
 };
 
+} // namespace
+
+std::string scalar_arg_error(DType t, const Arg& a) {
+  if (ir::is_float(t) && !a.is_float) return fmt::format("the integer {}, not a float (pass Arg::of_float)", a.i);
+  if (!ir::is_float(t) && a.is_float) return fmt::format("the float {}, not an integer (pass Arg::of_int)", a.f);
+  return "";
+}
+
+namespace {
+
 void Machine::bind(const std::vector<Arg>& args) {
   if (args.size() != fn_.params.size())
     fail(fmt::format("expects {} arguments, got {}", fn_.params.size(), args.size()));
@@ -335,6 +345,8 @@ void Machine::bind(const std::vector<Arg>& args) {
       counts_.push_back(static_cast<int64_t>(a.buffer->count()));
     } else if (a.buffer) {
       fail(fmt::format("{} was given buffer '{}', not a scalar", what, a.buffer->name));
+    } else if (std::string why = scalar_arg_error(t, a); !why.empty()) {
+      fail(fmt::format("{} was given {}", what, why));
     } else if (ir::is_float(t)) {
       v.f = {round_exact(a.f, t)};
     } else {

@@ -35,19 +35,24 @@ private:
   void check_index(size_t i) const; // a UserError past the end
 };
 
-// One kernel argument: a buffer for a pointer parameter, else a scalar.
+// One kernel argument: a buffer for a pointer parameter, else a scalar. An integer
+// parameter takes of_int and a float parameter of_float: every launcher refuses the other
+// (an error, not a conversion).
 struct Arg {
   Buffer* buffer = nullptr;
   int64_t i = 0;
   double f = 0.0;
-  static Arg of(Buffer& b) { return {&b, 0, 0.0}; }
-  static Arg of_int(int64_t v) { return {nullptr, v, static_cast<double>(v)}; }
+  bool is_float = false;
+  static Arg of(Buffer& b) { return {&b, 0, 0.0, false}; }
+  static Arg of_int(int64_t v) { return {nullptr, v, static_cast<double>(v), false}; }
   static Arg of_float(double v) {
     // Only in-range values convert: int64_t(inf) or int64_t(1e30) is UB.
     bool fits = std::fabs(v) < 0x1p63;
-    return {nullptr, fits ? static_cast<int64_t>(v) : 0, v};
+    return {nullptr, fits ? static_cast<int64_t>(v) : 0, v, true};
   }
 };
+// Why `a` cannot be the scalar argument of a parameter of type `t` ("" when it can).
+std::string scalar_arg_error(ir::DType t, const Arg& a);
 
 using Grid = std::array<int64_t, 3>;
 

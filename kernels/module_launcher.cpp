@@ -147,6 +147,9 @@ private:
 } // namespace
 
 rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
+  if (auto t = ir::parse_dtype(rt::scalar_type_name(type)))
+    if (std::string why = interp::scalar_arg_error(*t, a); !why.empty())
+      throw UserError(fmt::format("a {} scalar argument was given {}", rt::scalar_type_name(type), why));
   switch (type) {
   case rt::ScalarType::i1: return rt::Arg(a.i != 0);
   case rt::ScalarType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));

@@ -147,3 +147,23 @@ TEST_CASE("Philox rounds compile to 32-bit high multiplies on the GPU", "[random
     CHECK(codegen::test::count_matches(c.ptx, R"(mul\.lo\.[su]64)") == 0);
   }
 }
+
+TEST_CASE("a scalar argument of the wrong kind is an error on every backend, not a conversion", "[codegen][errors]") {
+  interp::Buffer x("x", DType::f32, 128), out("out", DType::f32, 128);
+  auto launch = [&](kernels::Launcher& l, interp::Arg p, interp::Arg seed) {
+    try {
+      l.launch(dropout_kernel(), 4, {1, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), p, seed, interp::Arg::of_int(128)});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto interpreter = kernels::make_interpret_launcher();
+  auto emulator = backends::make_emulate_launcher();
+  for (kernels::Launcher* l : {interpreter.get(), emulator.get()}) {
+    CHECK(launch(*l, interp::Arg::of_float(0.5), interp::Arg::of_int(1)).empty());
+    CHECK_THAT(launch(*l, interp::Arg::of_int(1), interp::Arg::of_int(1)), Catch::Contains("integer 1, not a float"));
+    CHECK_THAT(launch(*l, interp::Arg::of_float(0.5), interp::Arg::of_float(3.0)),
+               Catch::Contains("float 3, not an integer"));
+  }
+}
