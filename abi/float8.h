@@ -25,7 +25,7 @@ inline float fp8_bits_to_f32(uint8_t bits, const Fp8Format& f) {
   const int m = f.mantissa_bits, exp_field = (bits & 0x7f) >> m, man = bits & ((1 << m) - 1);
   const bool e5m2 = m == 2;
   float v;
-  if (e5m2 && exp_field == 31) v = man ? NAN : INFINITY;
+  if (e5m2 && exp_field == 31) v = std::bit_cast<float>(0x7f800000u | uint32_t(man) << 21); // inf, or NaN with its payload
   else if (!e5m2 && (bits & 0x7f) == 0x7f) v = NAN;
   else if (exp_field == 0) v = std::ldexp(float(man), 1 - f.bias - m); // subnormal
   else v = std::ldexp(float((1 << m) | man), exp_field - f.bias - m);

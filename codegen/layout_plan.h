@@ -31,6 +31,7 @@
   X(Select, "select")                                                                              \
   X(Fma, "fma")                                                                                    \
   X(Cast, "cast")                                                                                  \
+  X(Bitcast, "bitcast")                                                                            \
   TILEC_UNARY_OPS(X) TILEC_BINARY_OPS(X) TILEC_COMPARE_OPS(X)
 
 namespace tilec::codegen {

@@ -594,6 +594,7 @@ Elems Lowering::compute(const Op& op, LayoutId l) {
       break;
     }
     case OpKind::Cast: r[j] = cast(x(0), e0.dtype, res->type.dtype()); break;
+    case OpKind::Bitcast: r[j] = b_.CreateBitCast(x(0), reg_type(res->type.elem)); break;
     default:
       r[j] = ir::is_unary(op.kind) ? unary(op.kind, e0.dtype, x(0)) : binary(op.kind, e0, x(0), x(1));
     }

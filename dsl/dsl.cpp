@@ -592,6 +592,15 @@ Tile randn(Operand seed, const Tile& offsets, Loc loc) {
   return sqrt(Operand(-2.0, loc) * log(u1, loc), loc) * cos(Operand(6.283185307179586, loc) * u2, loc);
 }
 
+Tile bitcast(const Tile& a, ElemType to, Loc loc) {
+  ir::Value* v = need(a, loc, "bitcast");
+  if (v->type.is_ptr() || to.is_ptr) fail(loc, "bitcast: pointers have no bitcast");
+  if (v->type.dtype() == DType::i1 || to.dtype == DType::i1 || ir::dtype_bits(v->type.dtype()) != ir::dtype_bits(to.dtype))
+    fail(loc, fmt::format("bitcast: {} to {}: the widths must be equal (and not i1)", v->type.str(), to.str()));
+  if (v->type.dtype() == to.dtype) return a;
+  return at(loc).bitcast(v, to.dtype);
+}
+
 Tile cdiv(Operand a, Operand b, Loc loc) {
   a.loc = loc;
   auto v = unify({a, b}, "cdiv");

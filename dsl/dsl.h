@@ -208,6 +208,9 @@ Tile operator>>(Operand a, Operand b);
 Tile lshr(Operand a, Operand b, Loc loc = Loc::current());
 Tile umulhi(Operand a, Operand b, Loc loc = Loc::current());
 Tile cdiv(Operand a, Operand b, Loc loc = Loc::current());
+// The same bits as another dtype of the same width (i8 <-> f8e4m3/f8e5m2, i16 <-> f16/bf16,
+// i32 <-> f32, i64; not i1): int8 packing, hashing, sign tricks.
+Tile bitcast(const Tile& a, ElemType to, Loc loc = Loc::current());
 
 // Counter-based random numbers: Philox 4x32-10 (Salmon et al., SC'11; as cuRAND and Triton
 // use it) on the counter (offset, 0, 0, 0) with the key (seed's low 32 bits, its high 32

@@ -83,6 +83,31 @@ float round_exact(long double v, DType t) {
   return round_to(x, t);
 }
 
+// The bits of a float element of dtype `t` as the interpreter holds it (an f32 that came from
+// `t`; NaN payloads kept), and back.
+uint64_t float_bits(float x, DType t) {
+  uint32_t u = std::bit_cast<uint32_t>(x), sign = u >> 31;
+  switch (t) {
+  case DType::f32: return u;
+  case DType::bf16: return u >> 16;
+  case DType::f16: return std::isnan(x) ? (sign << 15) | 0x7c00 | ((u >> 13) & 0x3ff) : f32_to_f16_bits(x);
+  case DType::f8e4m3: return std::isnan(x) ? (sign << 7) | 0x7f : f32_to_f8e4m3_bits(x);
+  case DType::f8e5m2: // infinities too (a conversion would saturate them)
+    return std::isnan(x) || std::isinf(x) ? (sign << 7) | 0x7c | ((u >> 21) & 3) : f32_to_f8e5m2_bits(x);
+  default: internal_fail("float_bits of an integer dtype");
+  }
+}
+float float_from_bits(uint64_t b, DType t) {
+  switch (t) {
+  case DType::f32: return std::bit_cast<float>(uint32_t(b));
+  case DType::bf16: return bf16_bits_to_f32(uint16_t(b));
+  case DType::f16: return f16_bits_to_f32(uint16_t(b));
+  case DType::f8e4m3: return f8e4m3_bits_to_f32(uint8_t(b));
+  case DType::f8e5m2: return f8e5m2_bits_to_f32(uint8_t(b));
+  default: internal_fail("float_from_bits of an integer dtype");
+  }
+}
+
 // Truncates toward zero. Out of range is undefined in the IR; here it
 // saturates (as PTX's cvt.rzi does) and NaN gives 0, so it is never C++ UB.
 int64_t float_to_int(long double x, DType t) {
@@ -456,6 +481,20 @@ void Machine::exec(const Op& op) {
     return exec_memory(op);
   case OpKind::Cast:
     return exec_cast(op);
+  case OpKind::Bitcast: {
+    const Tile& a = in(args[0]);
+    Tile& r = out(op.result());
+    DType from = args[0]->type.dtype(), to = res_type().dtype();
+    size_t n = ir::is_float(from) ? a.f.size() : a.i.size();
+    if (ir::is_float(to)) r.f.resize(n);
+    else r.i.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t bits = ir::is_float(from) ? float_bits(a.f[k], from) : ir::low_bits(a.i[k], ir::dtype_bits(from));
+      if (ir::is_float(to)) r.f[k] = float_from_bits(bits, to);
+      else r.i[k] = wrap(static_cast<int64_t>(bits), to);
+    }
+    return;
+  }
   case OpKind::Dot:
     return exec_dot(op);
   case OpKind::Reduce:

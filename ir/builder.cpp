@@ -148,6 +148,10 @@ Value* Builder::cast(Value* v, DType to) {
   return create(OpKind::Cast, {v}, {tile_type(to, v->type.shape)})->result();
 }
 
+Value* Builder::bitcast(Value* v, DType to) {
+  return create(OpKind::Bitcast, {v}, {tile_type(to, v->type.shape)})->result();
+}
+
 Value* Builder::dot(Value* a, Value* b, Value* acc) {
   return create(OpKind::Dot, {a, b, acc}, {acc->type})->result();
 }

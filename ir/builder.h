@@ -44,6 +44,7 @@ public:
   Value* select(Value* cond, Value* a, Value* b);
   Value* fma(Value* a, Value* b, Value* c);
   Value* cast(Value* v, DType to);
+  Value* bitcast(Value* v, DType to);
   Value* dot(Value* a, Value* b, Value* acc);
   Value* reduce(ReduceKind kind, Value* v, int axis);
 

@@ -235,6 +235,16 @@ std::string check(const Op& op) {
       return fmt::format("needs float operands, got {}", describe(in[0]));
     if (res() != in[0]->type) return fmt::format("result {} should be {}", describe(out[0]), in[0]->type.str());
     return "";
+  case OpKind::Bitcast:
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    if (in[0]->type.is_ptr() || res().is_ptr()) return "cannot bitcast pointers";
+    if (res().shape != in[0]->type.shape)
+      return fmt::format("result {} differs in shape from {}", describe(out[0]), describe(in[0]));
+    if (in[0]->type.dtype() == DType::i1 || res().dtype() == DType::i1 ||
+        dtype_bits(in[0]->type.dtype()) != dtype_bits(res().dtype()))
+      return fmt::format("{} and {} differ in width (bitcast needs equal widths, i1 excluded)", describe(in[0]),
+                         describe(out[0]));
+    return "";
   case OpKind::Cast:
     if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
     if (in[0]->type.is_ptr() || res().is_ptr()) return "cannot cast pointers";

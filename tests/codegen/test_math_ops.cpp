@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <array>
 #include <random>
 
 #include "backends/launchers.h"
@@ -141,5 +143,102 @@ TEST_CASE("sin, cos, erf and pow on the GPU link libdevice in and inline it", "[
     CHECK(c.ptx.find("__nv_") == std::string::npos); // inlined, no call left
     CHECK(codegen::test::count_matches(c.ptx, R"(\bcall\b)") == 0);
     CHECK(codegen::test::count_matches(c.ptx, R"(fma\.rn\.f32)") > 0);
+  }
+}
+
+namespace {
+
+// bits[i] = the bits of x[i] (f32 -> i32, f16 -> i16, f8e5m2 -> i8) and back again.
+ir::Kernel bitcast_kernel() {
+  KernelBuilder kb("bitcasts");
+  auto x = kb.arg<Ptr<f32>>("x"), h = kb.arg(ptr_to(DType::f16), "h"), e = kb.arg(ptr_to(DType::f8e5m2), "e");
+  auto xb = kb.arg<Ptr<i32>>("xb"), hb = kb.arg<Ptr<i16>>("hb"), eb = kb.arg<Ptr<i8>>("eb");
+  auto x2 = kb.arg<Ptr<f32>>("x2");
+  auto i = program_id(0) * 128 + arange(0, 128);
+  auto xi = bitcast(load(x + i), i32);
+  store(xb + i, xi);
+  store(hb + i, bitcast(load(h + i), i16));
+  store(eb + i, bitcast(load(e + i), i8));
+  store(x2 + i, bitcast(xi ^ int64_t(INT32_MIN), f32)); // flip the sign through the bits
+  return kb.finish();
+}
+
+// An int8 quantizer: q = clamp(round(x / scale), -127, 127) as i8, and the sign bit of x
+// read through its bits.
+ir::Kernel quantize_kernel() {
+  KernelBuilder kb("quantize_int8");
+  auto x = kb.arg<Ptr<f32>>("x");
+  auto q = kb.arg<Ptr<i8>>("q");
+  auto neg = kb.arg<Ptr<i8>>("neg");
+  auto scale = kb.arg<f32>("scale");
+  auto i = program_id(0) * 256 + arange(0, 256);
+  auto v = load(x + i);
+  store(q + i, clamp(round(v / scale), -127, 127).to(i8));
+  store(neg + i, lshr(bitcast(v, i32), 31).to(i8));
+  return kb.finish();
+}
+
+} // namespace
+
+TEST_CASE("bitcast keeps every bit (NaN payloads, -0) on every CPU backend", "[codegen][ops]") {
+  constexpr int64_t n = 256;
+  auto fresh = [] {
+    std::vector<interp::Buffer> b = {interp::Buffer("x", DType::f32, n), interp::Buffer("h", DType::f16, n),
+                                     interp::Buffer("e", DType::f8e5m2, n), interp::Buffer("xb", DType::i32, n),
+                                     interp::Buffer("hb", DType::i16, n), interp::Buffer("eb", DType::i8, n),
+                                     interp::Buffer("x2", DType::f32, n)};
+    std::mt19937 rng(3);
+    for (int64_t j = 0; j < n; ++j) {
+      uint32_t u = j < 4 ? std::array<uint32_t, 4>{0x7fc00001u, 0xffa00000u, 0x80000000u, 0x7f800000u}[size_t(j)]
+                         : uint32_t(rng());
+      std::memcpy(b[0].bytes.data() + 4 * j, &u, 4);
+      uint16_t hb = uint16_t(j < 2 ? (j ? 0x7c01 : 0xfe55) : rng());
+      std::memcpy(b[1].bytes.data() + 2 * j, &hb, 2);
+      b[2].bytes[size_t(j)] = std::byte(j);
+    }
+    return b;
+  };
+  auto args = [](std::vector<interp::Buffer>& b) {
+    std::vector<interp::Arg> r;
+    for (auto& x : b) r.push_back(interp::Arg::of(x));
+    return r;
+  };
+  ir::Kernel k = bitcast_kernel();
+  auto ref = fresh();
+  interp::interpret(*k, {2, 1, 1}, args(ref));
+  CHECK(ref[3].bytes == ref[0].bytes); // the interpreter keeps the bits it was given
+  CHECK(ref[4].bytes == ref[1].bytes);
+  CHECK(ref[5].bytes == ref[2].bytes);
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t a, b;
+    std::memcpy(&a, ref[0].bytes.data() + 4 * j, 4);
+    std::memcpy(&b, ref[6].bytes.data() + 4 * j, 4);
+    REQUIRE(b == (a ^ 0x80000000u));
+  }
+  for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+    INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
+    auto got = fresh();
+    backends::make_emulate_launcher(lowering)->launch(k, 4, {2, 1, 1}, args(got));
+    for (size_t b = 3; b < 7; ++b) CHECK(got[b].bytes == ref[b].bytes);
+  }
+}
+
+TEST_CASE("an int8 quantizer with round, clamp and bitcast matches plain C++", "[codegen][ops]") {
+  constexpr int64_t n = 1024;
+  const float scale = 0.05f;
+  interp::Buffer x("x", DType::f32, n), q("q", DType::i8, n), neg("neg", DType::i8, n);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> d(-8, 8);
+  for (int64_t j = 0; j < n; ++j) x.set(size_t(j), j == 0 ? -0.0 : j == 1 ? 0.075 : j == 2 ? 0.125 : d(rng)); // ties
+  backends::make_emulate_launcher()->launch(quantize_kernel(), 4, {n / 256, 1, 1},
+                                            {interp::Arg::of(x), interp::Arg::of(q), interp::Arg::of(neg),
+                                             interp::Arg::of_float(scale)});
+  for (int64_t j = 0; j < n; ++j) {
+    float v = float(x.get(size_t(j)));
+    float r = std::nearbyint(v / scale); // ties to even
+    int want = int(std::clamp(r, -127.0f, 127.0f));
+    INFO("x = " << v);
+    REQUIRE(q.get_int(size_t(j)) == want);
+    REQUIRE(neg.get_int(size_t(j)) == (std::signbit(v) ? 1 : 0));
   }
 }

@@ -88,6 +88,10 @@ ir::Kernel elementwise_kernel(DType t) {
 #undef TILEC_X
   b.store(at(out, ++slot), b.select(last, xv, yv), tl.mask);
   if (ir::is_float(t)) b.store(at(out, ++slot), b.fma(xv, yv, xv), tl.mask);
+  if (t != DType::i1) { // to an integer of the width and back
+    DType same = ir::dtype_bits(t) == 8 ? DType::i8 : ir::dtype_bits(t) == 16 ? DType::i16 : ir::dtype_bits(t) == 32 ? DType::i32 : DType::i64;
+    b.store(at(out, ++slot), b.bitcast(b.bitcast(xv, same), t), tl.mask);
+  }
   b.ret();
   return fn;
 }

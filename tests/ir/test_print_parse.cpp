@@ -81,6 +81,7 @@ Kernel coverage_kernel() {
     x = at().unary(k, x);
   x = at().binary(OpKind::Pow, x, x);
   x = at().fma(x, x, x);
+  x = at().bitcast(at().bitcast(x, DType::i32), DType::f32);
   for (OpKind k : {OpKind::Shl, OpKind::AShr, OpKind::LShr, OpKind::UMulHi}) idx = at().binary(k, idx, offs);
   at().unary(OpKind::Abs, idx);
   at().unary(OpKind::Neg, idx);

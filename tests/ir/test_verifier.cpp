@@ -79,6 +79,7 @@ struct EveryOp {
     for (OpKind k : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Min, OpKind::Max, OpKind::Pow})
       v = b.binary(k, v, one);
     v = b.fma(v, one, v);
+    v = b.bitcast(b.bitcast(v, DType::i32), DType::f32);
     Value* ri = r;
     for (OpKind k : {OpKind::Rem, OpKind::And, OpKind::Or, OpKind::Xor, OpKind::Shl, OpKind::AShr, OpKind::LShr,
                      OpKind::UMulHi})
