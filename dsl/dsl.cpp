@@ -627,6 +627,27 @@ Tile reduce_sum(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind
 Tile reduce_max(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::max, t, axis, loc); }
 Tile reduce_min(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::min, t, axis, loc); }
 
+namespace {
+Tile arg_reduce(bool max_, const Tile& t, int axis, const Loc& loc) {
+  ir::Value* v = need(t, loc, max_ ? "argmax" : "argmin");
+  const int rank = v->type.rank();
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank)
+    fail(loc, fmt::format("{}: axis {} out of range for {}", max_ ? "argmax" : "argmin", axis, v->type.str()));
+  const Shape& s = v->type.shape;
+  Tile best = expand_dims(max_ ? reduce_max(t, axis, loc) : reduce_min(t, axis, loc), axis, loc);
+  Shape along(size_t(rank), 1);
+  along[size_t(axis)] = s[size_t(axis)];
+  Tile index = broadcast_to(reshape(arange(0, s[size_t(axis)], loc), along, loc), s, loc);
+  Tile hit = t == broadcast_to(best, s, loc);
+  if (ir::is_float(v->type.dtype())) hit = hit | broadcast_to(isnan(best, loc), s, loc);
+  return reduce_min(where(hit, index, Operand(s[size_t(axis)], loc), loc), axis, loc);
+}
+} // namespace
+
+Tile argmax(const Tile& t, int axis, Loc loc) { return arg_reduce(true, t, axis, loc); }
+Tile argmin(const Tile& t, int axis, Loc loc) { return arg_reduce(false, t, axis, loc); }
+
 Tile dot(const Tile& a, const Tile& b, Loc loc) {
   need(a, loc, "dot");
   need(b, loc, "dot");

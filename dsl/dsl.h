@@ -234,6 +234,11 @@ Tile abs(const Tile& a, Loc loc = Loc::current());
 Tile reduce_sum(const Tile& t, int axis, Loc loc = Loc::current());
 Tile reduce_max(const Tile& t, int axis, Loc loc = Loc::current());
 Tile reduce_min(const Tile& t, int axis, Loc loc = Loc::current());
+// The index (i32) of the largest / smallest element along `axis`, the axis removed: the first
+// one on ties; NaN elements are ignored (as max/min ignore them), and a run of NaNs only gives
+// 0. Built from reduce_max/min, a compare and reduce_min over the indices.
+Tile argmax(const Tile& t, int axis, Loc loc = Loc::current());
+Tile argmin(const Tile& t, int axis, Loc loc = Loc::current());
 // a[M,K] . b[K,N] (+ acc[M,N]) with f32 products and accumulation.
 Tile dot(const Tile& a, const Tile& b, Loc loc = Loc::current());
 Tile dot(const Tile& a, const Tile& b, const Tile& acc, Loc loc = Loc::current());

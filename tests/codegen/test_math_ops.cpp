@@ -242,3 +242,57 @@ TEST_CASE("an int8 quantizer with round, clamp and bitcast matches plain C++", "
     REQUIRE(neg.get_int(size_t(j)) == (std::signbit(v) ? 1 : 0));
   }
 }
+
+TEST_CASE("argmax and argmin: first index on ties, NaN ignored, both axes, every CPU backend", "[codegen][ops]") {
+  constexpr int64_t R = 8, C = 64;
+  KernelBuilder kb("arg_reduce");
+  auto x = kb.arg<Ptr<f32>>("x"), xi = kb.arg<Ptr<i32>>("xi"), out = kb.arg<Ptr<i32>>("out");
+  auto r = arange(0, R), c = arange(0, C);
+  auto v = load(x + r.col() * C + c.row());
+  auto vi = load(xi + r.col() * C + c.row());
+  store(out + r, argmax(v, 1));
+  store(out + R + r, argmin(v, 1));
+  store(out + 2 * R + c, argmax(v, 0));
+  store(out + 2 * R + C + c, argmin(vi, 0));
+  ir::Kernel k = kb.finish();
+
+  interp::Buffer xb("x", DType::f32, R * C), xib("xi", DType::i32, R * C);
+  std::mt19937 rng(5);
+  for (int64_t j = 0; j < R * C; ++j) {
+    xb.set(size_t(j), double(rng() % 7)); // many ties
+    xib.set_int(size_t(j), int64_t(rng() % 5) - 2);
+  }
+  for (int64_t j = 0; j < C; ++j) xb.set(size_t(3 * C + j), NAN); // a row of NaNs
+  xb.set(size_t(5 * C + 2), NAN);                                 // a NaN among numbers
+  xb.set(size_t(5 * C + 9), 100.0);
+  auto want = [&](bool max_, bool ints, int64_t line, bool row) {
+    int64_t n = row ? C : R, best = -1;
+    double bv = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      int64_t at = row ? line * C + t : t * C + line;
+      double e = ints ? double(xib.get_int(size_t(at))) : xb.get(size_t(at));
+      if (std::isnan(e)) continue;
+      if (best < 0 || (max_ ? e > bv : e < bv)) best = t, bv = e;
+    }
+    return best < 0 ? 0 : best;
+  };
+  for (auto lowering : {0, 1, 2}) {
+    INFO("backend " << lowering << " (interpreter, emu lowering, nvptx lowering)");
+    interp::Buffer o("out", DType::i32, 2 * R + 2 * C);
+    std::vector<interp::Arg> a = {interp::Arg::of(xb), interp::Arg::of(xib), interp::Arg::of(o)};
+    if (lowering == 0) interp::interpret(*k, {1, 1, 1}, a);
+    else
+      backends::make_emulate_launcher(lowering == 1 ? backends::EmuLowering::emu : backends::EmuLowering::nvptx)
+          ->launch(k, 4, {1, 1, 1}, a);
+    for (int64_t line = 0; line < R; ++line) {
+      CHECK(o.get_int(size_t(line)) == want(true, false, line, true));
+      CHECK(o.get_int(size_t(R + line)) == want(false, false, line, true));
+    }
+    for (int64_t line = 0; line < C; ++line) {
+      CHECK(o.get_int(size_t(2 * R + line)) == want(true, false, line, false));
+      CHECK(o.get_int(size_t(2 * R + C + line)) == want(false, true, line, false));
+    }
+    CHECK(o.get_int(3) == 0);  // all NaN
+    CHECK(o.get_int(5) == 9);  // 100 beats the rest; the NaN at 2 is ignored
+  }
+}
