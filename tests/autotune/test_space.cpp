@@ -13,7 +13,7 @@ namespace {
 
 const SpaceNames kNames{"paged_attention",
                         {"block_n", "head_group", "num_warps", "num_splits", "num_stages"},
-                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx", "dtype"}};
+                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx", "dtype", "kv_dtype"}};
 
 std::string error_of(const std::string& text) {
   try {
@@ -32,7 +32,7 @@ TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]
   CHECK(s.params.size() == 5);
   CHECK(s.constraints.size() >= 1);
   Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"ctx", 256},
-               {"dtype", 1}};
+               {"dtype", 1}, {"kv_dtype", 0}};
   Enumeration en = enumerate(s, shape);
   CHECK(en.candidates.size() + en.rejected.size() == s.size());
   REQUIRE(!en.candidates.empty());
@@ -41,6 +41,8 @@ TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]
   for (const Rejection& r : en.rejected)
     if (r.params.at("head_group") == 8) saw_head_group_reason |= r.reason.find("head_group_divides_group") != std::string::npos;
   CHECK(saw_head_group_reason);
+  shape["kv_dtype"] = 1; // an fp8 cache: no pipelined loads to tune
+  for (const Values& c : enumerate(s, shape).candidates) CHECK(c.at("num_stages") == 1);
 }
 
 TEST_CASE("constraint expressions: precedence, logic, division by zero", "[autotune]") {
