@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (22 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (26 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -127,6 +127,22 @@ MUTATIONS = [
      "      return b.CreateBitCast(b.CreateTrunc(b.CreateLShr(b.CreateBitCast(v, b.getInt32Ty()), 16), b.getInt16Ty()),\n"
      "                             half_type(b.getContext(), t));\n"
      "    return b.CreateFPTrunc(v, half_type(b.getContext(), t));"),
+    ("fp8-round-away", "codegen/float8_ir.cpp",
+     "the IR fp8 conversion (emulator, sm_80/86) rounds ties away from zero instead of to even",
+     "llvm::Intrinsic::roundeven, b.CreateFMul(a, inv_quantum)",
+     "llvm::Intrinsic::round, b.CreateFMul(a, inv_quantum)"),
+    ("fp8-pair-swap", "codegen/target_nvptx.cpp",
+     "sm_89+ fp8 widening hands back the two halves of cvt.rn.f16x2 swapped",
+     "return std::array<llvm::Value*, 2>{half(0), half(16)};",
+     "return std::array<llvm::Value*, 2>{half(16), half(0)};"),
+    ("shift-unclamped", "codegen/lower.cpp",
+     "shl/lshr by the width or more are not clamped to 0 (LLVM poison; x86 masks the amount)",
+     "llvm::Value* in_range = b_.CreateICmpULT(y, width);",
+     "llvm::Value* in_range = b_.getTrue();"),
+    ("umulhi-signed", "codegen/target.cpp",
+     "umulhi multiplies the operands sign-extended instead of zero-extended",
+     "llvm::Value* p = b.CreateMul(b.CreateZExt(x, wide), b.CreateZExt(y, wide));",
+     "llvm::Value* p = b.CreateMul(b.CreateSExt(x, wide), b.CreateSExt(y, wide));"),
 ]
 
 
