@@ -296,3 +296,38 @@ TEST_CASE("argmax and argmin: first index on ties, NaN ignored, both axes, every
     CHECK(o.get_int(5) == 9);  // 100 beats the rest; the NaN at 2 is ignored
   }
 }
+
+TEST_CASE("RoPE with in-kernel sin/cos and GELU with erf match plain C++", "[codegen][ops]") {
+  constexpr int64_t T = 16, D = 64, H = D / 2;
+  // Rotary embedding: the pair (x[t, i], x[t, i + D/2]) rotated by t * 10000^(-2i/D).
+  KernelBuilder kb("rope_gelu");
+  auto x = kb.arg<Ptr<f32>>("x"), rope = kb.arg<Ptr<f32>>("rope"), gelu = kb.arg<Ptr<f32>>("gelu");
+  auto t = arange(0, T), i = arange(0, H);
+  auto theta = t.col().to(f32) * pow(10000.0, i.row().to(f32) * (-2.0 / D)); // [T, H]
+  auto lo = load(x + t.col() * D + i.row()), hi = load(x + t.col() * D + H + i.row());
+  auto c = cos(theta), s = sin(theta);
+  store(rope + t.col() * D + i.row(), lo * c - hi * s);
+  store(rope + t.col() * D + H + i.row(), lo * s + hi * c);
+  auto d = arange(0, D);
+  auto v = load(x + t.col() * D + d.row());
+  store(gelu + t.col() * D + d.row(), 0.5 * v * (1.0 + erf(v * 0.7071067811865476)));
+  ir::Kernel k = kb.finish();
+
+  interp::Buffer xb("x", DType::f32, T * D), rb("rope", DType::f32, T * D), gb("gelu", DType::f32, T * D);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<double> u(-3, 3);
+  for (int64_t j = 0; j < T * D; ++j) xb.set(size_t(j), u(rng));
+  backends::make_emulate_launcher()->launch(k, 4, {1, 1, 1}, {interp::Arg::of(xb), interp::Arg::of(rb), interp::Arg::of(gb)});
+  for (int64_t tt = 0; tt < T; ++tt)
+    for (int64_t ii = 0; ii < H; ++ii) {
+      double th = double(tt) * std::pow(10000.0, -2.0 * double(ii) / D);
+      double a = xb.get(size_t(tt * D + ii)), b = xb.get(size_t(tt * D + H + ii));
+      INFO("t " << tt << " i " << ii);
+      CHECK(rb.get(size_t(tt * D + ii)) == Approx(a * std::cos(th) - b * std::sin(th)).margin(2e-5));
+      CHECK(rb.get(size_t(tt * D + H + ii)) == Approx(a * std::sin(th) + b * std::cos(th)).margin(2e-5));
+    }
+  for (int64_t j = 0; j < T * D; ++j) {
+    double v = xb.get(size_t(j));
+    CHECK(gb.get(size_t(j)) == Approx(0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))).margin(1e-6));
+  }
+}
