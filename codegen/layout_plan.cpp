@@ -193,6 +193,12 @@ void LayoutPlan::forward_op(const Op& op) {
     set_native(res, l);
     return;
   }
+  case OpKind::Scan: { // in the operand's layout
+    LayoutId p = nat_or_default(op.operands[0]);
+    op_layouts_[&op] = {p};
+    set_native(res, p);
+    return;
+  }
   case OpKind::Reduce: {
     LayoutId p = nat_or_default(op.operands[0]);
     op_layouts_[&op] = {p};
@@ -307,7 +313,8 @@ void LayoutPlan::backward_op(const Op& op) {
     for (const Value* v : op.operands) request(v, l);
     return;
   }
-  case OpKind::Reduce: request(op.operands[0], op_layouts(&op)[0]); return;
+  case OpKind::Reduce:
+  case OpKind::Scan: request(op.operands[0], op_layouts(&op)[0]); return;
   case OpKind::Dot: {
     const auto& ls = op_layouts(&op);
     for (int i = 0; i < 3; ++i) request(op.operands[i], ls[i]);

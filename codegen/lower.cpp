@@ -156,6 +156,7 @@ private:
   void emit_store(const Op& op);
   void emit_atomic(const Op& op);
   void emit_reduce(const Op& op);
+  void emit_scan(const Op& op);
   void emit_dot(const Op& op);
   bool mma_eligible(const Op& op) const;
   // A dot's K loop, run at least once: k = 0, step, ... while below `end`, carrying the f32
@@ -524,6 +525,7 @@ void Lowering::emit_op(const Op& op) {
   case OpKind::AtomicAdd: return emit_atomic(op);
   case OpKind::Dot: return emit_dot(op);
   case OpKind::Reduce: return emit_reduce(op);
+  case OpKind::Scan: return emit_scan(op);
   case OpKind::For: return emit_for(op);
   case OpKind::If: return emit_if(op);
   case OpKind::Yield: {
@@ -914,8 +916,68 @@ llvm::Value* Lowering::combine(ir::ReduceKind k, llvm::Value* x, llvm::Value* y)
     return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, x, y);
   case ir::ReduceKind::min:
     return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, x, y);
+  case ir::ReduceKind::prod: return flt ? b_.CreateFMul(x, y) : b_.CreateMul(x, y);
   }
   internal_fail("bad reduce kind");
+}
+
+// An inclusive scan along one axis, Hillis-Steele through shared memory: the owners write the
+// elements at their row-major index; each of log2(n) steps adds (combines) the element d
+// places back along the axis (d = 1, 2, 4, ...) from one buffer into the other, with a
+// barrier between steps. Every thread then holds its elements' prefixes, replicas included.
+// Floats combine in f32 and round to the dtype once; integers in i32 (i64), wrapping.
+void Lowering::emit_scan(const Op& op) {
+  const Value* src = op.operands[0];
+  const Value* res = op.results[0];
+  const ir::Shape& s = src->type.shape;
+  const int axis = static_cast<int>(op.attrs.axis);
+  const ir::ReduceKind kind = op.attrs.reduce;
+  const LayoutId l = plan_.op_layouts(&op)[0];
+  const DType dt = src->type.dtype();
+  llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : dt == DType::i64 ? b_.getInt64Ty() : b_.getInt32Ty();
+  const DType cdt = ir::is_float(dt) ? DType::f32 : dt == DType::i64 ? DType::i64 : DType::i32;
+  const int64_t n = s[size_t(axis)], total = ir::num_elements(s), cb = ct->isIntegerTy(64) ? 8 : 4;
+  int64_t stride = 1;
+  for (size_t d = size_t(axis) + 1; d < s.size(); ++d) stride *= s[d];
+  const Elems& in = get(src, l);
+  Elems cur(in.size());
+  for (size_t j = 0; j < in.size(); ++j) cur[j] = ir::is_float(dt) ? to_f32(in[j], dt) : b_.CreateSExtOrTrunc(in[j], ct);
+  if (n > 1) {
+    auto cs = coords(l, s);
+    std::vector<llvm::Value*> idx, along;
+    for (auto& c : cs) {
+      idx.push_back(linear_index(c, s));
+      along.push_back(c[size_t(axis)]);
+    }
+    llvm::Value* own = owner(l, s);
+    need_smem(2 * total * cb);
+    before_smem_write();
+    auto write = [&](int buf) {
+      guarded(b_, own, [&]() -> llvm::Value* {
+        for (size_t j = 0; j < cur.size(); ++j)
+          smem_store(cur[j], smem(ct, idx[j], buf * total * cb), "scan write", cdt);
+        return nullptr;
+      });
+      barrier();
+    };
+    int buf = 0;
+    write(buf);
+    for (int64_t d = 1; d < n; d *= 2) {
+      for (size_t j = 0; j < cur.size(); ++j) {
+        llvm::Value* has = b_.CreateICmpSGE(along[j], b_.getInt32(uint32_t(d)));
+        // Elements less than d from the start read themselves (in bounds) and keep their value.
+        llvm::Value* from = b_.CreateSelect(has, b_.CreateSub(idx[j], b_.getInt32(uint32_t(d * stride))), idx[j]);
+        llvm::Value* prev = smem_load(ct, smem(ct, from, buf * total * cb), "scan read");
+        cur[j] = b_.CreateSelect(has, combine(kind, prev, cur[j]), cur[j]);
+      }
+      if (2 * d < n) write(buf = 1 - buf);
+    }
+    smem_dirty_ = true;
+  }
+  Elems out(cur.size());
+  for (size_t j = 0; j < cur.size(); ++j)
+    out[j] = ir::is_float(dt) ? from_f32(cur[j], dt) : b_.CreateSExtOrTrunc(cur[j], reg_type(res->type.elem));
+  define(res, l, std::move(out));
 }
 
 llvm::Value* Lowering::shuffle_xor(llvm::Value* v, int mask) {

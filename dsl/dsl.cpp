@@ -626,6 +626,25 @@ Tile reduce(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) {
 Tile reduce_sum(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::sum, t, axis, loc); }
 Tile reduce_max(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::max, t, axis, loc); }
 Tile reduce_min(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::min, t, axis, loc); }
+Tile reduce_prod(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::prod, t, axis, loc); }
+
+namespace {
+Tile scan(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) {
+  ir::Value* v = need(t, loc, "scan");
+  if (v->type.is_scalar() || v->type.is_ptr())
+    fail(loc, fmt::format("cum{}: needs a tile of numbers, got {}", ir::reduce_kind_name(k), v->type.str()));
+  if (axis < 0) axis += v->type.rank();
+  if (axis < 0 || axis >= v->type.rank())
+    fail(loc, fmt::format("cum{}: axis {} out of range for {}", ir::reduce_kind_name(k), axis, v->type.str()));
+  if (v->type.dtype() == DType::i1) v = cast_to(v, DType::i32, loc);
+  return at(loc).scan(k, v, axis);
+}
+} // namespace
+
+Tile cumsum(const Tile& t, int axis, Loc loc) { return scan(ir::ReduceKind::sum, t, axis, loc); }
+Tile cumprod(const Tile& t, int axis, Loc loc) { return scan(ir::ReduceKind::prod, t, axis, loc); }
+Tile cummax(const Tile& t, int axis, Loc loc) { return scan(ir::ReduceKind::max, t, axis, loc); }
+Tile cummin(const Tile& t, int axis, Loc loc) { return scan(ir::ReduceKind::min, t, axis, loc); }
 
 namespace {
 Tile arg_reduce(bool max_, const Tile& t, int axis, const Loc& loc) {

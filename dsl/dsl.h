@@ -234,6 +234,13 @@ Tile abs(const Tile& a, Loc loc = Loc::current());
 Tile reduce_sum(const Tile& t, int axis, Loc loc = Loc::current());
 Tile reduce_max(const Tile& t, int axis, Loc loc = Loc::current());
 Tile reduce_min(const Tile& t, int axis, Loc loc = Loc::current());
+Tile reduce_prod(const Tile& t, int axis, Loc loc = Loc::current());
+// Inclusive scans along `axis`, the shape kept (i1 counts as i32): out[i] = x[0] op ... op x[i].
+// Floats combine in f32 (order unspecified, like reduce_sum) and round once to the dtype.
+Tile cumsum(const Tile& t, int axis, Loc loc = Loc::current());
+Tile cumprod(const Tile& t, int axis, Loc loc = Loc::current());
+Tile cummax(const Tile& t, int axis, Loc loc = Loc::current());
+Tile cummin(const Tile& t, int axis, Loc loc = Loc::current());
 // The index (i32) of the largest / smallest element along `axis`, the axis removed: the first
 // one on ties; NaN elements are ignored (as max/min ignore them), and a run of NaNs only gives
 // 0. Built from reduce_max/min, a compare and reduce_min over the indices.

@@ -35,7 +35,8 @@ bool is_inexact_source(const ir::Op& op) {
   case ir::OpKind::Pow:
   case ir::OpKind::Tanh:  // the GPU's (and the nvptx lowering's) from ex2 or a polynomial
   case ir::OpKind::Rsqrt: return true; // rsqrt.approx on the GPU
-  case ir::OpKind::Reduce: return op.attrs.reduce == ir::ReduceKind::sum;
+  case ir::OpKind::Reduce:
+  case ir::OpKind::Scan: return op.attrs.reduce == ir::ReduceKind::sum;
   default: return false;
   }
 }
@@ -43,7 +44,7 @@ bool is_inexact_source(const ir::Op& op) {
 bool is_zero_sign_source(const ir::Op& op) {
   if (op.results.size() != 1 || op.result()->type.is_ptr() || !ir::is_float(op.result()->type.dtype())) return false;
   if (op.kind == ir::OpKind::Min || op.kind == ir::OpKind::Max) return true;
-  return op.kind == ir::OpKind::Reduce && op.attrs.reduce != ir::ReduceKind::sum;
+  return (op.kind == ir::OpKind::Reduce || op.kind == ir::OpKind::Scan) && op.attrs.reduce != ir::ReduceKind::sum;
 }
 
 namespace {

@@ -428,9 +428,14 @@ void Generator::act_reduce() {
     i.nonneg = true;
   }
   int axis = static_cast<int>(r_.range(0, static_cast<int64_t>(shape_.size()) - 1));
-  Value* red = b_->reduce(kind, v, axis);
   bool fl = ir::is_float(t);
   Info out{i.inexact || (fl && kind == ir::ReduceKind::sum), i.nonneg, fl && (i.zsign || kind != ir::ReduceKind::sum)};
+  if (r_.chance(0.3)) { // an inclusive scan instead (integer products too: they wrap, exactly)
+    if (!fl && r_.chance(0.3)) kind = ir::ReduceKind::prod, out.nonneg = false;
+    add(b_->scan(kind, v, axis), out);
+    return;
+  }
+  Value* red = b_->reduce(kind, v, axis);
   note(red, out);
   if (red->type.is_scalar()) {
     add(red, out);

@@ -327,6 +327,7 @@ private:
   void exec_memory(const Op& op);
   void exec_dot(const Op& op);
   void exec_reduce(const Op& op);
+  void exec_scan(const Op& op);
   void exec_for(const Op& op);
 
   template <class Access, class Masked> void each_lane(const Op& op, Access access, Masked masked);
@@ -497,6 +498,8 @@ void Machine::exec(const Op& op) {
   }
   case OpKind::Dot:
     return exec_dot(op);
+  case OpKind::Scan:
+    return exec_scan(op);
   case OpKind::Reduce:
     return exec_reduce(op);
   case OpKind::For:
@@ -831,6 +834,8 @@ void Machine::exec_reduce(const Op& op) {
       return floats([](float x, float y) { return std::fmax(x, y); });
     case ir::ReduceKind::min:
       return floats([](float x, float y) { return std::fmin(x, y); });
+    case ir::ReduceKind::prod:
+      return floats(std::multiplies<float>());
     }
   } else {
     auto ints = [&](auto f) {
@@ -844,9 +849,52 @@ void Machine::exec_reduce(const Op& op) {
       return ints([](int64_t x, int64_t y) { return std::max(x, y); });
     case ir::ReduceKind::min:
       return ints([](int64_t x, int64_t y) { return std::min(x, y); });
+    case ir::ReduceKind::prod:
+      return ints(wrapping_mul);
     }
   }
   internal_fail("bad reduce kind");
+}
+
+// Inclusive prefix along the axis, in order: floats in f32, each result rounded to the dtype
+// once; integers wrapping.
+void Machine::exec_scan(const Op& op) {
+  const Value* v = op.operands[0];
+  const ir::Shape& s = v->type.shape;
+  int64_t axis = op.attrs.axis, outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= s[d];
+  for (size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t len = s[axis];
+  const Tile& a = in(v);
+  Tile& r = out(op.result());
+  DType t = v->type.dtype();
+  auto run = [&](auto& dst, const auto& src, auto combine) {
+    dst = src;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 1; k < len; ++k)
+        for (int64_t j = 0; j < inner; ++j) {
+          int64_t at = (o * len + k) * inner + j;
+          dst[at] = combine(dst[at - inner], src[at]);
+        }
+  };
+  const ir::ReduceKind k = op.attrs.reduce;
+  if (ir::is_float(t)) {
+    auto f = [k](float x, float y) {
+      return k == ir::ReduceKind::sum ? x + y : k == ir::ReduceKind::prod ? x * y
+                                    : k == ir::ReduceKind::max            ? std::fmax(x, y)
+                                                                          : std::fmin(x, y);
+    };
+    run(r.f, a.f, f);
+    round_all(r.f, t);
+  } else {
+    auto f = [k](int64_t x, int64_t y) {
+      return k == ir::ReduceKind::sum ? wrapping_add(x, y) : k == ir::ReduceKind::prod ? wrapping_mul(x, y)
+                                    : k == ir::ReduceKind::max                       ? std::max(x, y)
+                                                                                     : std::min(x, y);
+    };
+    run(r.i, a.i, f);
+    wrap_all(r.i, t);
+  }
 }
 
 void Machine::exec_for(const Op& op) {

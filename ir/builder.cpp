@@ -167,6 +167,15 @@ Value* Builder::reduce(ReduceKind kind, Value* v, int axis) {
   return create(OpKind::Reduce, {v}, {v->type.with_shape(s)}, a)->result();
 }
 
+Value* Builder::scan(ReduceKind kind, Value* v, int axis) {
+  if (axis < 0 || axis >= v->type.rank())
+    throw UserError(loc, fmt::format("scan: axis {} out of range for {}", axis, v->type.str()));
+  Attrs a;
+  a.reduce = kind;
+  a.axis = axis;
+  return create(OpKind::Scan, {v}, {v->type}, a)->result();
+}
+
 Op* Builder::for_op(Value* lb, Value* ub, Value* step, const std::vector<Value*>& inits) {
   std::vector<Value*> ops{lb, ub, step};
   std::vector<Type> types;

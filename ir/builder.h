@@ -47,6 +47,7 @@ public:
   Value* bitcast(Value* v, DType to);
   Value* dot(Value* a, Value* b, Value* acc);
   Value* reduce(ReduceKind kind, Value* v, int axis);
+  Value* scan(ReduceKind kind, Value* v, int axis); // inclusive
 
   // A for op whose body block has args (iv, carried...) and no terminator yet.
   Op* for_op(Value* lb, Value* ub, Value* step, const std::vector<Value*>& inits);

@@ -67,12 +67,13 @@ std::string_view reduce_kind_name(ReduceKind k) {
   case ReduceKind::sum: return "sum";
   case ReduceKind::max: return "max";
   case ReduceKind::min: return "min";
+  case ReduceKind::prod: return "prod";
   }
   internal_fail("bad reduce kind");
 }
 
 bool parse_reduce_kind(std::string_view name, ReduceKind& out) {
-  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min})
+  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min, ReduceKind::prod})
     if (reduce_kind_name(k) == name) {
       out = k;
       return true;

@@ -36,7 +36,7 @@ inline bool is_elementwise(OpKind k) { return is_unary(k) || is_binary(k) || is_
 bool has_side_effects(OpKind k); // store, atomic_add, for/if containing them, yield, return
 bool is_terminator(OpKind k);
 
-enum class ReduceKind : uint8_t { sum, max, min };
+enum class ReduceKind : uint8_t { sum, max, min, prod };
 std::string_view reduce_kind_name(ReduceKind k);
 bool parse_reduce_kind(std::string_view name, ReduceKind& out);
 

@@ -276,6 +276,15 @@ std::string check(const Op& op) {
       return fmt::format("result {} should be {}", describe(out[0]), a.with_shape(s).str());
     return "";
   }
+  case OpKind::Scan: {
+    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
+    const Type& a = in[0]->type;
+    if (a.is_ptr() || a.dtype() == DType::i1 || a.is_scalar()) return fmt::format("cannot scan {}", describe(in[0]));
+    if (op.attrs.axis < 0 || op.attrs.axis >= a.rank())
+      return fmt::format("axis {} out of range for {}", op.attrs.axis, describe(in[0]));
+    if (res() != a) return fmt::format("result {} should be {}", describe(out[0]), a.str());
+    return "";
+  }
   case OpKind::For: {
     if (in.size() < 3) return fmt::format("expects at least 3 operands, got {}", in.size());
     for (int i = 0; i < 3; ++i)

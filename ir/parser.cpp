@@ -554,10 +554,11 @@ private:
       attrs.axis = parse_int("an axis");
       after = "':' after the axis";
       break;
-    case OpKind::Reduce: {
+    case OpKind::Reduce:
+    case OpKind::Scan: {
       Token k = next();
       if (k.kind != Tok::ident || !parse_reduce_kind(k.text, attrs.reduce))
-        fail_expected(k, "a reduction (sum, max or min)");
+        fail_expected(k, "a reduction (sum, max, min or prod)");
       operands = parse_operands();
       expect_keyword("axis", "after the operand");
       attrs.axis = parse_int("an axis");

@@ -161,6 +161,7 @@ private:
     case OpKind::Constant: out_ += " " + format_const(a.value); break;
     case OpKind::ExpandDims: out_ += fmt::format(" {} axis {}", refs(op.operands), a.axis); break;
     case OpKind::Reduce:
+    case OpKind::Scan:
       out_ += fmt::format(" {} {} axis {}", reduce_kind_name(a.reduce), refs(op.operands), a.axis);
       break;
     case OpKind::Permute: out_ += fmt::format(" {} [{}]", refs(op.operands), fmt::join(a.perm, ", ")); break;

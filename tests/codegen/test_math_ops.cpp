@@ -331,3 +331,138 @@ TEST_CASE("RoPE with in-kernel sin/cos and GELU with erf match plain C++", "[cod
     CHECK(gb.get(size_t(j)) == Approx(0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))).margin(1e-6));
   }
 }
+
+TEST_CASE("cumsum, cumprod, cummax, cummin and reduce_prod along either axis match C++ on every CPU backend",
+          "[codegen][ops][scan]") {
+  // [8, 64] i32 and f32 tiles, each scan along both axes, with 1, 4 and 8 warps (replicated,
+  // spread and split layouts).
+  constexpr int64_t R = 8, C = 64;
+  KernelBuilder kb("scans");
+  auto xi = kb.arg<Ptr<i32>>("xi"), xf = kb.arg<Ptr<f32>>("xf");
+  auto oi = kb.arg<Ptr<i32>>("oi"), of = kb.arg<Ptr<f32>>("of");
+  auto r = arange(0, R), c = arange(0, C);
+  auto at = r.col() * C + c.row();
+  auto vi = load(xi + at), vf = load(xf + at);
+  int slot = 0;
+  for (int axis : {0, 1}) {
+    store(oi + (slot++) * R * C + at, cumsum(vi, axis));
+    store(oi + (slot++) * R * C + at, cumprod(vi, axis));
+    store(oi + (slot++) * R * C + at, cummax(vi, axis));
+    store(oi + (slot++) * R * C + at, cummin(vi, axis));
+  }
+  store(of + at, cumsum(vf, 1));
+  store(of + R * C + at, cummax(vf, 0));
+  store(of + 2 * R * C + r, reduce_prod(vf, 1));
+  ir::Kernel k = kb.finish();
+
+  interp::Buffer bi("xi", DType::i32, R * C), bf("xf", DType::f32, R * C);
+  std::mt19937 rng(8);
+  for (int64_t j = 0; j < R * C; ++j) {
+    bi.set_int(size_t(j), int64_t(rng() % 2001) - 1000);
+    bf.set(size_t(j), j % 64 == 7 ? NAN : double(int64_t(rng() % 9) - 4) * 0.5 + (j % 3 ? 1.0 : -0.25));
+  }
+  // The reference, in order.
+  auto ref_int = [&](int axis, int kind, int64_t rr, int64_t cc) {
+    int64_t n = axis ? cc : rr;
+    uint32_t acc = 0;
+    int32_t m = 0;
+    for (int64_t t = 0; t <= n; ++t) {
+      int32_t v = int32_t(bi.get_int(size_t(axis ? rr * C + t : t * C + cc)));
+      if (t == 0) acc = uint32_t(v), m = v;
+      else {
+        acc = kind == 0 ? acc + uint32_t(v) : acc * uint32_t(v);
+        m = kind == 2 ? std::max(m, v) : std::min(m, v);
+      }
+    }
+    return kind < 2 ? int64_t(int32_t(acc)) : int64_t(m);
+  };
+  for (int backend : {0, 1, 2})
+    for (int warps : {1, 4, 8}) {
+      INFO("backend " << backend << " (interpreter, emu lowering, nvptx lowering), warps " << warps);
+      interp::Buffer oib("oi", DType::i32, 8 * R * C), ofb("of", DType::f32, 2 * R * C + R);
+      std::vector<interp::Arg> a = {interp::Arg::of(bi), interp::Arg::of(bf), interp::Arg::of(oib), interp::Arg::of(ofb)};
+      if (backend == 0) {
+        if (warps != 4) continue;
+        interp::interpret(*k, {1, 1, 1}, a);
+      } else {
+        backends::make_emulate_launcher(backend == 1 ? backends::EmuLowering::emu : backends::EmuLowering::nvptx)
+            ->launch(k, warps, {1, 1, 1}, a);
+      }
+      int bad = 0;
+      for (int axis : {0, 1})
+        for (int kind = 0; kind < 4; ++kind)
+          for (int64_t rr = 0; rr < R; ++rr)
+            for (int64_t cc = 0; cc < C; ++cc) {
+              int64_t got = oib.get_int(size_t((axis * 4 + kind) * R * C + rr * C + cc));
+              if (got != ref_int(axis, kind, rr, cc) && ++bad <= 5)
+                FAIL_CHECK("axis " << axis << " kind " << kind << " at " << rr << "," << cc << ": " << got
+                                   << ", want " << ref_int(axis, kind, rr, cc));
+            }
+      for (int64_t rr = 0; rr < R; ++rr) {
+        double s = 0, p = 1;
+        for (int64_t cc = 0; cc < C; ++cc) {
+          double v = bf.get(size_t(rr * C + cc));
+          s += v;
+          p *= v;
+          double got = ofb.get(size_t(rr * C + cc));
+          // Sums of halves and quarters are exact in f32 in any order, NaN poisons the rest.
+          if (!((std::isnan(s) && std::isnan(got)) || got == s) && ++bad <= 10)
+            FAIL_CHECK("cumsum f32 at " << rr << "," << cc << ": " << got << ", want " << s);
+        }
+        double gp = ofb.get(size_t(2 * R * C + rr));
+        if (!((std::isnan(p) && std::isnan(gp)) || gp == Approx(p).epsilon(1e-5)) && ++bad <= 10)
+          FAIL_CHECK("reduce_prod row " << rr << ": " << gp << ", want " << p);
+      }
+      for (int64_t cc = 0; cc < C; ++cc) {
+        double m = -INFINITY;
+        for (int64_t rr = 0; rr < R; ++rr) {
+          double v = bf.get(size_t(rr * C + cc));
+          if (!std::isnan(v)) m = std::max(m, v);
+          double got = ofb.get(size_t(R * C + rr * C + cc));
+          double want = m == -INFINITY ? NAN : m; // a column starting with NaN stays NaN until a number
+          if (!((std::isnan(want) && std::isnan(got)) || got == want) && ++bad <= 10)
+            FAIL_CHECK("cummax f32 at " << rr << "," << cc << ": " << got << ", want " << want);
+        }
+      }
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("a top-p (nucleus) sampler with cumsum and argmax matches plain C++", "[codegen][ops][scan]") {
+  // Probabilities sorted in descending order per row (as a sampler sorts them): keep the
+  // smallest prefix whose mass reaches p, renormalize, and pick the most likely kept token
+  // and the number kept.
+  constexpr int64_t R = 4, V = 128;
+  const float p = 0.8f;
+  KernelBuilder kb("top_p");
+  auto probs = kb.arg<Ptr<f32>>("probs");
+  auto kept = kb.arg<Ptr<i32>>("kept"), pick = kb.arg<Ptr<i32>>("pick");
+  auto top_p = kb.arg<f32>("p");
+  auto r = arange(0, R), v = arange(0, V);
+  auto x = load(probs + r.col() * V + v.row());
+  auto before = cumsum(x, 1) - x; // mass of the tokens ahead of each one
+  auto keep = before < top_p;
+  store(kept + r, reduce_sum(keep.to(i32), 1));
+  store(pick + r, argmax(where(keep, x, -1.0), 1));
+  ir::Kernel k = kb.finish();
+
+  interp::Buffer pb("probs", DType::f32, R * V), kb_("kept", DType::i32, R), pk("pick", DType::i32, R);
+  std::mt19937 rng(4);
+  for (int64_t rr = 0; rr < R; ++rr) {
+    std::vector<double> w(V);
+    double sum = 0;
+    for (auto& e : w) sum += (e = std::exp(-0.05 * double(rng() % 200)));
+    std::sort(w.rbegin(), w.rend());
+    for (int64_t j = 0; j < V; ++j) pb.set(size_t(rr * V + j), w[size_t(j)] / sum);
+  }
+  backends::make_emulate_launcher()->launch(k, 4, {1, 1, 1}, {interp::Arg::of(pb), interp::Arg::of(kb_), interp::Arg::of(pk),
+                                                              interp::Arg::of_float(p)});
+  for (int64_t rr = 0; rr < R; ++rr) {
+    float mass = 0;
+    int want = 0;
+    for (int64_t j = 0; j < V && mass < p; ++j) mass += float(pb.get(size_t(rr * V + j))), ++want;
+    INFO("row " << rr);
+    CHECK(kb_.get_int(size_t(rr)) == want);
+    CHECK(pk.get_int(size_t(rr)) == 0); // the most likely token leads a sorted row
+  }
+}

@@ -136,7 +136,7 @@ ir::Kernel reduce_kernel(DType t, ir::Shape s) {
   auto* mask = b.binary(OpKind::Lt, offs, splat_i32(b, ir::num_elements(s) - 3, s));
   auto* xv = b.load(b.addptr(b.splat(x, s), offs), mask);
   int64_t slot = 0;
-  for (ir::ReduceKind k : {ir::ReduceKind::sum, ir::ReduceKind::max, ir::ReduceKind::min}) {
+  for (ir::ReduceKind k : {ir::ReduceKind::sum, ir::ReduceKind::max, ir::ReduceKind::min, ir::ReduceKind::prod}) {
     for (int axis = 0; axis < static_cast<int>(s.size()); ++axis) {
       ir::Value* r = b.reduce(k, xv, axis);
       const ir::Shape& rs = r->type.shape;
@@ -193,12 +193,42 @@ TEST_CASE("reductions over each axis, every reducible dtype", "[codegen]") {
   compile_checked(*reduce_kernel(DType::f32, {2, 2}));
 }
 
+// Each scan kind along each axis of a [rows, cols] tile, each result stored.
+ir::Kernel scan_kernel(DType t, int64_t rows, int64_t cols) {
+  auto fn = std::make_shared<ir::Function>(fmt::format("scan_{}", ir::dtype_name(t)));
+  ir::Builder b(*fn);
+  auto* x = fn->add_param("x", ptr_type(t));
+  auto* out = fn->add_param("out", ptr_type(t));
+  auto* n = fn->add_param("n", ir::scalar_type(DType::i32));
+  Tile2d tl = tile2d(b, n, rows, cols);
+  ir::Shape s{rows, cols};
+  auto* xv = b.load(b.addptr(b.splat(x, s), tl.offs), tl.mask);
+  int slot = 0;
+  for (ir::ReduceKind k : {ir::ReduceKind::sum, ir::ReduceKind::max, ir::ReduceKind::min, ir::ReduceKind::prod})
+    for (int axis : {0, 1})
+      b.store(b.addptr(b.splat(out, s), b.binary(OpKind::Add, tl.offs, splat_i32(b, (slot++) * rows * cols, s))),
+              b.scan(k, xv, axis), tl.mask);
+  b.ret();
+  return fn;
+}
+
+TEST_CASE("scans along each axis, every scannable dtype", "[codegen][scan]") {
+  for (DType t : ir::kAllDTypes) {
+    if (t == DType::i1) continue;
+    INFO("dtype " << ir::dtype_name(t));
+    compile_checked(*scan_kernel(t, 8, 32));
+  }
+  compile_checked(*scan_kernel(DType::f32, 2, 1024), 8);
+  compile_checked(*scan_kernel(DType::i32, 1, 2), 1);
+}
+
 TEST_CASE("every op kind is lowered", "[codegen]") {
   // Runs after the cases above in declaration order; builds the rest here so
   // the case also stands alone.
   for (DType t : ir::kAllDTypes) note_ops(*elementwise_kernel(t));
   note_ops(*cast_kernel(DType::f32));
   note_ops(*reduce_kernel(DType::f32, {4, 8}));
+  note_ops(*scan_kernel(DType::f32, 4, 8));
   std::set<OpKind> others{OpKind::ProgramId, OpKind::NumPrograms, OpKind::Permute, OpKind::AtomicAdd,
                           OpKind::Dot, OpKind::For, OpKind::If, OpKind::Yield}; // in test_structure.cpp
   for (int k = 0; k < ir::kNumOpKinds; ++k) {

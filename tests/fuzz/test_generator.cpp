@@ -41,7 +41,7 @@ TEST_CASE("fuzz: every generated program verifies and round-trips through its te
                        ir::OpKind::Tanh, ir::OpKind::Sqrt, ir::OpKind::Rsqrt, ir::OpKind::Abs, ir::OpKind::Neg,
                        ir::OpKind::Div, ir::OpKind::Rem, ir::OpKind::Xor, ir::OpKind::Ge, ir::OpKind::NumPrograms,
                        ir::OpKind::Sin, ir::OpKind::Cos, ir::OpKind::Erf, ir::OpKind::Pow, ir::OpKind::Fma,
-                       ir::OpKind::Shl, ir::OpKind::AShr, ir::OpKind::LShr, ir::OpKind::UMulHi})
+                       ir::OpKind::Shl, ir::OpKind::AShr, ir::OpKind::LShr, ir::OpKind::UMulHi, ir::OpKind::Scan})
     CHECK(ops.count(std::string(ir::op_name(k))));
   for (ir::DType t : ir::kAllDTypes) CHECK(dtypes.count(std::string(ir::dtype_name(t))));
 }

@@ -120,9 +120,10 @@ Kernel coverage_kernel() {
   Value* tr = at().permute(flat, {1, 0});                // [8, 16]
   Value* acc = at().constant(tile_type(DType::f32, {8, 8}), ConstValue::of_float(0));
   Value* d = at().dot(at().cast(tr, DType::f16), at().cast(flat, DType::f16), acc);
-  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min}) {
+  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min, ReduceKind::prod}) {
     at().reduce(k, d, 0);
     at().reduce(k, d, 1);
+    at().scan(k, d, 1);
   }
   Value* s = at().reduce(ReduceKind::sum, at().reduce(ReduceKind::max, d, 1), 0);
 

@@ -95,7 +95,7 @@ struct EveryOp {
     Value* back = b.permute(tall, {1, 0});
     Value* acc = b.constant(tile_type(DType::f32, {4, 4}), ConstValue::of_float(0.0));
     Value* prod = b.dot(back, tall, acc);
-    Value* sums = b.reduce(ReduceKind::sum, prod, 1);
+    Value* sums = b.reduce(ReduceKind::sum, b.scan(ReduceKind::prod, prod, 0), 1);
     b.atomic_add(b.addptr(b.splat(x, {4}), b.arange(0, 4)), sums);
     b.loc = at(4);
     Value* zero = b.constant(scalar_type(DType::i32), ConstValue::of_int(0));
