@@ -246,7 +246,8 @@ TEST_CASE("fused paged attention matches its reference on public models' attenti
   // Llama-3 70B, Qwen2 7B, Qwen2.5 0.5B, Gemma 2B, Gemma-2 9B, Falcon 7B, StarCoder2 15B, Yi
   // 34B, Grok-1, MPT-7B, and the head dims between powers of two: Phi-2 and StableLM-3B (80),
   // Phi-3-mini and GPT-NeoX-20B (96), MPT-30B (112); at bf16 with the pipeline and at f16
-  // with the defaults; ragged contexts over two sequences.
+  // with the defaults, and every third model over an fp8 cache (e4m3 and e5m2 in turn, q in
+  // bf16); ragged contexts over two sequences.
   struct Model {
     const char* name;
     int64_t hq, hkv, head_dim;
@@ -259,15 +260,20 @@ TEST_CASE("fused paged attention matches its reference on public models' attenti
                           {"mpt-30b", 64, 64, 112}};
   const KernelTemplate* t = find_template("paged_attention");
   REQUIRE(t);
-  for (const Model& m : models)
-    for (int variant = 0; variant < 2; ++variant) {
+  int index = 0;
+  for (const Model& m : models) {
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant == 2 && index % 3) continue;
       ParamMap shape = defaults(t->shape), params = defaults(t->params);
       shape["batch"] = 2, shape["hq"] = m.hq, shape["hkv"] = m.hkv, shape["head_dim"] = m.head_dim;
-      shape["dtype"] = variant == 0 ? 2 : 1; // bf16, f16
+      shape["dtype"] = variant == 1 ? 1 : 2; // f16, bf16
       if (variant == 0) params["block_n"] = 64, params["num_stages"] = 3, params["head_group"] = 0;
-      INFO(m.name << (variant == 0 ? " bf16 block_n=64 num_stages=3" : " f16 defaults"));
+      if (variant == 2) shape["kv_dtype"] = 1 + index / 3 % 2, params["num_stages"] = 1;
+      INFO(m.name << (variant == 0 ? " bf16 block_n=64 num_stages=3" : variant == 1 ? " f16 defaults" : " fp8 cache"));
       check_emulated(*t, "", params, shape, 5);
     }
+    ++index;
+  }
 }
 
 TEST_CASE("paged attention serves head dims between powers of two with caches of exactly that size",
