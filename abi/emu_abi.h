@@ -126,6 +126,9 @@ float tilec_emu_f16_to_f32(tilec_emu_thread* ctx, uint16_t bits);
 uint16_t tilec_emu_f32_to_f16(tilec_emu_thread* ctx, float value);
 float tilec_emu_bf16_to_f32(tilec_emu_thread* ctx, uint16_t bits);
 uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread* ctx, float value);
+/* A device_assert failed: stops the launch with `where` ("file:line: message"), the block
+ * and the thread. */
+void tilec_emu_assert_fail(tilec_emu_thread* ctx, const char* where);
 /* PTX's fp8 pair conversions (format 0 e4m3, 1 e5m2; see abi/float8.h), for the nvptx
  * lowering run on the CPU: cvt.rn.f16x2.{e4m3x2,e5m2x2} (the byte at bits 8k..8k+7 gives
  * the f16 at bits 16k..16k+15) and cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (`hi` lands in the

@@ -109,9 +109,9 @@ rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions
   std::string divisibility;
   for (const auto& [name, d] : opts.int_arg_divisibility) divisibility += fmt::format(" {}%{}", name, d);
   for (const auto& [name, v] : opts.int_arg_values) divisibility += fmt::format(" {}={}", name, v);
-  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={} tensor_cores={} divisible:{}\ncompiler={}\n",
+  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={} tensor_cores={} asserts={} divisible:{}\ncompiler={}\n",
                                 ir::print(fn), target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas,
-                                opts.tensor_cores, divisibility, identity);
+                                opts.tensor_cores, opts.device_asserts, divisibility, identity);
   std::promise<rt::Manifest> promise;
   std::shared_future<rt::Manifest> pending;
   {

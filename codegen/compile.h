@@ -28,6 +28,9 @@ struct CompileOptions {
   // sm_80 and later; the emulator executes it with the same fragment ownership). Off: every
   // dot runs on CUDA cores, as dots of other dtypes always do.
   bool tensor_cores = true;
+  // device_assert ops: checked (a failed one stops the launch with its message: __assertfail
+  // on the GPU, an error naming block and thread in the emulator), or compiled out.
+  bool device_asserts = true;
   // Integer parameters, by name, that the launch guarantees a power of two divides (16: the
   // specialization launchers make, as Triton's does, for arguments that are multiples of
   // 16): index arithmetic from them is known aligned, so a runtime row stride gives vector

@@ -193,6 +193,9 @@ void LayoutPlan::forward_op(const Op& op) {
     set_native(res, l);
     return;
   }
+  case OpKind::Assert:
+    if (!op.operands[0]->type.is_scalar()) op_layouts_[&op] = {nat_or_default(op.operands[0])};
+    return;
   case OpKind::Scan: { // in the operand's layout
     LayoutId p = nat_or_default(op.operands[0]);
     op_layouts_[&op] = {p};
@@ -315,6 +318,9 @@ void LayoutPlan::backward_op(const Op& op) {
   }
   case OpKind::Reduce:
   case OpKind::Scan: request(op.operands[0], op_layouts(&op)[0]); return;
+  case OpKind::Assert:
+    if (!op.operands[0]->type.is_scalar()) request(op.operands[0], op_layouts(&op)[0]);
+    return;
   case OpKind::Dot: {
     const auto& ls = op_layouts(&op);
     for (int i = 0; i < 3; ++i) request(op.operands[i], ls[i]);

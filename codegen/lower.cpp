@@ -157,6 +157,7 @@ private:
   void emit_atomic(const Op& op);
   void emit_reduce(const Op& op);
   void emit_scan(const Op& op);
+  void emit_assert(const Op& op);
   void emit_dot(const Op& op);
   bool mma_eligible(const Op& op) const;
   // A dot's K loop, run at least once: k = 0, step, ... while below `end`, carrying the f32
@@ -526,6 +527,7 @@ void Lowering::emit_op(const Op& op) {
   case OpKind::Dot: return emit_dot(op);
   case OpKind::Reduce: return emit_reduce(op);
   case OpKind::Scan: return emit_scan(op);
+  case OpKind::Assert: return emit_assert(op);
   case OpKind::For: return emit_for(op);
   case OpKind::If: return emit_if(op);
   case OpKind::Yield: {
@@ -919,6 +921,22 @@ llvm::Value* Lowering::combine(ir::ReduceKind k, llvm::Value* x, llvm::Value* y)
   case ir::ReduceKind::prod: return flt ? b_.CreateFMul(x, y) : b_.CreateMul(x, y);
   }
   internal_fail("bad reduce kind");
+}
+
+// device_assert: when any element of the condition this thread holds is false, the target's
+// assert_fail with the op's source location and message (compiled out without
+// CompileOptions::device_asserts).
+void Lowering::emit_assert(const Op& op) {
+  if (!opts_.device_asserts) return;
+  const Value* c = op.operands[0];
+  const Elems& in = get(c, c->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0]);
+  llvm::Value* bad = nullptr;
+  for (llvm::Value* v : in) bad = bad ? b_.CreateOr(bad, b_.CreateNot(v)) : b_.CreateNot(v);
+  std::string where = fmt::format("{}: {}", op.loc.str(), op.attrs.message);
+  guarded(b_, bad, [&]() -> llvm::Value* {
+    hooks_.assert_fail(b_, where);
+    return nullptr;
+  });
 }
 
 // An inclusive scan along one axis, Hillis-Steele through shared memory: the owners write the

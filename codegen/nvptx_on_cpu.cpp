@@ -113,9 +113,16 @@ private:
     if (auto* call = llvm::dyn_cast<llvm::CallInst>(&i)) return rewrite_libdevice(*call);
   }
 
-  // libdevice's __nv_NAME (not linked in here) is the C library's NAME on the CPU.
+  // libdevice's __nv_NAME (not linked in here) is the C library's NAME on the CPU;
+  // __assertfail is the emulator's (its message is the call's site).
   void rewrite_libdevice(llvm::CallInst& call) {
     llvm::Function* f = call.getCalledFunction();
+    if (f && f->getName() == "__assertfail") {
+      Builder b(&call);
+      emu_.call(b, "tilec_emu_assert_fail", b.getVoidTy(), {emu_.site(b, site_of(call, "device_assert"))});
+      call.eraseFromParent();
+      return;
+    }
     if (!f || !f->getName().starts_with("__nv_")) return;
     auto libc = m_.getOrInsertFunction(f->getName().substr(5), f->getFunctionType(), f->getAttributes());
     call.setCalledFunction(libc);

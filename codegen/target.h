@@ -99,6 +99,9 @@ public:
     return std::nullopt;
   }
 
+  // Stops the launch: a device_assert failed. `where` is "file:line: message".
+  virtual void assert_fail(Builder& b, const std::string& where) = 0;
+
   virtual unsigned global_address_space() const = 0;
   // Global memory; `pred` (i1, may be null) guards the access: when false,
   // memory is not touched and the load yields zero.

@@ -153,6 +153,10 @@ public:
     return b.CreateCall(f, {x});
   }
 
+  void assert_fail(Builder& b, const std::string& where) override {
+    emu_.call(b, "tilec_emu_assert_fail", b.getVoidTy(), {emu_.site(b, where)});
+  }
+
   llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) override {
     return call_float_function(b, name, args);
   }

@@ -154,6 +154,22 @@ public:
     return b.CreateSelect(b.CreateFCmpOLT(ax, c(0.125)), small, big);
   }
 
+  // CUDA's assert system call, __assertfail(message, file, line, function, char size): the
+  // driver prints the message with the block and thread and the launch fails.
+  void assert_fail(Builder& b, const std::string& where) override {
+    llvm::Module& m = *b.GetInsertBlock()->getModule();
+    auto str = [&](const std::string& s) -> llvm::Value* {
+      auto* init = llvm::ConstantDataArray::getString(m.getContext(), s);
+      auto* g = new llvm::GlobalVariable(m, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, "assert_str",
+                                         nullptr, llvm::GlobalValue::NotThreadLocal, kGlobal);
+      return b.CreateAddrSpaceCast(g, b.getPtrTy());
+    };
+    auto f = m.getOrInsertFunction("__assertfail", b.getVoidTy(), b.getPtrTy(), b.getPtrTy(), b.getInt32Ty(),
+                                   b.getPtrTy(), b.getInt64Ty());
+    llvm::CallInst* c = b.CreateCall(f, {str(where), str("tilec"), b.getInt32(0), str(fn_->getName().str()), b.getInt64(1)});
+    tag(*c, where, 0);
+  }
+
   llvm::Value* umulhi(Builder& b, llvm::Value* x, llvm::Value* y) override {
     switch (x->getType()->getIntegerBitWidth()) {
     case 16: return b.CreateIntrinsic(llvm::Intrinsic::nvvm_mulhi_us, {}, {x, y});

@@ -540,6 +540,12 @@ Tile operator<<(Operand a, Operand b) { return int_binary(ir::OpKind::Shl, a, b,
 Tile operator>>(Operand a, Operand b) { return int_binary(ir::OpKind::AShr, a, b, a.loc, ">>"); }
 Tile lshr(Operand a, Operand b, Loc loc) { return int_binary(ir::OpKind::LShr, a, b, loc, "lshr"); }
 Tile umulhi(Operand a, Operand b, Loc loc) { return int_binary(ir::OpKind::UMulHi, a, b, loc, "umulhi"); }
+void device_assert(Operand cond, std::string message, Loc loc) {
+  if (cond.is_literal || !cond.v || cond.v->type.is_ptr() || cond.v->type.dtype() != DType::i1)
+    fail(loc, "device_assert: the condition must be an i1 tile or scalar (a comparison)");
+  at(loc).assert_true(cond.v, std::move(message));
+}
+
 std::array<Tile, 4> randint4x(Operand seed, const Tile& offsets, Loc loc) {
   ir::Value* off = need(offsets, loc, "randint4x");
   if (off->type.is_ptr() || !ir::is_int(off->type.dtype()) || off->type.dtype() == DType::i1)

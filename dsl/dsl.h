@@ -212,6 +212,12 @@ Tile cdiv(Operand a, Operand b, Loc loc = Loc::current());
 // i32 <-> f32, i64; not i1): int8 packing, hashing, sign tricks.
 Tile bitcast(const Tile& a, ElemType to, Loc loc = Loc::current());
 
+// Stops the launch where `cond` (an i1 tile or scalar) is false, with `message`, the
+// caller's file:line and the program (interpreter), block and thread (emulator) or the
+// driver's report (GPU: __assertfail). CompileOptions::device_asserts = false (tilec compile
+// --no-device-asserts) compiles them out.
+void device_assert(Operand cond, std::string message, Loc loc = Loc::current());
+
 // Counter-based random numbers: Philox 4x32-10 (Salmon et al., SC'11; as cuRAND and Triton
 // use it) on the counter (offset, 0, 0, 0) with the key (seed's low 32 bits, its high 32
 // bits), written with the tile ops above, so every backend gives the same bits. `seed`: an

@@ -500,6 +500,14 @@ void Machine::exec(const Op& op) {
     return exec_dot(op);
   case OpKind::Scan:
     return exec_scan(op);
+  case OpKind::Assert: {
+    const Tile& c = in(args[0]);
+    for (size_t k = 0; k < c.i.size(); ++k)
+      if (!c.i[k])
+        fail(op, fmt::format("device_assert failed: {} (program ({}, {}, {}){})", op.attrs.message, pid_[0], pid_[1],
+                             pid_[2], c.i.size() > 1 ? fmt::format(", element {}", k) : ""));
+    return;
+  }
   case OpKind::Reduce:
     return exec_reduce(op);
   case OpKind::For:

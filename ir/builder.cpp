@@ -148,6 +148,12 @@ Value* Builder::cast(Value* v, DType to) {
   return create(OpKind::Cast, {v}, {tile_type(to, v->type.shape)})->result();
 }
 
+void Builder::assert_true(Value* cond, std::string message) {
+  Attrs a;
+  a.message = std::move(message);
+  create(OpKind::Assert, {cond}, {}, a);
+}
+
 Value* Builder::bitcast(Value* v, DType to) {
   return create(OpKind::Bitcast, {v}, {tile_type(to, v->type.shape)})->result();
 }

@@ -45,6 +45,7 @@ public:
   Value* fma(Value* a, Value* b, Value* c);
   Value* cast(Value* v, DType to);
   Value* bitcast(Value* v, DType to);
+  void assert_true(Value* cond, std::string message);
   Value* dot(Value* a, Value* b, Value* acc);
   Value* reduce(ReduceKind kind, Value* v, int axis);
   Value* scan(ReduceKind kind, Value* v, int axis); // inclusive

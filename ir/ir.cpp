@@ -59,7 +59,7 @@ bool is_compare(OpKind k) {
 bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
 
 bool has_side_effects(OpKind k) {
-  return k == OpKind::Store || k == OpKind::AtomicAdd || is_terminator(k);
+  return k == OpKind::Store || k == OpKind::AtomicAdd || k == OpKind::Assert || is_terminator(k);
 }
 
 std::string_view reduce_kind_name(ReduceKind k) {

@@ -82,6 +82,7 @@ struct Attrs {
   // for: stages of the software pipeline of its asynchronous copies (1: none). A hint:
   // loads the lowering cannot issue ahead keep their place (docs/ARCHITECTURE.md).
   int64_t num_stages = 1;
+  std::string message; // assert
   bool operator==(const Attrs&) const = default;
 };
 

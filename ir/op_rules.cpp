@@ -235,6 +235,11 @@ std::string check(const Op& op) {
       return fmt::format("needs float operands, got {}", describe(in[0]));
     if (res() != in[0]->type) return fmt::format("result {} should be {}", describe(out[0]), in[0]->type.str());
     return "";
+  case OpKind::Assert:
+    if (!(e = expect_count(op, 1, 1, 0)).empty()) return e;
+    if (in[0]->type.is_ptr() || in[0]->type.dtype() != DType::i1)
+      return fmt::format("condition {} is not i1", describe(in[0]));
+    return "";
   case OpKind::Bitcast:
     if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
     if (in[0]->type.is_ptr() || res().is_ptr()) return "cannot bitcast pointers";

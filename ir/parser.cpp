@@ -529,7 +529,8 @@ private:
     if (kind == OpKind::For) return parse_for(at, results, depth);
     if (kind == OpKind::If) return parse_if(at, results, depth);
 
-    bool has_result = kind != OpKind::Store && kind != OpKind::Yield && kind != OpKind::Return;
+    bool has_result =
+        kind != OpKind::Store && kind != OpKind::Yield && kind != OpKind::Return && kind != OpKind::Assert;
     check_result_count(at, results, has_result ? 1 : 0);
     Attrs attrs;
     std::vector<Value*> operands;
@@ -554,6 +555,13 @@ private:
       attrs.axis = parse_int("an axis");
       after = "':' after the axis";
       break;
+    case OpKind::Assert: {
+      operands = parse_operands();
+      Token m = next();
+      if (m.kind != Tok::string) fail_expected(m, "a quoted message after the condition");
+      attrs.message = std::move(m.str);
+      break;
+    }
     case OpKind::Reduce:
     case OpKind::Scan: {
       Token k = next();

@@ -955,6 +955,10 @@ float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::f16
 uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) { return tilec::f32_to_f16_bits(f); }
 float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::bf16_bits_to_f32(bits); }
 uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) { return tilec::f32_to_bf16_bits(f); }
+void tilec_emu_assert_fail(tilec_emu_thread* t, const char* where) {
+  tilec::rt::fail_thread(t, "device_assert failed at {}", where);
+}
+
 // fp8 -> f16 is exact (both formats fit), so the f16 conversion adds no rounding.
 uint32_t tilec_emu_fp8x2_to_f16x2(tilec_emu_thread*, uint16_t pair, uint32_t format) {
   const tilec::Fp8Format& f = format == 0 ? tilec::kE4M3 : tilec::kE5M2;

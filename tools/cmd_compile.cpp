@@ -26,6 +26,7 @@ struct CompileArgs {
   std::string target = "nvptx";
   std::string out_dir;
   bool no_tensor_cores = false;
+  bool no_device_asserts = false;
 };
 
 // Rejects an output folder compile could not fill, before any work: nothing is created
@@ -75,6 +76,7 @@ Action add_compile(CLI::App& app, Common& common) {
   app.add_option("-o,--out", a->out_dir, "output folder")->required();
   app.add_flag("--no-tensor-cores", a->no_tensor_cores,
                "run every dot on CUDA cores (f16/bf16 dots take mma.sync by default), to compare");
+  app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
   return [&common, a] {
     const auto& t = a->choice.kernel();
     auto params = a->choice.params();
@@ -86,6 +88,7 @@ Action add_compile(CLI::App& app, Common& common) {
     for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
     opts.tensor_cores = !a->no_tensor_cores;
+    opts.device_asserts = !a->no_device_asserts;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();
     codegen::CompiledKernel ck = codegen::compile(*k, opts);

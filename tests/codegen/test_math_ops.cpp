@@ -466,3 +466,57 @@ TEST_CASE("a top-p (nucleus) sampler with cumsum and argmax matches plain C++", 
     CHECK(pk.get_int(size_t(rr)) == 0); // the most likely token leads a sorted row
   }
 }
+
+namespace {
+// Asserts every x[i] is below `limit`; out[i] = x[i].
+ir::Kernel asserting_kernel(int* line) {
+  KernelBuilder kb("asserting");
+  auto x = kb.arg<Ptr<f32>>("x"), out = kb.arg<Ptr<f32>>("out");
+  auto limit = kb.arg<f32>("limit");
+  auto i = program_id(0) * 128 + arange(0, 128);
+  auto v = load(x + i);
+  *line = __LINE__ + 1;
+  device_assert(v < limit, "x must stay below the limit");
+  store(out + i, v);
+  return kb.finish();
+}
+} // namespace
+
+TEST_CASE("device_assert stops the launch with its message and place on every backend, and compiles out",
+          "[codegen][ops][assert]") {
+  int line = 0;
+  ir::Kernel k = asserting_kernel(&line);
+  interp::Buffer x("x", DType::f32, 256), out("out", DType::f32, 256);
+  for (int j = 0; j < 256; ++j) x.set(size_t(j), j == 200 ? 5.0 : 0.5);
+  const std::string here = std::string(__FILE__) + ":" + std::to_string(line);
+  auto run = [&](kernels::Launcher& l, double limit) {
+    try {
+      l.launch(k, 4, {2, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_float(limit)});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto interpreter = kernels::make_interpret_launcher();
+  CHECK(run(*interpreter, 10.0).empty());
+  CHECK_THAT(run(*interpreter, 1.0), Catch::Contains("device_assert failed: x must stay below the limit") &&
+                                         Catch::Contains(here) && Catch::Contains("program (1, 0, 0)") &&
+                                         Catch::Contains("element 72"));
+  for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+    INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
+    auto emu = backends::make_emulate_launcher(lowering);
+    CHECK(run(*emu, 10.0).empty());
+    CHECK_THAT(run(*emu, 1.0), Catch::Contains("device_assert failed at " + here) &&
+                                   Catch::Contains("x must stay below the limit") && Catch::Contains("block (1, 0, 0)") &&
+                                   Catch::Contains("thread"));
+  }
+  // The GPU calls CUDA's __assertfail; ptxas accepts it; the option compiles it out.
+  for (auto& [arch, c] : codegen::test::compile_all_archs(*k)) {
+    INFO(arch);
+    CHECK(c.ptx.find("__assertfail") != std::string::npos);
+    CHECK(c.ptx.find("x must stay below the limit") == std::string::npos); // held as bytes
+  }
+  codegen::CompileOptions o;
+  o.device_asserts = false;
+  CHECK(codegen::compile(*k, o).ptx.find("__assertfail") == std::string::npos);
+}

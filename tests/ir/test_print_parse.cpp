@@ -99,6 +99,7 @@ Kernel coverage_kernel() {
     at().binary(k, idx, offs);
   }
   at().select(mask, x, at().unary(OpKind::Neg, x));
+  at().assert_true(mask, "a \"quoted\" message\\ with escapes");
 
   // Constants of every dtype, float specials included.
   for (DType t : kAllDTypes) at().constant(scalar_type(t), ConstValue::of_int(1));
