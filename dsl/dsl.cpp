@@ -618,34 +618,32 @@ Tile cdiv(Operand a, Operand b, Loc loc) {
 // --- reductions and dot
 
 namespace {
-Tile reduce(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) {
-  ir::Value* v = need(t, loc, "reduce");
+// `axis` of `v` (negative: from the end), checked; `what` names the call in the error.
+int checked_axis(const ir::Value* v, int axis, const Loc& loc, const std::string& what) {
   if (axis < 0) axis += v->type.rank();
   if (axis < 0 || axis >= v->type.rank())
-    fail(loc, fmt::format("reduce_{}: axis {} out of range for {}", ir::reduce_kind_name(k), axis,
-                          v->type.str()));
-  if (v->type.dtype() == DType::i1) v = cast_to(v, DType::i32, loc);
-  return at(loc).reduce(k, v, axis);
+    fail(loc, fmt::format("{}: axis {} out of range for {}", what, axis, v->type.str()));
+  return axis;
 }
+
+// A reduction or scan of `t` along `axis` (i1 counted as i32).
+Tile along_axis(bool is_scan, ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) {
+  std::string what = fmt::format("{}{}", is_scan ? "cum" : "reduce_", ir::reduce_kind_name(k));
+  ir::Value* v = need(t, loc, what.c_str());
+  if (is_scan && (v->type.is_scalar() || v->type.is_ptr()))
+    fail(loc, fmt::format("{}: needs a tile of numbers, got {}", what, v->type.str()));
+  axis = checked_axis(v, axis, loc, what);
+  if (v->type.dtype() == DType::i1) v = cast_to(v, DType::i32, loc);
+  return is_scan ? at(loc).scan(k, v, axis) : at(loc).reduce(k, v, axis);
+}
+Tile reduce(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) { return along_axis(false, k, t, axis, loc); }
+Tile scan(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) { return along_axis(true, k, t, axis, loc); }
 } // namespace
 
 Tile reduce_sum(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::sum, t, axis, loc); }
 Tile reduce_max(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::max, t, axis, loc); }
 Tile reduce_min(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::min, t, axis, loc); }
 Tile reduce_prod(const Tile& t, int axis, Loc loc) { return reduce(ir::ReduceKind::prod, t, axis, loc); }
-
-namespace {
-Tile scan(ir::ReduceKind k, const Tile& t, int axis, const Loc& loc) {
-  ir::Value* v = need(t, loc, "scan");
-  if (v->type.is_scalar() || v->type.is_ptr())
-    fail(loc, fmt::format("cum{}: needs a tile of numbers, got {}", ir::reduce_kind_name(k), v->type.str()));
-  if (axis < 0) axis += v->type.rank();
-  if (axis < 0 || axis >= v->type.rank())
-    fail(loc, fmt::format("cum{}: axis {} out of range for {}", ir::reduce_kind_name(k), axis, v->type.str()));
-  if (v->type.dtype() == DType::i1) v = cast_to(v, DType::i32, loc);
-  return at(loc).scan(k, v, axis);
-}
-} // namespace
 
 Tile cumsum(const Tile& t, int axis, Loc loc) { return scan(ir::ReduceKind::sum, t, axis, loc); }
 Tile cumprod(const Tile& t, int axis, Loc loc) { return scan(ir::ReduceKind::prod, t, axis, loc); }
@@ -656,9 +654,7 @@ namespace {
 Tile arg_reduce(bool max_, const Tile& t, int axis, const Loc& loc) {
   ir::Value* v = need(t, loc, max_ ? "argmax" : "argmin");
   const int rank = v->type.rank();
-  if (axis < 0) axis += rank;
-  if (axis < 0 || axis >= rank)
-    fail(loc, fmt::format("{}: axis {} out of range for {}", max_ ? "argmax" : "argmin", axis, v->type.str()));
+  axis = checked_axis(v, axis, loc, max_ ? "argmax" : "argmin");
   const Shape& s = v->type.shape;
   Tile best = expand_dims(max_ ? reduce_max(t, axis, loc) : reduce_min(t, axis, loc), axis, loc);
   Shape along(size_t(rank), 1);

@@ -240,21 +240,16 @@ std::string check(const Op& op) {
     if (in[0]->type.is_ptr() || in[0]->type.dtype() != DType::i1)
       return fmt::format("condition {} is not i1", describe(in[0]));
     return "";
+  case OpKind::Cast:
   case OpKind::Bitcast:
     if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
-    if (in[0]->type.is_ptr() || res().is_ptr()) return "cannot bitcast pointers";
+    if (in[0]->type.is_ptr() || res().is_ptr()) return fmt::format("cannot {} pointers", op_name(op.kind));
     if (res().shape != in[0]->type.shape)
       return fmt::format("result {} differs in shape from {}", describe(out[0]), describe(in[0]));
-    if (in[0]->type.dtype() == DType::i1 || res().dtype() == DType::i1 ||
-        dtype_bits(in[0]->type.dtype()) != dtype_bits(res().dtype()))
+    if (op.kind == OpKind::Bitcast && (in[0]->type.dtype() == DType::i1 || res().dtype() == DType::i1 ||
+                                       dtype_bits(in[0]->type.dtype()) != dtype_bits(res().dtype())))
       return fmt::format("{} and {} differ in width (bitcast needs equal widths, i1 excluded)", describe(in[0]),
                          describe(out[0]));
-    return "";
-  case OpKind::Cast:
-    if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
-    if (in[0]->type.is_ptr() || res().is_ptr()) return "cannot cast pointers";
-    if (res().shape != in[0]->type.shape)
-      return fmt::format("result {} differs in shape from {}", describe(out[0]), describe(in[0]));
     return "";
   case OpKind::Dot: {
     if (!(e = expect_count(op, 3, 3, 1)).empty()) return e;
