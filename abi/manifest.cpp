@@ -116,6 +116,13 @@ std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
     if (access == "read" && !p.type.is_pointer)
       r.fail(t.get("access"), fmt::format("key '{}.access': only a pointer parameter has an access", path));
     p.read_only = access == "read";
+    if (const toml::node* off = t.get("offsets")) {
+      const auto* bits = off->as_integer();
+      if (!bits || (bits->get() != 32 && bits->get() != 64))
+        r.fail(off, fmt::format("key '{}.offsets' must be 32 or 64 (the bits of the offsets into the buffer)", path));
+      if (!p.type.is_pointer) r.fail(off, fmt::format("key '{}.offsets': only a pointer parameter has offsets", path));
+      p.offsets64 = bits->get() == 64;
+    }
     for (const ModuleParam& earlier : params)
       if (earlier.name == p.name)
         r.fail(t.get("name"),
@@ -291,8 +298,8 @@ std::string format_manifest(const Manifest& m) {
     out += fmt::format("emulator = {}\n", quote(m.emulator.generic_string()));
 
   for (const ModuleParam& p : m.params)
-    out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n{}", quote(p.name), quote(p.type.str()),
-                       p.read_only ? "access = \"read\"\n" : "");
+    out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n{}{}", quote(p.name), quote(p.type.str()),
+                       p.read_only ? "access = \"read\"\n" : "", p.offsets64 ? "offsets = 64\n" : "");
 
   auto values = [&](const char* table, const std::map<std::string, SpecValue>& vs) {
     out += fmt::format("\n[{}]\n", table);

@@ -58,6 +58,9 @@ struct ModuleParam {
   std::string name;
   ParamType type;
   bool read_only = false; // a pointer the kernel only reads through (access = "read")
+  // A pointer whose offsets the code computes in 64 bits (offsets = 64): it may address more
+  // than 2^31 elements. Without it check_launch_args refuses a buffer that large.
+  bool offsets64 = false;
   bool operator==(const ModuleParam&) const = default;
 };
 

@@ -24,6 +24,7 @@ std::unique_ptr<kernels::Launcher> make_cuda_launcher() {
     o.num_warps = num_warps;
     o.int_arg_divisibility = kernels::int_arg_divisibility(fn, args);
     o.int_arg_values = kernels::int_arg_values(fn, args);
+    o.large_buffers = kernels::large_buffers(fn, args);
     o.target = codegen::Target::nvptx;
     o.run_ptxas = cubin;
     return cached_module(fn, o, "cuda");

@@ -35,6 +35,7 @@ public:
     codegen::CompileOptions o;
     o.int_arg_divisibility = kernels::int_arg_divisibility(fn, args);
     o.int_arg_values = kernels::int_arg_values(fn, args);
+    o.large_buffers = kernels::large_buffers(fn, args);
     o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
     o.num_warps = num_warps;
     rt::Manifest manifest = cached_module(fn, o, "emu");

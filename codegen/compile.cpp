@@ -36,6 +36,7 @@
 #include "abi/limits.h"
 #include "codegen/lower.h"
 #include "ir/param_access.h"
+#include "ir/passes.h"
 #include "codegen/target.h"
 
 extern "C" {
@@ -80,6 +81,11 @@ void init_llvm_targets() {
     if (auto it = options.find("dse-memoryssa-walklimit"); it != options.end())
       static_cast<llvm::cl::opt<unsigned>*>(it->second)->setValue(10);
   });
+}
+
+CompileOptions without_large_buffers(CompileOptions o) {
+  o.large_buffers.clear();
+  return o;
 }
 
 void check_options(const CompileOptions& o) {
@@ -179,6 +185,18 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
                                            LoweringStats& stats, CompilePhases* phases = nullptr) {
   auto t0 = std::chrono::steady_clock::now();
+  ir::Kernel widened; // the kernel with 64-bit offsets into the large buffers
+  if (!o.large_buffers.empty()) {
+    for (const std::string& name : o.large_buffers) {
+      auto p = std::find_if(fn.params.begin(), fn.params.end(), [&](const ir::Value* v) { return v->name == name; });
+      if (p == fn.params.end() || !(*p)->type.is_ptr())
+        throw UserError(fmt::format("large buffer '{}': kernel '{}' has no pointer parameter of that name", name,
+                                    fn.name));
+    }
+    widened = ir::clone(fn);
+    ir::widen_offsets(*widened, o.large_buffers);
+    return lower_module(*widened, without_large_buffers(o), ctx, tm, stats, phases);
+  }
   auto m = std::make_unique<llvm::Module>(fn.name, ctx);
   m->setTargetTriple(tm.getTargetTriple().str());
   m->setDataLayout(tm.createDataLayout());

@@ -4,6 +4,7 @@
 // them; compile() runs them all. This header includes no LLVM header.
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,12 @@ struct CompileOptions {
   // other specialization Triton's launcher makes): compiled in as constants, so a stride of 1
   // makes its dim contiguous. Recorded in the manifest's [fixed] table and checked at launch.
   std::map<std::string, int64_t> int_arg_values;
+  // Pointer parameters, by name, whose buffers may hold more than 2^31 elements: offsets into
+  // them are computed in 64 bits (ir::widen_offsets), all others in the kernel's own integer
+  // types. Launchers set it from the buffers they pass (kernels::large_buffers); a module
+  // records it (offsets = 64 on the parameter) and its launch refuses a larger buffer for
+  // any other pointer.
+  std::set<std::string> large_buffers;
 };
 
 // Figures from `ptxas -v`.

@@ -72,7 +72,8 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   m.arch = opts.target == Target::nvptx ? opts.arch : "host";
   std::vector<ir::ParamAccess> access = ir::param_access(fn);
   for (size_t i = 0; i < fn.params.size(); ++i)
-    m.params.push_back({fn.params[i]->name, param_type(fn.params[i]->type), access[i] == ir::ParamAccess::read});
+    m.params.push_back({fn.params[i]->name, param_type(fn.params[i]->type), access[i] == ir::ParamAccess::read,
+                        opts.large_buffers.count(fn.params[i]->name) > 0});
   m.threads_per_block = k.threads_per_block;
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;

@@ -8,11 +8,13 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "abi/float16.h"
 #include "abi/float8.h"
 #include "ir/int_ops.h"
+#include "ir/passes.h"
 
 namespace tilec::interp {
 
@@ -967,7 +969,18 @@ void interpret(const ir::Function& fn, Grid grid, const std::vector<Arg>& args) 
     if (grid[a] < 0 || grid[a] > std::numeric_limits<int32_t>::max())
       throw UserError(
           fmt::format("{}: grid dimension {} is {}, outside [0, 2^31)", fn.name, a, grid[a]));
-  Machine m(fn, grid);
+  // Offsets into buffers past 2^31 elements are computed in 64 bits, as every backend
+  // compiles them (ir::widen_offsets; ir/SEMANTICS.md).
+  std::set<std::string> large;
+  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i)
+    if (fn.params[i]->type.is_ptr() && args[i].buffer && args[i].buffer->count() > (size_t(1) << 31))
+      large.insert(fn.params[i]->name);
+  ir::Kernel widened;
+  if (!large.empty()) {
+    widened = ir::clone(fn);
+    ir::widen_offsets(*widened, large);
+  }
+  Machine m(widened ? *widened : fn, grid);
   m.bind(args);
   for (int64_t z = 0; z < grid[2]; ++z)
     for (int64_t y = 0; y < grid[1]; ++y)

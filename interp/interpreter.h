@@ -8,16 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "abi/byte_array.h"
 #include "ir/ir.h"
 
 namespace tilec::interp {
 
 // A named host array. Elements are stored little-endian at their dtype's size
-// (i1 as one byte, f16/bf16 as their 16-bit patterns).
+// (i1 as one byte, f16/bf16 as their 16-bit patterns). Zero-filled; a large one takes memory
+// only for the pages written (ByteArray), so a cache of billions of elements whose live
+// pages are few costs what those pages do.
 struct Buffer {
   std::string name;
   ir::DType dtype = ir::DType::f32;
-  std::vector<std::byte> bytes;
+  ByteArray bytes;
 
   Buffer() = default;
   Buffer(std::string name, ir::DType dtype, size_t count)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <unordered_map>
 
 namespace tilec::ir {
 
@@ -149,6 +150,52 @@ std::vector<int> count_uses(const Function& f) {
     for (Value* v : op.operands) uses.at(v->id)++;
   });
   return uses;
+}
+
+namespace {
+
+void clone_block(const Block& from, Block& to, Function& f, std::unordered_map<const Value*, Value*>& map) {
+  for (const Value* a : from.args) {
+    Value* n = f.new_value(a->type, nullptr, &to);
+    n->name = a->name;
+    to.args.push_back(n);
+    map[a] = n;
+  }
+  for (const auto& op : from.ops) {
+    auto n = std::make_unique<Op>();
+    n->kind = op->kind;
+    n->attrs = op->attrs;
+    n->loc = op->loc;
+    n->parent = &to;
+    for (const Value* v : op->operands) n->operands.push_back(map.at(v));
+    for (const auto& r : op->regions) {
+      n->regions.push_back(std::make_unique<Block>());
+      n->regions.back()->parent = n.get();
+      clone_block(*r, *n->regions.back(), f, map);
+    }
+    for (const Value* r : op->results) {
+      Value* nr = f.new_value(r->type, n.get());
+      nr->name = r->name;
+      n->results.push_back(nr);
+      map[r] = nr;
+    }
+    to.ops.push_back(std::move(n));
+  }
+}
+
+} // namespace
+
+Kernel clone(const Function& f) {
+  auto k = std::make_shared<Function>(f.name);
+  std::unordered_map<const Value*, Value*> map;
+  for (const Value* p : f.params) {
+    Value* n = k->add_param(p->name, p->type);
+    n->multiple_of = p->multiple_of;
+    map[p] = n;
+  }
+  clone_block(f.body, k->body, *k, map);
+  k->renumber();
+  return k;
 }
 
 } // namespace tilec::ir

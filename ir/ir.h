@@ -139,6 +139,9 @@ private:
 
 using Kernel = std::shared_ptr<Function>;
 
+// A deep copy: the same params, ops, attributes and source locations over new values.
+Kernel clone(const Function& f);
+
 // Walks every op in pre-order (an op before the ops of its regions).
 template <class F> void walk(Block& b, F&& f) {
   for (auto& op : b.ops) {

@@ -1,6 +1,9 @@
 #pragma once
 // Tile IR cleanup passes. Each rewrites a function in place, keeps it valid for
 // the verifier and returns whether it changed anything.
+#include <set>
+#include <string>
+
 #include "ir/ir.h"
 
 namespace tilec::ir {
@@ -21,6 +24,14 @@ bool cse(Function& f);
 // included), for/if ops whose regions have none, and loop-carried values of
 // for ops that feed nothing but themselves.
 bool dce(Function& f);
+
+// Offsets into large buffers in 64 bits: every addptr whose pointer derives from one of the
+// pointer parameters named in `large_params` (buffers of more than 2^31 elements) gets its
+// offset's add/sub/mul chain (through views, select, constants and loop-carried values)
+// recomputed in i64 from the same leaves sign-extended; the low 32 bits of each widened
+// value are the i32 value's, so nothing changes where offsets fit in i32. Returns the
+// number of addptr ops widened (then runs the default passes). ir/SEMANTICS.md.
+int widen_offsets(Function& f, const std::set<std::string>& large_params);
 
 // fold_constants, cse and dce, repeated until none changes anything.
 void run_default_passes(Function& f);

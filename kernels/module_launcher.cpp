@@ -185,6 +185,14 @@ std::map<std::string, int64_t> int_arg_values(const ir::Function& fn, const std:
   return r;
 }
 
+std::set<std::string> large_buffers(const ir::Function& fn, const std::vector<interp::Arg>& args) {
+  std::set<std::string> r;
+  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i)
+    if (fn.params[i]->type.is_ptr() && args[i].buffer && args[i].buffer->count() > rt::kMaxElements32)
+      r.insert(fn.params[i]->name);
+  return r;
+}
+
 std::unique_ptr<Launcher> make_module_launcher(ModuleSource source, bool gpu, std::string backend) {
   return std::make_unique<ModuleLauncher>(std::move(source), gpu, std::move(backend));
 }

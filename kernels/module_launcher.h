@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "abi/manifest.h"
 #include "runtime/launch.h"
@@ -30,6 +31,10 @@ std::map<std::string, int64_t> int_arg_divisibility(const ir::Function& fn, cons
 // The integer arguments equal to 1, which launchers compile in as constants
 // (CompileOptions::int_arg_values), as Triton's launcher specializes on them.
 std::map<std::string, int64_t> int_arg_values(const ir::Function& fn, const std::vector<interp::Arg>& args);
+
+// The pointer parameters of `fn` given buffers of more than 2^31 elements, by name: the
+// buffers a launch compiles a module with 64-bit offsets for (CompileOptions::large_buffers).
+std::set<std::string> large_buffers(const ir::Function& fn, const std::vector<interp::Arg>& args);
 
 // On the GPU (device 0; BackendUnavailable without one) when `gpu`, else on the CPU emulator
 // (the modules' arch is then "host"). `backend` is what backend() reports.

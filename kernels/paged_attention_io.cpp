@@ -31,13 +31,13 @@ interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const s
     else if (a.descr == "<u2") b.dtype = ir::DType::bf16;
     else if (a.descr == "|u1") b.dtype = ir::DType::i8; // fp8 bits: the format is declared (kv_dtype)
     else throw UserError(fmt::format("{}: dtype '{}' is not <f4, <f2, <u2 (bfloat16 bits) or |u1 (fp8 bits)", what, a.descr));
-    b.bytes = a.data;
+    b.bytes = ByteArray(a.data);
     return b;
   }
   if (a.descr != "<u4" && a.descr != "<i4")
     throw UserError(fmt::format("{}: dtype '{}' is not <u4 or <i4", what, a.descr));
   b.dtype = ir::DType::i32;
-  b.bytes = a.data;
+  b.bytes = ByteArray(a.data);
   if (a.descr == "<u4")
     for (size_t i = 0; i < b.count(); ++i) {
       uint32_t v;
@@ -334,7 +334,7 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
   fs::create_directories(dir);
   const PagedAttentionShape& s = in.shape;
   auto put = [&](const char* file, const interp::Buffer& b, std::vector<int64_t> shape, std::string descr) {
-    rt::NpyArray a{std::move(descr), std::move(shape), b.bytes};
+    rt::NpyArray a{std::move(descr), std::move(shape), b.bytes.to_vector()};
     rt::write_npy((fs::path(dir) / file).string(), a);
   };
   put("q.npy", in.q, {s.batch, s.hq, s.sq, s.head_dim}, npy_descr(s.dtype));
@@ -348,7 +348,7 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
 void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
                                   const interp::Buffer& out) {
   const PagedAttentionShape& s = in.shape;
-  rt::NpyArray a{npy_descr(out.dtype), {s.batch, s.hq, s.sq, s.head_dim}, out.bytes};
+  rt::NpyArray a{npy_descr(out.dtype), {s.batch, s.hq, s.sq, s.head_dim}, out.bytes.to_vector()};
   rt::write_npy(path, a);
 }
 

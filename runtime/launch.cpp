@@ -77,6 +77,15 @@ void check_launch_args(const Manifest& m, std::span<const Arg> args) {
               "written buffer overlaps no other (pass separate buffers)",
               m.kernel, m.params[j].name, p.name, p.read_only ? "'" + m.params[j].name + "'" : "'" + p.name + "'"));
       }
+    // 32-bit offsets reach 2^31 elements; a larger buffer needs a module compiled for it.
+    if (p.type.is_pointer && !p.offsets64) {
+      const std::size_t elem = scalar_type_bytes(p.type.element);
+      if (a.buffer_bytes() / elem > kMaxElements32)
+        throw LaunchArgumentError(fmt::format(
+            "kernel '{}' parameter '{}' is given {} elements of {}; this module computes offsets into it in 32 "
+            "bits, which reach {} (2^31): compile it for large buffers (tilec compile --large-buffers {})",
+            m.kernel, p.name, a.buffer_bytes() / elem, scalar_type_name(p.type.element), kMaxElements32, p.name));
+    }
     if (auto it = m.fixed.find(p.name); it != m.fixed.end()) {
       std::int64_t v = scalar_int_value(a);
       if (v != it->second)

@@ -75,6 +75,10 @@ private:
   std::optional<ScalarType> element_;
 };
 
+// The most elements a buffer addressed with 32-bit offsets may have: every in-bounds offset
+// then lies in [0, 2^31). Larger ones need 64-bit offsets (ModuleParam::offsets64).
+inline constexpr std::size_t kMaxElements32 = std::size_t(1) << 31;
+
 // Throws LaunchArgumentError unless `args` match `m.params` in count and, one by one, in kind
 // (a pointer parameter takes a buffer) and scalar type; the message names the parameter.
 void check_launch_args(const Manifest& m, std::span<const Arg> args);

@@ -130,7 +130,7 @@ void check_tuned_db(const std::string& db) {
 void write_output(const kernels::KernelTemplate& t, const std::string& path, const kernels::Problem& p) {
   if (t.write_output) return t.write_output(path, p);
   const interp::Buffer& out = p.buffers.at(size_t(p.outputs.at(0)));
-  rt::write_npy(path, {kernels::npy_descr(out.dtype), {int64_t(out.count())}, out.bytes});
+  rt::write_npy(path, {kernels::npy_descr(out.dtype), {int64_t(out.count())}, out.bytes.to_vector()});
 }
 
 int run_kernel(const Common& common, const RunOptions& o) {
