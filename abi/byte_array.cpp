@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 
 #include "abi/error.h"
 
@@ -31,6 +34,27 @@ bool all_zero(const std::byte* p, std::size_t n) {
   for (; i < n; ++i)
     if (p[i] != std::byte{0}) return false;
   return true;
+}
+
+// Per page of [p, p + n): whether the process ever gave it memory of its own: present and
+// mapped by this process alone (not the shared zero page a read of an untouched page maps),
+// or swapped out. Read from /proc/self/pagemap; nullopt where it cannot be read.
+std::optional<std::vector<bool>> owned_pages(const std::byte* p, std::size_t n) {
+  const std::size_t page = page_bytes();
+  const std::size_t first = std::uintptr_t(p) / page, count = (n + page - 1) / page;
+  FILE* f = std::fopen("/proc/self/pagemap", "rb");
+  if (!f) return std::nullopt;
+  std::vector<std::uint64_t> entries(count);
+  bool ok = std::fseek(f, long(first * 8), SEEK_SET) == 0 && std::fread(entries.data(), 8, count, f) == count;
+  std::fclose(f);
+  if (!ok) return std::nullopt;
+  std::vector<bool> owned(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t e = entries[i];
+    const bool present = e >> 63 & 1, swapped = e >> 62 & 1, exclusive = e >> 56 & 1;
+    owned[i] = (present && exclusive) || swapped;
+  }
+  return owned;
 }
 
 } // namespace
@@ -78,10 +102,14 @@ ByteArray::ByteArray(const ByteArray& o) {
     if (size_) std::memcpy(data_, o.data_, size_);
     return;
   }
-  // Page by page, skipping the zero ones: the copy commits only the pages the source wrote.
+  // Page by page, only those the source ever wrote (never reading the others, which would
+  // map them) and of those the ones not all zero: the copy commits what the source holds.
   const std::size_t page = page_bytes();
-  for (std::size_t at = 0; at < size_; at += page) {
+  const std::uintptr_t skew = std::uintptr_t(o.data_) % page; // 0: mappings are page-aligned
+  std::optional<std::vector<bool>> owned = owned_pages(o.data_, size_);
+  for (std::size_t at = 0, i = 0; at < size_; at += page, ++i) {
     std::size_t n = std::min(page, size_ - at);
+    if (owned && skew == 0 && !(*owned)[i]) continue;
     if (!all_zero(o.data_ + at, n)) std::memcpy(data_ + at, o.data_ + at, n);
   }
 }
@@ -124,6 +152,11 @@ bool ByteArray::operator==(const ByteArray& o) const {
 std::size_t ByteArray::resident_bytes() const {
   if (!lazy_) return size_;
   const std::size_t page = page_bytes();
+  if (auto owned = owned_pages(data_, size_)) {
+    std::size_t pages = 0;
+    for (bool b : *owned) pages += b;
+    return std::min(size_, pages * page);
+  }
   std::vector<unsigned char> in((size_ + page - 1) / page);
   if (mincore(data_, size_, in.data()) != 0) return size_;
   std::size_t pages = 0;

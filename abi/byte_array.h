@@ -43,7 +43,8 @@ public:
 
   // Whether the array is a lazily committed mapping.
   bool lazy() const { return lazy_; }
-  // The bytes of the pages that hold memory now (mincore): the whole size for heap arrays.
+  // The bytes of the pages that hold memory of their own now (written; not the shared zero
+  // page reads map): the whole size for heap arrays.
   std::size_t resident_bytes() const;
 
 private:

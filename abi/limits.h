@@ -25,4 +25,9 @@ inline int64_t max_shared_bytes(const std::string& arch) {
   return 0;
 }
 
+// The most bytes one tensor may take: 2^44 (16 TiB), a few of which fit a process's address
+// space on x86-64 Linux (2^47); no GPU holds more. Tensors past 2^31 elements are fine
+// below it (64-bit offsets, ir::widen_offsets).
+inline constexpr int64_t kMaxTensorBytes = int64_t(1) << 44;
+
 } // namespace tilec

@@ -92,9 +92,11 @@ std::vector<rt::Manifest> write_template_modules(const KernelTemplate& t, const 
   auto spec = kernels::module_spec(t, params, shape);
   std::vector<rt::Manifest> out;
   std::vector<ir::Kernel> ks = kernels::build_kernels(t, params, shape);
-  for (const ir::Kernel& k : ks)
+  for (const ir::Kernel& k : ks) {
+    opts.large_buffers = kernels::large_buffers(t, params, shape, *k);
     out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name, run_of(ks),
                             kernels::problem_key(t, shape)));
+  }
   return out;
 }
 
@@ -116,7 +118,9 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
     where.push_back(rt::cache_module_dir());
     if (auto m = rt::find_module(where, exact)) return *m;
     auto spec = kernels::module_spec(*t, params, shape);
-    return write_one(*k, options_for(params, q.arch), spec, rt::cache_module_dir(), module_name(*k, spec, q.arch),
+    codegen::CompileOptions opts = options_for(params, q.arch);
+    opts.large_buffers = kernels::large_buffers(*t, params, shape, *k);
+    return write_one(*k, opts, spec, rt::cache_module_dir(), module_name(*k, spec, q.arch),
                      run_of(ks));
   }
   throw rt::ModuleNotFound(fmt::format("template {} does not launch kernel '{}' for {}", t->name, q.kernel,

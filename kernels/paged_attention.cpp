@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "abi/limits.h"
 #include "dsl/dsl.h"
@@ -16,6 +17,10 @@ namespace tilec::kernels {
 std::string head_dim_error(int64_t head_dim) {
   if (head_dim % 8 == 0 && head_dim >= 16 && head_dim <= 256) return "";
   return fmt::format("head_dim={}: must be a multiple of 8 from 16 to 256", head_dim);
+}
+
+bool PagedAttentionShape::sparse_cache() const {
+  return cache_elements() * ir::dtype_bytes(cache_dtype()) > kSparseCacheBytes;
 }
 
 double PagedAttentionShape::scale() const {
@@ -34,22 +39,35 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   in.v_cache = interp::Buffer("v_cache", s.cache_dtype(), cache);
   in.block_table = interp::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
   in.context_lens = interp::Buffer("context_lens", ir::DType::i32, size_t(s.batch));
+  // A large cache (a serving engine's, most of it free pages) is filled only where sequences
+  // use it, with their pages taken from its end: the memory and time this takes follow the
+  // live context, and offsets reach the far end of the cache.
+  const int64_t page_elems = s.block_size * s.hkv * s.head_dim;
+  const bool sparse = s.sparse_cache();
   fill_uniform(in.q, seed, -1, 1);
-  fill_uniform(in.k_cache, seed + 1, -1, 1);
-  fill_uniform(in.v_cache, seed + 2, -1, 1);
+  if (!sparse) {
+    fill_uniform(in.k_cache, seed + 1, -1, 1);
+    fill_uniform(in.v_cache, seed + 2, -1, 1);
+  }
+  const double largest = !s.kv_fp8 ? 0.0 : *s.kv_fp8 == ir::DType::f8e4m3 ? 448.0 : 57344.0;
   if (s.kv_fp8) {
     // Per-tensor scales as a quantizer picks them, amax / largest finite (amax is 1 here),
     // unless given; the caches hold the values divided by them.
-    const double largest = *s.kv_fp8 == ir::DType::f8e4m3 ? 448.0 : 57344.0;
     if (s.k_scale == 0) s.k_scale = 1.0 / largest;
     if (s.v_scale == 0) s.v_scale = 1.0 / largest;
-    for (auto [buf, scale] : {std::pair{&in.k_cache, s.k_scale}, std::pair{&in.v_cache, s.v_scale}})
-      for (size_t i = 0; i < buf->count(); ++i) buf->set(i, std::clamp(buf->get(i) / scale, -largest, largest));
   }
+  // Element range [lo, hi) of both caches quantized (fp8), as every filled element is.
+  auto quantize = [&](size_t lo, size_t hi) {
+    if (!s.kv_fp8) return;
+    for (auto [buf, scale] : {std::pair{&in.k_cache, s.k_scale}, std::pair{&in.v_cache, s.v_scale}})
+      for (size_t i = lo; i < hi; ++i) buf->set(i, std::clamp(buf->get(i) / scale, -largest, largest));
+  };
+  if (!sparse) quantize(0, in.k_cache.count());
 
   std::mt19937_64 rng(seed + 3);
-  std::vector<int64_t> pages(size_t(s.num_blocks));
-  for (size_t i = 0; i < pages.size(); ++i) pages[i] = int64_t(i);
+  const int64_t used = sparse ? std::min(s.num_blocks, s.batch * s.max_blocks) : s.num_blocks;
+  std::vector<int64_t> pages(static_cast<size_t>(used));
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = s.num_blocks - used + int64_t(i);
   std::shuffle(pages.begin(), pages.end(), rng);
   std::vector<int64_t> lens(size_t(s.batch));
   for (int64_t& len : lens) len = ctx >= 0 ? ctx : int64_t(rng() % uint64_t(s.capacity() + 1));
@@ -61,6 +79,7 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   }
   if (ctx < 0 && s.causal) // causal query rows are the last Sq positions: at least Sq of them
     for (int64_t& len : lens) len = std::clamp<int64_t>(len, s.sq, std::max(s.sq, s.capacity()));
+  std::set<int64_t> filled; // pages of a sparse cache filled so far
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = lens[size_t(b)];
     in.context_lens.set_int(size_t(b), len);
@@ -68,9 +87,20 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
     for (int64_t k = 0; k < s.max_blocks; ++k) {
       // Sequences use distinct pages while there are enough; unused slots point at random
       // valid pages, or at none.
-      int64_t page = pages[size_t((b * s.max_blocks + k) % s.num_blocks)];
+      int64_t page = pages[size_t((b * s.max_blocks + k) % used)];
       if (k >= live_blocks)
         page = !poison_unused ? int64_t(rng() % uint64_t(s.num_blocks)) : k % 2 ? -1 : s.num_blocks + int64_t(rng() % 1000);
+      else if (sparse && !filled.count(page)) {
+        // Its own stream per page: the values do not depend on the order pages are filled.
+        filled.insert(page);
+        const size_t lo = size_t(page * page_elems), hi = lo + size_t(page_elems);
+        for (auto [buf, stream] : {std::pair{&in.k_cache, 1}, std::pair{&in.v_cache, 2}}) {
+          std::mt19937_64 page_rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(page) * 4 + uint64_t(stream));
+          std::uniform_real_distribution<double> dist(-1, 1);
+          for (size_t i = lo; i < hi; ++i) buf->set(i, dist(page_rng));
+        }
+        quantize(lo, hi);
+      }
       in.block_table.set_int(size_t(b * s.max_blocks + k), page);
     }
   }
@@ -90,12 +120,12 @@ void expect_count(const interp::Buffer& b, int64_t want, const std::string& dims
 
 } // namespace
 
-PagedAttentionInputs with_unused_pages_cleared(const PagedAttentionInputs& in) {
-  PagedAttentionInputs r = in;
+interp::Buffer block_table_unused_cleared(const PagedAttentionInputs& in) {
+  interp::Buffer r = in.block_table;
   const PagedAttentionShape& s = in.shape;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t k = cdiv(in.context_lens.get_int(size_t(b)), s.block_size); k < s.max_blocks; ++k)
-      r.block_table.set_int(size_t(b * s.max_blocks + k), 0);
+      r.set_int(size_t(b * s.max_blocks + k), 0);
   return r;
 }
 
@@ -140,8 +170,6 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   std::string cache_dims = fmt::format("[num_blocks={}, block_size={}, Hkv={}, D={}]", s.num_blocks, s.block_size, s.hkv, s.head_dim);
   expect_count(in.k_cache, cache, cache_dims);
   expect_count(in.v_cache, cache, cache_dims);
-  if (cache >= (int64_t(1) << 31))
-    throw UserError(fmt::format("paged_attention: the caches hold {} elements; at most 2^31 are supported", cache));
   expect_count(in.block_table, s.batch * s.max_blocks, fmt::format("[B={}, max_blocks={}]", s.batch, s.max_blocks));
   expect_count(in.context_lens, s.batch, fmt::format("[B={}]", s.batch));
   if (s.alibi) {

@@ -38,6 +38,12 @@ struct PagedAttentionShape {
   // The keys of sequence b (with context length len) that some query row sees: [first, len).
   int64_t first_key(int64_t len) const { return window > 0 ? std::max<int64_t>(0, len - sq - window + 1) : 0; }
   int64_t capacity() const { return max_blocks * block_size; }
+  // Elements of each cache (num_blocks 0: batch * max_blocks pages).
+  int64_t cache_elements() const { return (num_blocks ? num_blocks : batch * max_blocks) * block_size * hkv * head_dim; }
+  // Whether generated inputs fill only the pages sequences use (make_paged_attention_inputs):
+  // caches of more than kSparseCacheBytes each.
+  static constexpr int64_t kSparseCacheBytes = int64_t(1) << 28;
+  bool sparse_cache() const;
   double scale() const;
 };
 
@@ -57,12 +63,14 @@ struct PagedAttentionInputs {
 // slots past each sequence's live pages point at random valid pages, or with
 // `poison_unused` hold values no kernel may follow (-1 and num_blocks and beyond), as the
 // default problem of `tilec run` has them: a kernel that reads a page it should not fails
-// the emulator's bounds check.
+// the emulator's bounds check. A cache of more than kSparseCacheBytes (sparse_cache()) is
+// filled only on the pages live block-table entries name, which are its last ones; the rest
+// stay zero and, in a lazily mapped buffer, take no memory.
 PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& s, uint64_t seed, int64_t ctx = -1,
                                                  bool poison_unused = false);
-// A copy of `in` whose block-table entries past each sequence's live pages are 0, for the
+// `in`'s block table with the entries past each sequence's live pages set to 0, for the
 // decomposition, which gathers every entry (what they point at is masked out).
-PagedAttentionInputs with_unused_pages_cleared(const PagedAttentionInputs& in);
+interp::Buffer block_table_unused_cleared(const PagedAttentionInputs& in);
 
 // Checks shapes, dtypes and values before any launch; UserError naming the
 // input and the numbers. `decompose` additionally requires every block-table
@@ -84,7 +92,10 @@ struct PagedAttentionConfig {
 // out [B, Hq, Sq, D] in q's dtype.
 interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in,
                                          const PagedAttentionConfig& cfg, Launcher& launcher);
-interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher);
+// `block_table`, when given, replaces in.block_table (block_table_unused_cleared(in)): the
+// caches are used in place, never copied.
+interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher,
+                                              const interp::Buffer* block_table = nullptr);
 
 // Bytes the op must move at least: q + out + K and V of the live tokens + the
 // block-table entries and context lengths it reads (+ alibi slopes).

@@ -4,6 +4,8 @@
 // block table's PADDED capacity (kv_len = max_blocks · block_size) into dense
 // K and V and masks the tail after computing it, so its cost scales with
 // capacity, not with the live context_lens: the fused kernel is the fast path.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -121,18 +123,30 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
 
 } // namespace prim
 
-interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher) {
-  validate_paged_attention(in, /*decompose=*/true);
+interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher,
+                                              const interp::Buffer* block_table) {
+  if (block_table) {
+    // The inputs as given, then every entry of the replacement (the decomposition reads all).
+    validate_paged_attention(in, /*decompose=*/false);
+    const PagedAttentionShape& s = in.shape;
+    if (block_table->dtype != ir::DType::i32 || block_table->count() != in.block_table.count())
+      throw UserError("paged_attention: the replacement block table differs in dtype or size");
+    for (size_t i = 0; i < block_table->count(); ++i)
+      if (int64_t page = block_table->get_int(i); page < 0 || page >= s.num_blocks)
+        throw UserError(fmt::format("block_table[{}] = {} is not below num_blocks = {}", i, page, s.num_blocks));
+  } else {
+    validate_paged_attention(in, /*decompose=*/true);
+  }
   const PagedAttentionShape& s = in.shape;
   prim::Recipe recipe = prim::paged_attention_recipe(s);
   // The recipe's Input nodes carry each operand's shape.
-  std::vector<const interp::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache, &in.block_table,
-                                                 &in.context_lens};
+  std::vector<const interp::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache,
+                                                 block_table ? block_table : &in.block_table, &in.context_lens};
   if (s.alibi) operands.push_back(&in.alibi_slopes);
   std::vector<prim::Tensor> binds(operands.size());
   for (const prim::RecipeNode& n : recipe.nodes)
     if (n.op == prim::PrimOp::Input)
-      binds.at(n.bind) = prim::from_buffer(*operands.at(n.bind), n.shape);
+      binds.at(n.bind) = prim::borrow_buffer(*operands.at(n.bind), n.shape);
   prim::Tensor out = prim::contiguous(launcher, prim::execute(recipe, binds, launcher));
   interp::Buffer result("out", out.dtype(), static_cast<size_t>(out.numel()));
   const size_t bytes = result.bytes.size(),

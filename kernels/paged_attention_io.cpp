@@ -7,6 +7,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
+
+#include "abi/limits.h"
 #include "runtime/npy.h"
 #include "kernels/paged_attention.h"
 
@@ -86,20 +89,38 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   if (ctx > s.capacity())
     throw UserError(fmt::format("--shape ctx={} exceeds max_blocks * block_size = {} * {} = {}", ctx,
                                 s.max_blocks, s.block_size, s.capacity()));
-  // The kernels index with 32-bit integers. Products in double: exact for these bounds.
-  auto below_2g = [](const std::string& what, double elements) {
-    if (elements >= double(int64_t(1) << 31))
-      throw UserError(fmt::format("--shape: {} has {:.0f} elements; at most 2^31 are supported", what, elements));
+  // Tensors past 2^31 elements are fine (offsets into them are 64-bit, ir::widen_offsets);
+  // one past a process's address space is not. Products in double: no overflow.
+  auto fits = [](const std::string& what, double elements, int elem_bytes) {
+    if (elements * elem_bytes > double(kMaxTensorBytes))
+      throw UserError(fmt::format("--shape: {} has {:.0f} elements ({:.0f} bytes); a tensor takes at most 2^44 bytes "
+                                  "(16 TiB)", what, elements, elements * elem_bytes));
   };
   double num_blocks = double(s.num_blocks ? s.num_blocks : s.batch * s.max_blocks);
-  below_2g(fmt::format("q [batch={}, hq={}, sq={}, head_dim={}]", s.batch, s.hq, s.sq, s.head_dim),
-           double(s.batch) * double(s.hq) * double(s.sq) * double(s.head_dim));
-  below_2g(fmt::format("the KV cache [num_blocks={}, block_size={}, hkv={}, head_dim={}]", num_blocks, s.block_size,
-                       s.hkv, s.head_dim),
-           num_blocks * double(s.block_size) * double(s.hkv) * double(s.head_dim));
-  below_2g(fmt::format("the block table [batch={}, max_blocks={}]", s.batch, s.max_blocks),
-           double(s.batch) * double(s.max_blocks));
+  fits(fmt::format("q [batch={}, hq={}, sq={}, head_dim={}]", s.batch, s.hq, s.sq, s.head_dim),
+       double(s.batch) * double(s.hq) * double(s.sq) * double(s.head_dim), ir::dtype_bytes(s.dtype));
+  fits(fmt::format("the KV cache [num_blocks={}{}, block_size={}, hkv={}, head_dim={}]", num_blocks,
+                   s.num_blocks ? "" : " (batch * max_blocks)", s.block_size, s.hkv, s.head_dim),
+       num_blocks * double(s.block_size) * double(s.hkv) * double(s.head_dim), ir::dtype_bytes(s.cache_dtype()));
+  fits(fmt::format("the block table [batch={}, max_blocks={}]", s.batch, s.max_blocks),
+       double(s.batch) * double(s.max_blocks), 4);
   return s;
+}
+
+// Generated inputs live in host memory: q, out and its f32 reference, the block table, and
+// the caches (only their live pages when sparse). UserError when they cannot fit.
+void check_host_memory(const PagedAttentionShape& s) {
+  const double q = double(s.batch) * double(s.hq) * double(s.sq) * double(s.head_dim);
+  const double pages = s.sparse_cache() ? std::min(double(s.num_blocks ? s.num_blocks : s.batch * s.max_blocks),
+                                                   double(s.batch) * double(s.max_blocks))
+                                        : double(s.num_blocks ? s.num_blocks : s.batch * s.max_blocks);
+  const double need = q * (2 * ir::dtype_bytes(s.dtype) + 4) + double(s.batch) * double(s.max_blocks) * 4 +
+                      2 * pages * double(s.block_size * s.hkv * s.head_dim) * ir::dtype_bytes(s.cache_dtype());
+  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > have)
+    throw UserError(fmt::format("--shape: the problem's inputs and outputs need {:.1f} GiB of host memory (q, out, "
+                                "the block table and the caches' {}pages); this machine has {:.1f} GiB",
+                                need / double(1 << 30), s.sparse_cache() ? "live " : "", have / double(1 << 30)));
 }
 
 PagedAttentionConfig paged_attention_config(const ParamMap& p) {
@@ -142,6 +163,16 @@ KernelTemplate paged_attention_template() {
     if (cfg.num_splits > 1) ks.push_back(paged_attention_combine_kernel(cfg.num_splits, s.head_dim, s.dtype));
     return ks;
   };
+  // Offsets into a cache (or q and out, or the split partials) past 2^31 elements are 64-bit.
+  t.large_buffers = [](const ParamMap& params, const ParamMap& shape) {
+    PagedAttentionShape s = paged_attention_shape(shape);
+    const int64_t rows = s.batch * s.hq * s.sq, limit = int64_t(1) << 31;
+    std::set<std::string> r;
+    if (s.cache_elements() > limit) r.insert({"k_cache", "v_cache"});
+    if (rows * s.head_dim > limit) r.insert({"q", "out"});
+    if (rows * paged_attention_config(params).num_splits * s.head_dim > limit) r.insert("partial_o");
+    return r;
+  };
   t.module_spec = [](const ParamMap& params, const ParamMap& shape) {
     return paged_attention_module_spec(paged_attention_shape(shape), paged_attention_config(params));
   };
@@ -181,6 +212,7 @@ KernelTemplate paged_attention_template() {
       s.v_scale = option("v-scale");
       if ((s.k_scale != 0 || s.v_scale != 0) && !s.kv_fp8)
         throw UserError("--k-scale/--v-scale: the caches are not fp8 (set --shape kv_dtype=f8e4m3 or f8e5m2)");
+      check_host_memory(s);
       in = make_paged_attention_inputs(s, r.seed, r.shape.at("ctx"), /*poison_unused=*/true);
     }
     validate_paged_attention(in, false);
@@ -192,8 +224,12 @@ KernelTemplate paged_attention_template() {
     p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={} {}{}{}{}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
+                                      s.num_blocks != s.batch * s.max_blocks
+                                          ? fmt::format(" num_blocks={} ({} elements per cache{})", s.num_blocks,
+                                                        s.cache_elements(), s.sparse_cache() ? ", live pages filled" : "")
+                                          : "",
                                       ir::dtype_name(s.dtype),
                                       s.kv_fp8 ? fmt::format(" {} cache (scales {:g}, {:g})", ir::dtype_name(*s.kv_fp8),
                                                              s.k_scale, s.v_scale)
@@ -228,7 +264,8 @@ KernelTemplate paged_attention_template() {
               "out either way)",
               [inputs](Problem& p, const ParamMap&, const ParamMap&, Launcher& l) {
                 validate_paged_attention(inputs(p), false);
-                p.buffers[p.outputs[0]] = run_paged_attention_decomposed(with_unused_pages_cleared(inputs(p)), l);
+                interp::Buffer table = block_table_unused_cleared(inputs(p));
+                p.buffers[p.outputs[0]] = run_paged_attention_decomposed(inputs(p), l, &table);
               }}};
   t.write_output = [](const std::string& path, const Problem& p) {
     write_paged_attention_output(path, std::any_cast<const PagedAttentionInputs&>(p.context), p.buffers[p.outputs[0]]);

@@ -26,6 +26,11 @@ void coalesce(ir::Shape& shape, std::vector<std::vector<int64_t>*> strides, int 
 // UserError unless every element index the kernel will form fits in i32:
 // `numel` and offset + Σ (shape-1)·|stride| of `t`.
 void require_i32_indexing(const Tensor& t, const char* op);
+// UserError unless the offset and strides of a tensor read through them (an elementwise
+// input, the source of a gather) fit in i32, the kernels' parameter type. Its elements may
+// lie past 2^31: a launch on a buffer that large computes the offsets into it in 64 bits
+// (CompileOptions::large_buffers), from these same values.
+void require_i32_strides(const Tensor& t, const char* op);
 
 // "f32", "i1", ... for kernel names.
 std::string dname(ir::DType t);

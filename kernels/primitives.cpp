@@ -1,6 +1,7 @@
 #include "kernels/primitives.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -70,6 +71,15 @@ Tensor from_buffer(interp::Buffer buffer, const Shape& shape) {
     throw UserError(fmt::format("buffer '{}' has {} elements, shape {} needs {}", buffer.name,
                                 buffer.count(), ir::shape_str(shape), ir::num_elements(shape)));
   return {std::make_shared<interp::Buffer>(std::move(buffer)), shape, row_major_strides(shape), 0};
+}
+
+Tensor borrow_buffer(const interp::Buffer& buffer, const Shape& shape) {
+  if (static_cast<int64_t>(buffer.count()) != ir::num_elements(shape))
+    throw UserError(fmt::format("buffer '{}' has {} elements, shape {} needs {}", buffer.name,
+                                buffer.count(), ir::shape_str(shape), ir::num_elements(shape)));
+  // A shared_ptr that owns nothing: the caller keeps the buffer alive.
+  std::shared_ptr<interp::Buffer> view(std::shared_ptr<void>(), const_cast<interp::Buffer*>(&buffer));
+  return {std::move(view), shape, row_major_strides(shape), 0};
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view what) {
@@ -228,6 +238,19 @@ void require_i32_indexing(const Tensor& t, const char* op) {
         fmt::format("{}: tensor {} ({} elements, last element at {}) is too large for the "
                     "primitives' 32-bit indexing (limit {})",
                     op, ir::shape_str(t.shape), t.numel(), last, limit));
+}
+
+void require_i32_strides(const Tensor& t, const char* op) {
+  constexpr int64_t limit = int64_t(1) << 31;
+  bool ok = t.offset < limit;
+  for (int d = 0; d < t.rank(); ++d) {
+    if (t.strides[d] < 0) internal_fail("a tensor view with a negative stride");
+    ok = ok && t.strides[d] < limit;
+  }
+  if (!ok)
+    throw UserError(fmt::format("{}: tensor {} (offset {}, strides [{}]) has an offset or stride past the "
+                                "primitives' 32-bit parameters (limit {})",
+                                op, ir::shape_str(t.shape), t.offset, fmt::join(t.strides, ", "), limit - 1));
 }
 
 std::string dname(DType t) {
@@ -413,8 +436,7 @@ void launch_elementwise(Launcher& l, Ew op, const Tensor& out, const std::vector
     throw UserError(fmt::format("{}: rank {} ({}) is above the primitives' limit of {}",
                                 ew_name(op), out.rank(), ir::shape_str(out.shape), kMaxRank));
   detail::require_i32_indexing(out, ew_name(op));
-  for (size_t i = gather ? 1 : 0; i < ins.size(); ++i)
-    detail::require_i32_indexing(ins[i], ew_name(op));
+  for (const Tensor& t : ins) detail::require_i32_strides(t, ew_name(op));
 
   Shape shape = out.shape;
   std::vector<int64_t> out_strides = out.strides;
@@ -520,7 +542,6 @@ Tensor index_select(Launcher& l, const Tensor& x, const Tensor& index, int64_t d
   Shape shape = x.shape;
   shape[0] = index.shape[0];
   Tensor out = empty(x.dtype(), shape, "index_select");
-  detail::require_i32_indexing(x, "IndexSelect");
   Tensor source = x; // addressed through the index in dim 0
   source.shape = shape;
   launch_elementwise(l, Ew::gather, out, {source, index});

@@ -53,6 +53,9 @@ std::vector<int64_t> row_major_strides(const ir::Shape& shape);
 Tensor empty(ir::DType dtype, const ir::Shape& shape, std::string name);
 // Takes `buffer` as a contiguous tensor of `shape`; its element count must match.
 Tensor from_buffer(interp::Buffer buffer, const ir::Shape& shape);
+// The same over `buffer` itself, not a copy: it must outlive the tensor, and the primitives
+// only read it (an input of a recipe).
+Tensor borrow_buffer(const interp::Buffer& buffer, const ir::Shape& shape);
 
 // Numpy broadcasting: the common shape of a and b (UserError naming `what`
 // and both shapes when there is none), and whether `from` broadcasts to `to`.

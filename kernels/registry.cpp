@@ -107,6 +107,18 @@ std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& p
   return ks;
 }
 
+std::set<std::string> large_buffers(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape,
+                                    const ir::Function& kernel) {
+  std::set<std::string> r;
+  if (!t.large_buffers) return r;
+  ParamMap full_shape = resolve_params(t.shape, {}, "--shape");
+  for (const auto& [name, v] : shape) full_shape[name] = v;
+  for (const std::string& name : t.large_buffers(params, full_shape))
+    for (const ir::Value* p : kernel.params)
+      if (p->name == name && p->type.is_ptr()) r.insert(name);
+  return r;
+}
+
 std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
                                                  const ParamMap& shape) {
   if (t.module_spec) return t.module_spec(params, shape);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -119,6 +120,10 @@ struct KernelTemplate {
   // matched by rt::find_module. Empty: every parameter and problem size (choices by name).
   std::function<std::map<std::string, rt::SpecValue>(const ParamMap& params, const ParamMap& shape)>
       module_spec = {};
+  // The pointer parameters whose buffers pass 2^31 elements at these sizes: compiled modules
+  // compute offsets into them in 64 bits (CompileOptions::large_buffers). Empty: none ever
+  // do (a launcher still widens from the buffers it is given).
+  std::function<std::set<std::string>(const ParamMap& params, const ParamMap& shape)> large_buffers = {};
   // How a run computes the outputs; the first path is the default (`--path`). Empty: one path
   // that launches build(params, shape) on the problem's grid with its args.
   std::vector<RunPath> paths = {};
@@ -177,6 +182,10 @@ std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& p
 // by name.
 std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const ParamMap& params,
                                                  const ParamMap& shape);
+
+// t.large_buffers(params, shape) among `kernel`'s pointer parameters (one kernel of a run).
+std::set<std::string> large_buffers(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape,
+                                    const ir::Function& kernel);
 
 // Every kernel the registry knows: tilec's own, then those registered from the user's code,
 // in registration order.

@@ -79,7 +79,9 @@ void compile_all(std::vector<Candidate>& cands, const kernels::KernelTemplate& t
       try {
         for (const ir::Kernel& k : kernels::build_kernels(t, c.config, shape)) {
           if (!arch) continue;
-          codegen::CompiledKernel ck = codegen::compile(*k, compile_options(c.config, *arch, "nvptx"));
+          codegen::CompileOptions o = compile_options(c.config, *arch, "nvptx");
+          o.large_buffers = kernels::large_buffers(t, c.config, shape, *k);
+          codegen::CompiledKernel ck = codegen::compile(*k, o);
           if (!ck.ptxas) continue;
           c.registers = std::max(c.registers.value_or(0), ck.ptxas->registers);
           if (ck.ptxas->spill_stores + ck.ptxas->spill_loads > 0) {

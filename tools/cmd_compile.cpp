@@ -27,6 +27,7 @@ struct CompileArgs {
   std::string out_dir;
   bool no_tensor_cores = false;
   bool no_device_asserts = false;
+  std::vector<std::string> large_buffers;
 };
 
 // Rejects an output folder compile could not fill, before any work: nothing is created
@@ -77,6 +78,10 @@ Action add_compile(CLI::App& app, Common& common) {
   app.add_flag("--no-tensor-cores", a->no_tensor_cores,
                "run every dot on CUDA cores (f16/bf16 dots take mma.sync by default), to compare");
   app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
+  app.add_option("--large-buffers", a->large_buffers,
+                 "pointer parameters whose buffers may pass 2^31 elements: 64-bit offsets into them (the "
+                 "kernel's own sizes add theirs)")
+      ->delimiter(',');
   return [&common, a] {
     const auto& t = a->choice.kernel();
     auto params = a->choice.params();
@@ -91,17 +96,34 @@ Action add_compile(CLI::App& app, Common& common) {
     opts.device_asserts = !a->no_device_asserts;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();
-    codegen::CompiledKernel ck = codegen::compile(*k, opts);
+    // 64-bit offsets for the buffers named and those the sizes make large, kernel by kernel.
+    for (const std::string& name : a->large_buffers) {
+      bool found = false;
+      for (const ir::Kernel& each : kernels)
+        for (const ir::Value* p : each->params) found |= p->name == name && p->type.is_ptr();
+      if (!found)
+        throw UserError(fmt::format("--large-buffers {}: {} has no pointer parameter of that name", name, t.name));
+    }
+    auto options_for = [&](const ir::Function& fn) {
+      codegen::CompileOptions o = opts;
+      o.large_buffers = kernels::large_buffers(t, params, shape, fn);
+      for (const std::string& name : a->large_buffers)
+        for (const ir::Value* p : fn.params)
+          if (p->name == name && p->type.is_ptr()) o.large_buffers.insert(name);
+      return o;
+    };
+    codegen::CompiledKernel ck = codegen::compile(*k, options_for(*k));
     // What the module is specialized on, as rt::find_module matches it.
     std::map<std::string, rt::SpecValue> spec = kernels::module_spec(t, params, shape);
     rt::write_kernel_card(kernels::kernel_card(t), a->out_dir); // what a host needs to select and load it
     std::vector<std::string> run;
     for (const ir::Kernel& each : kernels) run.push_back(each->name);
     rt::ProblemKey problem = kernels::problem_key(t, shape);
-    rt::Manifest m = codegen::write_module(*k, ck, opts, spec, a->out_dir, t.name, run, problem);
+    rt::Manifest m = codegen::write_module(*k, ck, options_for(*k), spec, a->out_dir, t.name, run, problem);
     for (size_t i = 1; i < kernels.size(); ++i) { // kernels launched after it (a combine step)
       const ir::Function& c = *kernels[i];
-      codegen::write_module(c, codegen::compile(c, opts), opts, spec, a->out_dir, c.name, run, problem);
+      codegen::write_module(c, codegen::compile(c, options_for(c)), options_for(c), spec, a->out_dir, c.name, run,
+                            problem);
       say(common, fmt::format("{} -> {}", c.name, (std::filesystem::path(a->out_dir) / (c.name + ".toml")).string()));
     }
     auto path = [&](const std::filesystem::path& f) -> std::optional<std::string> {

@@ -9,6 +9,7 @@
 #include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "codegen/module.h"
+#include "codegen/ptx_loops.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "ir/parser.h"
@@ -16,6 +17,7 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "kernels/launcher.h"
+#include "kernels/registry.h"
 #include "kernels/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
@@ -194,4 +196,42 @@ TEST_CASE("64-bit offsets cost 64-bit arithmetic only in the large variant", "[c
   INFO(small << "\n----\n" << large);
   CHECK(count(small, "mul.lo.s64") + count(small, "mad.lo.s64") == 0);
   CHECK(count(large, "mul.lo.s64") + count(large, "mad.lo.s64") + count(large, "mul.wide.s32") >= 1);
+}
+
+TEST_CASE("paged attention keeps 32-bit K/V offsets below 2^31 elements and pays little above",
+          "[codegen][large][paged_attention]") {
+  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  REQUIRE(t);
+  kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 2}};
+  kernels::ParamMap shape;
+  for (const kernels::Param& p : t->shape) shape[p.name] = p.value;
+  shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = 128;
+  shape["block_size"] = 16, shape["dtype"] = 2; // bf16
+  ir::Kernel k = t->build(params, shape);
+  codegen::CompileOptions o;
+  o.arch = "sm_90";
+  o.run_ptxas = codegen::find_ptxas().has_value();
+  codegen::CompiledKernel small = codegen::compile(*k, o);
+  o.large_buffers = {"k_cache", "v_cache"};
+  codegen::CompiledKernel large = codegen::compile(*k, o);
+  auto wide_ops = [](const codegen::PtxLoop& l) {
+    return l.count("mul.lo.s64") + l.count("mad.lo.s64") + l.count("mul.wide.s32") + l.count("mad.wide.s32");
+  };
+  std::vector<codegen::PtxLoop> ls = codegen::ptx_loops(small.ptx), ll = codegen::ptx_loops(large.ptx);
+  const codegen::PtxLoop *s = codegen::main_loop(ls), *l = codegen::main_loop(ll);
+  REQUIRE(s);
+  REQUIRE(l);
+  WARN("paged attention K/V loop, caches below 2^31 elements: " << s->instructions << " PTX instructions per step, "
+       << s->count("mul.lo.s64") + s->count("mad.lo.s64") << " 64-bit multiply(-add)s, " << wide_ops(*s)
+       << " counting 32x32->64 ones; above: " << l->instructions << ", " << l->count("mul.lo.s64") + l->count("mad.lo.s64")
+       << ", " << wide_ops(*l) << "; registers " << (small.ptxas ? small.ptxas->registers : 0) << " / "
+       << (large.ptxas ? large.ptxas->registers : 0));
+  // Below 2^31 the offsets stay 32-bit: no 64-bit multiply in the loop.
+  CHECK(s->count("mul.lo.s64") + s->count("mad.lo.s64") == 0);
+  // Above, the page offset is formed in 64 bits once per row, not per element, and the loop
+  // grows by a few percent.
+  CHECK(wide_ops(*l) >= 1);
+  CHECK(l->instructions <= s->instructions * 11 / 10);
+  CHECK(l->count("mma") == s->count("mma"));
+  CHECK(l->count("cp.async.cg") == s->count("cp.async.cg"));
 }

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "tests/kernels/test_util.h"
+#include "backends/launchers.h"
 #include "runtime/npy.h"
 #include "kernels/paged_attention.h"
 
@@ -287,4 +288,67 @@ TEST_CASE("the .npy parser rejects malformed headers with a reason", "[runtime][
   CHECK_THAT(msg(bytes("{'fortran_order': False, 'shape': (2, 3), }", 24)), Catch::Contains("descr"));
   CHECK_THAT(msg(bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999, 99999999999), }", 24)),
              Catch::Contains("x.npy"));
+}
+
+TEST_CASE("a cache past 2^31 elements gives the answer a compact one does, touching only its live pages",
+          "[templates][paged_attention][large][emulator]") {
+  // Each k/v cache holds 2^31 + 64 pages' worth of f16 (4 GiB and more of address space); the
+  // live pages are its last ones, so their offsets pass 2^31.
+  PagedAttentionShape s;
+  s.batch = 2;
+  s.hq = 4;
+  s.hkv = 2;
+  s.head_dim = 64;
+  s.block_size = 16;
+  s.max_blocks = 4;
+  s.dtype = ir::DType::f16;
+  const int64_t page = s.block_size * s.hkv * s.head_dim;
+  s.num_blocks = (int64_t(1) << 31) / page + 64;
+  REQUIRE(s.cache_elements() > (int64_t(1) << 31));
+  REQUIRE(s.sparse_cache());
+  PagedAttentionInputs big = make_paged_attention_inputs(s, 7, /*ctx=*/-1, /*poison_unused=*/true);
+  CHECK(big.k_cache.bytes.lazy());
+
+  // The same sequences over a compact cache: the live pages copied to the front, renumbered.
+  PagedAttentionInputs small = big;
+  small.shape.num_blocks = s.batch * s.max_blocks;
+  small.k_cache = interp::Buffer("k_cache", s.dtype, size_t(small.shape.num_blocks * page));
+  small.v_cache = interp::Buffer("v_cache", s.dtype, size_t(small.shape.num_blocks * page));
+  int64_t live_pages = 0, top = 0;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t k = 0; k < cdiv(big.context_lens.get_int(size_t(b)), s.block_size); ++k) {
+      const size_t slot = size_t(b * s.max_blocks + k);
+      const int64_t from = big.block_table.get_int(slot), to = live_pages++;
+      top = std::max(top, from);
+      for (auto [dst, src] : {std::pair{&small.k_cache, &big.k_cache}, std::pair{&small.v_cache, &big.v_cache}})
+        std::copy(src->bytes.begin() + from * page * 2, src->bytes.begin() + (from + 1) * page * 2,
+                  dst->bytes.begin() + to * page * 2);
+      small.block_table.set_int(slot, to);
+    }
+  REQUIRE(live_pages >= 2);
+  CHECK(top * page > (int64_t(1) << 31)); // a live page past 2^31 elements
+
+  std::vector<std::unique_ptr<Launcher>> launchers;
+  launchers.push_back(make_interpret_launcher());
+  launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
+  launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
+  PagedAttentionConfig cfg{32, 2, 2, 1, 2};
+  for (auto& l : launchers) {
+    INFO(l->backend());
+    interp::Buffer want = run_paged_attention_fused(small, cfg, *l);
+    interp::Buffer got = run_paged_attention_fused(big, cfg, *l);
+    CHECK(got.bytes == want.bytes);
+    CHECK(max_err(got, paged_attention_reference(big)) <= test::paged_attention_tolerance(s.dtype));
+  }
+  // The decomposition gathers the padded block table; its unused entries point at page 0.
+  auto l = backends::make_emulate_launcher(backends::EmuLowering::emu);
+  interp::Buffer table_big = block_table_unused_cleared(big), table_small = block_table_unused_cleared(small);
+  interp::Buffer want = run_paged_attention_decomposed(small, *l, &table_small);
+  interp::Buffer got = run_paged_attention_decomposed(big, *l, &table_big);
+  CHECK(got.bytes == want.bytes);
+  // Only the live pages (and page 0, read by the decomposition) ever took memory.
+  for (const interp::Buffer* c : {&big.k_cache, &big.v_cache}) {
+    INFO(c->name << " resident " << c->bytes.resident_bytes());
+    CHECK(c->bytes.resident_bytes() <= size_t(live_pages + 1) * size_t(page * 2) + 64 * 4096);
+  }
 }
