@@ -112,6 +112,19 @@ private:
       throw UserError(fmt::format("module {} of kernel '{}' takes {} arguments, the launch gives {}", m.dir.string(),
                                   fn.name, m.params.size(), args.size()));
     p.grid = {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
+    if (stream_) { // the device copies must fit the device: say so before allocating any
+      std::vector<const interp::Buffer*> seen;
+      std::size_t bytes = 0;
+      for (const interp::Arg& a : args)
+        if (a.buffer && std::find(seen.begin(), seen.end(), a.buffer) == seen.end()) {
+          seen.push_back(a.buffer);
+          bytes += a.buffer->bytes.size();
+        }
+      const rt::DeviceProperties& d = rt::LoadedModule::gpu_context().properties();
+      if (d.total_memory && bytes > d.total_memory)
+        throw UserError(fmt::format("kernel '{}': its buffers take {} bytes; {} has {} bytes of memory", fn.name,
+                                    bytes, d.name, d.total_memory));
+    }
     for (size_t i = 0; i < args.size(); ++i) {
       const rt::ParamType& type = m.params[i].type;
       if (!type.is_pointer) {
