@@ -116,7 +116,12 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
  * lanes never call these. */
 void tilec_emu_load(tilec_emu_thread* ctx, const void* addr, uint32_t bytes, void* dst);
 void tilec_emu_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, const void* src);
-/* Atomic add; returns the old value. */
+/* Atomic read-modify-write; returns the old value. `op` is a tilec::AtomicOp code
+ * (abi/atomic_ops.h: 0 add, 1 max, 2 min, 3 and, 4 or, 5 xor, 6 xchg, 7 cas), which also
+ * defines what is stored; `cmp` is cas's compare value (unused otherwise). The add forms are
+ * op 0. */
+float tilec_emu_atomic_f32(tilec_emu_thread* ctx, float* addr, int32_t op, float value, float cmp);
+int32_t tilec_emu_atomic_i32(tilec_emu_thread* ctx, int32_t* addr, int32_t op, int32_t value, int32_t cmp);
 float tilec_emu_atomic_add_f32(tilec_emu_thread* ctx, float* addr, float value);
 int32_t tilec_emu_atomic_add_i32(tilec_emu_thread* ctx, int32_t* addr, int32_t value);
 

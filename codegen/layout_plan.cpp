@@ -182,7 +182,8 @@ void LayoutPlan::forward_op(const Op& op) {
     op_layouts_[&op] = {l};
     return;
   }
-  case OpKind::AtomicAdd: {
+  TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
+  case OpKind::AtomicCas: {
     if (res->type.is_scalar()) {
       op_layouts_[&op] = {kScalar};
       return;
@@ -310,7 +311,8 @@ void LayoutPlan::backward_op(const Op& op) {
     return;
   case OpKind::Load:
   case OpKind::Store:
-  case OpKind::AtomicAdd: {
+  TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
+  case OpKind::AtomicCas: {
     if (op.operands[0]->type.is_scalar()) return;
     LayoutId l = op_layouts(&op)[0];
     for (const Value* v : op.operands) request(v, l);

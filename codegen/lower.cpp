@@ -523,7 +523,8 @@ void Lowering::emit_op(const Op& op) {
     return;
   case OpKind::Load: return emit_load(op);
   case OpKind::Store: return emit_store(op);
-  case OpKind::AtomicAdd: return emit_atomic(op);
+  TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
+  case OpKind::AtomicCas: return emit_atomic(op);
   case OpKind::Dot: return emit_dot(op);
   case OpKind::Reduce: return emit_reduce(op);
   case OpKind::Scan: return emit_scan(op);
@@ -898,13 +899,16 @@ void Lowering::emit_atomic(const Op& op) {
   const Value* ptr = op.operands[0];
   const Value* res = op.results[0];
   LayoutId l = res->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0];
+  const bool cas = op.kind == OpKind::AtomicCas;
   const Elems& P = get(ptr, l);
-  const Elems& V = get(op.operands[1], l);
+  const Elems& V = get(op.operands[cas ? 2 : 1], l);
+  const Elems* C = cas ? &get(op.operands[1], l) : nullptr;
   const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;
   llvm::Value* own = owner(l, ptr->type.shape);
   Elems r(P.size());
   for (size_t j = 0; j < P.size(); ++j)
-    r[j] = hooks_.atomic_add(b_, P[j], V[j], and_pred(own, M ? (*M)[j] : nullptr));
+    r[j] = hooks_.atomic(b_, ir::atomic_op(op.kind), P[j], V[j], C ? (*C)[j] : nullptr,
+                         and_pred(own, M ? (*M)[j] : nullptr));
   // Threads that share an element got no old value: the owner hands it over.
   if (own) r = share_from_owners(r, l, ptr->type.shape, res->type.elem, own);
   define(res, l, std::move(r));
@@ -1133,7 +1137,7 @@ void Lowering::plan_async_copies() {
       for (const auto& o : dot.parent->ops) {
         if (o.get() == load) between = true;
         else if (o.get() == &dot) break;
-        else if (between && (o->kind == OpKind::Store || o->kind == OpKind::AtomicAdd || o->kind == OpKind::For ||
+        else if (between && (o->kind == OpKind::Store || ir::is_atomic(o->kind) || o->kind == OpKind::For ||
                              o->kind == OpKind::If))
           clobber = true;
       }

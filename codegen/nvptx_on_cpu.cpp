@@ -11,7 +11,7 @@
 //   load/store, address space 3     tilec_emu_shared_load/store (race, bounds, initcheck), with
 //                                   the site the lowering attached as !tilec.site metadata
 //   load/store, address space 1     tilec_emu_load/store (bounds, byte counts)
-//   atomicrmw add/fadd, space 1     tilec_emu_atomic_add_i32/f32
+//   atomicrmw / cmpxchg, space 1    tilec_emu_atomic_i32/f32 with the op's tilec::AtomicOp code
 //   fpext/fptrunc f16/bf16 <-> f32  tilec_emu_*_to_*: cvt.f32.{f16,bf16} and cvt.rn.{f16,bf16}.f32
 //   ex2/lg2/rsqrt .approx           llvm.exp2 / llvm.log2 / 1/sqrt on the host
 //   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,7 +106,7 @@ private:
     if (auto* ld = llvm::dyn_cast<llvm::LoadInst>(&i)) return rewrite_load(*ld);
     if (auto* st = llvm::dyn_cast<llvm::StoreInst>(&i)) return rewrite_store(*st);
     if (auto* rmw = llvm::dyn_cast<llvm::AtomicRMWInst>(&i)) return rewrite_atomic(*rmw);
-    if (llvm::isa<llvm::AtomicCmpXchgInst>(&i)) internal_fail("nvptx on CPU: cmpxchg has no mapping");
+    if (auto* cx = llvm::dyn_cast<llvm::AtomicCmpXchgInst>(&i)) return rewrite_cmpxchg(*cx);
     if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(&i)) return rewrite_fpext(*ext);
     if (auto* tr = llvm::dyn_cast<llvm::FPTruncInst>(&i)) return rewrite_fptrunc(*tr);
     if (auto* ii = llvm::dyn_cast<llvm::IntrinsicInst>(&i)) return rewrite_intrinsic(*ii);
@@ -206,13 +207,43 @@ private:
     if (a.getPointerAddressSpace() != kGlobal) unmapped_space(a.getPointerAddressSpace(), a);
     Builder b(&a);
     llvm::Type* ty = a.getValOperand()->getType();
-    const char* fn = nullptr;
-    if (a.getOperation() == llvm::AtomicRMWInst::FAdd && ty->isFloatTy()) fn = "tilec_emu_atomic_add_f32";
-    if (a.getOperation() == llvm::AtomicRMWInst::Add && ty->isIntegerTy(32)) fn = "tilec_emu_atomic_add_i32";
-    if (!fn)
+    using K = llvm::AtomicRMWInst;
+    std::optional<AtomicOp> op;
+    const bool f = ty->isFloatTy(), i = ty->isIntegerTy(32);
+    switch (a.getOperation()) {
+    case K::FAdd: if (f) op = AtomicOp::add; break;
+    case K::FMax: if (f) op = AtomicOp::max; break;
+    case K::FMin: if (f) op = AtomicOp::min; break;
+    case K::Add: if (i) op = AtomicOp::add; break;
+    case K::Max: if (i) op = AtomicOp::max; break;
+    case K::Min: if (i) op = AtomicOp::min; break;
+    case K::And: if (i) op = AtomicOp::and_; break;
+    case K::Or: if (i) op = AtomicOp::or_; break;
+    case K::Xor: if (i) op = AtomicOp::xor_; break;
+    case K::Xchg: if (i || f) op = AtomicOp::xchg; break;
+    default: break;
+    }
+    if (!op)
       internal_fail(fmt::format("nvptx on CPU: atomicrmw {} on {} has no mapping",
                                 llvm::AtomicRMWInst::getOperationName(a.getOperation()).str(), type_name(ty)));
-    replace(a, emu_.call(b, fn, ty, {flat(b, a.getPointerOperand()), a.getValOperand()}));
+    replace(a, emu_.call(b, f ? "tilec_emu_atomic_f32" : "tilec_emu_atomic_i32", ty,
+                         {flat(b, a.getPointerOperand()), b.getInt32(uint32_t(*op)), a.getValOperand(),
+                          llvm::Constant::getNullValue(ty)}));
+  }
+
+  // atom.cas.b32: the old value and whether it matched, as cmpxchg yields them.
+  void rewrite_cmpxchg(llvm::AtomicCmpXchgInst& c) {
+    if (c.getPointerAddressSpace() != kGlobal) unmapped_space(c.getPointerAddressSpace(), c);
+    llvm::Type* ty = c.getNewValOperand()->getType();
+    if (!ty->isIntegerTy(32)) internal_fail("nvptx on CPU: cmpxchg on " + type_name(ty) + " has no mapping");
+    Builder b(&c);
+    llvm::Value* old = emu_.call(b, "tilec_emu_atomic_i32", ty,
+                                 {flat(b, c.getPointerOperand()), b.getInt32(uint32_t(AtomicOp::cas)),
+                                  c.getNewValOperand(), c.getCompareOperand()});
+    llvm::Value* r = llvm::UndefValue::get(c.getType());
+    r = b.CreateInsertValue(r, old, 0);
+    r = b.CreateInsertValue(r, b.CreateICmpEQ(old, c.getCompareOperand()), 1);
+    replace(c, r);
   }
 
   // cvt.f32.f16 / cvt.f32.bf16: exact.

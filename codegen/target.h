@@ -109,8 +109,11 @@ public:
                             llvm::Value* pred) = 0;
   virtual void store(Builder& b, llvm::Value* ptr, llvm::Value* v, unsigned align,
                      llvm::Value* pred) = 0;
-  virtual llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v,
-                                  llvm::Value* pred) = 0;
+  // An atomic read-modify-write of global memory (abi/atomic_ops.h says what `op` stores;
+  // `cmp` is cas's compare value, null otherwise); returns the old value. `pred` guards it:
+  // when false, memory is not touched and the result is zero.
+  virtual llvm::Value* atomic(Builder& b, AtomicOp op, llvm::Value* ptr, llvm::Value* v, llvm::Value* cmp,
+                              llvm::Value* pred) = 0;
 
   // Annotations once the kernel body is complete.
   virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) {}

@@ -188,10 +188,13 @@ public:
       return nullptr;
     });
   }
-  llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v, llvm::Value* pred) override {
+  llvm::Value* atomic(Builder& b, AtomicOp op, llvm::Value* ptr, llvm::Value* v, llvm::Value* cmp,
+                      llvm::Value* pred) override {
     return guarded(b, pred, [&]() -> llvm::Value* {
       bool f = v->getType()->isFloatingPointTy();
-      return emu_.call(b, f ? "tilec_emu_atomic_add_f32" : "tilec_emu_atomic_add_i32", v->getType(), {ptr, v});
+      if (!cmp) cmp = llvm::Constant::getNullValue(v->getType());
+      return emu_.call(b, f ? "tilec_emu_atomic_f32" : "tilec_emu_atomic_i32", v->getType(),
+                       {ptr, b.getInt32(uint32_t(op)), v, cmp});
     });
   }
 

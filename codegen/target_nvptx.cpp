@@ -250,10 +250,36 @@ public:
       return nullptr;
     });
   }
-  llvm::Value* atomic_add(Builder& b, llvm::Value* ptr, llvm::Value* v, llvm::Value* pred) override {
+  // Relaxed (monotonic) atomics at GPU scope: atom.global.{add,max,min,and,or,xor,exch,cas}.
+  // f32 max/min have no PTX instruction before sm_90's; LLVM expands them into a cas loop.
+  llvm::Value* atomic(Builder& b, AtomicOp op, llvm::Value* ptr, llvm::Value* v, llvm::Value* cmp,
+                      llvm::Value* pred) override {
     return guarded(b, pred, [&]() -> llvm::Value* {
-      auto op = v->getType()->isFloatingPointTy() ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add;
-      return b.CreateAtomicRMW(op, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic);
+      const bool f = v->getType()->isFloatingPointTy();
+      const auto order = llvm::AtomicOrdering::Monotonic;
+      if (op == AtomicOp::cas || (op == AtomicOp::xchg && f)) { // on the bits
+        llvm::Value* bits = b.CreateBitCast(v, b.getInt32Ty());
+        llvm::Value* old = nullptr;
+        if (op == AtomicOp::cas)
+          old = b.CreateExtractValue(b.CreateAtomicCmpXchg(ptr, b.CreateBitCast(cmp, b.getInt32Ty()), bits,
+                                                           llvm::MaybeAlign(), order, order),
+                                     0);
+        else
+          old = b.CreateAtomicRMW(llvm::AtomicRMWInst::Xchg, ptr, bits, llvm::MaybeAlign(), order);
+        return b.CreateBitCast(old, v->getType());
+      }
+      llvm::AtomicRMWInst::BinOp k = llvm::AtomicRMWInst::Add;
+      switch (op) {
+      case AtomicOp::add: k = f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add; break;
+      case AtomicOp::max: k = f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max; break;
+      case AtomicOp::min: k = f ? llvm::AtomicRMWInst::FMin : llvm::AtomicRMWInst::Min; break;
+      case AtomicOp::and_: k = llvm::AtomicRMWInst::And; break;
+      case AtomicOp::or_: k = llvm::AtomicRMWInst::Or; break;
+      case AtomicOp::xor_: k = llvm::AtomicRMWInst::Xor; break;
+      case AtomicOp::xchg: k = llvm::AtomicRMWInst::Xchg; break;
+      case AtomicOp::cas: break;
+      }
+      return b.CreateAtomicRMW(k, ptr, v, llvm::MaybeAlign(), order);
     });
   }
 

@@ -154,8 +154,26 @@ Tile load(const Tile& ptr, Operand mask, Loc loc = Loc::current());
 Tile load(const Tile& ptr, Operand mask, Operand other, Loc loc = Loc::current());
 void store(const Tile& ptr, Operand value, Loc loc = Loc::current());
 void store(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+// Atomics (relaxed, device scope; ir/SEMANTICS.md): each lane reads, combines and writes
+// its element in one step and returns the old value (0 where the mask is false). add, max,
+// min and xchg take f32 or i32 pointers, and, or and xor i32; float max/min ignore NaN.
 Tile atomic_add(const Tile& ptr, Operand value, Loc loc = Loc::current());
 Tile atomic_add(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_max(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_max(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_min(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_min(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_and(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_and(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_or(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_or(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_xor(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_xor(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+Tile atomic_xchg(const Tile& ptr, Operand value, Loc loc = Loc::current());
+Tile atomic_xchg(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+// Stores `value` where the element equals `cmp` (floats: the same bits); returns the old.
+Tile atomic_cas(const Tile& ptr, Operand cmp, Operand value, Loc loc = Loc::current());
+Tile atomic_cas(const Tile& ptr, Operand cmp, Operand value, Operand mask, Loc loc = Loc::current());
 
 // --- elementwise (operands are promoted to a common dtype and broadcast)
 Tile operator+(Operand a, Operand b); // pointer + integer is pointer arithmetic

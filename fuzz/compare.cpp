@@ -82,6 +82,12 @@ std::vector<bool> tainted_params(const ir::Function& fn, bool (*is_source)(const
         if (v->type.is_ptr()) r |= roots[v->id];
         else x = x || inexact[v->id];
       }
+      if (ir::is_atomic(op.kind)) { // the value (and cas's compare value) may reach the buffer
+        bool vx = inexact[op.operands[1]->id] || (op.kind == ir::OpKind::AtomicCas && inexact[op.operands[2]->id]);
+        if (vx) taint(roots[op.operands[0]->id]);
+        flow(op.result(), (tainted & roots[op.operands[0]->id]) != 0, 0);
+        return;
+      }
       switch (op.kind) {
       case ir::OpKind::For:
         for (size_t i = 3; i < op.operands.size(); ++i) {
@@ -100,10 +106,6 @@ std::vector<bool> tainted_params(const ir::Function& fn, bool (*is_source)(const
       }
       case ir::OpKind::Store:
         if (inexact[op.operands[1]->id]) taint(roots[op.operands[0]->id]);
-        return;
-      case ir::OpKind::AtomicAdd:
-        if (inexact[op.operands[1]->id]) taint(roots[op.operands[0]->id]);
-        flow(op.result(), (tainted & roots[op.operands[0]->id]) != 0, 0);
         return;
       case ir::OpKind::Load: flow(op.result(), (tainted & roots[op.operands[0]->id]) != 0, 0); return;
       default:

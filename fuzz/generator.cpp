@@ -710,7 +710,22 @@ void Generator::act_atomic() {
   for (int tries = 0; tries < 4 && !v; ++tries) v = convert(pick_tile([](Value*) { return true; }), t);
   if (!v) v = convert(offs_, t);
   Value* mask = acc.count < total_ ? in_n_ : r_.chance(0.3) ? data_mask() : nullptr;
-  Value* old = b_->atomic_add(b_->addptr(b_->splat(acc.param, shape_), offs_), v, mask);
+  // Any atomic the dtype takes; each lane owns its element, so the result is one order's.
+  const OpKind kind =
+      ir::is_float(t) ? r_.pick(std::vector<OpKind>{OpKind::AtomicAdd, OpKind::AtomicMax, OpKind::AtomicMin,
+                                                    OpKind::AtomicXchg, OpKind::AtomicCas})
+                      : r_.pick(std::vector<OpKind>{OpKind::AtomicAdd, OpKind::AtomicMax, OpKind::AtomicMin,
+                                                    OpKind::AtomicAnd, OpKind::AtomicOr, OpKind::AtomicXor,
+                                                    OpKind::AtomicXchg, OpKind::AtomicCas});
+  Value* ptr = b_->addptr(b_->splat(acc.param, shape_), offs_);
+  Value* old = nullptr;
+  if (kind == OpKind::AtomicCas) {
+    // Compare with what the buffer holds about half the time, so both outcomes happen.
+    Value* cmp = r_.chance(0.5) ? b_->load(ptr, mask) : v;
+    old = b_->atomic_cas(ptr, cmp, v, mask);
+  } else {
+    old = b_->atomic_rmw(kind, ptr, v, mask);
+  }
   add(old, {info(v).inexact, false, info(v).zsign});
   acc.used = true;
 }

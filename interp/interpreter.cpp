@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "abi/float16.h"
+#include "abi/atomic_ops.h"
 #include "abi/float8.h"
 #include "ir/int_ops.h"
 #include "ir/passes.h"
@@ -480,7 +481,8 @@ void Machine::exec(const Op& op) {
   }
   case OpKind::Load:
   case OpKind::Store:
-  case OpKind::AtomicAdd:
+  TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
+  case OpKind::AtomicCas:
     return exec_memory(op);
   case OpKind::Cast:
     return exec_cast(op);
@@ -776,17 +778,22 @@ void Machine::exec_memory(const Op& op) {
           op, [&](size_t k, std::byte* e) { write_int(e, t, v.i[k]); }, nothing);
     return;
   }
-  case OpKind::AtomicAdd: {
-    const Tile& v = in(op.operands[1]);
+  default: {
+    internal_assert(ir::is_atomic(op.kind), "exec_memory: a load, store or atomic");
+    // Lane by lane in order, each a read-modify-write (abi/atomic_ops.h); masked lanes return
+    // 0, as a load without `other` would.
+    const bool cas = op.kind == OpKind::AtomicCas;
+    const Tile& v = in(op.operands[cas ? 2 : 1]);
+    const Tile* c = cas ? &in(op.operands[1]) : nullptr;
+    const AtomicOp aop = atomic_op(op.kind);
     Tile& r = out(op.result());
-    // Masked lanes return 0, as a load without `other` would.
     if (fl) {
       r.f.resize(n);
       each_lane(
           op,
           [&](size_t k, std::byte* e) {
             r.f[k] = read_float(e, t);
-            write_float(e, t, round_to(r.f[k] + v.f[k], t));
+            write_float(e, t, atomic_result(aop, r.f[k], v.f[k], c ? c->f[k] : 0.0f));
           },
           [&](size_t k) { r.f[k] = 0.0f; });
     } else {
@@ -795,14 +802,12 @@ void Machine::exec_memory(const Op& op) {
           op,
           [&](size_t k, std::byte* e) {
             r.i[k] = read_int(e, t);
-            write_int(e, t, wrap(wrapping_add(r.i[k], v.i[k]), t));
+            write_int(e, t, atomic_result(aop, int32_t(r.i[k]), int32_t(v.i[k]), c ? int32_t(c->i[k]) : 0));
           },
           [&](size_t k) { r.i[k] = 0; });
     }
     return;
   }
-  default:
-    internal_fail(fmt::format("{} is not a memory op", ir::op_name(op.kind)));
   }
 }
 

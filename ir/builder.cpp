@@ -123,9 +123,20 @@ void Builder::store(Value* ptr, Value* value, Value* mask) {
 }
 
 Value* Builder::atomic_add(Value* ptr, Value* value, Value* mask) {
+  return atomic_rmw(OpKind::AtomicAdd, ptr, value, mask);
+}
+
+Value* Builder::atomic_rmw(OpKind kind, Value* ptr, Value* value, Value* mask) {
+  internal_assert(is_atomic_rmw(kind), "atomic_rmw takes an atomic read-modify-write kind");
   std::vector<Value*> ops{ptr, value};
   if (mask) ops.push_back(mask);
-  return create(OpKind::AtomicAdd, ops, {value->type})->result();
+  return create(kind, ops, {value->type})->result();
+}
+
+Value* Builder::atomic_cas(Value* ptr, Value* cmp, Value* value, Value* mask) {
+  std::vector<Value*> ops{ptr, cmp, value};
+  if (mask) ops.push_back(mask);
+  return create(OpKind::AtomicCas, ops, {value->type})->result();
 }
 
 Value* Builder::unary(OpKind kind, Value* v) { return create(kind, {v}, {v->type})->result(); }

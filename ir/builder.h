@@ -39,6 +39,8 @@ public:
   Value* load(Value* ptr, Value* mask = nullptr, Value* other = nullptr);
   void store(Value* ptr, Value* value, Value* mask = nullptr);
   Value* atomic_add(Value* ptr, Value* value, Value* mask = nullptr);
+  Value* atomic_rmw(OpKind kind, Value* ptr, Value* value, Value* mask = nullptr); // is_atomic_rmw(kind)
+  Value* atomic_cas(Value* ptr, Value* cmp, Value* value, Value* mask = nullptr);
   Value* unary(OpKind kind, Value* v);
   Value* binary(OpKind kind, Value* a, Value* b); // also comparisons
   Value* select(Value* cond, Value* a, Value* b);

@@ -14,10 +14,10 @@ namespace {
 // see a store in between, atomics and stores are effects, and for/if carry
 // regions that are not compared.
 bool can_merge(const Op& op) {
+  if (is_atomic(op.kind)) return false;
   switch (op.kind) {
   case OpKind::Load:
   case OpKind::Store:
-  case OpKind::AtomicAdd:
   case OpKind::For:
   case OpKind::If:
   case OpKind::Yield:

@@ -1,5 +1,7 @@
 #include "ir/ir.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <unordered_map>
@@ -57,10 +59,34 @@ bool is_compare(OpKind k) {
   }
 }
 
+bool is_atomic_rmw(OpKind k) {
+  switch (k) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_ATOMIC_RMW_OPS(TILEC_X)
+#undef TILEC_X
+    return true;
+  default: return false;
+  }
+}
+
+AtomicOp atomic_op(OpKind k) {
+  switch (k) {
+  case OpKind::AtomicAdd: return AtomicOp::add;
+  case OpKind::AtomicMax: return AtomicOp::max;
+  case OpKind::AtomicMin: return AtomicOp::min;
+  case OpKind::AtomicAnd: return AtomicOp::and_;
+  case OpKind::AtomicOr: return AtomicOp::or_;
+  case OpKind::AtomicXor: return AtomicOp::xor_;
+  case OpKind::AtomicXchg: return AtomicOp::xchg;
+  case OpKind::AtomicCas: return AtomicOp::cas;
+  default: internal_fail(fmt::format("{} is not an atomic op", op_name(k)));
+  }
+}
+
 bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
 
 bool has_side_effects(OpKind k) {
-  return k == OpKind::Store || k == OpKind::AtomicAdd || k == OpKind::Assert || is_terminator(k);
+  return k == OpKind::Store || is_atomic(k) || k == OpKind::Assert || is_terminator(k);
 }
 
 std::string_view reduce_kind_name(ReduceKind k) {
@@ -93,9 +119,8 @@ bool ConstValue::operator==(const ConstValue& o) const {
 Value* Op::mask() const {
   switch (kind) {
   case OpKind::Load: return operands.size() >= 2 ? operands[1] : nullptr;
-  case OpKind::Store:
-  case OpKind::AtomicAdd: return operands.size() >= 3 ? operands[2] : nullptr;
-  default: return nullptr;
+  case OpKind::AtomicCas: return operands.size() >= 4 ? operands[3] : nullptr;
+  default: return kind == OpKind::Store || is_atomic_rmw(kind) ? (operands.size() >= 3 ? operands[2] : nullptr) : nullptr;
   }
 }
 

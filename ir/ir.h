@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "abi/atomic_ops.h"
 #include "ir/error.h"
 #include "ir/ops.def"
 #include "ir/types.h"
@@ -22,6 +23,9 @@ enum class OpKind : uint8_t {
 #undef TILEC_X
 };
 
+// `case` labels for a group of ops: `switch (k) { TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE) ... }`.
+#define TILEC_OP_CASE(E, N) case ::tilec::ir::OpKind::E:
+
 #define TILEC_X(E, N) +1
 inline constexpr int kNumOpKinds = 0 TILEC_OPS(TILEC_X);
 #undef TILEC_X
@@ -33,7 +37,10 @@ bool is_unary(OpKind k);
 bool is_binary(OpKind k);
 bool is_compare(OpKind k);
 inline bool is_elementwise(OpKind k) { return is_unary(k) || is_binary(k) || is_compare(k); }
-bool has_side_effects(OpKind k); // store, atomic_add, for/if containing them, yield, return
+bool is_atomic_rmw(OpKind k);     // atomic_add, atomic_max, ... atomic_xchg
+inline bool is_atomic(OpKind k) { return is_atomic_rmw(k) || k == OpKind::AtomicCas; }
+AtomicOp atomic_op(OpKind k); // of an atomic op (is_atomic)
+bool has_side_effects(OpKind k); // store, atomics, assert, yield, return
 bool is_terminator(OpKind k);
 
 enum class ReduceKind : uint8_t { sum, max, min, prod };
@@ -110,7 +117,7 @@ public:
     return results[0];
   }
   Block& region(size_t i) const { return *regions.at(i); }
-  // Operands of load/store/atomic_add that are optional.
+  // Operands of load/store/atomics that are optional.
   Value* mask() const;  // nullptr if absent
   Value* other() const; // load only; nullptr if absent
   // for: the loop-carried initial values and the body's block args.

@@ -201,20 +201,24 @@ std::string check(const Op& op) {
     return "";
   }
   case OpKind::Store:
-  case OpKind::AtomicAdd: {
-    bool atomic = op.kind == OpKind::AtomicAdd;
-    if (!(e = expect_count(op, 2, 3, atomic ? 1 : 0)).empty()) return e;
+  TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
+  case OpKind::AtomicCas: {
+    const bool atomic = op.kind != OpKind::Store, cas = op.kind == OpKind::AtomicCas;
+    if (!(e = expect_count(op, cas ? 3 : 2, cas ? 4 : 3, atomic ? 1 : 0)).empty()) return e;
     const Type& p = in[0]->type;
     if (!p.is_ptr()) return fmt::format("address {} is not a pointer", describe(in[0]));
     Type want = tile_type(p.dtype(), p.shape);
-    if (in[1]->type != want) return fmt::format("value {} should be {}", describe(in[1]), want.str());
+    for (size_t i = 1; i < (cas ? 3u : 2u); ++i)
+      if (in[i]->type != want)
+        return fmt::format("{} {} should be {}", cas && i == 1 ? "compare value" : "value", describe(in[i]), want.str());
     if (Value* m = op.mask())
       if (m->type != tile_type(DType::i1, p.shape))
         return fmt::format("mask {} should be {}", describe(m), tile_type(DType::i1, p.shape).str());
     if (atomic) {
       if (res() != want) return fmt::format("result {} should be {}", describe(out[0]), want.str());
-      if (p.dtype() != DType::f32 && p.dtype() != DType::i32)
-        return fmt::format("atomic_add supports f32 and i32, not {}", p.elem.str());
+      const bool bits = op.kind == OpKind::AtomicAnd || op.kind == OpKind::AtomicOr || op.kind == OpKind::AtomicXor;
+      if (bits ? p.dtype() != DType::i32 : p.dtype() != DType::f32 && p.dtype() != DType::i32)
+        return fmt::format("{} supports {}, not {}", op_name(op.kind), bits ? "i32" : "f32 and i32", p.elem.str());
     }
     return "";
   }

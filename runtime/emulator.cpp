@@ -1,5 +1,6 @@
 #include "runtime/emulator.h"
 
+#include "abi/atomic_ops.h"
 #include "abi/emu_abi.h"
 #include "abi/float16.h"
 #include "abi/float8.h"
@@ -933,21 +934,40 @@ void tilec_emu_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void
   std::memcpy(addr, src, bytes);
 }
 
-// Blocks run concurrently on several OS threads, so atomics are real atomics.
-float tilec_emu_atomic_add_f32(tilec_emu_thread* t, float* addr, float value) {
-  tilec::rt::check_access(t, addr, 4, true, true, "atomic add");
+// Blocks run concurrently on several OS threads, so atomics are real atomics: a compare-
+// exchange loop around abi/atomic_ops.h's definition of what each op stores.
+} // extern "C"
+namespace {
+
+template <class T> T atomic_rmw(tilec_emu_thread* t, T* addr, int32_t op, T value, T cmp) {
+  static const char* const names[] = {"atomic add", "atomic max", "atomic min", "atomic and",
+                                      "atomic or",  "atomic xor", "atomic xchg", "atomic cas"};
+  tilec::rt::check_access(t, addr, 4, true, true, op >= 0 && op < 8 ? names[op] : "atomic");
   auto* word = reinterpret_cast<std::uint32_t*>(addr);
   std::uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED);
   for (;;) {
-    std::uint32_t next = std::bit_cast<std::uint32_t>(std::bit_cast<float>(old) + value);
-    if (__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-      return std::bit_cast<float>(old);
+    T next = tilec::atomic_result(tilec::AtomicOp(op), std::bit_cast<T>(old), value, cmp);
+    if (std::bit_cast<std::uint32_t>(next) == old) return std::bit_cast<T>(old); // nothing to store
+    if (__atomic_compare_exchange_n(word, &old, std::bit_cast<std::uint32_t>(next), true, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+      return std::bit_cast<T>(old);
   }
 }
 
+} // namespace
+extern "C" {
+
+float tilec_emu_atomic_f32(tilec_emu_thread* t, float* addr, int32_t op, float value, float cmp) {
+  return atomic_rmw<float>(t, addr, op, value, cmp);
+}
+int32_t tilec_emu_atomic_i32(tilec_emu_thread* t, int32_t* addr, int32_t op, int32_t value, int32_t cmp) {
+  return atomic_rmw<int32_t>(t, addr, op, value, cmp);
+}
+float tilec_emu_atomic_add_f32(tilec_emu_thread* t, float* addr, float value) {
+  return atomic_rmw<float>(t, addr, 0, value, 0.0f);
+}
 int32_t tilec_emu_atomic_add_i32(tilec_emu_thread* t, int32_t* addr, int32_t value) {
-  tilec::rt::check_access(t, addr, 4, true, true, "atomic add");
-  return __atomic_fetch_add(addr, value, __ATOMIC_RELAXED);
+  return atomic_rmw<int32_t>(t, addr, 0, value, 0);
 }
 
 // The one f16/bf16 conversion of the project (abi/float16.h): round to nearest even, NaN stays NaN.

@@ -72,7 +72,13 @@ Kernel coverage_kernel() {
   Value* fp = at().addptr(at().splat(xf, {16}), idx);
   Value* x = at().load(fp, mask);
   at().atomic_add(fp, x);
-  at().atomic_add(at().addptr(at().splat(ptrs[3], {16}), idx), idx, mask);
+  Value* ip = at().addptr(at().splat(ptrs[3], {16}), idx);
+  at().atomic_add(ip, idx, mask);
+  for (OpKind k : {OpKind::AtomicMax, OpKind::AtomicMin, OpKind::AtomicAnd, OpKind::AtomicOr, OpKind::AtomicXor,
+                   OpKind::AtomicXchg})
+    at().atomic_rmw(k, ip, idx, k == OpKind::AtomicXchg ? nullptr : mask);
+  at().atomic_cas(fp, x, x);
+  at().atomic_cas(ip, idx, idx, mask);
 
   // Every unary, binary and compare op, on floats and on integers.
   for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt,

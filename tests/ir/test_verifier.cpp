@@ -97,7 +97,12 @@ struct EveryOp {
     Value* acc = b.constant(tile_type(DType::f32, {4, 4}), ConstValue::of_float(0.0));
     Value* prod = b.dot(back, tall, acc);
     Value* sums = b.reduce(ReduceKind::sum, b.scan(ReduceKind::prod, prod, 0), 1);
-    b.atomic_add(b.addptr(b.splat(x, {4}), b.arange(0, 4)), sums);
+    Value* xs = b.addptr(b.splat(x, {4}), b.arange(0, 4));
+    b.atomic_add(xs, sums);
+    for (OpKind k : {OpKind::AtomicMax, OpKind::AtomicMin, OpKind::AtomicXchg}) b.atomic_rmw(k, xs, sums);
+    b.atomic_cas(xs, sums, sums);
+    Value* cs = b.addptr(b.splat(f.add_param("c", ptr_type(DType::i32)), {16}), r);
+    for (OpKind k : {OpKind::AtomicAnd, OpKind::AtomicOr, OpKind::AtomicXor}) b.atomic_rmw(k, cs, ri);
     b.loc = at(4);
     Value* zero = b.constant(scalar_type(DType::i32), ConstValue::of_int(0));
     Value* step = b.constant(scalar_type(DType::i32), ConstValue::of_int(1));
