@@ -195,6 +195,7 @@ void LayoutPlan::forward_op(const Op& op) {
     return;
   }
   case OpKind::Assert:
+  case OpKind::Print:
     if (!op.operands[0]->type.is_scalar()) op_layouts_[&op] = {nat_or_default(op.operands[0])};
     return;
   case OpKind::Scan: { // in the operand's layout
@@ -321,6 +322,7 @@ void LayoutPlan::backward_op(const Op& op) {
   case OpKind::Reduce:
   case OpKind::Scan: request(op.operands[0], op_layouts(&op)[0]); return;
   case OpKind::Assert:
+  case OpKind::Print:
     if (!op.operands[0]->type.is_scalar()) request(op.operands[0], op_layouts(&op)[0]);
     return;
   case OpKind::Dot: {

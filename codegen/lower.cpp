@@ -158,6 +158,7 @@ private:
   void emit_reduce(const Op& op);
   void emit_scan(const Op& op);
   void emit_assert(const Op& op);
+  void emit_print(const Op& op);
   void emit_dot(const Op& op);
   bool mma_eligible(const Op& op) const;
   // A dot's K loop, run at least once: k = 0, step, ... while below `end`, carrying the f32
@@ -529,6 +530,7 @@ void Lowering::emit_op(const Op& op) {
   case OpKind::Reduce: return emit_reduce(op);
   case OpKind::Scan: return emit_scan(op);
   case OpKind::Assert: return emit_assert(op);
+  case OpKind::Print: return emit_print(op);
   case OpKind::For: return emit_for(op);
   case OpKind::If: return emit_if(op);
   case OpKind::Yield: {
@@ -941,6 +943,36 @@ void Lowering::emit_assert(const Op& op) {
     hooks_.assert_fail(b_, where);
     return nullptr;
   });
+}
+
+// device_print: each element printed once, by the thread that owns it, with its row-major
+// index; the target prints it (the emulator) or drops it (the GPU).
+void Lowering::emit_print(const Op& op) {
+  const Value* v = op.operands[0];
+  const ir::Shape& s = v->type.shape;
+  const LayoutId l = v->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0];
+  const Elems& in = get(v, l);
+  const auto cs = l == kScalar ? std::vector<std::vector<llvm::Value*>>{{}} : coords(l, s);
+  std::string shape;
+  for (int64_t d : s) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  const DType t = v->type.dtype();
+  const bool fl = ir::is_float(t);
+  llvm::Value* own = owner(l, s);
+  hooks_.print_op(b_);
+  for (size_t j = 0; j < in.size(); ++j) {
+    llvm::Value* linear = b_.getInt64(0);
+    int64_t stride = 1;
+    for (size_t d = s.size(); d-- > 0;) {
+      linear = b_.CreateAdd(linear, b_.CreateMul(b_.CreateSExt(cs[j][d], b_.getInt64Ty()), b_.getInt64(stride)));
+      stride *= s[d];
+    }
+    llvm::Value* x = fl ? to_f32(in[j], t)
+                        : (t == DType::i1 ? b_.CreateZExt(in[j], b_.getInt64Ty()) : b_.CreateSExt(in[j], b_.getInt64Ty()));
+    guarded(b_, own, [&]() -> llvm::Value* {
+      hooks_.print(b_, op.attrs.message, shape, linear, x, fl);
+      return nullptr;
+    });
+  }
 }
 
 // An inclusive scan along one axis, Hillis-Steele through shared memory: the owners write the

@@ -101,6 +101,13 @@ public:
 
   // Stops the launch: a device_assert failed. `where` is "file:line: message".
   virtual void assert_fail(Builder& b, const std::string& where) = 0;
+  // device_print of one element: element `linear` (i64, row-major) of a tile of `shape`
+  // (dims joined by 'x'; "" for a scalar) holds `v` (f32 when `is_float`, else i64). The
+  // emulator prints it; the GPU drops it (the default).
+  virtual void print(Builder& b, const std::string& prefix, const std::string& shape, llvm::Value* linear,
+                     llvm::Value* v, bool is_float) {}
+  // Once per print op, by every thread, before its elements.
+  virtual void print_op(Builder& b) {}
 
   virtual unsigned global_address_space() const = 0;
   // Global memory; `pred` (i1, may be null) guards the access: when false,

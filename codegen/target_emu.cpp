@@ -157,6 +157,14 @@ public:
     emu_.call(b, "tilec_emu_assert_fail", b.getVoidTy(), {emu_.site(b, where)});
   }
 
+  void print_op(Builder& b) override { emu_.call(b, "tilec_emu_print_op", b.getVoidTy(), {}); }
+  void print(Builder& b, const std::string& prefix, const std::string& shape, llvm::Value* linear, llvm::Value* v,
+             bool is_float) override {
+    emu_.call(b, "tilec_emu_print", b.getVoidTy(),
+              {emu_.site(b, prefix), emu_.site(b, shape), linear, b.getInt32(is_float),
+               is_float ? b.getInt64(0) : v, is_float ? v : llvm::ConstantFP::get(b.getFloatTy(), 0.0)});
+  }
+
   llvm::Value* libm(Builder& b, const std::string& name, const std::vector<llvm::Value*>& args) override {
     return call_float_function(b, name, args);
   }

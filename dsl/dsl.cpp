@@ -575,6 +575,12 @@ void device_assert(Operand cond, std::string message, Loc loc) {
   at(loc).assert_true(cond.v, std::move(message));
 }
 
+void device_print(std::string prefix, Operand value, Loc loc) {
+  if (value.is_literal || !value.v || value.v->type.is_ptr())
+    fail(loc, "device_print: prints a tile or scalar value (not a pointer or a literal)");
+  at(loc).print(value.v, std::move(prefix));
+}
+
 std::array<Tile, 4> randint4x(Operand seed, const Tile& offsets, Loc loc) {
   ir::Value* off = need(offsets, loc, "randint4x");
   if (off->type.is_ptr() || !ir::is_int(off->type.dtype()) || off->type.dtype() == DType::i1)

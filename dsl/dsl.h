@@ -235,6 +235,11 @@ Tile bitcast(const Tile& a, ElemType to, Loc loc = Loc::current());
 // driver's report (GPU: __assertfail). CompileOptions::device_asserts = false (tilec compile
 // --no-device-asserts) compiles them out.
 void device_assert(Operand cond, std::string message, Loc loc = Loc::current());
+// Prints every element of `value` as "pid (x, y, z) idx (i, j) prefix: value" on the CPU
+// backends (the interpreter, and the emulator with its own lowering), in program, op and
+// element order; the GPU lowering drops it. Lines go to stdout (set_device_print_sink,
+// abi/device_print.h, takes them instead).
+void device_print(std::string prefix, Operand value, Loc loc = Loc::current());
 
 // Counter-based random numbers: Philox 4x32-10 (Salmon et al., SC'11; as cuRAND and Triton
 // use it) on the counter (offset, 0, 0, 0) with the key (seed's low 32 bits, its high 32

@@ -13,6 +13,7 @@
 
 #include "abi/float16.h"
 #include "abi/atomic_ops.h"
+#include "abi/device_print.h"
 #include "abi/float8.h"
 #include "ir/int_ops.h"
 #include "ir/passes.h"
@@ -510,6 +511,16 @@ void Machine::exec(const Op& op) {
       if (!c.i[k])
         fail(op, fmt::format("device_assert failed: {} (program ({}, {}, {}){})", op.attrs.message, pid_[0], pid_[1],
                              pid_[2], c.i.size() > 1 ? fmt::format(", element {}", k) : ""));
+    return;
+  }
+  case OpKind::Print: {
+    const Tile& v = in(args[0]);
+    const bool fl = ir::is_float(args[0]->type.dtype());
+    const uint32_t pid[3] = {uint32_t(pid_[0]), uint32_t(pid_[1]), uint32_t(pid_[2])};
+    const size_t n = fl ? v.f.size() : v.i.size();
+    for (size_t k = 0; k < n; ++k)
+      device_print_emit(device_print_line(pid, args[0]->type.shape, int64_t(k), op.attrs.message, fl,
+                                          fl ? 0 : v.i[k], fl ? v.f[k] : 0.0f));
     return;
   }
   case OpKind::Reduce:

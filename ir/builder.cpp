@@ -165,6 +165,12 @@ void Builder::assert_true(Value* cond, std::string message) {
   create(OpKind::Assert, {cond}, {}, a);
 }
 
+void Builder::print(Value* v, std::string prefix) {
+  Attrs a;
+  a.message = std::move(prefix);
+  create(OpKind::Print, {v}, {}, a);
+}
+
 Value* Builder::bitcast(Value* v, DType to) {
   return create(OpKind::Bitcast, {v}, {tile_type(to, v->type.shape)})->result();
 }

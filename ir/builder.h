@@ -48,6 +48,7 @@ public:
   Value* cast(Value* v, DType to);
   Value* bitcast(Value* v, DType to);
   void assert_true(Value* cond, std::string message);
+  void print(Value* v, std::string prefix);
   Value* dot(Value* a, Value* b, Value* acc);
   Value* reduce(ReduceKind kind, Value* v, int axis);
   Value* scan(ReduceKind kind, Value* v, int axis); // inclusive

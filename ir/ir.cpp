@@ -86,7 +86,7 @@ AtomicOp atomic_op(OpKind k) {
 bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
 
 bool has_side_effects(OpKind k) {
-  return k == OpKind::Store || is_atomic(k) || k == OpKind::Assert || is_terminator(k);
+  return k == OpKind::Store || is_atomic(k) || k == OpKind::Assert || k == OpKind::Print || is_terminator(k);
 }
 
 std::string_view reduce_kind_name(ReduceKind k) {

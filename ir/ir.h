@@ -89,7 +89,7 @@ struct Attrs {
   // for: stages of the software pipeline of its asynchronous copies (1: none). A hint:
   // loads the lowering cannot issue ahead keep their place (docs/ARCHITECTURE.md).
   int64_t num_stages = 1;
-  std::string message; // assert
+  std::string message; // assert; print (its prefix)
   bool operator==(const Attrs&) const = default;
 };
 

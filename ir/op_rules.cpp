@@ -244,6 +244,10 @@ std::string check(const Op& op) {
     if (in[0]->type.is_ptr() || in[0]->type.dtype() != DType::i1)
       return fmt::format("condition {} is not i1", describe(in[0]));
     return "";
+  case OpKind::Print:
+    if (!(e = expect_count(op, 1, 1, 0)).empty()) return e;
+    if (in[0]->type.is_ptr()) return fmt::format("cannot print pointer {}", describe(in[0]));
+    return "";
   case OpKind::Cast:
   case OpKind::Bitcast:
     if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;

@@ -530,7 +530,8 @@ private:
     if (kind == OpKind::If) return parse_if(at, results, depth);
 
     bool has_result =
-        kind != OpKind::Store && kind != OpKind::Yield && kind != OpKind::Return && kind != OpKind::Assert;
+        kind != OpKind::Store && kind != OpKind::Yield && kind != OpKind::Return && kind != OpKind::Assert &&
+        kind != OpKind::Print;
     check_result_count(at, results, has_result ? 1 : 0);
     Attrs attrs;
     std::vector<Value*> operands;
@@ -555,10 +556,12 @@ private:
       attrs.axis = parse_int("an axis");
       after = "':' after the axis";
       break;
-    case OpKind::Assert: {
+    case OpKind::Assert:
+    case OpKind::Print: {
       operands = parse_operands();
       Token m = next();
-      if (m.kind != Tok::string) fail_expected(m, "a quoted message after the condition");
+      if (m.kind != Tok::string)
+        fail_expected(m, kind == OpKind::Assert ? "a quoted message after the condition" : "a quoted prefix after the value");
       attrs.message = std::move(m.str);
       break;
     }

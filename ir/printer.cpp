@@ -160,7 +160,8 @@ private:
     case OpKind::Arange: out_ += fmt::format(" {}", a.start); break;
     case OpKind::Constant: out_ += " " + format_const(a.value); break;
     case OpKind::ExpandDims: out_ += fmt::format(" {} axis {}", refs(op.operands), a.axis); break;
-    case OpKind::Assert: out_ += fmt::format(" {} {}", refs(op.operands), quote(a.message)); break;
+    case OpKind::Assert:
+    case OpKind::Print: out_ += fmt::format(" {} {}", refs(op.operands), quote(a.message)); break;
     case OpKind::Reduce:
     case OpKind::Scan:
       out_ += fmt::format(" {} {} axis {}", reduce_kind_name(a.reduce), refs(op.operands), a.axis);

@@ -1,6 +1,7 @@
 #include "runtime/emulator.h"
 
 #include "abi/atomic_ops.h"
+#include "abi/device_print.h"
 #include "abi/emu_abi.h"
 #include "abi/float16.h"
 #include "abi/float8.h"
@@ -58,6 +59,7 @@ struct tilec_emu_thread {
   tilec::rt::emu::FiberContext fiber;
   struct tilec_emu_worker* worker = nullptr;
   std::uint32_t tid = 0;
+  std::uint64_t print_ops = 0; // device_print ops this thread has run in its block
   tilec::rt::State state = tilec::rt::State::runnable;
   std::uint32_t barrier_id = 0; // the barrier a waiting thread is blocked at (tilec_emu_barrier)
   std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
@@ -130,6 +132,19 @@ struct Launch {
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   std::string error;
+  // device_print's lines, keyed (block, the thread's print op count, element) and written in
+  // that order when the launch ends: the order the interpreter prints in, whatever the
+  // schedule.
+  struct PrintLine {
+    std::uint64_t block, op;
+    std::int64_t element;
+    std::string text;
+    bool operator<(const PrintLine& o) const {
+      return std::tie(block, op, element) < std::tie(o.block, o.op, o.element);
+    }
+  };
+  std::mutex print_mutex;
+  std::vector<PrintLine> prints;
 
   void fail(std::string message) {
     std::lock_guard lock(error_mutex);
@@ -546,6 +561,7 @@ void run_worker(Worker& w) {
     w.block[0] = std::uint32_t(b % l.grid.x);
     w.block[1] = std::uint32_t(b / l.grid.x % l.grid.y);
     w.block[2] = std::uint32_t(b / l.grid.x / l.grid.y);
+    for (tilec_emu_thread& t : w.threads) t.print_ops = 0;
     if (!run_block(w)) {
       l.fail(w.error);
       break;
@@ -701,6 +717,8 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
     run_worker(workers[0]);
     for (std::thread& th : pool) th.join();
   }
+  std::sort(l.prints.begin(), l.prints.end()); // printed before a failure too: they may explain it
+  for (const Launch::PrintLine& p : l.prints) device_print_emit(p.text);
   if (l.failed.load()) throw EmulationError(l.error);
 
   EmuLaunchStats st;
@@ -975,6 +993,24 @@ float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::f16
 uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) { return tilec::f32_to_f16_bits(f); }
 float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::bf16_bits_to_f32(bits); }
 uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) { return tilec::f32_to_bf16_bits(f); }
+void tilec_emu_print_op(tilec_emu_thread* t) { ++t->print_ops; }
+
+void tilec_emu_print(tilec_emu_thread* t, const char* prefix, const char* shape, int64_t element, int32_t is_float,
+                     int64_t ivalue, float fvalue) {
+  std::vector<std::int64_t> dims;
+  for (const char* p = shape; *p;) {
+    char* end = nullptr;
+    dims.push_back(std::strtoll(p, &end, 10));
+    p = *end == 'x' ? end + 1 : end;
+  }
+  tilec_emu_worker& w = *t->worker;
+  tilec::rt::Launch& l = *w.launch;
+  std::string text = tilec::device_print_line(w.block, dims, element, prefix, is_float != 0, ivalue, fvalue);
+  std::uint64_t block = w.block[0] + std::uint64_t(l.grid.x) * (w.block[1] + std::uint64_t(l.grid.y) * w.block[2]);
+  std::lock_guard lock(l.print_mutex);
+  l.prints.push_back({block, t->print_ops, element, std::move(text)});
+}
+
 void tilec_emu_assert_fail(tilec_emu_thread* t, const char* where) {
   tilec::rt::fail_thread(t, "device_assert failed at {}", where);
 }

@@ -10,6 +10,7 @@
 #include <array>
 #include <random>
 
+#include "abi/device_print.h"
 #include "backends/launchers.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
@@ -519,4 +520,37 @@ TEST_CASE("device_assert stops the launch with its message and place on every ba
   codegen::CompileOptions o;
   o.device_asserts = false;
   CHECK(codegen::compile(*k, o).ptx.find("__assertfail") == std::string::npos);
+}
+
+TEST_CASE("device_print prints the same lines in the same order on the CPU backends", "[codegen][print][emulator]") {
+  KernelBuilder kb("printer");
+  auto x = kb.arg<Ptr<f32>>("x");
+  auto r = arange(0, 2), c = arange(0, 4);
+  auto v = load(x + r.col() * 4 + c.row()) * (program_id(0) + 1).to(f32); // [2, 4]
+  device_print("v", v);
+  device_print("pid", program_id(0));
+  device_print("big", v > 2.0f);
+  ir::Kernel k = kb.finish();
+  interp::Buffer xb("x", DType::f32, 8);
+  for (size_t i = 0; i < 8; ++i) xb.set(i, 0.5 * double(i));
+  auto capture = [&](kernels::Launcher& l) {
+    std::vector<std::string> lines;
+    set_device_print_sink([&](const std::string& s) { lines.push_back(s); });
+    l.launch(k, 4, {2, 1, 1}, {interp::Arg::of(xb)}); // 128 threads: most elements held by several
+    set_device_print_sink({});
+    return lines;
+  };
+  auto interpreter = kernels::make_interpret_launcher();
+  std::vector<std::string> want = capture(*interpreter);
+  REQUIRE(want.size() == 2 * (8 + 1 + 8));
+  CHECK(want[0] == "pid (0, 0, 0) idx (0, 0) v: 0");
+  CHECK(want[5] == "pid (0, 0, 0) idx (1, 1) v: 2.5");
+  CHECK(want[8] == "pid (0, 0, 0) idx () pid: 0");
+  CHECK(want[15] == "pid (0, 0, 0) idx (1, 2) big: 1");
+  CHECK(want[17 + 1] == "pid (1, 0, 0) idx (0, 1) v: 1");
+  auto emulator = backends::make_emulate_launcher(backends::EmuLowering::emu);
+  CHECK(capture(*emulator) == want); // each element once, by its owner, sorted as the interpreter prints
+  // The GPU lowering (here run by the emulator) drops it.
+  auto nvptx = backends::make_emulate_launcher(backends::EmuLowering::nvptx);
+  CHECK(capture(*nvptx).empty());
 }

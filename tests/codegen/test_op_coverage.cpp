@@ -231,7 +231,7 @@ TEST_CASE("every op kind is lowered", "[codegen]") {
   note_ops(*scan_kernel(DType::f32, 4, 8));
   std::set<OpKind> others{OpKind::ProgramId, OpKind::NumPrograms, OpKind::Permute, OpKind::AtomicAdd,
                           OpKind::Dot, OpKind::For, OpKind::If, OpKind::Yield, // in test_structure.cpp
-                          OpKind::Assert,                                       // in test_math_ops.cpp
+                          OpKind::Assert, OpKind::Print,                        // in test_math_ops.cpp
                           OpKind::AtomicMax, OpKind::AtomicMin, OpKind::AtomicAnd, OpKind::AtomicOr,
                           OpKind::AtomicXor, OpKind::AtomicXchg, OpKind::AtomicCas}; // in test_atomics.cpp
   for (int k = 0; k < ir::kNumOpKinds; ++k) {

@@ -78,6 +78,7 @@ Kernel coverage_kernel() {
                    OpKind::AtomicXchg})
     at().atomic_rmw(k, ip, idx, k == OpKind::AtomicXchg ? nullptr : mask);
   at().atomic_cas(fp, x, x);
+  at().print(x, "x \"quoted\"");
   at().atomic_cas(ip, idx, idx, mask);
 
   // Every unary, binary and compare op, on floats and on integers.

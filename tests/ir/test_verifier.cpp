@@ -89,6 +89,7 @@ struct EveryOp {
       cmp = b.binary(OpKind::And, cmp, b.binary(k, ri, r));
     v = b.select(cmp, v, b.cast(ri, DType::f32));
     b.assert_true(cmp, "every lane in range");
+    b.print(v, "v");
     b.loc = at(3);
     Value* row = b.expand_dims(v, 0);
     Value* wide = b.broadcast(row, {4, 16});
