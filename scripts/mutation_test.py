@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (26 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (29 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -143,6 +143,18 @@ MUTATIONS = [
      "umulhi multiplies the operands sign-extended instead of zero-extended",
      "llvm::Value* p = b.CreateMul(b.CreateZExt(x, wide), b.CreateZExt(y, wide));",
      "llvm::Value* p = b.CreateMul(b.CreateSExt(x, wide), b.CreateSExt(y, wide));"),
+    ("widen-offsets-no-mul", "ir/widen_offsets.cpp",
+     "offsets into a buffer past 2^31 elements keep their products in i32 (only adds widened)",
+     "    case OpKind::Add:\n    case OpKind::Sub:\n    case OpKind::Mul: {\n      Value* x = widen(",
+     "    case OpKind::Add:\n    case OpKind::Sub: {\n      Value* x = widen("),
+    ("atomic-max-as-min", "codegen/target_nvptx.cpp",
+     "the GPU's integer atomic_max is atom.min",
+     "k = f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max;",
+     "k = f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Min;"),
+    ("print-replicas", "codegen/lower.cpp",
+     "device_print lets every thread holding an element print it, not only its owner",
+     "  llvm::Value* own = owner(l, s);\n  hooks_.print_op(b_);",
+     "  llvm::Value* own = nullptr;\n  hooks_.print_op(b_);"),
 ]
 
 
