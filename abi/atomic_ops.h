@@ -25,13 +25,29 @@ inline std::int32_t atomic_result(AtomicOp op, std::int32_t old, std::int32_t va
   return old;
 }
 
-// The same for f32: max and min ignore a NaN operand (IEEE maxNum/minNum: a NaN in memory
-// is replaced, a NaN value leaves memory as it is); cas compares bits.
+// max/min of f32 as IEEE 754-2019 maximumNumber/minimumNumber: a NaN
+// operand is ignored and -0.0 counts below +0.0, so the result never depends on the order
+// atomics land in.
+inline float max_number(float a, float b) {
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  if (a == b) return std::signbit(a) ? b : a; // +0.0 over -0.0
+  return a > b ? a : b;
+}
+inline float min_number(float a, float b) {
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  if (a == b) return std::signbit(a) ? a : b; // -0.0 under +0.0
+  return a < b ? a : b;
+}
+
+// The same for f32: max and min as above (a NaN in memory is replaced, a NaN value leaves
+// memory as it is); cas compares bits.
 inline float atomic_result(AtomicOp op, float old, float value, float cmp) {
   switch (op) {
   case AtomicOp::add: return old + value;
-  case AtomicOp::max: return std::fmax(old, value);
-  case AtomicOp::min: return std::fmin(old, value);
+  case AtomicOp::max: return max_number(old, value);
+  case AtomicOp::min: return min_number(old, value);
   case AtomicOp::xchg: return value;
   case AtomicOp::cas: return std::bit_cast<std::uint32_t>(old) == std::bit_cast<std::uint32_t>(cmp) ? value : old;
   case AtomicOp::and_:

@@ -251,12 +251,14 @@ public:
     });
   }
   // Relaxed (monotonic) atomics at GPU scope: atom.global.{add,max,min,and,or,xor,exch,cas}.
-  // f32 max/min have no PTX instruction before sm_90's; LLVM expands them into a cas loop.
+  // f32 max/min are a cas loop around abi/atomic_ops.h's max_number/min_number (LLVM's
+  // maxnum leaves the sign of a zero result open; these order -0.0 below +0.0).
   llvm::Value* atomic(Builder& b, AtomicOp op, llvm::Value* ptr, llvm::Value* v, llvm::Value* cmp,
                       llvm::Value* pred) override {
     return guarded(b, pred, [&]() -> llvm::Value* {
       const bool f = v->getType()->isFloatingPointTy();
       const auto order = llvm::AtomicOrdering::Monotonic;
+      if (f && (op == AtomicOp::max || op == AtomicOp::min)) return float_minmax_loop(b, op == AtomicOp::max, ptr, v);
       if (op == AtomicOp::cas || (op == AtomicOp::xchg && f)) { // on the bits
         llvm::Value* bits = b.CreateBitCast(v, b.getInt32Ty());
         llvm::Value* old = nullptr;
@@ -281,6 +283,40 @@ public:
       }
       return b.CreateAtomicRMW(k, ptr, v, llvm::MaybeAlign(), order);
     });
+  }
+
+  // max_number / min_number (abi/atomic_ops.h) in IR.
+  static llvm::Value* minmax_number(Builder& b, bool max, llvm::Value* a, llvm::Value* x) {
+    llvm::Value* nan_a = b.CreateFCmpUNO(a, a);
+    llvm::Value* nan_x = b.CreateFCmpUNO(x, x);
+    llvm::Value* neg_a = b.CreateICmpSLT(b.CreateBitCast(a, b.getInt32Ty()), b.getInt32(0));
+    llvm::Value* on_tie = max ? b.CreateSelect(neg_a, x, a) : b.CreateSelect(neg_a, a, x);
+    llvm::Value* better = max ? b.CreateFCmpOGT(a, x) : b.CreateFCmpOLT(a, x);
+    llvm::Value* r = b.CreateSelect(b.CreateFCmpOEQ(a, x), on_tie, b.CreateSelect(better, a, x));
+    r = b.CreateSelect(nan_x, a, r);
+    return b.CreateSelect(nan_a, x, r);
+  }
+
+  // old = *p; until cas(p, old, f(old, v)) sees old: the usual compare-and-swap loop.
+  static llvm::Value* float_minmax_loop(Builder& b, bool max, llvm::Value* ptr, llvm::Value* v) {
+    llvm::Function* fn = b.GetInsertBlock()->getParent();
+    llvm::LLVMContext& c = fn->getContext();
+    llvm::BasicBlock* entry = b.GetInsertBlock();
+    llvm::Value* first = b.CreateLoad(b.getInt32Ty(), ptr);
+    llvm::BasicBlock* loop = llvm::BasicBlock::Create(c, "atomic.loop", fn);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(c, "atomic.done", fn);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    llvm::PHINode* old = b.CreatePHI(b.getInt32Ty(), 2);
+    old->addIncoming(first, entry);
+    llvm::Value* next = b.CreateBitCast(minmax_number(b, max, b.CreateBitCast(old, b.getFloatTy()), v), b.getInt32Ty());
+    const auto order = llvm::AtomicOrdering::Monotonic;
+    llvm::Value* cx = b.CreateAtomicCmpXchg(ptr, old, next, llvm::MaybeAlign(4), order, order);
+    llvm::Value* seen = b.CreateExtractValue(cx, 0);
+    old->addIncoming(seen, loop);
+    b.CreateCondBr(b.CreateExtractValue(cx, 1), done, loop);
+    b.SetInsertPoint(done);
+    return b.CreateBitCast(seen, b.getFloatTy());
   }
 
   void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) override {

@@ -189,6 +189,9 @@ TEST_CASE("float atomic max/min ignore NaN and cas compares bits", "[codegen][at
     CHECK(mn_b.get(0) == 1.0);
     CHECK(mn_b.get(1) == 2.0);
     CHECK(mn_b.get(2) == 1.0);
+    // -0.0 counts below +0.0, in either order.
+    CHECK_FALSE(std::signbit(mx_b.get(3)));
+    CHECK(std::signbit(mn_b.get(3)));
     // cas: NaN never equals itself by value, but these bits differ anyway (memory 1 vs NaN);
     // -0.0 in memory against a +0.0 compare value: different bits, no store.
     CHECK(cs_b.get(0) == 1.0);
