@@ -14,6 +14,13 @@
 
 namespace tilec::codegen::test {
 
+// How many times `what` occurs in `s` (instructions in PTX text, say).
+inline size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
 inline bool ptxas_required() {
   const char* v = std::getenv("TILEC_REQUIRE_PTXAS");
   return v && std::string(v) == "1";

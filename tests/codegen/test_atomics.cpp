@@ -13,8 +13,10 @@
 #include "codegen/compile.h"
 #include "dsl/dsl.h"
 #include "kernels/launcher.h"
+#include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
+using codegen::test::count;
 using namespace tilec::dsl;
 using ir::DType;
 using ir::OpKind;
@@ -65,12 +67,6 @@ std::vector<std::unique_ptr<kernels::Launcher>> cpu_launchers() {
   l.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
   l.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
   return l;
-}
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
 }
 
 } // namespace

@@ -17,12 +17,14 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "kernels/launcher.h"
+#include "tests/codegen/codegen_test_util.h"
 #include "kernels/registry.h"
 #include "kernels/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;
+using codegen::test::count;
 using namespace tilec::dsl;
 using ir::DType;
 
@@ -72,12 +74,6 @@ void check_rows(const interp::Buffer& out) {
       INFO("row " << r << " col " << c);
       REQUIRE(out.get_int(size_t(r * kCols + c)) == (r * 31 + c * 7) % 127 - 60);
     }
-}
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "kernels/launcher.h"
+#include "tests/codegen/codegen_test_util.h"
 #include "ir/param_access.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -17,6 +18,7 @@
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;
+using codegen::test::count;
 using namespace tilec::dsl;
 using ir::DType;
 
@@ -48,12 +50,6 @@ ir::Kernel column_strided_copy() {
 // A host vector of f16 bits as an emulator buffer argument.
 rt::Arg buf(std::vector<std::uint16_t>& v) {
   return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(v.data()), v.size() * 2, rt::ScalarType::f16);
-}
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
 }
 
 } // namespace
