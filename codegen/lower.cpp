@@ -150,7 +150,9 @@ private:
   llvm::Value* unary(OpKind k, DType t, llvm::Value* x);
   llvm::Value* binary(OpKind k, const ir::ElemType& e, llvm::Value* x, llvm::Value* y);
   llvm::Value* cast(llvm::Value* x, DType from, DType to);
-  llvm::Value* combine(ir::ReduceKind k, llvm::Value* x, llvm::Value* y);
+  // x op y for a reduce or scan, on the values it carries (floats as f32, integers as i32 or
+  // i64); kind combine runs the op's region on them, in its dtype.
+  llvm::Value* combine(const Op& op, llvm::Value* x, llvm::Value* y);
   llvm::Value* shuffle_xor(llvm::Value* v, int mask);
   void emit_load(const Op& op);
   void emit_store(const Op& op);
@@ -916,9 +918,20 @@ void Lowering::emit_atomic(const Op& op) {
   define(res, l, std::move(r));
 }
 
-llvm::Value* Lowering::combine(ir::ReduceKind k, llvm::Value* x, llvm::Value* y) {
+llvm::Value* Lowering::combine(const Op& op, llvm::Value* x, llvm::Value* y) {
   bool flt = x->getType()->isFloatTy();
-  switch (k) {
+  switch (op.attrs.reduce) {
+  case ir::ReduceKind::combine: {
+    const ir::Block& fn = op.region(0);
+    const ir::ElemType& e = op.operands[0]->type.elem;
+    auto to_dtype = [&](llvm::Value* v) { return flt ? from_f32(v, e.dtype) : b_.CreateSExtOrTrunc(v, reg_type(e)); };
+    define(fn.args[0], kScalar, {to_dtype(x)});
+    define(fn.args[1], kScalar, {to_dtype(y)});
+    for (const auto& inner : fn.ops)
+      if (inner->kind != OpKind::Yield) emit_op(*inner);
+    llvm::Value* r = get(fn.terminator()->operands[0], kScalar)[0];
+    return flt ? to_f32(r, e.dtype) : b_.CreateSExtOrTrunc(r, x->getType());
+  }
   case ir::ReduceKind::sum: return flt ? b_.CreateFAdd(x, y) : b_.CreateAdd(x, y);
   case ir::ReduceKind::max:
     return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, x, y);
@@ -985,7 +998,6 @@ void Lowering::emit_scan(const Op& op) {
   const Value* res = op.results[0];
   const ir::Shape& s = src->type.shape;
   const int axis = static_cast<int>(op.attrs.axis);
-  const ir::ReduceKind kind = op.attrs.reduce;
   const LayoutId l = plan_.op_layouts(&op)[0];
   const DType dt = src->type.dtype();
   llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : dt == DType::i64 ? b_.getInt64Ty() : b_.getInt32Ty();
@@ -1022,7 +1034,7 @@ void Lowering::emit_scan(const Op& op) {
         // Elements less than d from the start read themselves (in bounds) and keep their value.
         llvm::Value* from = b_.CreateSelect(has, b_.CreateSub(idx[j], b_.getInt32(uint32_t(d * stride))), idx[j]);
         llvm::Value* prev = smem_load(ct, smem(ct, from, buf * total * cb), "scan read");
-        cur[j] = b_.CreateSelect(has, combine(kind, prev, cur[j]), cur[j]);
+        cur[j] = b_.CreateSelect(has, combine(op, prev, cur[j]), cur[j]);
       }
       if (2 * d < n) write(buf = 1 - buf);
     }
@@ -1053,7 +1065,6 @@ void Lowering::emit_reduce(const Op& op) {
   const ir::Shape& s = src->type.shape;
   const ir::Shape& rs = res->type.shape;
   int axis = static_cast<int>(op.attrs.axis);
-  ir::ReduceKind kind = op.attrs.reduce;
   LayoutId pl = plan_.op_layouts(&op)[0];
   Layout lay = plan_.layout(pl);
   int bd = lay.dims[axis];
@@ -1080,7 +1091,7 @@ void Lowering::emit_reduce(const Op& op) {
       i = it->second;
     }
     llvm::Value* v = ir::is_float(dt) ? to_f32(in[j], dt) : b_.CreateSExtOrTrunc(in[j], ct);
-    acc[i] = acc[i] ? combine(kind, acc[i], v) : v;
+    acc[i] = acc[i] ? combine(op, acc[i], v) : v;
   }
   int64_t extent = s[axis];
   int64_t tpw = lay.base.threads_per_warp[bd], wpb = lay.base.warps_per_block[bd];
@@ -1089,7 +1100,7 @@ void Lowering::emit_reduce(const Op& op) {
   int64_t lanes = std::min<int64_t>(tpw, distinct);
   int64_t warps = lanes == tpw ? distinct / tpw : 1;
   for (int k = 0; k < log2i(lanes); ++k)
-    for (auto& a : acc) a = combine(kind, a, shuffle_xor(a, 1 << (lane_shift(lay.base, bd) + k)));
+    for (auto& a : acc) a = combine(op, a, shuffle_xor(a, 1 << (lane_shift(lay.base, bd) + k)));
   if (warps > 1) {
     int cb = ct->isIntegerTy(64) ? 8 : 4;
     need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);
@@ -1108,7 +1119,7 @@ void Lowering::emit_reduce(const Op& op) {
     for (size_t i = 0; i < nres; ++i) {
       llvm::Value* v = smem_load(ct, slot(i, b_.getInt32(0)), "reduction partial read");
       for (int64_t w = 1; w < warps; ++w)
-        v = combine(kind, v, smem_load(ct, slot(i, b_.getInt32(static_cast<uint32_t>(w))), "reduction partial read"));
+        v = combine(op, v, smem_load(ct, slot(i, b_.getInt32(static_cast<uint32_t>(w))), "reduction partial read"));
       acc[i] = v;
     }
     smem_dirty_ = true;

@@ -879,7 +879,64 @@ struct ControlFlow {
     std::vector<Tile*> alive = surviving(tr, snap);
     for (size_t k = 0; k < changed.size(); ++k) alive[changed[k]]->v_ = op->results[k];
   }
+
+  // reduce / associative_scan with the user's combine function: `fn` runs once, on two
+  // scalars of t's dtype, to build the op's region; what it returns is yielded.
+  static Tile combine_along(bool is_scan, const Tile& t, int axis, const CombineFn& fn, Loc loc) {
+    const char* what = is_scan ? "associative_scan" : "reduce";
+    ir::Value* v = need(t, loc, what);
+    if (v->type.is_ptr() || (is_scan && v->type.is_scalar()))
+      fail(loc, fmt::format("{}: needs a tile of numbers, got {}", what, v->type.str()));
+    if (!fn) fail(loc, fmt::format("{}: the combine function is empty", what));
+    axis = checked_axis(v, axis, loc, what);
+    if (v->type.dtype() == DType::i1) v = cast_to(v, DType::i32, loc);
+    detail::Tracker& tr = current(loc);
+    ir::Builder& b = at(loc);
+    std::vector<Snapshot> snap = live_tiles(tr);
+    ir::Op* op = b.combine_op(is_scan ? ir::OpKind::Scan : ir::OpKind::Reduce, v, axis);
+    ir::Block& blk = op->region(0);
+    ir::Block* outer = b.block();
+    b.set_block(&blk);
+    Tile r;
+    try {
+      r = fn(Tile(blk.args[0]), Tile(blk.args[1]));
+    } catch (...) {
+      at(loc).set_block(outer);
+      throw;
+    }
+    at(loc).set_block(outer);
+    std::vector<Tile*> alive = surviving(tr, snap);
+    for (size_t i = 0; i < snap.size(); ++i)
+      if (alive[i] && alive[i]->value() != snap[i].before)
+        fail(loc, fmt::format("{}: the combine function assigns to a tile from outside it; it may only "
+                              "compute a value from its two arguments",
+                              what));
+    for (const auto& o : blk.ops)
+      for (const ir::Value* in : o->operands)
+        if (!in->type.is_scalar())
+          fail(loc, fmt::format("{}: the combine function uses a {} from outside it; it may only compute with its "
+                                "two scalar arguments, scalars and constants",
+                                what, in->type.str()));
+    ir::Value* y = need(r, loc, what);
+    const ir::Type want = ir::scalar_type(v->type.dtype());
+    if (y->type != want)
+      fail(loc, fmt::format("{}: the combine function returns {}; it must return {}, its arguments' type "
+                            "(cast the result)",
+                            what, y->type.str(), want.str()));
+    b.set_block(&blk);
+    b.yield({y});
+    b.set_block(outer);
+    b.check(*op);
+    return Tile(op->result());
+  }
 };
+
+Tile reduce(const Tile& t, int axis, const CombineFn& combine, Loc loc) {
+  return ControlFlow::combine_along(false, t, axis, combine, loc);
+}
+Tile associative_scan(const Tile& t, int axis, const CombineFn& combine, Loc loc) {
+  return ControlFlow::combine_along(true, t, axis, combine, loc);
+}
 
 void for_range(Operand start, Operand end, Operand step, const std::function<void(Scalar)>& body, Loc loc) {
   ControlFlow::for_range(start, end, step, RangeOptions{}, body, loc);

@@ -270,6 +270,16 @@ Tile cumsum(const Tile& t, int axis, Loc loc = Loc::current());
 Tile cumprod(const Tile& t, int axis, Loc loc = Loc::current());
 Tile cummax(const Tile& t, int axis, Loc loc = Loc::current());
 Tile cummin(const Tile& t, int axis, Loc loc = Loc::current());
+// With the user's combine function: `combine(a, b)` gets two scalars of t's dtype (i1 counts
+// as i32) and returns one of that dtype, computed from them with elementwise ops, select, fma
+// and casts (no loads, stores or control flow). It is traced once into the op's region and
+// runs for every pair the backend combines: reduce needs it associative and commutative (the
+// order is the backend's), associative_scan only associative (out[i] = x[0] op ... op x[i],
+// left to right). It rounds to the dtype at every step, like the ops it is made of.
+//   Tile m = reduce(x, 1, [](const Tile& a, const Tile& b) { return where(abs(a) > abs(b), a, b); });
+using CombineFn = std::function<Tile(const Tile&, const Tile&)>;
+Tile reduce(const Tile& t, int axis, const CombineFn& combine, Loc loc = Loc::current());
+Tile associative_scan(const Tile& t, int axis, const CombineFn& combine, Loc loc = Loc::current());
 // The index (i32) of the largest / smallest element along `axis`, the axis removed: the first
 // one on ties; NaN elements are ignored (as max/min ignore them), and a run of NaNs only gives
 // 0. Built from reduce_max/min, a compare and reduce_min over the indices.

@@ -36,7 +36,8 @@ bool is_inexact_source(const ir::Op& op) {
   case ir::OpKind::Tanh:  // the GPU's (and the nvptx lowering's) from ex2 or a polynomial
   case ir::OpKind::Rsqrt: return true; // rsqrt.approx on the GPU
   case ir::OpKind::Reduce:
-  case ir::OpKind::Scan: return op.attrs.reduce == ir::ReduceKind::sum;
+  case ir::OpKind::Scan: // a combine function may add, in the backend's order
+    return op.attrs.reduce == ir::ReduceKind::sum || op.attrs.reduce == ir::ReduceKind::combine;
   default: return false;
   }
 }

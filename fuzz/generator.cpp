@@ -99,6 +99,7 @@ private:
   void act_select();
   void act_cast();
   void act_reduce();
+  Value* combine_along(bool scan, Value* v, int axis, bool nonneg);
   void act_shape();
   void act_dot();
   void act_pipe_dot();
@@ -430,6 +431,19 @@ void Generator::act_reduce() {
   int axis = static_cast<int>(r_.range(0, static_cast<int64_t>(shape_.size()) - 1));
   bool fl = ir::is_float(t);
   Info out{i.inexact || (fl && kind == ir::ReduceKind::sum), i.nonneg, fl && (i.zsign || kind != ir::ReduceKind::sum)};
+  if (r_.chance(0.25)) { // the same through a user's combine function
+    bool scan = r_.chance(0.3);
+    Value* red = combine_along(scan, v, axis, i.nonneg);
+    out = {fl || i.inexact, fl && i.nonneg, fl};
+    if (scan || red->type.is_scalar()) {
+      add(red, out);
+      if (!scan) add(b_->splat(red, shape_), out);
+      return;
+    }
+    Value* e = b_->expand_dims(red, axis);
+    add(e->type.shape == shape_ ? note(e, out) : b_->broadcast(e, shape_), out);
+    return;
+  }
   if (r_.chance(0.3)) { // an inclusive scan instead (integer products too: they wrap, exactly)
     if (!fl && r_.chance(0.3)) kind = ir::ReduceKind::prod, out.nonneg = false;
     add(b_->scan(kind, v, axis), out);
@@ -444,6 +458,36 @@ void Generator::act_reduce() {
   }
   Value* e = b_->expand_dims(red, axis);
   add(e->type.shape == shape_ ? note(e, out) : b_->broadcast(e, shape_), out);
+}
+
+// A reduce or scan of `v` with a combine function drawn from a few that are associative and
+// commutative on every input (floats: max, whose NaN and zero rules are the ops'; the sum of
+// non-negative values), plus, for scans, one that is associative but not commutative (the
+// last nonzero element so far). Its values stay inside the region, out of the pool.
+Value* Generator::combine_along(bool scan, Value* v, int axis, bool nonneg) {
+  const DType t = v->type.dtype();
+  ir::Op* op = b_->combine_op(scan ? OpKind::Scan : OpKind::Reduce, v, axis);
+  ir::Block* outer = b_->block();
+  b_->set_block(&op->region(0));
+  Value *a = op->region(0).args[0], *b = op->region(0).args[1], *y = nullptr;
+  const Type st = ir::scalar_type(t);
+  if (ir::is_float(t)) {
+    y = nonneg && r_.chance(0.5) ? b_->binary(OpKind::Add, a, b) : b_->binary(OpKind::Max, a, b);
+  } else {
+    switch (r_.range(0, scan ? 6 : 5)) {
+    case 0: y = b_->binary(OpKind::Add, b_->binary(OpKind::Add, a, b), cst(st, 1)); break;
+    case 1: y = b_->binary(OpKind::Xor, a, b); break;
+    case 2: y = b_->binary(OpKind::Or, a, b); break;
+    case 3: y = b_->binary(OpKind::Mul, a, b); break;
+    case 4: y = b_->select(b_->binary(OpKind::Gt, a, b), a, b); break;
+    case 5: y = b_->select(b_->binary(OpKind::Lt, a, b), a, b); break;
+    default: y = b_->select(b_->binary(OpKind::Ne, b, cst(st, 0)), b, a); break;
+    }
+  }
+  b_->yield({y});
+  b_->set_block(outer);
+  b_->check(*op);
+  return op->result();
 }
 
 // Moves elements around and back to the main shape: transposes, permutations, reshapes.

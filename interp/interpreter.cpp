@@ -333,6 +333,20 @@ private:
   void exec_reduce(const Op& op);
   void exec_scan(const Op& op);
   void exec_for(const Op& op);
+  // The user's combine function of a reduce/scan (kind combine) on one pair of elements,
+  // evaluated by running its region on scalars.
+  float combine_f(const Op& op, float x, float y) {
+    const Block& r = op.region(0);
+    out(r.args[0]).f.assign(1, x);
+    out(r.args[1]).f.assign(1, y);
+    return in(run_block(r)->operands[0]).f[0];
+  }
+  int64_t combine_i(const Op& op, int64_t x, int64_t y) {
+    const Block& r = op.region(0);
+    out(r.args[0]).i.assign(1, x);
+    out(r.args[1]).i.assign(1, y);
+    return in(run_block(r)->operands[0]).i[0];
+  }
 
   template <class Access, class Masked> void each_lane(const Op& op, Access access, Masked masked);
 
@@ -854,6 +868,8 @@ void Machine::exec_reduce(const Op& op) {
       round_all(r.f, t);
     };
     switch (op.attrs.reduce) {
+    case ir::ReduceKind::combine:
+      return floats([&](float x, float y) { return combine_f(op, x, y); });
     case ir::ReduceKind::sum:
       return floats(std::plus<float>());
     case ir::ReduceKind::max:
@@ -869,6 +885,8 @@ void Machine::exec_reduce(const Op& op) {
       wrap_all(r.i, t);
     };
     switch (op.attrs.reduce) {
+    case ir::ReduceKind::combine:
+      return ints([&](int64_t x, int64_t y) { return combine_i(op, x, y); });
     case ir::ReduceKind::sum:
       return ints(wrapping_add);
     case ir::ReduceKind::max:
@@ -904,6 +922,11 @@ void Machine::exec_scan(const Op& op) {
         }
   };
   const ir::ReduceKind k = op.attrs.reduce;
+  if (k == ir::ReduceKind::combine) {
+    if (ir::is_float(t)) run(r.f, a.f, [&](float x, float y) { return combine_f(op, x, y); });
+    else run(r.i, a.i, [&](int64_t x, int64_t y) { return combine_i(op, x, y); });
+    return;
+  }
   if (ir::is_float(t)) {
     auto f = [k](float x, float y) {
       return k == ir::ReduceKind::sum ? x + y : k == ir::ReduceKind::prod ? x * y

@@ -199,6 +199,24 @@ Value* Builder::scan(ReduceKind kind, Value* v, int axis) {
   return create(OpKind::Scan, {v}, {v->type}, a)->result();
 }
 
+Op* Builder::combine_op(OpKind kind, Value* v, int axis) {
+  internal_assert(kind == OpKind::Reduce || kind == OpKind::Scan, "combine_op: reduce or scan");
+  const char* what = kind == OpKind::Reduce ? "reduce" : "scan";
+  if (axis < 0 || axis >= v->type.rank())
+    throw UserError(loc, fmt::format("{}: axis {} out of range for {}", what, axis, v->type.str()));
+  if (v->type.is_ptr())
+    throw UserError(loc, fmt::format("{}: cannot combine pointers ({})", what, v->type.str()));
+  Shape s = v->type.shape;
+  if (kind == OpKind::Reduce) s.erase(s.begin() + axis);
+  Attrs a;
+  a.reduce = ReduceKind::combine;
+  a.axis = axis;
+  Op* op = create(kind, {v}, {v->type.with_shape(s)}, a, 1);
+  Block& body = op->region(0);
+  for (int i = 0; i < 2; ++i) body.args.push_back(fn_.new_value(scalar_type(v->type.dtype()), nullptr, &body));
+  return op;
+}
+
 Op* Builder::for_op(Value* lb, Value* ub, Value* step, const std::vector<Value*>& inits) {
   std::vector<Value*> ops{lb, ub, step};
   std::vector<Type> types;

@@ -52,6 +52,9 @@ public:
   Value* dot(Value* a, Value* b, Value* acc);
   Value* reduce(ReduceKind kind, Value* v, int axis);
   Value* scan(ReduceKind kind, Value* v, int axis); // inclusive
+  // A reduce or scan (`kind`) with a user's combine function: the op, its region holding the
+  // args (a, b) as scalars of v's dtype and no ops yet. Fill it, end it with yield, check(op).
+  Op* combine_op(OpKind kind, Value* v, int axis);
 
   // A for op whose body block has args (iv, carried...) and no terminator yet.
   Op* for_op(Value* lb, Value* ub, Value* step, const std::vector<Value*>& inits);

@@ -95,12 +95,13 @@ std::string_view reduce_kind_name(ReduceKind k) {
   case ReduceKind::max: return "max";
   case ReduceKind::min: return "min";
   case ReduceKind::prod: return "prod";
+  case ReduceKind::combine: return "combine";
   }
   internal_fail("bad reduce kind");
 }
 
 bool parse_reduce_kind(std::string_view name, ReduceKind& out) {
-  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min, ReduceKind::prod})
+  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min, ReduceKind::prod, ReduceKind::combine})
     if (reduce_kind_name(k) == name) {
       out = k;
       return true;

@@ -42,8 +42,13 @@ inline bool is_atomic(OpKind k) { return is_atomic_rmw(k) || k == OpKind::Atomic
 AtomicOp atomic_op(OpKind k); // of an atomic op (is_atomic)
 bool has_side_effects(OpKind k); // store, atomics, assert, yield, return
 bool is_terminator(OpKind k);
+// Ops whose regions end in yield: for, if, and reduce/scan with a combine function.
+inline bool has_yield_regions(OpKind k) {
+  return k == OpKind::For || k == OpKind::If || k == OpKind::Reduce || k == OpKind::Scan;
+}
 
-enum class ReduceKind : uint8_t { sum, max, min, prod };
+// combine: the op's one region, (a, b) -> yield a op b on scalars, is the user's function.
+enum class ReduceKind : uint8_t { sum, max, min, prod, combine };
 std::string_view reduce_kind_name(ReduceKind k);
 bool parse_reduce_kind(std::string_view name, ReduceKind& out);
 

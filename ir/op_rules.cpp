@@ -11,6 +11,12 @@ std::string describe(const Value* v) {
   return fmt::format("%{} ({})", v->id, v->type.str());
 }
 
+std::string describe_all(const std::vector<Value*>& values) {
+  std::string out;
+  for (const Value* v : values) out += (out.empty() ? "" : ", ") + describe(v);
+  return out;
+}
+
 namespace {
 
 std::string expect_count(const Op& op, size_t lo, size_t hi, size_t results) {
@@ -62,6 +68,38 @@ std::string check_yield(const Block& region, const std::vector<Value*>& results,
     if (term->operands[i]->type != results[i]->type)
       return fmt::format("{} region yields {} for result {}", what, describe(term->operands[i]),
                          describe(results[i]));
+  return "";
+}
+
+// A reduce or scan of kind combine has one region, (a, b) of the operand's element type as
+// scalars, yielding one such scalar; every op in it works on scalars (no tiles, pointers,
+// memory or control flow), so any backend can run it once per pair of elements. The other
+// kinds have no region.
+std::string check_combine(const Op& op, const Type& a) {
+  if (op.attrs.reduce != ReduceKind::combine)
+    return op.regions.empty() ? "" : fmt::format("kind {} takes no region", reduce_kind_name(op.attrs.reduce));
+  if (op.regions.size() != 1) return "kind combine needs exactly one region, the combine function";
+  const Type elem = scalar_type(a.dtype());
+  std::string e;
+  if (!(e = check_region_args(op, op.region(0), {elem, elem}, "combine")).empty()) return e;
+  for (const auto& inner : op.region(0).ops) {
+    if (!inner) continue;
+    const OpKind k = inner->kind;
+    if (!(is_elementwise(k) || k == OpKind::Constant || k == OpKind::Select || k == OpKind::Fma ||
+          k == OpKind::Cast || k == OpKind::Bitcast || k == OpKind::Yield))
+      return fmt::format("combine region holds {}; it may hold only elementwise ops, constant, select, fma, "
+                         "cast and bitcast",
+                         op_name(k));
+    for (const Value* v : inner->operands)
+      if (v && (!v->type.is_scalar() || v->type.is_ptr()))
+        return fmt::format("combine region: {} reads {}, not a scalar", op_name(k), describe(v));
+    for (const Value* v : inner->results)
+      if (v && !v->type.is_scalar()) return fmt::format("combine region: {} gives {}, not a scalar", op_name(k), describe(v));
+  }
+  const Op* term = op.region(0).terminator();
+  if (!term || term->kind != OpKind::Yield) return "combine region does not end in yield";
+  if (term->operands.size() != 1 || term->operands[0]->type != elem)
+    return fmt::format("combine region yields {}; it must yield one {}", (term->operands.empty() ? "nothing" : describe_all(term->operands)), elem.str());
   return "";
 }
 
@@ -282,7 +320,7 @@ std::string check(const Op& op) {
     s.erase(s.begin() + op.attrs.axis);
     if (res() != a.with_shape(s))
       return fmt::format("result {} should be {}", describe(out[0]), a.with_shape(s).str());
-    return "";
+    return check_combine(op, a);
   }
   case OpKind::Scan: {
     if (!(e = expect_count(op, 1, 1, 1)).empty()) return e;
@@ -291,7 +329,7 @@ std::string check(const Op& op) {
     if (op.attrs.axis < 0 || op.attrs.axis >= a.rank())
       return fmt::format("axis {} out of range for {}", op.attrs.axis, describe(in[0]));
     if (res() != a) return fmt::format("result {} should be {}", describe(out[0]), a.str());
-    return "";
+    return check_combine(op, a);
   }
   case OpKind::For: {
     if (in.size() < 3) return fmt::format("expects at least 3 operands, got {}", in.size());
@@ -329,8 +367,8 @@ std::string check(const Op& op) {
   case OpKind::Yield:
     if (!op.results.empty()) return "yield has no results";
     if (!op.parent || !op.parent->parent ||
-        (op.parent->parent->kind != OpKind::For && op.parent->parent->kind != OpKind::If))
-      return "yield outside a for or if region";
+        !has_yield_regions(op.parent->parent->kind))
+      return "yield outside a for, if or combine region";
     return "";
   case OpKind::Return:
     if (!op.operands.empty() || !op.results.empty()) return "return takes no operands";

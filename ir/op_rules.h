@@ -15,5 +15,7 @@ std::string check_op_types(const Op& op);
 
 // "%3 (tile<4xf32>)"
 std::string describe(const Value* v);
+// "%3 (f32), %4 (f32)"; "" for none.
+std::string describe_all(const std::vector<Value*>& values);
 
 } // namespace tilec::ir

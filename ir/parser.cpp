@@ -536,6 +536,7 @@ private:
     Attrs attrs;
     std::vector<Value*> operands;
     std::string_view after = "',' or ':' after an operand";
+    std::vector<Token> combine_args; // reduce/scan combine (%a, %b)
     switch (kind) {
     case OpKind::ProgramId:
     case OpKind::NumPrograms:
@@ -569,11 +570,19 @@ private:
     case OpKind::Scan: {
       Token k = next();
       if (k.kind != Tok::ident || !parse_reduce_kind(k.text, attrs.reduce))
-        fail_expected(k, "a reduction (sum, max, min or prod)");
+        fail_expected(k, "a reduction (sum, max, min, prod or combine)");
       operands = parse_operands();
       expect_keyword("axis", "after the operand");
       attrs.axis = parse_int("an axis");
       after = "':' after the axis";
+      if (attrs.reduce == ReduceKind::combine) {
+        expect_punct('(', "'(' and the combine function's two argument names after the axis");
+        combine_args.push_back(expect_value("the combine function's first argument name"));
+        expect_punct(',', "',' between the combine function's argument names");
+        combine_args.push_back(expect_value("the combine function's second argument name"));
+        expect_punct(')', "')' after the combine function's argument names");
+        after = "':' after the combine function's arguments";
+      }
       break;
     }
     case OpKind::Permute:
@@ -594,6 +603,19 @@ private:
     if (has_result) {
       expect_punct(':', after);
       types.push_back(parse_type());
+    }
+    if (!combine_args.empty()) {
+      // %r = reduce combine %x axis 1 (%a, %b) : type { ... yield %c } loc(...)
+      if (operands.size() != 1) fail(at, fmt::format("'{}' takes one operand", at.text));
+      builder_->loc = {};
+      Op* op = create(at, kind, std::move(operands), std::move(types), std::move(attrs), 1, results);
+      Block& body = op->region(0);
+      for (const Token& a : combine_args) {
+        body.args.push_back(fn_->new_value(scalar_type(op->operands[0]->type.dtype()), nullptr, &body));
+        define(a, body.args.back());
+      }
+      parse_region(body, depth + 1);
+      return finish_region_op(at, *op, results);
     }
     builder_->loc = parse_loc();
     Op* op = create(at, kind, std::move(operands), std::move(types), std::move(attrs), 0, results);

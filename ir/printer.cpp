@@ -165,6 +165,8 @@ private:
     case OpKind::Reduce:
     case OpKind::Scan:
       out_ += fmt::format(" {} {} axis {}", reduce_kind_name(a.reduce), refs(op.operands), a.axis);
+      if (!op.regions.empty()) // combine: (a, b) name the region's args
+        out_ += fmt::format(" ({})", refs(op.regions[0]->args));
       break;
     case OpKind::Permute: out_ += fmt::format(" {} [{}]", refs(op.operands), fmt::join(a.perm, ", ")); break;
     case OpKind::For: print_for(op, depth); typed = false; break;
@@ -174,6 +176,10 @@ private:
       break;
     }
     if (typed) out_ += " : " + result_types(op);
+    if (typed && !op.regions.empty()) { // reduce/scan combine: the function after the type
+      out_ += " ";
+      print_region(op, 0, depth);
+    }
     if (op.regions.empty() && hooks_.suffix) out_ += hooks_.suffix(op, ref_);
     out_ += format_loc(op.loc);
     out_ += "\n";

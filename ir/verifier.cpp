@@ -44,13 +44,6 @@ std::string op_at(const Op& op) {
   return fmt::format("{} at {}", op_name(op.kind), op.loc.str());
 }
 
-std::string describe_all(const std::vector<Value*>& values) {
-  std::string out;
-  for (const Value* v : values)
-    out += (out.empty() ? "" : ", ") + describe(v);
-  return out;
-}
-
 // " defining %3 (f32)" for an op with results, so a report names its values.
 std::string defining(const Op& op) {
   return op.results.empty() ? "" : " defining " + describe_all(op.results);
@@ -58,6 +51,7 @@ std::string defining(const Op& op) {
 
 std::string region_name(const Op& owner, size_t index) {
   if (owner.kind == OpKind::If) return index == 0 ? "then" : "else";
+  if (owner.kind == OpKind::Reduce || owner.kind == OpKind::Scan) return "combine";
   return "body";
 }
 
@@ -213,8 +207,8 @@ private:
         report(op, fmt::format("result {} is null", i));
         complete = false;
       }
-    if (!op.regions.empty() && op.kind != OpKind::For && op.kind != OpKind::If)
-      report(op, fmt::format("has {} region(s); only for and if have regions{}", op.regions.size(),
+    if (!op.regions.empty() && !has_yield_regions(op.kind))
+      report(op, fmt::format("has {} region(s); only for, if, reduce and scan have regions{}", op.regions.size(),
                              defining(op)));
     bool regions_end_in_yield = true;
     for (size_t i = 0; i < op.regions.size(); ++i) {

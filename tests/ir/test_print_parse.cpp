@@ -403,7 +403,7 @@ TEST_CASE("parse errors name the position and what was expected", "[ir][parser]"
       {head + "  %c = eq %x, %x : i1\n  %r = if %c -> (i32) {\n    yield %x\n  } else {\n    yield %f\n  }\n}",
        "k.tir:3:8: if: else region yields %f (f32) for result %r (i32)"},
       {head + "  %c = eq %x, %x : i1\n  if %c {\n    yield\n  }\n}", "k.tir:6:1: expected 'else' after the then region, found '}'"},
-      {head + "  yield\n}", "k.tir:2:3: yield: yield outside a for or if region"},
+      {head + "  yield\n}", "k.tir:2:3: yield: yield outside a for, if or combine region"},
       {"kernel k() {}", "k.tir:1:8: expected '@name' after 'kernel', found 'k'"},
       {"", "k.tir:1:1: expected 'kernel' at the start of the input, found end of input"},
       {"kernel @k(\x01", "k.tir:1:11: expected a parameter name, found '\\x01'"},
