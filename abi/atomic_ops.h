@@ -8,14 +8,28 @@
 
 namespace tilec {
 
-enum class AtomicOp : std::int32_t { add = 0, max = 1, min = 2, and_ = 3, or_ = 4, xor_ = 5, xchg = 6, cas = 7 };
+// umax/umin: max/min of u32 (the same bits as i32 for every other op).
+enum class AtomicOp : std::int32_t {
+  add = 0,
+  max = 1,
+  min = 2,
+  and_ = 3,
+  or_ = 4,
+  xor_ = 5,
+  xchg = 6,
+  cas = 7,
+  umax = 8,
+  umin = 9
+};
 
-// The value an i32 atomic leaves in memory holding `old` (cas: `value` where old == cmp).
+// The value a 32-bit integer atomic leaves in memory holding `old` (cas: `value` where old == cmp).
 inline std::int32_t atomic_result(AtomicOp op, std::int32_t old, std::int32_t value, std::int32_t cmp) {
   switch (op) {
   case AtomicOp::add: return std::int32_t(std::uint32_t(old) + std::uint32_t(value)); // wraps
   case AtomicOp::max: return old > value ? old : value;
   case AtomicOp::min: return old < value ? old : value;
+  case AtomicOp::umax: return std::uint32_t(old) > std::uint32_t(value) ? old : value;
+  case AtomicOp::umin: return std::uint32_t(old) < std::uint32_t(value) ? old : value;
   case AtomicOp::and_: return old & value;
   case AtomicOp::or_: return old | value;
   case AtomicOp::xor_: return old ^ value;
@@ -52,7 +66,9 @@ inline float atomic_result(AtomicOp op, float old, float value, float cmp) {
   case AtomicOp::cas: return std::bit_cast<std::uint32_t>(old) == std::bit_cast<std::uint32_t>(cmp) ? value : old;
   case AtomicOp::and_:
   case AtomicOp::or_:
-  case AtomicOp::xor_: break; // integers only
+  case AtomicOp::xor_:
+  case AtomicOp::umax:
+  case AtomicOp::umin: break; // integers only
   }
   return old;
 }

@@ -36,7 +36,7 @@ void device_print_emit(const std::string& line) {
 }
 
 std::string device_print_line(const std::uint32_t pid[3], const std::vector<std::int64_t>& shape,
-                              std::int64_t linear, std::string_view prefix, bool is_float, std::int64_t i,
+                              std::int64_t linear, std::string_view prefix, PrintedValue kind, std::int64_t i,
                               float f) {
   std::vector<std::int64_t> idx(shape.size());
   for (std::size_t d = shape.size(); d-- > 0;) {
@@ -44,7 +44,9 @@ std::string device_print_line(const std::uint32_t pid[3], const std::vector<std:
     linear = shape[d] ? linear / shape[d] : 0;
   }
   return fmt::format("pid ({}, {}, {}) idx ({}) {}: {}", pid[0], pid[1], pid[2], fmt::join(idx, ", "), prefix,
-                     is_float ? fmt::format("{}", f) : fmt::format("{}", i));
+                     kind == PrintedValue::float_         ? fmt::format("{}", f)
+                     : kind == PrintedValue::unsigned_int ? fmt::format("{}", static_cast<std::uint64_t>(i))
+                                                          : fmt::format("{}", i));
 }
 
 } // namespace tilec

@@ -12,7 +12,7 @@
  *
  * args[i] points at the value of kernel parameter i, in the order of the
  * function's parameters, stored as: pointers `void*`; i1 `uint8_t` (0 or 1);
- * i8/i16/i32/i64 `int8_t`..`int64_t`; f32 `float`; f16 and bf16 `uint16_t`
+ * i8/i16/i32/i64 `int8_t`..`int64_t`, u8..u64 `uint8_t`..`uint64_t`; f32 `float`; f16 and bf16 `uint16_t`
  * (their bit patterns). Each thread of each block calls S once. Shared memory
  * is the dynamic size CompiledKernel::shared_bytes, 16-byte aligned, one
  * region per block.
@@ -136,11 +136,11 @@ uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread* ctx, float value);
 void tilec_emu_assert_fail(tilec_emu_thread* ctx, const char* where);
 /* device_print: every thread calls print_op once per print op it runs, then print for each
  * element it owns: its row-major index in a tile of `shape` ("4x8"; "" for a scalar) and its
- * value (fvalue when is_float, else ivalue). The lines are written, in (block, op, element)
+ * value (kind, tilec::PrintedValue: 1 fvalue, 0 ivalue as signed, 2 as unsigned). The lines are written, in (block, op, element)
  * order, when the launch ends (abi/device_print.h). */
 void tilec_emu_print_op(tilec_emu_thread* ctx);
 void tilec_emu_print(tilec_emu_thread* ctx, const char* prefix, const char* shape, int64_t element,
-                     int32_t is_float, int64_t ivalue, float fvalue);
+                     int32_t kind, int64_t ivalue, float fvalue);
 /* PTX's fp8 pair conversions (format 0 e4m3, 1 e5m2; see abi/float8.h), for the nvptx
  * lowering run on the CPU: cvt.rn.f16x2.{e4m3x2,e5m2x2} (the byte at bits 8k..8k+7 gives
  * the f16 at bits 16k..16k+15) and cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (`hi` lands in the

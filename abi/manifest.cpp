@@ -106,8 +106,8 @@ std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
     auto parsed = parse_param_type(type);
     if (!parsed)
       r.fail(t.get("type"),
-             fmt::format("key '{}.type' is '{}', not a parameter type (i1 i8 i16 i32 i64 f16 "
-                         "bf16 f32 f8e4m3 f8e5m2, or ptr<T> of one)",
+             fmt::format("key '{}.type' is '{}', not a parameter type (i1 i8 i16 i32 i64 u8 u16 u32 u64 "
+                         "f16 bf16 f32 f8e4m3 f8e5m2, or ptr<T> of one)",
                          path, type));
     p.type = *parsed;
     std::string access = r.string(t, "access", path + ".access", &t, false);

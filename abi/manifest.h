@@ -19,7 +19,7 @@
 //
 //   [[params]]                  # in launch order
 //   name = "x"
-//   type = "ptr<f32>"           # i1 i8 i16 i32 i64 f16 bf16 f32 f8e4m3 f8e5m2, or ptr<T>
+//   type = "ptr<f32>"           # i1 i8..i64 u8..u64 f16 bf16 f32 f8e4m3 f8e5m2, or ptr<T>
 //   access = "read"             # optional, pointers: the kernel never writes through it
 //                               # (absent: it may); a written buffer may overlap no other
 //

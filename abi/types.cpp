@@ -6,7 +6,7 @@
 namespace tilec::rt {
 namespace {
 
-constexpr std::array<std::pair<ScalarType, std::string_view>, 10> kNames = {{
+constexpr std::array<std::pair<ScalarType, std::string_view>, 14> kNames = {{
     {ScalarType::i1, "i1"},
     {ScalarType::i8, "i8"},
     {ScalarType::i16, "i16"},
@@ -17,6 +17,10 @@ constexpr std::array<std::pair<ScalarType, std::string_view>, 10> kNames = {{
     {ScalarType::f32, "f32"},
     {ScalarType::f8e4m3, "f8e4m3"},
     {ScalarType::f8e5m2, "f8e5m2"},
+    {ScalarType::u8, "u8"},
+    {ScalarType::u16, "u16"},
+    {ScalarType::u32, "u32"},
+    {ScalarType::u64, "u64"},
 }};
 
 } // namespace
@@ -37,17 +41,21 @@ std::size_t scalar_type_bytes(ScalarType t) {
   switch (t) {
   case ScalarType::i1:
   case ScalarType::i8:
+  case ScalarType::u8:
   case ScalarType::f8e4m3:
   case ScalarType::f8e5m2:
     return 1;
   case ScalarType::i16:
+  case ScalarType::u16:
   case ScalarType::f16:
   case ScalarType::bf16:
     return 2;
   case ScalarType::i32:
+  case ScalarType::u32:
   case ScalarType::f32:
     return 4;
   case ScalarType::i64:
+  case ScalarType::u64:
     return 8;
   }
   return 0;

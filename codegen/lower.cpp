@@ -85,6 +85,15 @@ public:
 private:
   // --- types and constants
   llvm::Type* reg_type(const ir::ElemType& e);
+  // An integer of dtype `from` to the integer type `ty`: extended by its signedness (i1 and
+  // unsigned dtypes with zeros), or truncated.
+  llvm::Value* int_resize(llvm::Value* v, llvm::Type* ty, DType from) {
+    return from == DType::i1 || ir::is_unsigned(from) ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);
+  }
+  static llvm::Intrinsic::ID int_minmax(bool max, DType t) {
+    if (ir::is_unsigned(t)) return max ? llvm::Intrinsic::umax : llvm::Intrinsic::umin;
+    return max ? llvm::Intrinsic::smax : llvm::Intrinsic::smin;
+  }
   llvm::Type* mem_type(const ir::ElemType& e);
   int mem_bytes(const ir::ElemType& e) { return e.is_ptr ? 8 : ir::dtype_bytes(e.dtype); }
   llvm::Value* constant(const ir::ElemType& e, const ir::ConstValue& v);
@@ -314,10 +323,14 @@ llvm::Type* Lowering::reg_type(const ir::ElemType& e) {
   if (e.is_ptr) return llvm::PointerType::get(c_, hooks_.global_address_space());
   switch (e.dtype) {
   case DType::i1: return b_.getInt1Ty();
-  case DType::i8: return b_.getInt8Ty();
-  case DType::i16: return b_.getInt16Ty();
-  case DType::i32: return b_.getInt32Ty();
-  case DType::i64: return b_.getInt64Ty();
+  case DType::i8:
+  case DType::u8: return b_.getInt8Ty();
+  case DType::i16:
+  case DType::u16: return b_.getInt16Ty();
+  case DType::i32:
+  case DType::u32: return b_.getInt32Ty();
+  case DType::i64:
+  case DType::u64: return b_.getInt64Ty();
   case DType::f16:
   case DType::bf16: return hooks_.half_type(c_, e.dtype);
   case DType::f32: return b_.getFloatTy();
@@ -590,7 +603,7 @@ Elems Lowering::compute(const Op& op, LayoutId l) {
     auto x = [&](size_t i) { return (*in[i])[j]; };
     switch (op.kind) {
     case OpKind::AddPtr: {
-      llvm::Value* off = b_.CreateSExt(x(1), b_.getInt64Ty());
+      llvm::Value* off = int_resize(x(1), b_.getInt64Ty(), op.operands[1]->type.dtype());
       r[j] = b_.CreateGEP(mem_type({e0.dtype, false}), x(0), off);
       break;
     }
@@ -658,7 +671,8 @@ Elems Lowering::view(const Op& op, LayoutId l) {
 
 llvm::Value* Lowering::unary(OpKind k, DType t, llvm::Value* x) {
   if (ir::is_int(t)) {
-    if (k == OpKind::Abs) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
+    if (k == OpKind::Abs)
+      return ir::is_unsigned(t) ? x : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
     if (k == OpKind::Neg) return b_.CreateNeg(x);
     internal_fail("float-only unary op on an integer");
   }
@@ -694,12 +708,11 @@ llvm::Value* Lowering::binary(OpKind k, const ir::ElemType& e, llvm::Value* x, l
   for (const CompareRow& row : kCompare)
     if (row.op == k) {
       if (flt) return b_.CreateFCmp(row.flt, to_f32(x, e.dtype), to_f32(y, e.dtype));
-      bool unsigned_cmp = e.is_ptr || e.dtype == DType::i1;
+      bool unsigned_cmp = e.is_ptr || e.dtype == DType::i1 || ir::is_unsigned(e.dtype);
       return b_.CreateICmp(unsigned_cmp ? row.uint : row.sint, x, y);
     }
   if (k == OpKind::Min || k == OpKind::Max) {
-    if (!flt)
-      return b_.CreateBinaryIntrinsic(k == OpKind::Min ? llvm::Intrinsic::smin : llvm::Intrinsic::smax, x, y);
+    if (!flt) return b_.CreateBinaryIntrinsic(int_minmax(k == OpKind::Max, e.dtype), x, y);
     llvm::Value* r = b_.CreateBinaryIntrinsic(k == OpKind::Min ? llvm::Intrinsic::minnum : llvm::Intrinsic::maxnum,
                                               to_f32(x, e.dtype), to_f32(y, e.dtype));
     return from_f32(r, e.dtype);
@@ -717,6 +730,8 @@ llvm::Value* Lowering::binary(OpKind k, const ir::ElemType& e, llvm::Value* x, l
     return b_.CreateSelect(in_range, shifted, llvm::ConstantInt::get(x->getType(), 0));
   }
   if (k == OpKind::UMulHi) return hooks_.umulhi(b_, x, y);
+  if (!flt && ir::is_unsigned(e.dtype) && (k == OpKind::Div || k == OpKind::Rem))
+    return k == OpKind::Div ? b_.CreateUDiv(x, y) : b_.CreateURem(x, y);
   if (!flt && (k == OpKind::Div || k == OpKind::Rem)) {
     // The minimum value divided by -1 overflows: undefined in LLVM, a trap on x86. The IR
     // wraps (SEMANTICS.md): x / -1 is -x, x % -1 is 0. Divide by 1 instead and fix up.
@@ -739,16 +754,19 @@ llvm::Value* Lowering::cast(llvm::Value* x, DType from, DType to) {
   llvm::Type* ty = reg_type({to, false});
   if (ir::is_int(from) && ir::is_int(to)) {
     if (to == DType::i1) return b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
-    if (from == DType::i1) return b_.CreateZExt(x, ty);
-    return b_.CreateSExtOrTrunc(x, ty);
+    return int_resize(x, ty, from);
   }
   if (ir::is_int(from)) {
-    llvm::Value* f = from == DType::i1 ? b_.CreateUIToFP(x, b_.getFloatTy()) : b_.CreateSIToFP(x, b_.getFloatTy());
+    llvm::Value* f = from == DType::i1 || ir::is_unsigned(from) ? b_.CreateUIToFP(x, b_.getFloatTy())
+                                                                : b_.CreateSIToFP(x, b_.getFloatTy());
     return from_f32(f, to);
   }
   llvm::Value* f = to_f32(x, from);
   if (ir::is_float(to)) return from_f32(f, to);
   if (to == DType::i1) return b_.CreateFCmpUNE(f, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+  // To unsigned: saturating (NaN and negatives give 0), as the interpreter does; to signed,
+  // out of range is undefined (ir/SEMANTICS.md).
+  if (ir::is_unsigned(to)) return b_.CreateIntrinsic(llvm::Intrinsic::fptoui_sat, {ty, b_.getFloatTy()}, {f});
   return b_.CreateFPToSI(f, ty);
 }
 
@@ -911,7 +929,7 @@ void Lowering::emit_atomic(const Op& op) {
   llvm::Value* own = owner(l, ptr->type.shape);
   Elems r(P.size());
   for (size_t j = 0; j < P.size(); ++j)
-    r[j] = hooks_.atomic(b_, ir::atomic_op(op.kind), P[j], V[j], C ? (*C)[j] : nullptr,
+    r[j] = hooks_.atomic(b_, ir::atomic_op(op), P[j], V[j], C ? (*C)[j] : nullptr,
                          and_pred(own, M ? (*M)[j] : nullptr));
   // Threads that share an element got no old value: the owner hands it over.
   if (own) r = share_from_owners(r, l, ptr->type.shape, res->type.elem, own);
@@ -924,19 +942,19 @@ llvm::Value* Lowering::combine(const Op& op, llvm::Value* x, llvm::Value* y) {
   case ir::ReduceKind::combine: {
     const ir::Block& fn = op.region(0);
     const ir::ElemType& e = op.operands[0]->type.elem;
-    auto to_dtype = [&](llvm::Value* v) { return flt ? from_f32(v, e.dtype) : b_.CreateSExtOrTrunc(v, reg_type(e)); };
+    auto to_dtype = [&](llvm::Value* v) { return flt ? from_f32(v, e.dtype) : b_.CreateTrunc(v, reg_type(e)); };
     define(fn.args[0], kScalar, {to_dtype(x)});
     define(fn.args[1], kScalar, {to_dtype(y)});
     for (const auto& inner : fn.ops)
       if (inner->kind != OpKind::Yield) emit_op(*inner);
     llvm::Value* r = get(fn.terminator()->operands[0], kScalar)[0];
-    return flt ? to_f32(r, e.dtype) : b_.CreateSExtOrTrunc(r, x->getType());
+    return flt ? to_f32(r, e.dtype) : int_resize(r, x->getType(), e.dtype);
   }
   case ir::ReduceKind::sum: return flt ? b_.CreateFAdd(x, y) : b_.CreateAdd(x, y);
   case ir::ReduceKind::max:
-    return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, x, y);
+    return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::maxnum : int_minmax(true, op.operands[0]->type.dtype()), x, y);
   case ir::ReduceKind::min:
-    return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, x, y);
+    return b_.CreateBinaryIntrinsic(flt ? llvm::Intrinsic::minnum : int_minmax(false, op.operands[0]->type.dtype()), x, y);
   case ir::ReduceKind::prod: return flt ? b_.CreateFMul(x, y) : b_.CreateMul(x, y);
   }
   internal_fail("bad reduce kind");
@@ -980,9 +998,10 @@ void Lowering::emit_print(const Op& op) {
       stride *= s[d];
     }
     llvm::Value* x = fl ? to_f32(in[j], t)
-                        : (t == DType::i1 ? b_.CreateZExt(in[j], b_.getInt64Ty()) : b_.CreateSExt(in[j], b_.getInt64Ty()));
+                        : int_resize(in[j], b_.getInt64Ty(), t);
     guarded(b_, own, [&]() -> llvm::Value* {
-      hooks_.print(b_, op.attrs.message, shape, linear, x, fl);
+      hooks_.print(b_, op.attrs.message, shape, linear, x,
+                   fl ? PrintedValue::float_ : ir::is_unsigned(t) ? PrintedValue::unsigned_int : PrintedValue::signed_int);
       return nullptr;
     });
   }
@@ -1000,14 +1019,14 @@ void Lowering::emit_scan(const Op& op) {
   const int axis = static_cast<int>(op.attrs.axis);
   const LayoutId l = plan_.op_layouts(&op)[0];
   const DType dt = src->type.dtype();
-  llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : dt == DType::i64 ? b_.getInt64Ty() : b_.getInt32Ty();
-  const DType cdt = ir::is_float(dt) ? DType::f32 : dt == DType::i64 ? DType::i64 : DType::i32;
+  llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : ir::dtype_bits(dt) == 64 ? b_.getInt64Ty() : b_.getInt32Ty();
+  const DType cdt = ir::is_float(dt) ? DType::f32 : ir::dtype_bits(dt) == 64 ? DType::i64 : DType::i32;
   const int64_t n = s[size_t(axis)], total = ir::num_elements(s), cb = ct->isIntegerTy(64) ? 8 : 4;
   int64_t stride = 1;
   for (size_t d = size_t(axis) + 1; d < s.size(); ++d) stride *= s[d];
   const Elems& in = get(src, l);
   Elems cur(in.size());
-  for (size_t j = 0; j < in.size(); ++j) cur[j] = ir::is_float(dt) ? to_f32(in[j], dt) : b_.CreateSExtOrTrunc(in[j], ct);
+  for (size_t j = 0; j < in.size(); ++j) cur[j] = ir::is_float(dt) ? to_f32(in[j], dt) : int_resize(in[j], ct, dt);
   if (n > 1) {
     auto cs = coords(l, s);
     std::vector<llvm::Value*> idx, along;
@@ -1042,7 +1061,7 @@ void Lowering::emit_scan(const Op& op) {
   }
   Elems out(cur.size());
   for (size_t j = 0; j < cur.size(); ++j)
-    out[j] = ir::is_float(dt) ? from_f32(cur[j], dt) : b_.CreateSExtOrTrunc(cur[j], reg_type(res->type.elem));
+    out[j] = ir::is_float(dt) ? from_f32(cur[j], dt) : b_.CreateTrunc(cur[j], reg_type(res->type.elem));
   define(res, l, std::move(out));
 }
 
@@ -1069,7 +1088,7 @@ void Lowering::emit_reduce(const Op& op) {
   Layout lay = plan_.layout(pl);
   int bd = lay.dims[axis];
   DType dt = src->type.dtype();
-  llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : dt == DType::i64 ? b_.getInt64Ty() : b_.getInt32Ty();
+  llvm::Type* ct = ir::is_float(dt) ? b_.getFloatTy() : ir::dtype_bits(dt) == 64 ? b_.getInt64Ty() : b_.getInt32Ty();
   const Elems& in = get(src, pl);
   const ThreadElems& te = elems_of(pl, s);
   LayoutId rl = res->type.is_scalar() ? kScalar : plan_.native(res);
@@ -1090,7 +1109,7 @@ void Lowering::emit_reduce(const Op& op) {
       internal_assert(it != index.end(), "reduce: result layout holds the element");
       i = it->second;
     }
-    llvm::Value* v = ir::is_float(dt) ? to_f32(in[j], dt) : b_.CreateSExtOrTrunc(in[j], ct);
+    llvm::Value* v = ir::is_float(dt) ? to_f32(in[j], dt) : int_resize(in[j], ct, dt);
     acc[i] = acc[i] ? combine(op, acc[i], v) : v;
   }
   int64_t extent = s[axis];
@@ -1124,7 +1143,7 @@ void Lowering::emit_reduce(const Op& op) {
     }
     smem_dirty_ = true;
   }
-  for (auto& a : acc) a = ir::is_float(dt) ? from_f32(a, dt) : b_.CreateSExtOrTrunc(a, reg_type(res->type.elem));
+  for (auto& a : acc) a = ir::is_float(dt) ? from_f32(a, dt) : b_.CreateTrunc(a, reg_type(res->type.elem));
   define(res, rl, std::move(acc));
 }
 

@@ -217,6 +217,8 @@ private:
     case K::Add: if (i) op = AtomicOp::add; break;
     case K::Max: if (i) op = AtomicOp::max; break;
     case K::Min: if (i) op = AtomicOp::min; break;
+    case K::UMax: if (i) op = AtomicOp::umax; break;
+    case K::UMin: if (i) op = AtomicOp::umin; break;
     case K::And: if (i) op = AtomicOp::and_; break;
     case K::Or: if (i) op = AtomicOp::or_; break;
     case K::Xor: if (i) op = AtomicOp::xor_; break;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "abi/device_print.h"
 #include "codegen/compile.h"
 #include "ir/types.h"
 
@@ -102,10 +103,10 @@ public:
   // Stops the launch: a device_assert failed. `where` is "file:line: message".
   virtual void assert_fail(Builder& b, const std::string& where) = 0;
   // device_print of one element: element `linear` (i64, row-major) of a tile of `shape`
-  // (dims joined by 'x'; "" for a scalar) holds `v` (f32 when `is_float`, else i64). The
-  // emulator prints it; the GPU drops it (the default).
+  // (dims joined by 'x'; "" for a scalar) holds `v` (f32 for PrintedValue::float_, else
+  // i64). The emulator prints it; the GPU drops it (the default).
   virtual void print(Builder& b, const std::string& prefix, const std::string& shape, llvm::Value* linear,
-                     llvm::Value* v, bool is_float) {}
+                     llvm::Value* v, PrintedValue kind) {}
   // Once per print op, by every thread, before its elements.
   virtual void print_op(Builder& b) {}
 

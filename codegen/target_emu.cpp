@@ -159,9 +159,10 @@ public:
 
   void print_op(Builder& b) override { emu_.call(b, "tilec_emu_print_op", b.getVoidTy(), {}); }
   void print(Builder& b, const std::string& prefix, const std::string& shape, llvm::Value* linear, llvm::Value* v,
-             bool is_float) override {
+             PrintedValue kind) override {
+    const bool is_float = kind == PrintedValue::float_;
     emu_.call(b, "tilec_emu_print", b.getVoidTy(),
-              {emu_.site(b, prefix), emu_.site(b, shape), linear, b.getInt32(is_float),
+              {emu_.site(b, prefix), emu_.site(b, shape), linear, b.getInt32(uint32_t(kind)),
                is_float ? b.getInt64(0) : v, is_float ? v : llvm::ConstantFP::get(b.getFloatTy(), 0.0)});
   }
 

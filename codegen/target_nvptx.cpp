@@ -275,6 +275,8 @@ public:
       case AtomicOp::add: k = f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add; break;
       case AtomicOp::max: k = f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max; break;
       case AtomicOp::min: k = f ? llvm::AtomicRMWInst::FMin : llvm::AtomicRMWInst::Min; break;
+      case AtomicOp::umax: k = llvm::AtomicRMWInst::UMax; break;
+      case AtomicOp::umin: k = llvm::AtomicRMWInst::UMin; break;
       case AtomicOp::and_: k = llvm::AtomicRMWInst::And; break;
       case AtomicOp::or_: k = llvm::AtomicRMWInst::Or; break;
       case AtomicOp::xor_: k = llvm::AtomicRMWInst::Xor; break;

@@ -84,19 +84,24 @@ int dtype_rank(DType t) {
   switch (t) {
   case DType::i1: return 0;
   case DType::i8: return 1;
-  case DType::i16: return 2;
-  case DType::i32: return 3;
-  case DType::i64: return 4;
+  case DType::u8: return 2;
+  case DType::i16: return 3;
+  case DType::u16: return 4;
+  case DType::i32: return 5;
+  case DType::u32: return 6;
+  case DType::i64: return 7;
+  case DType::u64: return 8;
   case DType::f8e4m3:
-  case DType::f8e5m2: return 5;
+  case DType::f8e5m2: return 9;
   case DType::f16:
-  case DType::bf16: return 6;
-  case DType::f32: return 7;
+  case DType::bf16: return 10;
+  case DType::f32: return 11;
   }
   return 0;
 }
 
-// The dtype two operands meet at: floats beat ints, wider beats narrower,
+// The dtype two operands meet at: floats beat ints, wider beats narrower, unsigned beats
+// signed of its width (as in C and Triton: u32 with i32 is u32),
 // f16 with bf16 meet at f32, the two fp8 formats at f16 (which holds both exactly).
 DType promote(DType a, DType b) {
   if (a == b) return a;
@@ -560,7 +565,8 @@ Tile int_binary(ir::OpKind k, Operand a, const Operand& b, const Loc& loc, const
   auto v = unify({a, b}, what);
   DType t = v[0]->type.dtype();
   if (ir::is_float(t) || t == DType::i1)
-    fail(loc, fmt::format("{}: needs integer operands (i8..i64), got {}", what, v[0]->type.str()));
+    fail(loc, fmt::format("{}: needs integer operands (i8..i64, u8..u64), got {}", what, v[0]->type.str()));
+  if (k == ir::OpKind::AShr && ir::is_unsigned(t)) k = ir::OpKind::LShr; // >> of unsigned shifts in zeros
   return at(loc).binary(k, v[0], v[1]);
 }
 } // namespace

@@ -40,6 +40,10 @@ inline constexpr ElemType i8{DType::i8, false};
 inline constexpr ElemType i16{DType::i16, false};
 inline constexpr ElemType i32{DType::i32, false};
 inline constexpr ElemType i64{DType::i64, false};
+inline constexpr ElemType u8{DType::u8, false}; // unsigned: /, %, <, min/max, >> and casts read them so
+inline constexpr ElemType u16{DType::u16, false};
+inline constexpr ElemType u32{DType::u32, false};
+inline constexpr ElemType u64{DType::u64, false};
 inline constexpr ElemType f16{DType::f16, false};
 inline constexpr ElemType bf16{DType::bf16, false};
 inline constexpr ElemType f32{DType::f32, false};
@@ -218,8 +222,9 @@ Tile clamp(Operand x, Operand lo, Operand hi, Loc loc = Loc::current());
 // i1 tiles: x != x, and |x| == inf (all false for integers).
 Tile isnan(const Tile& a, Loc loc = Loc::current());
 Tile isinf(const Tile& a, Loc loc = Loc::current());
-// Integers (i8..i64): << and >> (arithmetic) and lshr (logical) read the amount as unsigned,
-// and from the width on give 0 (>>: the sign); umulhi is the high half of the unsigned
+// Integers (i8..i64, u8..u64): << and >> (arithmetic for signed dtypes, logical for unsigned)
+// and lshr (logical) read the amount as unsigned, and from the width on give 0 (>> of a
+// signed dtype: the sign); umulhi is the high half of the unsigned
 // double-width product; cdiv(a, b) = (a + b - 1) / b, the ceiling for b > 0.
 Tile operator<<(Operand a, Operand b);
 Tile operator>>(Operand a, Operand b);
@@ -227,7 +232,8 @@ Tile lshr(Operand a, Operand b, Loc loc = Loc::current());
 Tile umulhi(Operand a, Operand b, Loc loc = Loc::current());
 Tile cdiv(Operand a, Operand b, Loc loc = Loc::current());
 // The same bits as another dtype of the same width (i8 <-> f8e4m3/f8e5m2, i16 <-> f16/bf16,
-// i32 <-> f32, i64; not i1): int8 packing, hashing, sign tricks.
+// i32 <-> f32, i64, and the unsigned dtypes with the signed ones of their width; not i1):
+// int8 packing, hashing, sign tricks.
 Tile bitcast(const Tile& a, ElemType to, Loc loc = Loc::current());
 
 // Stops the launch where `cond` (an i1 tile or scalar) is false, with `message`, the

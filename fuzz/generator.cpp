@@ -143,10 +143,13 @@ Value* Generator::convert(Value* v, DType to) {
     if (i.inexact) return nullptr; // a few ulps could move it across an integer
     if (to != DType::i1) {
       // Out-of-range float-to-int casts are undefined: clamp first (NaN clamps to lo).
-      double lim = to == DType::i8 ? 100 : to == DType::i16 ? 30000 : to == DType::i32 ? 2e9 : 9e18;
+      // Unsigned: from 0.5, which truncates to 0 (a negative float has no unsigned value).
+      const int bits = ir::dtype_bits(to);
+      double lim = bits == 8 ? 100 : bits == 16 ? 30000 : bits == 32 ? 2e9 : 9e18;
+      if (ir::is_unsigned(to)) lim *= 2;
       if (from == DType::f16) lim = std::min(lim, 60000.0);
       Type t = v->type;
-      v = b_->binary(OpKind::Max, v, cst(t, -lim));
+      v = b_->binary(OpKind::Max, v, cst(t, ir::is_unsigned(to) ? 0.5 : -lim)); // (nonzero: the shrinker keeps it)
       v = b_->binary(OpKind::Min, v, cst(t, lim));
     }
   }
@@ -184,7 +187,8 @@ Program Generator::run() {
   for (int k = 0; k < n_in; ++k) inputs_.push_back(buffer(fmt::format("in{}", k), any_dtype(), r_.chance(0.3)));
   for (int k = 0; k < n_out; ++k) outputs_.push_back(buffer(fmt::format("out{}", k), any_dtype(), r_.chance(0.3)));
   if (r_.chance(0.15))
-    atomics_.push_back(buffer("acc", r_.chance(0.5) ? DType::i32 : DType::f32, r_.chance(0.3)));
+    atomics_.push_back(buffer("acc", r_.pick(std::vector<DType>{DType::i32, DType::u32, DType::f32, DType::f32}),
+                              r_.chance(0.3)));
   if (r_.chance(0.5)) {
     mat_ = fn_->add_param("mat", ir::Type{{r_.chance(0.5) ? DType::f16 : DType::bf16, true}, {}});
     prog_.params.push_back({kMat * kMat, 0});
@@ -197,7 +201,7 @@ Program Generator::run() {
     DType t = any_dtype();
     Value* s = fn_->add_param(fmt::format("s{}", k), ir::scalar_type(t));
     double v = t == DType::i1 ? double(r_.range(0, 1))
-               : ir::is_int(t) ? double(r_.range(-5, 40))
+               : ir::is_int(t) ? double(r_.range(ir::is_unsigned(t) ? 0 : -5, 40))
                                : static_cast<double>(r_.range(-24, 24)) / 8.0;
     prog_.params.push_back({0, v});
     add(s);

@@ -29,9 +29,16 @@ using ir::Value;
 
 namespace {
 
-// Integers are kept sign-extended from their width, i1 as 0 or 1.
+// Integers are kept sign-extended from their width, unsigned ones zero-extended (u64 as its
+// bits), i1 as 0 or 1.
 int64_t wrap(int64_t x, DType t) {
   switch (t) {
+  case DType::u8:
+    return static_cast<uint8_t>(x);
+  case DType::u16:
+    return static_cast<uint16_t>(x);
+  case DType::u32:
+    return static_cast<uint32_t>(x);
   case DType::i1:
     return x != 0;
   case DType::i8:
@@ -63,6 +70,12 @@ void wrap_all(std::vector<int64_t>& v, DType t) {
     return narrow_all<int16_t>(v);
   case DType::i32:
     return narrow_all<int32_t>(v);
+  case DType::u8:
+    return narrow_all<uint8_t>(v);
+  case DType::u16:
+    return narrow_all<uint16_t>(v);
+  case DType::u32:
+    return narrow_all<uint32_t>(v);
   default:
     return;
   }
@@ -117,6 +130,12 @@ float float_from_bits(uint64_t b, DType t) {
 int64_t float_to_int(long double x, DType t) {
   if (t == DType::i1) return x != 0;
   if (std::isnan(x)) return 0;
+  if (ir::is_unsigned(t)) {
+    long double limit = std::ldexp(1.0L, ir::dtype_bits(t));
+    if (x <= -1) return 0;
+    if (x >= limit) return wrap(-1, t); // all ones
+    return static_cast<int64_t>(static_cast<uint64_t>(x));
+  }
   long double limit = std::ldexp(1.0L, ir::dtype_bits(t) - 1);
   if (x >= limit) return static_cast<int64_t>(static_cast<uint64_t>(limit) - 1);
   if (x < -limit) return static_cast<int64_t>(0 - static_cast<uint64_t>(limit));
@@ -156,6 +175,14 @@ int64_t read_int(const std::byte* p, DType t) {
     return read_as<int32_t>(p);
   case DType::i64:
     return read_as<int64_t>(p);
+  case DType::u8:
+    return read_as<uint8_t>(p);
+  case DType::u16:
+    return read_as<uint16_t>(p);
+  case DType::u32:
+    return read_as<uint32_t>(p);
+  case DType::u64:
+    return static_cast<int64_t>(read_as<uint64_t>(p));
   default:
     internal_fail("read_int of a float dtype");
   }
@@ -189,7 +216,14 @@ void write_int(std::byte* p, DType t, int64_t x) {
   case DType::i32:
     return write_as<int32_t>(p, static_cast<int32_t>(x));
   case DType::i64:
+  case DType::u64:
     return write_as<int64_t>(p, x);
+  case DType::u8:
+    return write_as<uint8_t>(p, static_cast<uint8_t>(x));
+  case DType::u16:
+    return write_as<uint16_t>(p, static_cast<uint16_t>(x));
+  case DType::u32:
+    return write_as<uint32_t>(p, static_cast<uint32_t>(x));
   default:
     internal_fail("write_int of a float dtype");
   }
@@ -533,7 +567,10 @@ void Machine::exec(const Op& op) {
     const uint32_t pid[3] = {uint32_t(pid_[0]), uint32_t(pid_[1]), uint32_t(pid_[2])};
     const size_t n = fl ? v.f.size() : v.i.size();
     for (size_t k = 0; k < n; ++k)
-      device_print_emit(device_print_line(pid, args[0]->type.shape, int64_t(k), op.attrs.message, fl,
+      device_print_emit(device_print_line(pid, args[0]->type.shape, int64_t(k), op.attrs.message,
+                                          fl                                       ? PrintedValue::float_
+                                          : ir::is_unsigned(args[0]->type.dtype()) ? PrintedValue::unsigned_int
+                                                                                   : PrintedValue::signed_int,
                                           fl ? 0 : v.i[k], fl ? v.f[k] : 0.0f));
     return;
   }
@@ -606,6 +643,7 @@ void Machine::exec_unary(const Op& op) {
   } else {
     switch (op.kind) {
     case OpKind::Abs:
+      if (ir::is_unsigned(t)) return ints([](int64_t x) { return x; });
       return ints([](int64_t x) { return x < 0 ? wrapping_sub(0, x) : x; });
     case OpKind::Neg:
       return ints([](int64_t x) { return wrapping_sub(0, x); });
@@ -654,6 +692,21 @@ void Machine::exec_binary(const Op& op) {
     if ((op.kind == OpKind::Div || op.kind == OpKind::Rem) &&
         std::find(b.i.begin(), b.i.end(), 0) != b.i.end())
       fail(op, fmt::format("integer {} by zero", ir::op_name(op.kind)));
+    if (ir::is_unsigned(t)) { // the bits as unsigned numbers (u8..u32 are already nonnegative)
+      auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
+      switch (op.kind) {
+      case OpKind::Div:
+        return ints([u](int64_t x, int64_t y) { return static_cast<int64_t>(u(x) / u(y)); });
+      case OpKind::Rem:
+        return ints([u](int64_t x, int64_t y) { return static_cast<int64_t>(u(x) % u(y)); });
+      case OpKind::Min:
+        return ints([u](int64_t x, int64_t y) { return u(x) < u(y) ? x : y; });
+      case OpKind::Max:
+        return ints([u](int64_t x, int64_t y) { return u(x) < u(y) ? y : x; });
+      default:
+        break;
+      }
+    }
     switch (op.kind) {
     case OpKind::Add:
       return ints(wrapping_add);
@@ -707,6 +760,8 @@ void Machine::exec_compare(const Op& op) {
           a.i, a.buf, b.i, b.buf);
     } else if (ir::is_float(x->type.dtype())) {
       each(r, i1, a.f, b.f);
+    } else if (ir::is_unsigned(x->type.dtype())) {
+      each(r, [&](int64_t p, int64_t q) { return i1(static_cast<uint64_t>(p), static_cast<uint64_t>(q)); }, a.i, b.i);
     } else {
       each(r, i1, a.i, b.i);
     }
@@ -737,8 +792,10 @@ void Machine::exec_cast(const Op& op) {
     r.i = a.i;
     wrap_all(r.i, to);
   } else if (ir::is_int(from)) {
-    each(
-        r.f, [to](int64_t x) { return round_exact(x, to); }, a.i);
+    if (from == DType::u64) // past 2^63 its bits read as negative
+      each(r.f, [to](int64_t x) { return round_exact(static_cast<long double>(static_cast<uint64_t>(x)), to); }, a.i);
+    else
+      each(r.f, [to](int64_t x) { return round_exact(x, to); }, a.i);
   } else if (ir::is_int(to)) {
     each(
         r.i, [to](float x) { return float_to_int(x, to); }, a.f);
@@ -810,7 +867,7 @@ void Machine::exec_memory(const Op& op) {
     const bool cas = op.kind == OpKind::AtomicCas;
     const Tile& v = in(op.operands[cas ? 2 : 1]);
     const Tile* c = cas ? &in(op.operands[1]) : nullptr;
-    const AtomicOp aop = atomic_op(op.kind);
+    const AtomicOp aop = ir::atomic_op(op);
     Tile& r = out(op.result());
     if (fl) {
       r.f.resize(n);
@@ -890,8 +947,10 @@ void Machine::exec_reduce(const Op& op) {
     case ir::ReduceKind::sum:
       return ints(wrapping_add);
     case ir::ReduceKind::max:
+      if (ir::is_unsigned(t)) return ints([](int64_t x, int64_t y) { return uint64_t(x) < uint64_t(y) ? y : x; });
       return ints([](int64_t x, int64_t y) { return std::max(x, y); });
     case ir::ReduceKind::min:
+      if (ir::is_unsigned(t)) return ints([](int64_t x, int64_t y) { return uint64_t(y) < uint64_t(x) ? y : x; });
       return ints([](int64_t x, int64_t y) { return std::min(x, y); });
     case ir::ReduceKind::prod:
       return ints(wrapping_mul);
@@ -936,10 +995,12 @@ void Machine::exec_scan(const Op& op) {
     run(r.f, a.f, f);
     round_all(r.f, t);
   } else {
-    auto f = [k](int64_t x, int64_t y) {
+    const bool u = ir::is_unsigned(t);
+    auto f = [k, u](int64_t x, int64_t y) {
+      const bool less = u ? uint64_t(x) < uint64_t(y) : x < y;
       return k == ir::ReduceKind::sum ? wrapping_add(x, y) : k == ir::ReduceKind::prod ? wrapping_mul(x, y)
-                                    : k == ir::ReduceKind::max                       ? std::max(x, y)
-                                                                                     : std::min(x, y);
+                                    : k == ir::ReduceKind::max                       ? (less ? y : x)
+                                                                                     : (less ? x : y);
     };
     run(r.i, a.i, f);
     wrap_all(r.i, t);
@@ -981,6 +1042,7 @@ void Buffer::check_index(size_t i) const {
 double Buffer::get(size_t i) const {
   check_index(i);
   const std::byte* p = bytes.data() + i * ir::dtype_bytes(dtype);
+  if (dtype == DType::u64) return static_cast<double>(static_cast<uint64_t>(read_int(p, dtype)));
   return ir::is_float(dtype) ? read_float(p, dtype) : static_cast<double>(read_int(p, dtype));
 }
 

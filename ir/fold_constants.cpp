@@ -329,12 +329,14 @@ Folded fold(const Op& op) {
   const auto& in = op.operands;
   auto c = [&](size_t i) { return i < in.size() ? constant_of(in[i]) : nullptr; };
 
+  // Unsigned dtypes are left to the backends but for the identities, which hold for them too.
+  const bool unsigned_in = !in.empty() && !in[0]->type.is_ptr() && is_unsigned(in[0]->type.dtype());
   if (is_unary(op.kind)) {
-    if (c(0)) return constant(eval_unary(op.kind, in[0]->type.dtype(), *c(0)));
+    if (c(0) && !unsigned_in) return constant(eval_unary(op.kind, in[0]->type.dtype(), *c(0)));
     return {};
   }
   if (is_binary(op.kind) || is_compare(op.kind)) {
-    if (c(0) && c(1)) {
+    if (c(0) && c(1) && !unsigned_in) {
       DType t = in[0]->type.dtype();
       return constant(is_binary(op.kind) ? eval_binary(op.kind, t, *c(0), *c(1))
                                          : eval_compare(op.kind, t, *c(0), *c(1)));
@@ -351,7 +353,8 @@ Folded fold(const Op& op) {
     if (c(0)) return constant(*c(0));
     return {};
   case OpKind::Cast:
-    if (c(0)) return constant(eval_cast(in[0]->type.dtype(), op.result()->type.dtype(), *c(0)));
+    if (c(0) && !unsigned_in && !is_unsigned(op.result()->type.dtype()))
+      return constant(eval_cast(in[0]->type.dtype(), op.result()->type.dtype(), *c(0)));
     return {};
   case OpKind::Select:
     if (in[1] == in[2]) return existing(in[1]);

@@ -1,6 +1,6 @@
 #pragma once
 // The integer ops whose meaning depends on the width (ir/SEMANTICS.md), on values held as
-// int64_t sign-extended from `bits` bits: one definition for the interpreter and constant
+// int64_t extended from `bits` bits (sign- or, for unsigned dtypes, zero-extended): one definition for the interpreter and constant
 // folding. Results are to be wrapped to the width by the caller.
 #include <cstdint>
 
@@ -20,8 +20,10 @@ inline int64_t shift_right_logical(int64_t x, int64_t amount, int bits) {
   uint64_t a = low_bits(amount, bits);
   return a >= uint64_t(bits) ? 0 : static_cast<int64_t>(low_bits(x, bits) >> a);
 }
+// On the bits: the top one of the width is the sign, whatever the dtype's signedness.
 inline int64_t shift_right_arithmetic(int64_t x, int64_t amount, int bits) {
   uint64_t a = low_bits(amount, bits);
+  if (bits < 64) x = static_cast<int64_t>(low_bits(x, bits) << (64 - bits)) >> (64 - bits);
   return x >> (a >= uint64_t(bits) ? bits - 1 : static_cast<int>(a));
 }
 // The upper `bits` bits of the unsigned 2·bits-bit product.

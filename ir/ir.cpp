@@ -83,6 +83,15 @@ AtomicOp atomic_op(OpKind k) {
   }
 }
 
+AtomicOp atomic_op(const Op& op) {
+  AtomicOp a = atomic_op(op.kind);
+  if (is_unsigned(op.operands[0]->type.dtype())) {
+    if (a == AtomicOp::max) return AtomicOp::umax;
+    if (a == AtomicOp::min) return AtomicOp::umin;
+  }
+  return a;
+}
+
 bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
 
 bool has_side_effects(OpKind k) {

@@ -129,6 +129,9 @@ public:
   std::vector<Value*> for_inits() const;
 };
 
+// What an atomic op does to memory, by its kind and dtype (u32 max/min: umax/umin).
+AtomicOp atomic_op(const Op& op);
+
 class Function {
 public:
   explicit Function(std::string name) : name(std::move(name)) {}

@@ -255,8 +255,10 @@ std::string check(const Op& op) {
     if (atomic) {
       if (res() != want) return fmt::format("result {} should be {}", describe(out[0]), want.str());
       const bool bits = op.kind == OpKind::AtomicAnd || op.kind == OpKind::AtomicOr || op.kind == OpKind::AtomicXor;
-      if (bits ? p.dtype() != DType::i32 : p.dtype() != DType::f32 && p.dtype() != DType::i32)
-        return fmt::format("{} supports {}, not {}", op_name(op.kind), bits ? "i32" : "f32 and i32", p.elem.str());
+      const bool i32 = p.dtype() == DType::i32 || p.dtype() == DType::u32;
+      if (bits ? !i32 : p.dtype() != DType::f32 && !i32)
+        return fmt::format("{} supports {}, not {}", op_name(op.kind), bits ? "i32 and u32" : "f32, i32 and u32",
+                           p.elem.str());
     }
     return "";
   }
@@ -334,8 +336,8 @@ std::string check(const Op& op) {
   case OpKind::For: {
     if (in.size() < 3) return fmt::format("expects at least 3 operands, got {}", in.size());
     for (int i = 0; i < 3; ++i)
-      if (!is_int_scalar(in[i]))
-        return fmt::format("bound {} must be an integer scalar (control flow is uniform)",
+      if (!is_int_scalar(in[i]) || is_unsigned(in[i]->type.dtype()))
+        return fmt::format("bound {} must be a signed integer scalar (control flow is uniform)",
                            describe(in[i]));
     if (in[0]->type != in[1]->type || in[0]->type != in[2]->type)
       return fmt::format("bounds {}, {}, {} differ in type", describe(in[0]), describe(in[1]),

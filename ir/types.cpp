@@ -31,6 +31,10 @@ std::string_view dtype_name(DType t) {
   case DType::f32: return "f32";
   case DType::f8e4m3: return "f8e4m3";
   case DType::f8e5m2: return "f8e5m2";
+  case DType::u8: return "u8";
+  case DType::u16: return "u16";
+  case DType::u32: return "u32";
+  case DType::u64: return "u64";
   }
   internal_fail("bad dtype");
 }
@@ -45,14 +49,18 @@ int dtype_bits(DType t) {
   switch (t) {
   case DType::i1: return 1;
   case DType::i8:
+  case DType::u8:
   case DType::f8e4m3:
   case DType::f8e5m2: return 8;
   case DType::i16:
+  case DType::u16:
   case DType::f16:
   case DType::bf16: return 16;
   case DType::i32:
+  case DType::u32:
   case DType::f32: return 32;
-  case DType::i64: return 64;
+  case DType::i64:
+  case DType::u64: return 64;
   }
   internal_fail("bad dtype");
 }

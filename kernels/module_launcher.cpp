@@ -169,6 +169,10 @@ rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
   case rt::ScalarType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
   case rt::ScalarType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
   case rt::ScalarType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
+  case rt::ScalarType::u8: return rt::Arg(static_cast<std::uint8_t>(a.i));
+  case rt::ScalarType::u16: return rt::Arg(static_cast<std::uint16_t>(a.i));
+  case rt::ScalarType::u32: return rt::Arg(static_cast<std::uint32_t>(a.i));
+  case rt::ScalarType::u64: return rt::Arg(static_cast<std::uint64_t>(a.i));
   case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
   case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
   case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));

@@ -273,6 +273,10 @@ std::string npy_descr(ir::DType t) {
   case ir::DType::i16: return "<i2";
   case ir::DType::i64: return "<i8";
   case ir::DType::i1: return "|b1";
+  case ir::DType::u8: return "|u1";
+  case ir::DType::u16: return "<u2"; // as bf16's bits: a reader tells them apart by the dtype it expects
+  case ir::DType::u32: return "<u4";
+  case ir::DType::u64: return "<u8";
   case ir::DType::f8e4m3:
   case ir::DType::f8e5m2: return "|u1"; // raw fp8 bits; the dtype is declared elsewhere
   default: throw UserError(fmt::format("no .npy dtype for {}", ir::dtype_name(t)));

@@ -958,9 +958,9 @@ void tilec_emu_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void
 namespace {
 
 template <class T> T atomic_rmw(tilec_emu_thread* t, T* addr, int32_t op, T value, T cmp) {
-  static const char* const names[] = {"atomic add", "atomic max", "atomic min", "atomic and",
-                                      "atomic or",  "atomic xor", "atomic xchg", "atomic cas"};
-  tilec::rt::check_access(t, addr, 4, true, true, op >= 0 && op < 8 ? names[op] : "atomic");
+  static const char* const names[] = {"atomic add",  "atomic max", "atomic min", "atomic and", "atomic or",
+                                      "atomic xor",  "atomic xchg", "atomic cas", "atomic max", "atomic min"};
+  tilec::rt::check_access(t, addr, 4, true, true, op >= 0 && op < 10 ? names[op] : "atomic");
   auto* word = reinterpret_cast<std::uint32_t*>(addr);
   std::uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED);
   for (;;) {
@@ -995,7 +995,7 @@ float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::bf
 uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) { return tilec::f32_to_bf16_bits(f); }
 void tilec_emu_print_op(tilec_emu_thread* t) { ++t->print_ops; }
 
-void tilec_emu_print(tilec_emu_thread* t, const char* prefix, const char* shape, int64_t element, int32_t is_float,
+void tilec_emu_print(tilec_emu_thread* t, const char* prefix, const char* shape, int64_t element, int32_t kind,
                      int64_t ivalue, float fvalue) {
   std::vector<std::int64_t> dims;
   for (const char* p = shape; *p;) {
@@ -1005,7 +1005,7 @@ void tilec_emu_print(tilec_emu_thread* t, const char* prefix, const char* shape,
   }
   tilec_emu_worker& w = *t->worker;
   tilec::rt::Launch& l = *w.launch;
-  std::string text = tilec::device_print_line(w.block, dims, element, prefix, is_float != 0, ivalue, fvalue);
+  std::string text = tilec::device_print_line(w.block, dims, element, prefix, tilec::PrintedValue(kind), ivalue, fvalue);
   std::uint64_t block = w.block[0] + std::uint64_t(l.grid.x) * (w.block[1] + std::uint64_t(l.grid.y) * w.block[2]);
   std::lock_guard lock(l.print_mutex);
   l.prints.push_back({block, t->print_ops, element, std::move(text)});

@@ -28,7 +28,7 @@ std::string Arg::describe() const {
   return fmt::format("a scalar {}", scalar_type_name(type_));
 }
 
-// An integer scalar argument's value, sign-extended from its type.
+// An integer scalar argument's value, sign-extended from its type (zero-extended: unsigned).
 std::int64_t scalar_int_value(const Arg& a) {
   std::uint64_t b = a.bits();
   switch (a.scalar_type()) {
@@ -36,6 +36,9 @@ std::int64_t scalar_int_value(const Arg& a) {
   case ScalarType::i8: return std::int8_t(b);
   case ScalarType::i16: return std::int16_t(b);
   case ScalarType::i32: return std::int32_t(b);
+  case ScalarType::u8: return std::int64_t(b & 0xff);
+  case ScalarType::u16: return std::int64_t(b & 0xffff);
+  case ScalarType::u32: return std::int64_t(b & 0xffffffff);
   default: return std::int64_t(b);
   }
 }

@@ -27,6 +27,10 @@ public:
   Arg(std::int16_t v) : Arg(ScalarType::i16, static_cast<std::uint16_t>(v)) {}
   Arg(std::int32_t v) : Arg(ScalarType::i32, static_cast<std::uint32_t>(v)) {}
   Arg(std::int64_t v) : Arg(ScalarType::i64, static_cast<std::uint64_t>(v)) {}
+  Arg(std::uint8_t v) : Arg(ScalarType::u8, v) {}
+  Arg(std::uint16_t v) : Arg(ScalarType::u16, v) {}
+  Arg(std::uint32_t v) : Arg(ScalarType::u32, v) {}
+  Arg(std::uint64_t v) : Arg(ScalarType::u64, v) {}
   Arg(float v);
   template <class T> Arg(T*) = delete; // not silently a bool
   static Arg f16_bits(std::uint16_t bits) { return Arg(ScalarType::f16, bits); }
@@ -38,9 +42,8 @@ public:
   // A buffer of `element`s: a parameter of another element type (ptr<i32> given f32 data)
   // is an error at launch.
   static Arg buffer(std::uint64_t address, std::size_t bytes, ScalarType element);
-  // A host or device array of `count` values of T (float, int8..int64, uint32/64 as f32, i8..i64,
-  // i32/i64); for
-  // f16/bf16 data (uint16_t) use buffer(address, bytes, ScalarType::f16 / bf16), for fp8
+  // A host or device array of `count` values of T (float, int8..int64, uint8..uint64: f32,
+  // i8..i64, u8..u64); for f16/bf16 data (uint16_t) use buffer(address, bytes, ScalarType::f16 / bf16), for fp8
   // data (uint8_t) buffer(address, bytes, ScalarType::f8e4m3 / f8e5m2).
   template <class T> static Arg array(const T* data, std::size_t count) {
     return buffer(reinterpret_cast<std::uintptr_t>(data), count * sizeof(T), element_of<T>());
@@ -63,8 +66,12 @@ private:
     if constexpr (std::is_same_v<T, float>) return ScalarType::f32;
     else if constexpr (std::is_same_v<T, std::int8_t>) return ScalarType::i8;
     else if constexpr (std::is_same_v<T, std::int16_t>) return ScalarType::i16;
-    else if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::uint32_t>) return ScalarType::i32;
-    else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>) return ScalarType::i64;
+    else if constexpr (std::is_same_v<T, std::int32_t>) return ScalarType::i32;
+    else if constexpr (std::is_same_v<T, std::int64_t>) return ScalarType::i64;
+    else if constexpr (std::is_same_v<T, std::uint8_t>) return ScalarType::u8;
+    else if constexpr (std::is_same_v<T, std::uint16_t>) return ScalarType::u16;
+    else if constexpr (std::is_same_v<T, std::uint32_t>) return ScalarType::u32;
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return ScalarType::u64;
     else static_assert(sizeof(T) == 0, "Arg::array: no element type for T; use Arg::buffer(address, bytes, type)");
   }
 
@@ -82,7 +89,8 @@ inline constexpr std::size_t kMaxElements32 = std::size_t(1) << 31;
 // Throws LaunchArgumentError unless `args` match `m.params` in count and, one by one, in kind
 // (a pointer parameter takes a buffer) and scalar type; the message names the parameter.
 void check_launch_args(const Manifest& m, std::span<const Arg> args);
-// An integer scalar argument's value, sign-extended from its type.
+// An integer scalar argument's value, sign-extended from its type (zero-extended from an
+// unsigned one; a u64 past 2^63 comes back as its bits).
 std::int64_t scalar_int_value(const Arg& a);
 
 } // namespace tilec::rt

@@ -31,7 +31,7 @@ void perturb_first_output(const ir::Function& fn, const std::vector<interp::Arg>
   for (size_t i = 0; i < fn.params.size(); ++i)
     if (fn.params[i]->name.rfind("out", 0) == 0) {
       interp::Buffer& b = *args[i].buffer;
-      if (ir::is_float(b.dtype)) b.set(0, b.get(0) == 0 ? 1 : b.get(0) * 1.5);
+      if (ir::is_float(b.dtype)) b.set(0, b.get(0) == 0 || !std::isfinite(b.get(0)) ? 1 : b.get(0) * 1.5);
       else b.set_int(0, b.get_int(0) == 0 ? 1 : 0);
       return;
     }

@@ -43,18 +43,24 @@ Buffer run_tile(DType out_t, std::vector<Buffer*> inputs, const Shape& shape,
   return result;
 }
 
+// The range random lanes are drawn from (u64: its lower half; the edge values add the rest).
 int64_t min_of(DType t) {
+  if (ir::is_unsigned(t)) return 0;
   return t == DType::i1 ? 0 : -(int64_t(1) << (ir::dtype_bits(t) - 2)) * 2;
 }
 int64_t max_of(DType t) {
+  if (ir::is_unsigned(t)) return t == DType::u64 ? INT64_MAX : (int64_t(1) << ir::dtype_bits(t)) - 1;
   return t == DType::i1 ? 1 : -(min_of(t) + 1);
 }
+
+// The number an element holds (Buffer::get_int gives a u64's bits as int64).
+__int128 val(DType t, int64_t raw) { return t == DType::u64 ? __int128(uint64_t(raw)) : __int128(raw); }
 
 __int128 wrap_ref(__int128 v, DType t) {
   __int128 m = __int128(1) << ir::dtype_bits(t);
   v %= m;
   if (v < 0) v += m;
-  if (t != DType::i1 && v >= m / 2) v -= m;
+  if (t != DType::i1 && !ir::is_unsigned(t) && v >= m / 2) v -= m;
   return v;
 }
 
@@ -127,7 +133,8 @@ __int128 int_binary_ref(OpKind k, __int128 x, __int128 y, int bits) {
     return amount >= bits ? 0 : x * (__int128(1) << int(amount));
   case OpKind::LShr:
     return amount >= bits ? 0 : as_unsigned(x) / (__int128(1) << int(amount));
-  case OpKind::AShr: { // floor division by 2^amount; the sign from the width on
+  case OpKind::AShr: { // floor division by 2^amount; the sign (the top bit) from the width on
+    if (x >= modulus / 2) x -= modulus; // an unsigned dtype's bits read as signed
     if (amount >= bits) return x < 0 ? -1 : 0;
     __int128 d = __int128(1) << int(amount), q = x / d;
     return q * d > x ? q - 1 : q;
@@ -212,18 +219,19 @@ TEST_CASE("every binary and compare op on every dtype matches a C++ reference", 
         if (cmp && ir::is_float(t)) {
           REQUIRE(out.get_int(k) == compare_ref(kind, a.get(k), b.get(k)));
         } else if (cmp) {
-          REQUIRE(out.get_int(k) == compare_ref(kind, a.get_int(k), b.get_int(k)));
+          REQUIRE(out.get_int(k) == compare_ref(kind, val(t, a.get_int(k)), val(t, b.get_int(k))));
         } else if (ir::is_float(t)) {
           float want = round_ref(float_binary_ref(kind, float(a.get(k)), float(b.get(k))), t);
           REQUIRE(same_float(out.get(k), want));
         } else {
-          __int128 want = wrap_ref(int_binary_ref(kind, a.get_int(k), b.get_int(k), ir::dtype_bits(t)), t);
+          __int128 want =
+              wrap_ref(int_binary_ref(kind, val(t, a.get_int(k)), val(t, b.get_int(k)), ir::dtype_bits(t)), t);
           REQUIRE(out.get_int(k) == int64_t(want));
         }
       }
     }
   }
-  CHECK(combos == 7 * 9 + 5 + 3 * 5 + 4 * 4 + 6 * 10); // arithmetic, pow, bitwise, shifts/umulhi, comparisons
+  CHECK(combos == 7 * 13 + 5 + 3 * 9 + 4 * 8 + 6 * 14); // arithmetic, pow, bitwise, shifts/umulhi, comparisons
 }
 
 TEST_CASE("i8 arithmetic wraps and f16/bf16 results round to nearest even", "[interp]") {
@@ -264,7 +272,7 @@ TEST_CASE("every unary op on every dtype matches a C++ reference", "[interp]") {
       for (int64_t k = 0; k < kLanes; ++k) {
         INFO("lane " << k << ": " << a.get(k));
         if (ir::is_int(t)) {
-          __int128 x = a.get_int(k);
+          __int128 x = val(t, a.get_int(k));
           REQUIRE(out.get_int(k) == int64_t(wrap_ref(kind == OpKind::Neg || x < 0 ? -x : x, t)));
           continue;
         }
@@ -360,8 +368,8 @@ TEST_CASE("interpreter: casts between every pair of dtypes", "[interp]") {
           want = x != 0;
         else if (ir::is_int(to) && ir::is_int(from))
           want = double(wrap_ref(a.get_int(k), to));
-        else if (ir::is_int(to))
-          want = std::trunc(x);
+        else if (ir::is_int(to)) // out of range is undefined; the interpreter saturates (unsigned: at 0)
+          want = ir::is_unsigned(to) ? std::max(0.0, std::trunc(x)) : std::trunc(x);
         else
           want = round_ref(float(x), to);
         REQUIRE(same_float(out.get(k), want));
@@ -390,7 +398,7 @@ TEST_CASE("reduce over each axis of 2-d and 3-d tiles", "[interp]") {
   std::mt19937_64 rng(13);
   for (Shape shape : {Shape{4, 8}, Shape{2, 4, 8}}) {
     int64_t n = ir::num_elements(shape);
-    for (DType t : {DType::f32, DType::f16, DType::i32, DType::i8}) {
+    for (DType t : {DType::f32, DType::f16, DType::i32, DType::i8, DType::u8, DType::u32, DType::u64}) {
       Buffer a("a", t, n);
       for (int64_t k = 0; k < n; ++k) {
         if (ir::is_float(t))
@@ -419,9 +427,9 @@ TEST_CASE("reduce over each axis of 2-d and 3-d tiles", "[interp]") {
               }
               REQUIRE(same_float(out.get(r), round_ref(acc, t)));
             } else {
-              __int128 acc = a.get_int(base);
+              __int128 acc = val(t, a.get_int(base));
               for (int64_t j = 1; j < len; ++j) {
-                __int128 x = a.get_int(base + j * inner);
+                __int128 x = val(t, a.get_int(base + j * inner));
                 acc = kind == ir::ReduceKind::sum   ? acc + x
                       : kind == ir::ReduceKind::max ? std::max(acc, x)
                                                     : std::min(acc, x);

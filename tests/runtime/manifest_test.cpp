@@ -77,13 +77,13 @@ std::string replace(std::string text, const std::string& from, const std::string
 } // namespace
 
 TEST_CASE("param types read back from their spelling", "[runtime]") {
-  for (const char* s : {"i1", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "ptr<f32>",
-                        "ptr<bf16>", "ptr<i1>"}) {
+  for (const char* s : {"i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
+                        "ptr<f32>", "ptr<bf16>", "ptr<i1>", "ptr<u64>"}) {
     auto t = parse_param_type(s);
     REQUIRE(t);
     CHECK(t->str() == s);
   }
-  for (const char* s : {"", "f64", "ptr<>", "ptr<ptr<f32>>", "ptr<f32", "u32", "F32"})
+  for (const char* s : {"", "f64", "ptr<>", "ptr<ptr<f32>>", "ptr<f32", "u128", "U32", "F32"})
     CHECK_FALSE(parse_param_type(s));
   CHECK(scalar_type_bytes(ScalarType::i1) == 1);
   CHECK(scalar_type_bytes(ScalarType::bf16) == 2);
@@ -149,9 +149,9 @@ TEST_CASE("manifest errors name the file, position and key", "[runtime]") {
         "dir/m.toml:5:16: key 'shared_bytes' is -1, must be in [0, 2147483647]");
   CHECK(message_of(replace(kValid, "ir_hash = \"h\"", "ir_hash = \"\"")) ==
         "dir/m.toml:7:11: key 'ir_hash' must not be empty");
-  CHECK(message_of(replace(kValid, "type = \"i32\"", "type = \"u32\"")) ==
-        "dir/m.toml:18:8: key 'params[1].type' is 'u32', not a parameter type (i1 i8 i16 i32 "
-        "i64 f16 bf16 f32 f8e4m3 f8e5m2, or ptr<T> of one)");
+  CHECK(message_of(replace(kValid, "type = \"i32\"", "type = \"u128\"")) ==
+        "dir/m.toml:18:8: key 'params[1].type' is 'u128', not a parameter type (i1 i8 i16 i32 "
+        "i64 u8 u16 u32 u64 f16 bf16 f32 f8e4m3 f8e5m2, or ptr<T> of one)");
   CHECK(message_of(replace(kValid, "name = \"n\"\n", "")) ==
         "dir/m.toml:16:1: missing key 'params[1].name'");
   CHECK(message_of(replace(kValid, "name = \"n\"", "name = \"x\"")) ==
