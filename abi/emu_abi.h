@@ -52,7 +52,7 @@ void* tilec_emu_shared_base(tilec_emu_thread* ctx);
  * write of a byte another thread wrote since the last barrier, or a write of a byte another
  * thread read since then. Shuffles are not barriers. A write of the value already there is
  * not a race (replicated owners of one element all write its value); for float data,
- * `float_type` (0 not floats, 1 f32, 2 f16, 3 bf16) makes +0 and -0 one value and every NaN
+ * `float_type` (0 not floats, 1 f32, 2 f16, 3 bf16, 4 f8e4m3, 5 f8e5m2) makes +0 and -0 one value and every NaN
  * one value, as ir/SEMANTICS.md leaves the sign of a zero from min/max and NaN payloads open. */
 void tilec_emu_shared_load(tilec_emu_thread* ctx, const void* addr, uint32_t bytes, void* dst, const char* site);
 void tilec_emu_shared_store(tilec_emu_thread* ctx, void* addr, uint32_t bytes, const void* src, const char* site,

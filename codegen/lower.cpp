@@ -135,7 +135,12 @@ private:
   }
   // `e`: the element type held, so the emulator treats +0 and -0 of floats alike.
   void smem_store(llvm::Value* v, llvm::Value* ptr, const char* what, DType e) {
-    unsigned float_type = e == DType::f32 ? 1 : e == DType::f16 ? 2 : e == DType::bf16 ? 3 : 0;
+    unsigned float_type = e == DType::f32      ? 1
+                          : e == DType::f16    ? 2
+                          : e == DType::bf16   ? 3
+                          : e == DType::f8e4m3 ? 4
+                          : e == DType::f8e5m2 ? 5
+                                               : 0;
     hooks_.shared_store(b_, ptr, v, site(what), float_type);
   }
   std::string site(const char* what) const;

@@ -418,6 +418,21 @@ void Generator::act_select() {
 }
 
 void Generator::act_cast() {
+  if (r_.chance(0.2)) { // the bits of an integer as a float (or the other-signed integer) of its width
+    Value* v = pick_tile([](Value* v) { return ir::is_int(v->type.dtype()) && v->type.dtype() != DType::i1; });
+    if (v) {
+      const DType t = v->type.dtype();
+      std::vector<DType> to;
+      for (DType d : ir::kAllDTypes)
+        if (d != t && d != DType::i1 && ir::dtype_bits(d) == ir::dtype_bits(t)) to.push_back(d);
+      // Floats made of arbitrary bits are never read back as bits: a NaN's payload is not
+      // specified once arithmetic touches it, so only integer-to-integer goes both ways.
+      const DType d = r_.pick(to);
+      const Info i = info(v);
+      add(b_->bitcast(v, d), {i.inexact && ir::is_int(d), ir::is_unsigned(d), ir::is_float(d)});
+      return;
+    }
+  }
   Value* v = pick_tile([](Value*) { return true; });
   if (Value* c = convert(v, any_dtype()); c && c != v) add(c, info(c));
 }

@@ -206,14 +206,21 @@ template <class... A> [[noreturn]] void fail_thread(tilec_emu_thread* t, fmt::fo
 }
 
 // Whether `bytes` at `a` and `b` hold the same values: equal bits or, for float elements
-// (`float_type` 1 f32, 2 f16, 3 bf16), two zeros or two NaNs.
+// (`float_type` 1 f32, 2 f16, 3 bf16, 4 f8e4m3, 5 f8e5m2), two zeros or two NaNs.
 bool same_value(const std::byte* a, const std::byte* b, std::uint32_t bytes, std::uint32_t float_type) {
   if (std::memcmp(a, b, bytes) == 0) return true;
-  if (float_type < 1 || float_type > 3) return false;
-  const std::uint32_t size = float_type == 1 ? 4 : 2;
-  const std::uint32_t sign = float_type == 1 ? 0x80000000u : 0x8000u;
-  const std::uint32_t exp = float_type == 1 ? 0x7f800000u : float_type == 2 ? 0x7c00u : 0x7f80u;
-  auto is_nan = [&](std::uint32_t x) { return (x & exp) == exp && (x & ~(exp | sign)) != 0; };
+  if (float_type < 1 || float_type > 5) return false;
+  const std::uint32_t size = float_type == 1 ? 4 : float_type <= 3 ? 2 : 1;
+  const std::uint32_t sign = float_type == 1 ? 0x80000000u : float_type <= 3 ? 0x8000u : 0x80u;
+  const std::uint32_t exp = float_type == 1   ? 0x7f800000u
+                            : float_type == 2 ? 0x7c00u
+                            : float_type == 3 ? 0x7f80u
+                            : float_type == 4 ? 0x78u
+                                              : 0x7cu;
+  auto is_nan = [&](std::uint32_t x) {
+    if (float_type == 4) return (x & 0x7fu) == 0x7fu; // e4m3: no infinities, only S.1111.111 is NaN
+    return (x & exp) == exp && (x & ~(exp | sign)) != 0;
+  };
   for (std::uint32_t i = 0; i < bytes; i += size) {
     std::uint32_t x = 0, y = 0;
     std::memcpy(&x, a + i, size);
