@@ -8,7 +8,10 @@
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/AsmParser/Parser.h>
 #include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Analysis/ValueTracking.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/Linker/Linker.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
@@ -181,6 +184,49 @@ void link_libdevice(llvm::Module& m) {
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
 }
 
+// For the nvptx lowering run on the CPU: libdevice's own code, linked in and inlined into the
+// kernel, with __nvvm_reflect answered as the GPU's compile answers it (__CUDA_FTZ 0, no
+// flush to zero; __CUDA_ARCH the arch), so the emulator computes sin, cos, erf and pow with
+// the GPU's algorithms (its fma.rn, mul.rn, ... are then mapped exactly, nvptx_on_cpu.cpp).
+// Without libdevice the calls stay, and the retargeting gives them the C library's.
+void inline_libdevice_for_cpu(llvm::Module& m, int arch) {
+  bool calls = false;
+  for (const llvm::Function& f : m) calls = calls || (f.isDeclaration() && f.getName().starts_with("__nv_"));
+  if (!calls || !find_libdevice()) return;
+  link_libdevice(m);
+  if (llvm::Function* reflect = m.getFunction("__nvvm_reflect")) {
+    std::vector<llvm::CallInst*> uses;
+    for (llvm::User* u : reflect->users())
+      if (auto* c = llvm::dyn_cast<llvm::CallInst>(u)) uses.push_back(c);
+    for (llvm::CallInst* c : uses) {
+      llvm::StringRef what;
+      llvm::getConstantStringInfo(c->getArgOperand(0), what);
+      int answer = what == "__CUDA_ARCH" ? arch * 10 : 0;
+      c->replaceAllUsesWith(llvm::ConstantInt::get(c->getType(), answer));
+      c->eraseFromParent();
+    }
+  }
+  for (bool inlined = true; inlined;) {
+    inlined = false;
+    std::vector<llvm::CallInst*> calls_to_inline;
+    for (llvm::Function& f : m)
+      for (llvm::BasicBlock& bb : f)
+        for (llvm::Instruction& i : bb)
+          if (auto* c = llvm::dyn_cast<llvm::CallInst>(&i))
+            if (llvm::Function* callee = c->getCalledFunction(); callee && !callee->isDeclaration())
+              calls_to_inline.push_back(c);
+    for (llvm::CallInst* c : calls_to_inline) {
+      llvm::InlineFunctionInfo info;
+      if (!llvm::InlineFunction(*c, info).isSuccess()) internal_fail("inlining libdevice for the CPU failed");
+      inlined = true;
+    }
+  }
+  std::vector<llvm::Function*> dead;
+  for (llvm::Function& f : m)
+    if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel && f.use_empty()) dead.push_back(&f);
+  for (llvm::Function* f : dead) f->eraseFromParent();
+}
+
 std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const CompileOptions& o,
                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
                                            LoweringStats& stats, CompilePhases* phases = nullptr) {
@@ -208,6 +254,7 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
   }
   verify(*m, "kernel " + fn.name);
   if (o.target == Target::emu_nvptx) {
+    inline_libdevice_for_cpu(*m, std::stoi(o.arch.substr(3)));
     retarget_nvptx_for_emulator(*m);
     verify(*m, "kernel " + fn.name + " (nvptx lowering retargeted to the emulator)");
   }

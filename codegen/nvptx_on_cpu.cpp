@@ -14,6 +14,8 @@
 //   atomicrmw / cmpxchg, space 1    tilec_emu_atomic_i32/f32 with the op's tilec::AtomicOp code
 //   fpext/fptrunc f16/bf16 <-> f32  tilec_emu_*_to_*: cvt.f32.{f16,bf16} and cvt.rn.{f16,bf16}.f32
 //   ex2/lg2/rsqrt .approx           llvm.exp2 / llvm.log2 / 1/sqrt on the host
+//   fma/mul/add .rn, fabs, floor,   their exact IEEE equivalents (libdevice's code, which
+//   trunc, round, f2i.rn            compile.cpp links and inlines here when it finds it)
 //   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
 //   ldmatrix.m8n8.x{1,2,4}[.trans]  tilec_emu_ldmatrix (rows read through the shared checks)
 //   cp.async.cg 16 / commit / wait   tilec_emu_cp_async / _commit / _wait (copies land at the wait)
@@ -21,6 +23,8 @@
 // Any other NVVM intrinsic or address space is an internal error naming it, so a new target
 // hook cannot go unmapped silently.
 #include <fmt/format.h>
+#include <llvm/Analysis/ValueTracking.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/ReplaceConstant.h>
@@ -148,6 +152,25 @@ private:
         return;
       }
     }
+    // libdevice's own inline PTX (its sinf/cosf argument reduction, its powf).
+    if (tag.empty()) {
+      const std::string text = llvm::cast<llvm::InlineAsm>(call.getCalledOperand())->getAsmString();
+      if (text.find("mad.lo.cc.u32") != std::string::npos && text.find("madc.hi.u32") != std::string::npos) {
+        // {lo, hi} of a * b + c in 64 bits.
+        auto* i64 = b.getInt64Ty();
+        llvm::Value* p = b.CreateAdd(b.CreateMul(b.CreateZExt(call.getArgOperand(0), i64), b.CreateZExt(call.getArgOperand(1), i64)),
+                                     b.CreateZExt(call.getArgOperand(2), i64));
+        llvm::Value* r = llvm::PoisonValue::get(call.getType());
+        r = b.CreateInsertValue(r, b.CreateTrunc(p, b.getInt32Ty()), 0);
+        r = b.CreateInsertValue(r, b.CreateTrunc(b.CreateLShr(p, 32), b.getInt32Ty()), 1);
+        replace(call, r);
+        return;
+      }
+      if (text.find("rcp.approx.ftz.f32") != std::string::npos) { // the host's 1/x, not the GPU's bits
+        replace(call, b.CreateFDiv(llvm::ConstantFP::get(b.getFloatTy(), 1.0), call.getArgOperand(0)));
+        return;
+      }
+    }
     if (tag != "cp.async.16")
       internal_fail("nvptx on CPU: inline asm without a known tilec.asm tag ('" + tag + "') has no mapping");
     emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(),
@@ -173,8 +196,12 @@ private:
     if (as == 0) return; // the kernel's own stack
     Builder b(&ld);
     llvm::Type* ty = ld.getType();
-    llvm::Value* tmp = emu_.scratch(ty);
     llvm::Value* p = flat(b, ld.getPointerOperand());
+    // A table of the module's own (libdevice's sinf reduction reads one), not a buffer.
+    if (auto* g = llvm::dyn_cast<llvm::GlobalVariable>(llvm::getUnderlyingObject(ld.getPointerOperand()));
+        g && g->hasInitializer())
+      return replace(ld, b.CreateLoad(ty, p));
+    llvm::Value* tmp = emu_.scratch(ty);
     if (as == kShared)
       emu_.call(b, "tilec_emu_shared_load", b.getVoidTy(), {p, b.getInt32(emu_.bytes(ty)), tmp, emu_.site(b, site_of(ld, "nvptx shared load"))});
     else if (as == kGlobal)
@@ -251,6 +278,7 @@ private:
   // cvt.f32.f16 / cvt.f32.bf16: exact.
   void rewrite_fpext(llvm::FPExtInst& e) {
     llvm::Type* from = e.getSrcTy();
+    if (from->isFloatTy() && e.getDestTy()->isDoubleTy()) return; // exact on both (libdevice uses it)
     if (!e.getDestTy()->isFloatTy() || !(from->isHalfTy() || from->isBFloatTy()))
       internal_fail("nvptx on CPU: fpext from " + type_name(from) + " to " + type_name(e.getDestTy()) + " has no mapping");
     Builder b(&e);
@@ -262,6 +290,7 @@ private:
   // for LLVM's fptrunc.
   void rewrite_fptrunc(llvm::FPTruncInst& t) {
     llvm::Type* to = t.getDestTy();
+    if (t.getSrcTy()->isDoubleTy() && to->isFloatTy()) return; // IEEE round to nearest on both
     if (!t.getSrcTy()->isFloatTy() || !(to->isHalfTy() || to->isBFloatTy()))
       internal_fail("nvptx on CPU: fptrunc from " + type_name(t.getSrcTy()) + " to " + type_name(to) +
                     " has no mapping");
@@ -350,7 +379,30 @@ private:
       ii.eraseFromParent();
       return;
     case llvm::Intrinsic::nvvm_ex2_approx_f:
+    case llvm::Intrinsic::nvvm_ex2_approx_ftz_f: // libdevice's erff (the host's exp2, not the GPU's bits)
       return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, arg(0)));
+    // libdevice's arithmetic, each correctly rounded as PTX defines it, so exact here. The
+    // .ftz forms sit on branches __nvvm_reflect("__CUDA_FTZ") = 0 never takes.
+    case llvm::Intrinsic::nvvm_fma_rn_f:
+    case llvm::Intrinsic::nvvm_fma_rn_ftz_f:
+      return replace(ii, b.CreateIntrinsic(llvm::Intrinsic::fma, {arg(0)->getType()}, {arg(0), arg(1), arg(2)}));
+    case llvm::Intrinsic::nvvm_mul_rn_f:
+    case llvm::Intrinsic::nvvm_mul_rn_ftz_f: return replace(ii, b.CreateFMul(arg(0), arg(1)));
+    case llvm::Intrinsic::nvvm_add_rn_f:
+    case llvm::Intrinsic::nvvm_add_rn_ftz_f: return replace(ii, b.CreateFAdd(arg(0), arg(1)));
+    case llvm::Intrinsic::nvvm_fabs_f:
+    case llvm::Intrinsic::nvvm_fabs_ftz_f: return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, arg(0)));
+    case llvm::Intrinsic::nvvm_floor_f:
+    case llvm::Intrinsic::nvvm_floor_ftz_f: return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::floor, arg(0)));
+    case llvm::Intrinsic::nvvm_trunc_f:
+    case llvm::Intrinsic::nvvm_trunc_ftz_f: return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, arg(0)));
+    case llvm::Intrinsic::nvvm_round_f: // cvt.rni: to nearest, ties to even
+    case llvm::Intrinsic::nvvm_round_ftz_f:
+      return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, arg(0)));
+    case llvm::Intrinsic::nvvm_f2i_rn: // cvt.rni.s32.f32: saturating, NaN gives 0
+    case llvm::Intrinsic::nvvm_f2i_rn_ftz:
+      return replace(ii, b.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {b.getInt32Ty(), arg(0)->getType()},
+                                           {b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, arg(0))}));
     case llvm::Intrinsic::nvvm_lg2_approx_f:
       return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, arg(0)));
     case llvm::Intrinsic::nvvm_rsqrt_approx_f:
