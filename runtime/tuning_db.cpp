@@ -341,10 +341,14 @@ std::optional<Selection> select_config(const TuningDb& db, const std::string& ke
     if (e.kernel == kernel && e.device == device) pool.push_back(&e);
   std::string device_note;
   if (pool.empty()) {
+    // Another GPU's timings are a fair guess for a GPU, the CPU backends' for each other; a
+    // CPU's (which rank configs by host time) never stand in for a GPU's, nor the reverse.
+    auto on_cpu = [](const std::string& d) { return d.starts_with("cpu-"); };
     for (const TuningEntry& e : db.entries)
-      if (e.kernel == kernel) pool.push_back(&e);
+      if (e.kernel == kernel && on_cpu(e.device) == on_cpu(device)) pool.push_back(&e);
     if (pool.empty()) return std::nullopt;
-    device_note = fmt::format(" (nothing tuned on {}; using entries of other devices)", device);
+    device_note = fmt::format(" (nothing tuned on {}; using entries of other {} devices)", device,
+                              on_cpu(device) ? "CPU" : "GPU");
   }
   auto fastest_of = [&](const ProblemKey& k) {
     const TuningEntry* best = nullptr;

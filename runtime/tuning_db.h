@@ -97,7 +97,8 @@ struct Selection {
 };
 
 // Selects a config for `kernel` on `device` and problem `key`:
-//  1. entries of that device (if it has none, of any device, with a note);
+//  1. entries of that device (if it has none, of other devices of its kind, with a note: a GPU
+//     never gets a CPU backend's entries ("cpu-emulator", "cpu-interpreter"), nor the reverse);
 //  2. an entry with exactly `key`: the fastest config measured for it;
 //  3. else the nearest key that agrees on every field but `distance_fields` (the kernel's
 //     size fields: nearest in the first field first, then the next: |log2| of the ratio);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (29 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (32 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -155,6 +155,18 @@ MUTATIONS = [
      "device_print lets every thread holding an element print it, not only its owner",
      "  llvm::Value* own = owner(l, s);\n  hooks_.print_op(b_);",
      "  llvm::Value* own = nullptr;\n  hooks_.print_op(b_);"),
+    ("combine-args-swapped", "codegen/lower.cpp",
+     "a user's combine function gets its operands in the wrong order (the later segment first)",
+     "    define(fn.args[0], kScalar, {to_dtype(x)});\n    define(fn.args[1], kScalar, {to_dtype(y)});",
+     "    define(fn.args[0], kScalar, {to_dtype(y)});\n    define(fn.args[1], kScalar, {to_dtype(x)});"),
+    ("unsigned-div-signed", "codegen/lower.cpp",
+     "unsigned division and remainder compiled as signed",
+     "    return k == OpKind::Div ? b_.CreateUDiv(x, y) : b_.CreateURem(x, y);",
+     "    return k == OpKind::Div ? b_.CreateSDiv(x, y) : b_.CreateSRem(x, y);"),
+    ("unsigned-widen-signed", "codegen/lower.cpp",
+     "an unsigned value widened with its sign (reductions, casts, offsets)",
+     "    return from == DType::i1 || ir::is_unsigned(from) ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);",
+     "    return from == DType::i1 ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);"),
 ]
 
 

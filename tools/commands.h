@@ -30,6 +30,7 @@ Action add_compile(CLI::App& app, Common& common);
 Action add_autotune(CLI::App& app, Common& common);
 Action add_bench(CLI::App& app, Common& common); // cmd_bench.cpp
 Action add_fuzz(CLI::App& app, Common& common);  // cmd_fuzz.cpp
+Action add_db(CLI::App& app, Common& common);    // cmd_db.cpp: db merge, db show
 
 // The launcher of the backend `requested` resolves to (`backend` gets its name);
 // BackendUnavailable (exit 3) when this machine or build cannot run it. In cmd_run.cpp.

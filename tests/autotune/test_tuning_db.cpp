@@ -109,11 +109,20 @@ TEST_CASE("selection: exact key, then nearest context length, then nothing", "[a
   ProblemKey other = k256;
   other["dtype"] = std::string("f16");
   CHECK(!select_config(db, "paged_attention", "cpu-emulator", other, kSizes));
-  // A device with no entries falls back to those of other devices, saying so.
+  // A device with no entries falls back to those of other devices of its kind, saying so
+  // (other-gpu's, the fastest there is, not the emulator's).
   auto fallback = select_config(db, "paged_attention", "new-gpu", k256, kSizes);
   REQUIRE(fallback);
   CHECK(fallback->entry.config.at("block_n") == 16);
   CHECK_THAT(fallback->note, Catch::Contains("nothing tuned on new-gpu"));
+  // The emulator's timings never stand in for a GPU's, nor a GPU's for a CPU backend's.
+  TuningDb cpu_only;
+  cpu_only.entries = {entry(256, 32, 2.0)};
+  CHECK(!select_config(cpu_only, "paged_attention", "new-gpu", k256, kSizes));
+  CHECK(select_config(cpu_only, "paged_attention", "cpu-interpreter", k256, kSizes));
+  TuningDb gpu_only;
+  gpu_only.entries = {entry(256, 32, 2.0, "other-gpu")};
+  CHECK(!select_config(gpu_only, "paged_attention", "cpu-emulator", k256, kSizes));
   CHECK(!select_config(db, "softmax", "cpu-emulator", k256, kSizes));
 }
 
