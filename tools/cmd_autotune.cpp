@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <mutex>
@@ -47,7 +48,23 @@ struct AutotuneOptions {
   std::string export_dir;
   unsigned jobs = 0;
   uint64_t seed = 1;
+  std::string shard;                  // "I/N": this run's share of every key's candidates
+  size_t shard_index = 0, shard_count = 1; // from `shard`: I - 1 and N
 };
+
+// "I/N" with 1 <= I <= N: this run measures candidates I-1, I-1+N, I-1+2N, ... of each key.
+void parse_shard(AutotuneOptions& o) {
+  if (o.shard.empty()) return;
+  unsigned long i = 0, n = 0;
+  char extra = 0;
+  if (std::sscanf(o.shard.c_str(), "%lu/%lu%c", &i, &n, &extra) != 2 || n < 1 || i < 1 || i > n || n > 100000)
+    throw UserError(fmt::format("--shard '{}': expected I/N with 1 <= I <= N (e.g. 2/8)", o.shard));
+  if (!o.export_dir.empty())
+    throw UserError("--shard with --export: a shard sees only its share of the candidates; merge the shards' "
+                    "databases (tilec db merge) and export from a run over the merged database");
+  o.shard_index = i - 1;
+  o.shard_count = n;
+}
 
 // One candidate config of one problem key, as it goes through the stages.
 struct Candidate {
@@ -223,11 +240,17 @@ void tune_key(const Common& common, const kernels::KernelTemplate& t, const auto
   autotune::Enumeration en = autotune::enumerate(space, k.shape);
   say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(k.key),
                           en.candidates.size(), space.size(), space.source));
-  n.candidates += en.candidates.size();
   if (en.candidates.empty())
     throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
                                 rt::format_key(k.key), autotune::format_values(en.rejected.at(0).params),
                                 en.rejected.at(0).reason));
+  if (o.shard_count > 1) { // the same order on every machine, so the shards partition it
+    std::vector<autotune::Values> mine;
+    for (size_t i = o.shard_index; i < en.candidates.size(); i += o.shard_count) mine.push_back(en.candidates[i]);
+    say(common, fmt::format("  shard {}/{}: {} of them", o.shard_index + 1, o.shard_count, mine.size()));
+    en.candidates = std::move(mine);
+  }
+  n.candidates += en.candidates.size();
   rt::TuningEntry slot;
   slot.kernel = t.name;
   slot.device = tg.device;
@@ -445,7 +468,13 @@ Action add_autotune(CLI::App& app, Common& common) {
   app.add_option("--seed", o->seed, "seed of the generated inputs")
       ->check(kSeedCheck)
       ->capture_default_str();
-  return [&common, o]() -> int { return run_autotune(common, *o); };
+  app.add_option("--shard", o->shard,
+                 "I/N: measure only every N-th candidate of each key, from the I-th (run N of these, e.g. as a "
+                 "job array, each with its own -o, then tilec db merge)");
+  return [&common, o]() -> int {
+    parse_shard(*o);
+    return run_autotune(common, *o);
+  };
 }
 
 } // namespace tilec::cli

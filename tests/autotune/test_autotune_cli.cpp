@@ -113,3 +113,42 @@ TEST_CASE("tilec autotune --backend cuda without a GPU exits 3", "[autotune]") {
                     "/configs/paged_attention.toml " + kShape + " --backend cuda -o " + (s.dir / "db.toml").string());
   CHECK(o.code == 3);
 }
+
+TEST_CASE("tilec autotune --shard I/N: the shards partition the candidates and merge into the whole",
+          "[autotune][db]") {
+  Scratch s;
+  std::string space = (s.dir / "space.toml").string();
+  { std::ofstream(space) << kSpace; }
+  std::string base = "autotune paged_attention --space " + space + " " + kShape + " --backend interpret --no-ptxas";
+  size_t total = 0;
+  for (int i = 1; i <= 3; ++i) {
+    std::string db = (s.dir / ("shard" + std::to_string(i) + ".toml")).string();
+    Outcome o = run_tilec(base + " --shard " + std::to_string(i) + "/3 -o " + db + " --json");
+    CHECK(o.code == 0);
+    size_t n = tilec::rt::read_tuning_db(db).entries.size();
+    CHECK(n >= 1);
+    total += n;
+  }
+  std::string merged = (s.dir / "merged.toml").string();
+  Outcome m = run_tilec("db merge " + (s.dir / "shard1.toml").string() + " " + (s.dir / "shard2.toml").string() + " " +
+                        (s.dir / "shard3.toml").string() + " -o " + merged + " --json");
+  CHECK(m.code == 0);
+  CHECK(m.out.find("\"conflicts\": 0") != std::string::npos); // no candidate measured twice
+  // Together they measured what one unsharded run measures: every candidate that passes.
+  std::string whole = (s.dir / "whole.toml").string();
+  CHECK(run_tilec(base + " -o " + whole).code == 0);
+  CHECK(tilec::rt::read_tuning_db(merged).entries.size() == total);
+  CHECK(tilec::rt::read_tuning_db(whole).entries.size() == total);
+  Outcome run = run_tilec("run paged_attention --backend interpret --tuned " + merged + " " + kShape);
+  CHECK(run.code == 0);
+  CHECK(run.out.find("exact key") != std::string::npos);
+  // Bad shards are refused before anything runs.
+  for (const char* bad : {"0/3", "4/3", "3", "1/0", "a/b", "1/2x"}) {
+    Outcome o = run_tilec(base + " --shard " + bad + " -o " + (s.dir / "bad.toml").string());
+    CHECK(o.code == 2);
+    CHECK(o.out.find("--shard") != std::string::npos);
+  }
+  CHECK(run_tilec(base + " --shard 1/2 --export " + (s.dir / "exp").string() + " -o " + (s.dir / "bad.toml").string())
+            .code == 2);
+  CHECK_FALSE(fs::exists(s.dir / "bad.toml"));
+}
