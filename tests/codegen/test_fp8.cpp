@@ -156,7 +156,7 @@ TEST_CASE("fp8 casts agree bit for bit: interpreter, emu lowering, PTX's cvt on 
   }
 }
 
-TEST_CASE("fp8 casts take cvt on sm_89+ and the IR conversion before; ptxas accepts both", "[fp8][codegen][ptxas]") {
+TEST_CASE("fp8 casts take cvt on sm_89+ and the IR conversion before, ptxas accepts both", "[fp8][codegen][ptxas]") {
   for (DType t : {DType::f8e4m3, DType::f8e5m2}) {
     ir::Kernel k = convert_kernel(t);
     std::string name(ir::dtype_name(t)), fmt_name = name.substr(2); // "e4m3"

@@ -112,7 +112,7 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
   }
 }
 
-TEST_CASE("dot on the tensor cores: mma.sync and ldmatrix in the PTX; f32 stays on CUDA cores", "[codegen][mma][nvptx]") {
+TEST_CASE("dot on the tensor cores: mma.sync and ldmatrix in the PTX, f32 stays on CUDA cores", "[codegen][mma][nvptx]") {
   for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
     DotCase c{64, 64, 64, dt, false, true, true, 4};
     codegen::CompileOptions o;

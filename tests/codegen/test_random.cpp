@@ -75,7 +75,7 @@ TEST_CASE("the Philox 4x32-10 reference reproduces the published known-answer ve
         std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
 }
 
-TEST_CASE("randint4x and rand give the same bits on every CPU backend as the reference; randn within ulps",
+TEST_CASE("randint4x and rand give the same bits on every CPU backend as the reference, randn within ulps",
           "[random][codegen]") {
   ir::Kernel k = random_kernel();
   const int64_t base = 2147483000; // offsets wrap past 2^31 inside the run

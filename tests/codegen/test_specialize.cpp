@@ -238,7 +238,7 @@ TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride g
                     Catch::Contains("parameter 'cstride' = 2: this module was compiled with it fixed at 1"));
 }
 
-TEST_CASE("a launch with zero programs is a no-op on every CPU backend; a negative grid is an error",
+TEST_CASE("a launch with zero programs is a no-op on every CPU backend, a negative grid is an error",
           "[codegen][emulator][launch]") {
   ir::Kernel k = strided_copy();
   interp::Buffer x("x", DType::f16, 4 * 64), out("out", DType::f16, 256);

@@ -97,7 +97,8 @@ template <class U> void check_unsigned(DType dt) {
       const U x = av(j), y = bv(j);
       const U hi = bits == 64 ? U((unsigned __int128)(x) * y >> 64) : U((uint64_t(x) * uint64_t(y)) >> bits);
       const U want[kOuts] = {U(x / y), U(x % y), std::min(x, y), std::max(x, y), U(x >> (y & 7)), x < y ? x : y,
-                             U(x >= y ? 1 : 0), U(x - y), U(x * y), x, hi, U(U(x + y - 1) / y)};
+                             U(x >= y ? 1 : 0), U(x - y), U(uint64_t(x) * uint64_t(y)), x, hi,
+                             U(U(uint64_t(x) + y - 1) / y)};
       for (int s = 0; s < kOuts; ++s) expect(got(s, j) == want[s], s, j, uint64_t(want[s]));
       const float fx = float(x);
       if (fout.get(size_t(j)) != double(fx) && ++bad <= 8)
@@ -142,7 +143,7 @@ TEST_CASE("unsigned dtypes compile for the GPU with unsigned instructions", "[co
   }
 }
 
-TEST_CASE("u32 atomic max and min compare as unsigned; device_print prints unsigned values",
+TEST_CASE("u32 atomic max and min compare as unsigned, device_print prints unsigned values",
           "[codegen][ops][unsigned][atomics]") {
   KernelBuilder kb("unsigned_atomics");
   auto x = kb.arg<Ptr<u32>>("x"), acc = kb.arg<Ptr<u32>>("acc"), big = kb.arg<Ptr<u64>>("big");

@@ -129,8 +129,8 @@ __int128 int_binary_ref(OpKind k, __int128 x, __int128 y, int bits) {
   auto as_unsigned = [&](__int128 v) { return v < 0 ? v + modulus : v; };
   const __int128 amount = as_unsigned(y);
   switch (k) {
-  case OpKind::Shl:
-    return amount >= bits ? 0 : x * (__int128(1) << int(amount));
+  case OpKind::Shl: // modulo 2^128, as Mul
+    return amount >= bits ? 0 : static_cast<__int128>(static_cast<unsigned __int128>(x) << int(amount));
   case OpKind::LShr:
     return amount >= bits ? 0 : as_unsigned(x) / (__int128(1) << int(amount));
   case OpKind::AShr: { // floor division by 2^amount; the sign (the top bit) from the width on
@@ -147,8 +147,9 @@ __int128 int_binary_ref(OpKind k, __int128 x, __int128 y, int bits) {
     return x + y;
   case OpKind::Sub:
     return x - y;
-  case OpKind::Mul:
-    return x * y;
+  case OpKind::Mul: // modulo 2^128, which the caller's wrap to the width keeps exact (a u64 squared
+                    // would overflow __int128)
+    return static_cast<__int128>(static_cast<unsigned __int128>(x) * static_cast<unsigned __int128>(y));
   case OpKind::Div:
     return x / y;
   case OpKind::Rem:

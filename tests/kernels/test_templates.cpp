@@ -218,7 +218,7 @@ TEST_CASE("fused paged attention stays within its traffic budget across configs 
   }
 }
 
-TEST_CASE("a run over its traffic budget is an error naming the numbers; other paths are not judged",
+TEST_CASE("a run over its traffic budget is an error naming the numbers, other paths are not judged",
           "[templates][registry]") {
   KernelTemplate t;
   t.name = "k";

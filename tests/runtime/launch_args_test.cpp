@@ -79,7 +79,7 @@ TEST_CASE("launch arguments are checked against the manifest's parameters", "[ru
                     "(64 bytes)");
 }
 
-TEST_CASE("pointer arguments must be 16-byte aligned; [divisibility] parameters must divide", "[runtime]") {
+TEST_CASE("pointer arguments must be 16-byte aligned, [divisibility] parameters must divide", "[runtime]") {
   Manifest m = vector_add();
   Arg x = Arg::buffer(0x1000, 64), y = Arg::buffer(0x2000, 64), out = Arg::buffer(0x3000, 64);
   std::vector<Arg> misaligned = {x, Arg::buffer(0x2008, 64), out, std::int32_t{16}};
@@ -93,7 +93,7 @@ TEST_CASE("pointer arguments must be 16-byte aligned; [divisibility] parameters 
                                                    Catch::Contains("compiled for values divisible by 16"));
 }
 
-TEST_CASE("a written buffer may overlap no other; read-only buffers may overlap each other", "[runtime]") {
+TEST_CASE("a written buffer may overlap no other, read-only buffers may overlap each other", "[runtime]") {
   Manifest m = vector_add();
   m.params[0].read_only = m.params[1].read_only = true; // x and y are read, out is written
   Arg x = Arg::buffer(0x1000, 64), n = std::int32_t{16};

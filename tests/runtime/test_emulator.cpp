@@ -380,7 +380,7 @@ TEST_CASE("emulator: a misaligned access is an error", "[emulator]") {
   CHECK(e.find("byte offset 4 (element 1) of buffer 'in'") != std::string::npos);
 }
 
-TEST_CASE("emulator: shfl.sync takes the whole warp; another member mask or c operand is an error naming it",
+TEST_CASE("emulator: shfl.sync takes the whole warp, another member mask or c operand is an error naming it",
           "[emulator][nvptx]") {
   EmuModule m(manifest("shfl_sync_bfly",
                        {{"out", ptr(ScalarType::i32)}, {"mask", ScalarType::i32}, {"c", ScalarType::i32}}, 64));
@@ -431,7 +431,7 @@ TEST_CASE("emulator: ldmatrix hands out rows by PTX's ownership, transposed or n
   }
 }
 
-TEST_CASE("emulator: cp.async copies land at the wait; a read before it or without the barrier is an error",
+TEST_CASE("emulator: cp.async copies land at the wait, a read before it or without the barrier is an error",
           "[emulator][cp_async]") {
   EmuModule m(manifest("cp_async_ref", {{"in", ptr(ScalarType::f32)}, {"mode", ScalarType::i32},
                                         {"zero_odd", ScalarType::i32}, {"out", ptr(ScalarType::f32)}}, 64, 64 * 16));
