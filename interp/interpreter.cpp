@@ -369,17 +369,15 @@ private:
   void exec_for(const Op& op);
   // The user's combine function of a reduce/scan (kind combine) on one pair of elements,
   // evaluated by running its region on scalars.
-  float combine_f(const Op& op, float x, float y) {
+  template <class T> T combine(const Op& op, T x, T y) {
+    auto elems = [](auto& t) -> auto& {
+      if constexpr (std::is_same_v<T, float>) return t.f;
+      else return t.i;
+    };
     const Block& r = op.region(0);
-    out(r.args[0]).f.assign(1, x);
-    out(r.args[1]).f.assign(1, y);
-    return in(run_block(r)->operands[0]).f[0];
-  }
-  int64_t combine_i(const Op& op, int64_t x, int64_t y) {
-    const Block& r = op.region(0);
-    out(r.args[0]).i.assign(1, x);
-    out(r.args[1]).i.assign(1, y);
-    return in(run_block(r)->operands[0]).i[0];
+    elems(out(r.args[0])).assign(1, x);
+    elems(out(r.args[1])).assign(1, y);
+    return elems(in(run_block(r)->operands[0]))[0];
   }
 
   template <class Access, class Masked> void each_lane(const Op& op, Access access, Masked masked);
@@ -926,7 +924,7 @@ void Machine::exec_reduce(const Op& op) {
     };
     switch (op.attrs.reduce) {
     case ir::ReduceKind::combine:
-      return floats([&](float x, float y) { return combine_f(op, x, y); });
+      return floats([&](float x, float y) { return combine(op, x, y); });
     case ir::ReduceKind::sum:
       return floats(std::plus<float>());
     case ir::ReduceKind::max:
@@ -943,7 +941,7 @@ void Machine::exec_reduce(const Op& op) {
     };
     switch (op.attrs.reduce) {
     case ir::ReduceKind::combine:
-      return ints([&](int64_t x, int64_t y) { return combine_i(op, x, y); });
+      return ints([&](int64_t x, int64_t y) { return combine(op, x, y); });
     case ir::ReduceKind::sum:
       return ints(wrapping_add);
     case ir::ReduceKind::max:
@@ -982,8 +980,8 @@ void Machine::exec_scan(const Op& op) {
   };
   const ir::ReduceKind k = op.attrs.reduce;
   if (k == ir::ReduceKind::combine) {
-    if (ir::is_float(t)) run(r.f, a.f, [&](float x, float y) { return combine_f(op, x, y); });
-    else run(r.i, a.i, [&](int64_t x, int64_t y) { return combine_i(op, x, y); });
+    if (ir::is_float(t)) run(r.f, a.f, [&](float x, float y) { return combine(op, x, y); });
+    else run(r.i, a.i, [&](int64_t x, int64_t y) { return combine(op, x, y); });
     return;
   }
   if (ir::is_float(t)) {

@@ -133,6 +133,12 @@ void write_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+} // namespace
+
+void write_tuning_db(const std::string& path, const TuningDb& db) { write_atomically(path, format_tuning_db(db)); }
+
+namespace {
+
 double log_distance(const KeyValue& a, const KeyValue& b) {
   const auto* x = std::get_if<int64_t>(&a);
   const auto* y = std::get_if<int64_t>(&b);

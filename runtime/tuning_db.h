@@ -80,6 +80,9 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& source);
 // Reads `path`; a missing file is an empty database.
 TuningDb read_tuning_db(const std::string& path);
 std::string format_tuning_db(const TuningDb& db);
+// Writes `db` to `path`, replacing it atomically (temporary file, fsync, rename); no lock
+// and no merge with what is there (merge_into_file does both).
+void write_tuning_db(const std::string& path, const TuningDb& db);
 
 // Under an exclusive flock on `path`.lock: reads what is on disk now, merges `add`
 // over it and replaces the file atomically (temporary file, fsync, rename), so

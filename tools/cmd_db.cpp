@@ -6,12 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <tuple>
-#include <unistd.h>
 
 #include "ir/error.h"
 #include "tools/commands.h"
@@ -34,21 +31,6 @@ std::string slot_name(const rt::TuningEntry& e) {
 rt::TuningDb read_existing(const std::string& path) {
   if (!std::filesystem::exists(path)) throw UserError(fmt::format("{}: no such file", path));
   return rt::read_tuning_db(path);
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f.flush()) throw UserError(fmt::format("{}: cannot write", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw UserError(fmt::format("{}: cannot write: {}", path, ec.message()));
-  }
 }
 
 } // namespace
@@ -109,7 +91,7 @@ Action add_db(CLI::App& app, Common& common) {
                 [&](size_t a, size_t b) { return order_key(out.entries[a]) < order_key(out.entries[b]); });
       rt::TuningDb sorted;
       for (size_t i : idx) sorted.entries.push_back(out.entries[i]);
-      write_atomically(o->out, rt::format_tuning_db(sorted));
+      rt::write_tuning_db(o->out, sorted);
       say(common, fmt::format("{} entries from {} database(s) -> {} ({} conflict(s), the faster kept)",
                               sorted.entries.size(), o->inputs.size(), o->out, conflicts));
       if (common.json)
