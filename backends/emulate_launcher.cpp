@@ -82,16 +82,7 @@ public:
       names.push_back(args[i].buffer && !args[i].buffer->name.empty() ? args[i].buffer->name : fn.params[i]->name);
     }
     rt::Dim3 dim{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
-    rt::EmuLaunchStats st = module->launch(dim, rt_args, names);
-    stats_.launches++;
-    stats_.time_ms += st.time_ms;
-    stats_.bytes_loaded = stats_.bytes_loaded.value_or(0) + st.bytes_loaded;
-    stats_.bytes_stored = stats_.bytes_stored.value_or(0) + st.bytes_stored;
-    stats_.unique_bytes = stats_.unique_bytes.value_or(0) + st.unique_bytes;
-    stats_.requests = stats_.requests.value_or(0) + st.requests;
-    stats_.sectors = stats_.sectors.value_or(0) + st.sectors;
-    stats_.request_bytes = stats_.request_bytes.value_or(0) + st.request_bytes;
-    stats_.ideal_sectors = stats_.ideal_sectors.value_or(0) + st.ideal_sectors;
+    kernels::add_emulated_launch(stats_, module->launch(dim, rt_args, names));
   }
 
 private:

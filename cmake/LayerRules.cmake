@@ -8,14 +8,15 @@ set(TILEC_LAYER_RULES
   "interp:ir abi"
   "runtime:abi"
   "kernels:dsl interp ir runtime abi"
+  "measure:kernels dsl interp ir runtime abi"
   "codegen:ir abi"
   "backends:kernels codegen runtime interp dsl ir abi"
   "autotune:ir runtime abi"
   "fuzz:autotune backends kernels codegen interp ir runtime abi"
-  "tools:fuzz autotune backends kernels codegen interp dsl ir runtime abi"
+  "tools:measure fuzz autotune backends kernels codegen interp dsl ir runtime abi"
   "examples:runtime abi"
-  "bench:kernels backends codegen interp dsl ir runtime abi"
-  "tests:tools fuzz autotune backends kernels codegen interp dsl ir runtime abi")
+  "bench:measure kernels backends codegen interp dsl ir runtime abi"
+  "tests:measure tools fuzz autotune backends kernels codegen interp dsl ir runtime abi")
 
 # Fails configuration, naming the file, the line and the edge, when a source includes a
 # header from a folder its rule does not allow.

@@ -5,6 +5,7 @@
 #     PREFIX/include/tilec/<folder>/*.h|*.def     headers, included as "ir/ir.h" etc.
 #     PREFIX/lib/libtilec_*.a                     the static libraries
 #     PREFIX/bin/tilec                            the CLI
+#     PREFIX/bin/tilec-measure                    times a measurement plan (no LLVM)
 #     PREFIX/lib/cmake/tilec/                     find_package(tilec CONFIG)
 #     PREFIX/lib/pkgconfig/tilec-runtime.pc       the runtime for non-CMake builds
 #     PREFIX/lib/tilec/tilec_emu.dynlist          the symbols its link flag exports
@@ -20,7 +21,7 @@ mark_as_advanced(TILEC_INSTALL_CMAKEDIR)
 
 # name in the build -> name after tilec:: (folder order: runtime side first)
 set(tilec_runtime_targets tilec_abi tilec_runtime)
-set(tilec_compiler_libraries tilec_ir tilec_dsl tilec_interp tilec_kernels tilec_codegen tilec_backends
+set(tilec_compiler_libraries tilec_ir tilec_dsl tilec_interp tilec_kernels tilec_measure tilec_codegen tilec_backends
     tilec_autotune tilec_fuzz tilec_cli tilec_cli_main)
 
 # What a program that builds kernels links: the DSL, the IR and its interpreter, the kernels
@@ -82,7 +83,7 @@ endforeach()
 include(${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake)
 
 # --- install
-foreach(folder abi runtime ir dsl interp kernels codegen backends autotune fuzz tools)
+foreach(folder abi runtime ir dsl interp kernels measure codegen backends autotune fuzz tools)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tilec/${folder}
           COMPONENT tilec_development
@@ -95,7 +96,7 @@ install(TARGETS ${tilec_runtime_targets} EXPORT tilecRuntimeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
 install(TARGETS ${tilec_compiler_libraries} tilec_compiler EXPORT tilecCompilerTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
-install(TARGETS tilec EXPORT tilecCompilerTargets
+install(TARGETS tilec tilec-measure EXPORT tilecCompilerTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tilec_tools)
 
 install(EXPORT tilecRuntimeTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}

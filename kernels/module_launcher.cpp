@@ -52,9 +52,8 @@ public:
       ms = stop.elapsed_ms(start);
       p.download();
     } else {
-      auto t0 = std::chrono::steady_clock::now();
-      p.module->launch(p.grid, p.args);
-      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      add_emulated_launch(stats_, *p.module->launch_counted(p.grid, p.args));
+      return;
     }
     stats_.launches++;
     stats_.time_ms += ms;
@@ -158,6 +157,18 @@ private:
 };
 
 } // namespace
+
+void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
+  stats.launches++;
+  stats.time_ms += st.time_ms;
+  stats.bytes_loaded = stats.bytes_loaded.value_or(0) + st.bytes_loaded;
+  stats.bytes_stored = stats.bytes_stored.value_or(0) + st.bytes_stored;
+  stats.unique_bytes = stats.unique_bytes.value_or(0) + st.unique_bytes;
+  stats.requests = stats.requests.value_or(0) + st.requests;
+  stats.sectors = stats.sectors.value_or(0) + st.sectors;
+  stats.request_bytes = stats.request_bytes.value_or(0) + st.request_bytes;
+  stats.ideal_sectors = stats.ideal_sectors.value_or(0) + st.ideal_sectors;
+}
 
 rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
   if (auto t = ir::parse_dtype(rt::scalar_type_name(type)))

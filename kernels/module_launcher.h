@@ -11,6 +11,7 @@
 #include <set>
 
 #include "abi/manifest.h"
+#include "runtime/emulator.h"
 #include "runtime/launch.h"
 #include "kernels/launcher.h"
 
@@ -19,6 +20,9 @@ namespace tilec::kernels {
 // A scalar argument as a module's parameter type takes it (f16/bf16 as their bits): what the
 // launchers over compiled code pass for an interpreter scalar.
 rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a);
+
+// Adds one emulated launch's counts to `stats` (its time, bytes and warp requests).
+void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& launch);
 
 // The module of `kernel` launched with `num_warps` warps per program.
 using ModuleSource =

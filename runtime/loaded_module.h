@@ -13,9 +13,11 @@
 // (rt::Buffer) and the launch is asynchronous on `stream`; on the emulator it is a host
 // pointer and the launch returns when the grid is done.
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "abi/manifest.h"
+#include "runtime/emulator.h"
 #include "runtime/launch.h"
 
 namespace tilec::rt {
@@ -39,6 +41,9 @@ public:
   void launch(Dim3 grid, std::initializer_list<Arg> args, const Stream* stream = nullptr) const {
     launch(grid, std::span<const Arg>(args.begin(), args.size()), stream);
   }
+  // On the emulator: launches and returns what the emulator counted (time, bytes moved, warp
+  // requests). A GPU module is not launched: std::nullopt (time it with events instead).
+  std::optional<EmuLaunchStats> launch_counted(Dim3 grid, std::span<const Arg> args) const;
 
 private:
   struct Impl;

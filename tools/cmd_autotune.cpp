@@ -11,12 +11,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <unistd.h>
 
+#include "abi/version.h"
 #include "autotune/space.h"
 #include "codegen/compile.h"
 #include "runtime/cuda.h"
@@ -48,22 +50,26 @@ struct AutotuneOptions {
   std::string export_dir;
   unsigned jobs = 0;
   uint64_t seed = 1;
-  std::string shard;                  // "I/N": this run's share of every key's candidates
-  size_t shard_index = 0, shard_count = 1; // from `shard`: I - 1 and N
+  std::string shard_text;             // "I/N": this run's share of every key's candidates
+  measure::Shard shard;               // candidates I-1, I-1+N, I-1+2N, ... of each key
+  std::string prepare_dir;            // --prepare: compile and check into a plan, time nothing
+  bool no_check = false;              // --prepare without the emulator check
+  bool db_given = false;
 };
 
-// "I/N" with 1 <= I <= N: this run measures candidates I-1, I-1+N, I-1+2N, ... of each key.
 void parse_shard(AutotuneOptions& o) {
-  if (o.shard.empty()) return;
-  unsigned long i = 0, n = 0;
-  char extra = 0;
-  if (std::sscanf(o.shard.c_str(), "%lu/%lu%c", &i, &n, &extra) != 2 || n < 1 || i < 1 || i > n || n > 100000)
-    throw UserError(fmt::format("--shard '{}': expected I/N with 1 <= I <= N (e.g. 2/8)", o.shard));
-  if (!o.export_dir.empty())
+  o.shard = measure::parse_shard(o.shard_text);
+  if (!o.shard.whole() && !o.export_dir.empty())
     throw UserError("--shard with --export: a shard sees only its share of the candidates; merge the shards' "
                     "databases (tilec db merge) and export from a run over the merged database");
-  o.shard_index = i - 1;
-  o.shard_count = n;
+  if (!o.prepare_dir.empty()) {
+    if (!o.shard_text.empty())
+      throw UserError("--shard with --prepare: a plan holds every candidate; shard its measurement instead "
+                      "(tilec-measure PLAN --shard I/N)");
+    if (!o.export_dir.empty()) throw UserError("--export with --prepare: a plan is measured before anything is exported");
+    if (o.db_given) throw UserError("-o with --prepare: tilec-measure writes the database when it times the plan");
+  }
+  if (o.no_check && o.prepare_dir.empty()) throw UserError("--no-check applies to --prepare only");
 }
 
 // One candidate config of one problem key, as it goes through the stages.
@@ -75,12 +81,6 @@ struct Candidate {
 
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Builds every candidate's kernels on a pool of threads (the DSL builder's current kernel
 // is thread_local) and, when ptxas is there, compiles them for the GPU and drops what ptxas
@@ -133,40 +133,6 @@ JsonObject best_json(const rt::TuningEntry& e) {
 
 } // namespace
 
-
-Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
-                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
-                            kernels::Launcher& launcher, int warmup, int repeats) {
-  Measurement r;
-  // Each measurement starts from the problem's own output values, not from what the last
-  // config left there: a config that writes nothing must not pass on another's results.
-  std::vector<interp::Buffer> initial;
-  for (int o : p.outputs) initial.push_back(p.buffers[size_t(o)]);
-  try {
-    launcher.reset_stats();
-    kernels::run_problem(t, path, params, shape, p, launcher);
-    r.cmp = kernels::compare_outputs(p);
-    if (!r.cmp.ok) {
-      r.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", r.cmp.max_abs_err, r.cmp.first_mismatch);
-    } else {
-      for (int i = 0; i < warmup; ++i) kernels::run_problem(t, path, params, shape, p, launcher);
-      for (int i = 0; i < repeats; ++i) {
-        launcher.reset_stats();
-        auto t0 = std::chrono::steady_clock::now();
-        kernels::run_problem(t, path, params, shape, p, launcher);
-        double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        r.last = launcher.stats();
-        r.times.push_back(r.last.launches > 0 && r.last.time_ms > 0 ? r.last.time_ms : wall);
-      }
-    }
-  } catch (const UserError& e) {
-    r.rejected = "failed to run: " + first_line(e.what());
-  } catch (const rt::Error& e) {
-    r.rejected = "failed to run: " + first_line(e.what());
-  }
-  for (size_t i = 0; i < initial.size(); ++i) p.buffers[size_t(p.outputs[i])] = std::move(initial[i]);
-  return r;
-}
 
 namespace {
 
@@ -244,10 +210,11 @@ void tune_key(const Common& common, const kernels::KernelTemplate& t, const auto
     throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
                                 rt::format_key(k.key), autotune::format_values(en.rejected.at(0).params),
                                 en.rejected.at(0).reason));
-  if (o.shard_count > 1) { // the same order on every machine, so the shards partition it
+  if (!o.shard.whole()) { // the same order on every machine, so the shards partition it
     std::vector<autotune::Values> mine;
-    for (size_t i = o.shard_index; i < en.candidates.size(); i += o.shard_count) mine.push_back(en.candidates[i]);
-    say(common, fmt::format("  shard {}/{}: {} of them", o.shard_index + 1, o.shard_count, mine.size()));
+    for (size_t i = 0; i < en.candidates.size(); ++i)
+      if (o.shard.takes(i)) mine.push_back(en.candidates[i]);
+    say(common, fmt::format("  shard {}/{}: {} of them", o.shard.index + 1, o.shard.count, mine.size()));
     en.candidates = std::move(mine);
   }
   n.candidates += en.candidates.size();
@@ -287,18 +254,7 @@ void tune_key(const Common& common, const kernels::KernelTemplate& t, const auto
       Measurement r = measure_problem(t, "", c.config, k.shape, k.problem, launcher, space.warmup, space.repeats);
       c.rejected = r.rejected;
       if (c.rejected.empty()) {
-        rt::TuningEntry e = slot;
-        e.config = rt::TunedConfig(c.config.begin(), c.config.end());
-        e.median_ms = median(r.times);
-        e.min_ms = *std::min_element(r.times.begin(), r.times.end());
-        e.max_ms = *std::max_element(r.times.begin(), r.times.end());
-        e.repeats = int64_t(r.times.size());
-        e.ideal_bytes = k.problem.ideal_bytes;
-        if (e.median_ms > 0 && k.problem.ideal_bytes) e.gbps = double(*k.problem.ideal_bytes) / (e.median_ms * 1e6);
-        e.bytes_loaded = r.last.bytes_loaded;
-        e.bytes_stored = r.last.bytes_stored;
-        e.unique_bytes = r.last.unique_bytes;
-        e.max_abs_err = r.cmp.max_abs_err;
+        rt::TuningEntry e = measure::tuning_entry(slot, c.config, r, k.problem);
         rt::TuningDb one;
         one.entries.push_back(e);
         db = rt::merge_into_file(o.db, one, &warning); // after every config: ^C keeps what was measured
@@ -332,6 +288,149 @@ std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const r
   return written;
 }
 
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// --prepare DIR: every candidate of every key compiled for the GPU arch (ptxas's rejections
+// and spills dropped) and for the emulator, each checked against its reference on the
+// emulator, into a plan that tilec-measure times where the GPU is (measure/plan.h). The plan
+// is built in DIR.partial and renamed to DIR when whole.
+int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const autotune::SearchSpace& space,
+                 const AutotuneOptions& o, std::vector<KeyToTune>& keys) {
+  const fs::path dir = fs::path(o.prepare_dir).lexically_normal();
+  std::error_code ec;
+  if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
+    throw UserError(fmt::format("--prepare {}: exists and is not an empty folder; choose a new folder", dir.string()));
+  const fs::path partial = dir.string() + ".partial";
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial / "modules", ec);
+  if (ec) throw UserError(fmt::format("--prepare {}: cannot create {}: {}", dir.string(), partial.string(), ec.message()));
+
+  measure::Plan plan;
+  plan.kernel = t.name;
+  plan.arch = o.arch.empty() ? "sm_90" : o.arch;
+  plan.compiler = "tilec " TILEC_VERSION;
+  plan.created_at = utc_now();
+  plan.warmup = space.warmup;
+  plan.repeats = space.repeats;
+  fs::copy_file(o.space, partial / plan.space, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw UserError(fmt::format("--prepare: cannot copy {} into the plan: {}", o.space, ec.message()));
+  if (!codegen::find_ptxas())
+    std::cerr << "tilec: warning: no ptxas here: the plan carries PTX only (the driver compiles it), unchecked for "
+                 "spills\n";
+
+  struct Item {
+    measure::PlanCandidate c;
+    std::string rejected;
+  };
+  std::vector<Item> items;
+  for (size_t p = 0; p < keys.size(); ++p) {
+    plan.problems.push_back({keys[p].key, o.seed});
+    autotune::Enumeration en = autotune::enumerate(space, keys[p].shape);
+    say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(keys[p].key),
+                            en.candidates.size(), space.size(), space.source));
+    for (size_t i = 0; i < en.candidates.size(); ++i) {
+      Item it;
+      it.c.problem = p;
+      it.c.index = i;
+      for (const auto& param : t.params) it.c.config[param.name] = param.value;
+      for (const auto& [name, x] : en.candidates[i]) it.c.config[name] = x;
+      it.c.modules = fmt::format("p{}/c{}", p, i);
+      items.push_back(std::move(it));
+    }
+  }
+
+  // Compiled on every core: the GPU modules first (ptxas decides), then the emulator's.
+  Progress compiling("compile", items.size());
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex mutex;
+  auto work = [&] {
+    for (size_t i; (i = next++) < items.size();) {
+      if (g_interrupted) return;
+      Item& it = items[i];
+      const kernels::ParamMap& shape = keys[it.c.problem].shape;
+      try {
+        for (const rt::Manifest& m : backends::write_template_modules(
+                 t, it.c.config, shape, plan.arch, measure::candidate_dir(partial, plan.arch, it.c), false)) {
+          if (!m.ptxas) continue;
+          it.c.registers = std::max(it.c.registers.value_or(0), m.ptxas->registers);
+          if (m.ptxas->spills > 0) {
+            it.rejected = fmt::format("{} spills on {} ({} bytes)", m.kernel, plan.arch, m.ptxas->spills);
+            break;
+          }
+        }
+        if (it.rejected.empty())
+          backends::write_template_modules(t, it.c.config, shape, "host", measure::candidate_dir(partial, "host", it.c),
+                                           false);
+      } catch (const codegen::PtxasError& e) {
+        it.rejected = "ptxas rejected it: " + first_line(e.what());
+      } catch (const UserError& e) {
+        it.rejected = first_line(e.what());
+      }
+      std::lock_guard lock(mutex);
+      compiling.set(++done, autotune::format_values(it.c.config) + (it.rejected.empty() ? "" : "  dropped: " + it.rejected));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned i = 0; i < (o.jobs ? o.jobs : std::max(1u, std::thread::hardware_concurrency())); ++i)
+    pool.emplace_back(work);
+  for (auto& th : pool) th.join();
+  if (g_interrupted) throw UserError(fmt::format("interrupted; the unfinished plan is in {}", partial.string()));
+
+  // Each survivor checked against its reference on the emulator, through the plan's own
+  // emulator modules (what tilec-measure --backend emulate loads).
+  size_t survivors = 0;
+  for (const Item& it : items) survivors += it.rejected.empty();
+  if (!o.no_check) {
+    Progress checking("check", survivors);
+    for (Item& it : items) {
+      if (g_interrupted) throw UserError(fmt::format("interrupted; the unfinished plan is in {}", partial.string()));
+      if (!it.rejected.empty()) continue;
+      KeyToTune& k = keys[it.c.problem];
+      auto launcher = measure::folder_launcher(measure::candidate_dir(partial, "host", it.c), false, "emulate");
+      measure::Measurement m = measure_problem(t, "", it.c.config, k.shape, k.problem, *launcher, 0, 0);
+      it.rejected = m.rejected;
+      it.c.checked = m.rejected.empty();
+      if (it.c.checked) it.c.max_abs_err = m.cmp.max_abs_err;
+      checking.step(autotune::format_values(it.c.config) + (it.rejected.empty() ? "  ok" : "  dropped: " + it.rejected));
+    }
+  }
+  for (Item& it : items) {
+    if (it.rejected.empty()) {
+      plan.candidates.push_back(std::move(it.c));
+      continue;
+    }
+    plan.rejected.push_back({it.c.problem, it.c.config, it.rejected});
+    fs::remove_all(partial / "modules" / plan.arch / it.c.modules, ec);
+    fs::remove_all(partial / "modules" / "host" / it.c.modules, ec);
+  }
+  if (plan.candidates.empty())
+    throw UserError(fmt::format("--prepare: every candidate was dropped (first: {}); nothing to measure",
+                                plan.rejected.front().reason));
+  measure::write_plan(partial, plan);
+  fs::rename(partial, dir, ec);
+  if (ec) throw UserError(fmt::format("--prepare: cannot rename {} to {}: {}", partial.string(), dir.string(), ec.message()));
+  say(common, fmt::format("plan {}: {} candidates for {} ({} dropped){}; time it where the GPU is with: "
+                          "tilec-measure {} [--shard I/N] -o db.toml",
+                          dir.string(), plan.candidates.size(), plan.arch, plan.rejected.size(),
+                          o.no_check ? ", not checked on the emulator (--no-check)" : ", each checked on the emulator",
+                          dir.string()));
+  if (common.json) {
+    JsonObject j;
+    j.str("kernel", t.name).str("arch", plan.arch).str("plan", dir.string());
+    j.integer("problems", int64_t(plan.problems.size())).integer("candidates", int64_t(plan.candidates.size()));
+    j.integer("rejected", int64_t(plan.rejected.size())).boolean("checked", !o.no_check);
+    std::cout << j.str() << std::endl;
+  }
+  return kOk;
+}
+
 int run_autotune(const Common& common, const AutotuneOptions& o) {
   const kernels::KernelTemplate& t = find_kernel(o.kernel);
   if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
@@ -343,6 +442,17 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
 
   // Everything is checked before the database is touched: bad input writes nothing.
   std::vector<KeyToTune> keys = make_keys(t, o);
+  if (!o.prepare_dir.empty()) {
+    struct sigaction sa{}, old{};
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+    g_interrupted = 0;
+    int rc = prepare_plan(common, t, space, o, keys);
+    sigaction(SIGINT, &old, nullptr);
+    return rc;
+  }
   check_db_path(o.db);
   if (!o.export_dir.empty()) {
     std::error_code ec;
@@ -468,10 +578,17 @@ Action add_autotune(CLI::App& app, Common& common) {
   app.add_option("--seed", o->seed, "seed of the generated inputs")
       ->check(kSeedCheck)
       ->capture_default_str();
-  app.add_option("--shard", o->shard,
+  app.add_option("--shard", o->shard_text,
                  "I/N: measure only every N-th candidate of each key, from the I-th (run N of these, e.g. as a "
                  "job array, each with its own -o, then tilec db merge)");
-  return [&common, o]() -> int {
+  app.add_option("--prepare", o->prepare_dir,
+                 "compile and check every candidate into this new folder, a plan that tilec-measure times on "
+                 "the GPU machine (nothing is timed here; --arch is the GPU's)");
+  app.add_flag("--no-check", o->no_check,
+               "with --prepare: do not run each candidate against its reference on the emulator (large problems)");
+  auto* db_opt = app.get_option("--db");
+  return [&common, o, db_opt]() -> int {
+    o->db_given = db_opt->count() > 0;
     parse_shard(*o);
     return run_autotune(common, *o);
   };

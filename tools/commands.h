@@ -10,6 +10,7 @@
 #include "runtime/tuning_db.h"
 #include "kernels/launcher.h"
 #include "kernels/registry.h"
+#include "measure/measure.h"
 
 namespace tilec::cli {
 
@@ -43,19 +44,9 @@ kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTempla
                                const kernels::ParamMap& shape, const std::string& backend,
                                const kernels::ParamMap& fallback);
 
-// One config of `t` on problem `p` (run on `path`, empty: the default) checked against the
-// reference with the problem's tolerances and, when correct, timed: `warmup` untimed runs,
-// then `repeats` timed ones (kernel time where the backend measures it, else wall time).
-// The outputs are put back as the problem made them. `rejected` says why it is unusable.
-struct Measurement {
-  std::string rejected;
-  std::vector<double> times;
-  kernels::LaunchStats last; // of the last timed run
-  kernels::Comparison cmp;
-};
-Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
-                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
-                            kernels::Launcher& launcher, int warmup, int repeats);
+// Checking and timing one config (measure/measure.h), shared with tilec-measure.
+using measure::Measurement;
+using measure::measure_problem;
 
 // Code-generation options from a template's parameters (num_warps) and the flags.
 codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,

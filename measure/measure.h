@@ -1,0 +1,68 @@
+#pragma once
+// Checking and timing configs of a kernel without the compiler: what `tilec autotune`,
+// `tilec bench`, `tilec-measure` (a plan's candidates, measure/plan.h) and gpu_bench share.
+// No LLVM here: a GPU machine without it builds this (TILEC_RUNTIME_ONLY=ON).
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/launcher.h"
+#include "kernels/registry.h"
+#include "measure/plan.h"
+
+namespace tilec::measure {
+
+// One config of `t` on problem `p` (run on `path`, empty: the default) checked against the
+// reference with the problem's tolerances and, when correct, timed: `warmup` untimed runs,
+// then `repeats` timed ones (kernel time where the backend measures it, else wall time).
+// The outputs are put back as the problem made them. `rejected` says why it is unusable.
+struct Measurement {
+  std::string rejected;
+  std::vector<double> times;
+  kernels::LaunchStats last; // of the last timed run
+  kernels::Comparison cmp;
+};
+Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
+                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
+                            kernels::Launcher& launcher, int warmup, int repeats);
+
+double median(std::vector<double> v);
+
+// A tuning database entry for a measured config (median, min, max, GB/s, counted bytes).
+rt::TuningEntry tuning_entry(const rt::TuningEntry& slot, const kernels::ParamMap& config, const Measurement& m,
+                             const kernels::Problem& p);
+
+// The --shape values of a problem key (choices by name) for `t`; UserError on a name or
+// choice `t` does not declare.
+kernels::ParamMap shape_of_key(const kernels::KernelTemplate& t, const rt::ProblemKey& key);
+
+// A launcher over the modules in `dir` (each kernel of a run found by name among the folder's
+// manifests), on the GPU when `gpu` (BackendUnavailable without one), else on the emulator.
+std::unique_ptr<kernels::Launcher> folder_launcher(const std::filesystem::path& dir, bool gpu,
+                                                   const std::string& backend);
+
+// How `tilec-measure` runs a plan.
+struct MeasureOptions {
+  std::filesystem::path plan_dir;
+  std::string backend = "cuda"; // cuda | emulate
+  Shard shard;
+  std::string db = "tuning.toml";
+  std::optional<int> warmup, repeats; // default: the plan's
+};
+
+struct MeasureSummary {
+  std::string device, backend;
+  size_t candidates = 0, measured = 0, rejected = 0;
+  std::vector<std::string> failures; // candidate: why (wrong results, failed launches)
+};
+
+// Checks that every candidate of the shard has its modules for the backend (a missing or
+// corrupt module is a PlanError listing each, before anything runs), then checks each against
+// the reference (inputs made on the host from the plan's seeds) and times it, merging each
+// result into opts.db as soon as it is measured. `progress` gets one line per candidate.
+MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void(const std::string&)>& progress);
+
+} // namespace tilec::measure
