@@ -106,13 +106,40 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
   if (!t) internal_fail("LLVM target " + triple + " is missing: " + err);
   llvm::TargetOptions to;
-  auto* tm = t->createTargetMachine(triple, gpu ? o.arch : "x86-64", gpu ? "+ptx80" : "", to,
-                                    llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive);
+  // After tilec's pipeline the NVPTX backend gives the same PTX at its default level as at
+  // Aggressive, which only swaps its EarlyCSE for GVN (a fifth of code generation's time).
+  auto level = gpu && !o.stock_o3 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::Aggressive;
+  auto* tm = t->createTargetMachine(triple, gpu ? o.arch : "x86-64", gpu ? "+ptx80" : "", to, llvm::Reloc::PIC_,
+                                    std::nullopt, level);
   if (!tm) internal_fail("cannot create a target machine for " + triple);
   return std::unique_ptr<llvm::TargetMachine>(tm);
 }
 
-void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
+// tilec's pipeline for GPU code, chosen for what the lowering emits: straight-line code per tile
+// op in SSA (no allocas but libdevice's), constant-trip inner loops, address arithmetic full of
+// identities (x*1, x>>0, select c,0,0) and index expressions to regroup. What O3 spends most of
+// its time on here finds nothing the NVPTX backend would not (its own LoadStoreVectorizer,
+// GVN, EarlyCSE, straight-line strength reduction and LSR run in codegen), and some of it
+// makes the PTX worse (early-cse, loop-rotate, simplifycfg's sinking split vector loads).
+//   sroa               libdevice's local arrays (after inlining) into registers
+//   simplifycfg        branches libdevice's __nvvm_reflect answers made dead folded away, and
+//                      instructions common to both sides of a branch hoisted above it
+//   nvvm-intr-range    thread and block ids bounded by the launch's maxntid
+//   instcombine        the lowering's identities folded (one iteration each time)
+//   reassociate        index expressions regrouped so common parts are shared
+//   licm               loop-invariant address arithmetic out of the K/V loop (before unrolling)
+//   loop-unroll        the constant-trip inner loops unrolled as O3 unrolls them
+//   infer-alignment    alignments the codegen's load/store vectorizer needs for v2/v4 accesses
+//   instcombine        what unrolling exposed
+//   simplifycfg        what the above left foldable (without sinking)
+// tests/codegen/test_pipeline.cpp holds it to PTX no larger and registers no more than O3's
+// on the repository's kernels.
+constexpr const char* kLeanPipeline =
+    "function(sroa,simplifycfg<hoist-common-insts>,nvvm-intr-range,instcombine<max-iterations=1;no-use-loop-info;no-verify-fixpoint>,reassociate,"
+    "loop-mssa(licm),loop-unroll<O3>,infer-alignment,"
+    "instcombine<max-iterations=1;no-use-loop-info;no-verify-fixpoint>,simplifycfg)";
+
+void optimize(llvm::Module& m, llvm::TargetMachine& tm, bool lean) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -123,7 +150,13 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  llvm::ModulePassManager mpm;
+  if (lean) {
+    if (llvm::Error e = pb.parsePassPipeline(mpm, kLeanPipeline))
+      internal_fail("tilec's LLVM pass pipeline does not parse: " + llvm::toString(std::move(e)));
+  } else {
+    mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  }
   mpm.run(m, mam);
 }
 
@@ -184,16 +217,11 @@ void link_libdevice(llvm::Module& m) {
       f.setLinkage(llvm::GlobalValue::InternalLinkage);
 }
 
-// For the nvptx lowering run on the CPU: libdevice's own code, linked in and inlined into the
-// kernel, with __nvvm_reflect answered as the GPU's compile answers it (__CUDA_FTZ 0, no
-// flush to zero; __CUDA_ARCH the arch), so the emulator computes sin, cos, erf and pow with
-// the GPU's algorithms (its fma.rn, mul.rn, ... are then mapped exactly, nvptx_on_cpu.cpp).
-// Without libdevice the calls stay, and the retargeting gives them the C library's.
-void inline_libdevice_for_cpu(llvm::Module& m, int arch) {
-  bool calls = false;
-  for (const llvm::Function& f : m) calls = calls || (f.isDeclaration() && f.getName().starts_with("__nv_"));
-  if (!calls || !find_libdevice()) return;
-  link_libdevice(m);
+// libdevice's functions, once linked, inlined into the kernel and dropped, with __nvvm_reflect
+// answered as NVVMReflect answers it for tilec's modules (__CUDA_FTZ 0: no flush to zero;
+// __CUDA_ARCH the arch): what O3's inliner and NVVMReflect do, for tilec's own pipeline and
+// for the emulator (which has neither).
+void inline_libdevice(llvm::Module& m, int arch) {
   if (llvm::Function* reflect = m.getFunction("__nvvm_reflect")) {
     std::vector<llvm::CallInst*> uses;
     for (llvm::User* u : reflect->users())
@@ -217,7 +245,7 @@ void inline_libdevice_for_cpu(llvm::Module& m, int arch) {
               calls_to_inline.push_back(c);
     for (llvm::CallInst* c : calls_to_inline) {
       llvm::InlineFunctionInfo info;
-      if (!llvm::InlineFunction(*c, info).isSuccess()) internal_fail("inlining libdevice for the CPU failed");
+      if (!llvm::InlineFunction(*c, info).isSuccess()) internal_fail("inlining libdevice failed");
       inlined = true;
     }
   }
@@ -225,6 +253,19 @@ void inline_libdevice_for_cpu(llvm::Module& m, int arch) {
   for (llvm::Function& f : m)
     if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel && f.use_empty()) dead.push_back(&f);
   for (llvm::Function* f : dead) f->eraseFromParent();
+}
+
+// For the nvptx lowering run on the CPU: libdevice's own code, linked in and inlined into the
+// kernel, with __nvvm_reflect answered as the GPU's compile answers it (__CUDA_FTZ 0, no
+// flush to zero; __CUDA_ARCH the arch), so the emulator computes sin, cos, erf and pow with
+// the GPU's algorithms (its fma.rn, mul.rn, ... are then mapped exactly, nvptx_on_cpu.cpp).
+// Without libdevice the calls stay, and the retargeting gives them the C library's.
+void inline_libdevice_for_cpu(llvm::Module& m, int arch) {
+  bool calls = false;
+  for (const llvm::Function& f : m) calls = calls || (f.isDeclaration() && f.getName().starts_with("__nv_"));
+  if (!calls || !find_libdevice()) return;
+  link_libdevice(m);
+  inline_libdevice(m, arch);
 }
 
 std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const CompileOptions& o,
@@ -251,16 +292,20 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
   if (o.target == Target::nvptx) {
     mark_pointer_params(fn, *m);
     link_libdevice(*m);
+    if (!o.stock_o3) inline_libdevice(*m, std::stoi(o.arch.substr(3)));
   }
   verify(*m, "kernel " + fn.name);
   if (o.target == Target::emu_nvptx) {
     inline_libdevice_for_cpu(*m, std::stoi(o.arch.substr(3)));
+    // Retargeted before any optimization: passes that merge, hoist or speculate instructions
+    // drop the tilec.asm and tilec.site tags the rewrite reads (running tilec's GPU pipeline
+    // first lost an inline asm's tag to simplifycfg's hoisting). The CPU's O3 runs after.
     retarget_nvptx_for_emulator(*m);
     verify(*m, "kernel " + fn.name + " (nvptx lowering retargeted to the emulator)");
   }
   if (phases) phases->lower_ms = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
-  optimize(*m, tm);
+  optimize(*m, tm, o.target == Target::nvptx && !o.stock_o3);
   if (phases) phases->optimize_ms = ms_since(t1);
   return m;
 }
@@ -281,7 +326,9 @@ std::string emit_code(llvm::Module& m, llvm::TargetMachine& tm, llvm::CodeGenFil
   llvm::SmallVector<char, 0> buf;
   llvm::raw_svector_ostream os(buf);
   llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, kind)) internal_fail("target cannot emit this file type");
+  // No verifier here: the module was verified after lowering, and the passes keep it valid.
+  if (tm.addPassesToEmitFile(pm, os, nullptr, kind, /*DisableVerify=*/true))
+    internal_fail("target cannot emit this file type");
   pm.run(m);
   return std::string(buf.begin(), buf.end());
 }

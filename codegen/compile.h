@@ -32,6 +32,9 @@ struct CompileOptions {
   // device_assert ops: checked (a failed one stops the launch with its message: __assertfail
   // on the GPU, an error naming block and thread in the emulator), or compiled out.
   bool device_asserts = true;
+  // LLVM's stock O3 pipeline instead of tilec's own short one (kLeanPipeline in compile.cpp),
+  // to compare the two (`tilec compile --stock-o3`). GPU code only: the emulator's is O3.
+  bool stock_o3 = false;
   // Integer parameters, by name, that the launch guarantees a power of two divides (16: the
   // specialization launchers make, as Triton's does, for arguments that are multiples of
   // 16): index arithmetic from them is known aligned, so a runtime row stride gives vector

@@ -26,6 +26,7 @@ struct CompileArgs {
   std::string target = "nvptx";
   std::string out_dir;
   bool no_tensor_cores = false;
+  bool stock_o3 = false;
   bool no_device_asserts = false;
   std::vector<std::string> large_buffers;
 };
@@ -75,6 +76,8 @@ Action add_compile(CLI::App& app, Common& common) {
       ->check(CLI::IsMember({"nvptx", "emu", "emu-nvptx"}))
       ->capture_default_str();
   app.add_option("-o,--out", a->out_dir, "output folder")->required();
+  app.add_flag("--stock-o3", a->stock_o3,
+               "optimize GPU code with LLVM's stock O3 pipeline instead of tilec's own, to compare");
   app.add_flag("--no-tensor-cores", a->no_tensor_cores,
                "run every dot on CUDA cores (f16/bf16 dots take mma.sync by default), to compare");
   app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
@@ -93,6 +96,7 @@ Action add_compile(CLI::App& app, Common& common) {
     for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
     opts.tensor_cores = !a->no_tensor_cores;
+    opts.stock_o3 = a->stock_o3;
     opts.device_asserts = !a->no_device_asserts;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();
