@@ -47,18 +47,7 @@ rt::ParamType param_type(const ir::Type& t) {
 
 } // namespace
 
-std::string ir_hash(const ir::Function& fn) {
-  // Source locations say where a kernel was written, not what it computes: without them the
-  // same kernel built from two checkouts (or two absolute paths) hashes the same.
-  static const std::regex loc(R"( loc\("(?:[^"\\]|\\.)*":[0-9]+:[0-9]+\))");
-  std::string text = std::regex_replace(ir::print(fn), loc, "");
-  uint64_t h = 1469598103934665603ull; // FNV-1a
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string ir_hash(const ir::Function& fn) { return ir::content_hash(fn); }
 
 rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const CompileOptions& opts,
                           const std::map<std::string, rt::SpecValue>& specialization,

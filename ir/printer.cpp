@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <regex>
 #include <set>
 #include <unordered_map>
 
@@ -240,5 +241,16 @@ private:
 std::string print(const Function& fn) { return Printer(fn, PrintHooks{}).run(); }
 
 std::string print(const Function& fn, const PrintHooks& hooks) { return Printer(fn, hooks).run(); }
+
+std::string content_hash(const Function& fn) {
+  static const std::regex loc(R"( loc\("(?:[^"\\]|\\.)*":[0-9]+:[0-9]+\))");
+  std::string text = std::regex_replace(print(fn), loc, "");
+  uint64_t h = 1469598103934665603ull; // FNV-1a
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
 
 } // namespace tilec::ir

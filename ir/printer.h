@@ -52,6 +52,11 @@ struct PrintHooks {
 };
 std::string print(const Function& fn, const PrintHooks& hooks);
 
+// 16 hex digits of FNV-1a over the printed IR without source locations (they say where a
+// kernel was written, not what it computes): what a module records as its ir_hash, so the
+// runtime can tell a module built from this IR from one built for another shape or config.
+std::string content_hash(const Function& fn);
+
 // Lexical rules the parser shares: a bare name (`%x`, `@k`) is an identifier
 // character run; anything else prints quoted (`%"a b"`).
 inline bool is_name_char(char c) {

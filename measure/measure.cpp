@@ -7,9 +7,11 @@
 #include <map>
 
 #include "ir/error.h"
+#include "ir/printer.h"
 #include "kernels/module_launcher.h"
 #include "runtime/cuda.h"
 #include "runtime/loaded_module.h"
+#include "runtime/module_store.h"
 
 namespace tilec::measure {
 
@@ -95,6 +97,9 @@ std::unique_ptr<kernels::Launcher> folder_launcher(const fs::path& dir, bool gpu
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.path().extension() == ".toml" && entry.path().filename().string().find(".kernel.") == std::string::npos) {
       rt::Manifest m = rt::read_manifest(entry.path());
+      // Code files that differ from what their manifest recorded (cut short, or another
+      // module's) are refused before anything loads them.
+      if (std::string why = rt::check_module(m); !why.empty()) throw rt::ManifestError(why);
       here.emplace(m.kernel, std::move(m));
     }
   if (ec) throw rt::ManifestError(fmt::format("{}: {}", dir.string(), ec.message()));
@@ -103,6 +108,12 @@ std::unique_ptr<kernels::Launcher> folder_launcher(const fs::path& dir, bool gpu
     if (it == here.end())
       throw rt::ManifestError(fmt::format("{}: no module of kernel '{}', which this run launches", dir.string(),
                                           fn.name));
+    // A module compiled from other IR (another config, or sizes and dtypes the kernel bakes in)
+    // would read the problem's buffers with the wrong layout: refused, not run.
+    if (!it->second.ir_hash.empty() && it->second.ir_hash != ir::content_hash(fn))
+      throw rt::ManifestError(fmt::format("{}: its {} module was compiled for another problem or config than this "
+                                          "run's (IR hash {}, the run's {})",
+                                          dir.string(), fn.name, it->second.ir_hash, ir::content_hash(fn)));
     return it->second;
   };
   return kernels::make_module_launcher(source, gpu, backend);
@@ -190,6 +201,22 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
                          e.gbps ? fmt::format("  {:.3g} GB/s", *e.gbps) : ""));
   }
   return s;
+}
+
+std::vector<Winner> plan_winners(const Plan& plan, const rt::TuningDb& db) {
+  std::vector<Winner> out;
+  for (size_t p = 0; p < plan.problems.size(); ++p) {
+    std::optional<Winner> best;
+    for (const rt::TuningEntry& e : db.entries) {
+      if (e.kernel != plan.kernel || e.key != plan.problems[p].key) continue;
+      for (const PlanCandidate& c : plan.candidates)
+        if (c.problem == p && rt::TunedConfig(c.config.begin(), c.config.end()) == e.config &&
+            (!best || e.median_ms < best->entry.median_ms))
+          best = Winner{p, &c, e};
+    }
+    if (best) out.push_back(*best);
+  }
+  return out;
 }
 
 } // namespace tilec::measure

@@ -65,4 +65,15 @@ struct MeasureSummary {
 // result into opts.db as soon as it is measured. `progress` gets one line per candidate.
 MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void(const std::string&)>& progress);
 
+// The fastest measured candidate of each of the plan's problems in a database (entries of the
+// plan's kernel whose key is the problem's and whose config is a candidate's; any device):
+// what scripts/gpu_check.sh runs again on the same inputs as its peers. A problem with none
+// measured is left out.
+struct Winner {
+  size_t problem = 0;
+  const PlanCandidate* candidate = nullptr;
+  rt::TuningEntry entry;
+};
+std::vector<Winner> plan_winners(const Plan& plan, const rt::TuningDb& db);
+
 } // namespace tilec::measure

@@ -30,7 +30,10 @@ constexpr const char* kUsage =
     "  --backend  cuda (default: the GPU, device 0) or emulate (the CPU emulator, for a check without a GPU;\n"
     "             its entries are marked device \"cpu-emulator\" and never chosen for a GPU)\n"
     "  --shard    I/N: only every N-th candidate, from the I-th (run N of these, each with its own -o, then\n"
-    "             tilec db merge)\n";
+    "             tilec db merge)\n"
+    "usage: tilec-measure PLAN_DIR --winners DB.toml [--backend cuda|emulate]\n"
+    "  measures nothing: prints one JSON line per problem of the plan with the fastest candidate DB holds\n"
+    "  for it (its config, median and modules folder for the backend)\n";
 
 std::string json_escape(const std::string& s) {
   std::string out;
@@ -66,7 +69,7 @@ int main(int argc, char** argv) {
   };
   for (const std::string& s : a) json = json || s == "--json";
   try {
-    std::string shard;
+    std::string shard, winners;
     for (size_t i = 0; i < a.size(); ++i) {
       auto value = [&]() -> std::string {
         if (i + 1 >= a.size()) throw tilec::UserError(fmt::format("{} needs a value", a[i]));
@@ -85,6 +88,8 @@ int main(int argc, char** argv) {
         o.warmup = to_int("--warmup", value(), 0);
       } else if (a[i] == "--repeats") {
         o.repeats = to_int("--repeats", value(), 1);
+      } else if (a[i] == "--winners") {
+        winners = value();
       } else if (a[i] == "--json") {
       } else if (!a[i].empty() && a[i][0] == '-') {
         throw tilec::UserError(fmt::format("unknown option '{}'\n{}", a[i], kUsage));
@@ -96,6 +101,25 @@ int main(int argc, char** argv) {
     }
     if (o.plan_dir.empty()) throw tilec::UserError(std::string("no plan folder given\n") + kUsage);
     o.shard = measure::parse_shard(shard);
+    if (!winners.empty()) {
+      measure::Plan plan = measure::read_plan(o.plan_dir);
+      tilec::rt::TuningDb db = tilec::rt::read_tuning_db(winners);
+      std::vector<measure::Winner> ws = measure::plan_winners(plan, db);
+      for (const measure::Winner& w : ws)
+        std::cout << fmt::format("{{\"problem\": {}, \"key\": \"{}\", \"config\": \"{}\", \"median_ms\": {}, "
+                                 "\"device\": \"{}\", \"modules\": \"{}\"}}",
+                                 w.problem, json_escape(tilec::rt::format_key(w.entry.key)),
+                                 json_escape(tilec::rt::format_config(w.entry.config)), w.entry.median_ms,
+                                 json_escape(w.entry.device),
+                                 json_escape(measure::candidate_dir(o.plan_dir, o.backend == "cuda" ? plan.arch : "host",
+                                                                    *w.candidate)
+                                                 .string()))
+                  << std::endl;
+      if (ws.size() < plan.problems.size())
+        return fail(1, fmt::format("{}: {} of the plan's {} problems have no measured candidate", winners,
+                                   plan.problems.size() - ws.size(), plan.problems.size()));
+      return 0;
+    }
     measure::MeasureSummary s = measure::measure_plan(o, [](const std::string& line) {
       std::cerr << "tilec-measure: " << line << std::endl;
     });

@@ -49,11 +49,25 @@ TEST_CASE("gpu_bench --emulate checks every module against its kernel's referenc
   CHECK_THAT(p.err, Catch::Contains("gpu_bench: 4 of 4 modules ok"));
   // The split module's combine kernel is launched by it, not benchmarked on its own.
   CHECK(test::count_lines(p.out) == 4);
-  CHECK_THAT(p.out, Catch::Contains("\"module\":\"pa_split\",\"kernel\":\"paged_attention\"") &&
+  CHECK_THAT(p.out, Catch::Contains("\"module\":\"pa_split\",\"name\":\"pa_split\",\"impl\":\"tilec\",\"kernel\":\"paged_attention\"") &&
                         Catch::Contains("\"shape\":\"n=3000\"") && Catch::Contains("\"ok\":true"));
   std::ifstream in(jsonl);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(test::count_lines(text) == 4);
+
+  // --module runs one folder; code files that are not what the manifest recorded (here:
+  // pa_alibi's library under pa_split's manifest) are refused before anything loads them.
+  test::Process one = test::run_process(TILEC_GPU_BENCH_BINARY, {"--module", (host / "softmax").string(), "--emulate",
+                                                                 "--repeats", "1", "--name", "sm"});
+  CHECK(one.exit_code == 0);
+  CHECK_THAT(one.out, Catch::Contains("\"name\":\"sm\"") && Catch::Contains("\"ok\":true"));
+  fs::copy_file(host / "pa_split" / "paged_attention.toml", host / "pa_alibi" / "paged_attention.toml",
+                fs::copy_options::overwrite_existing);
+  test::Process wrong = test::run_process(TILEC_GPU_BENCH_BINARY, {"--module", (host / "pa_alibi").string(),
+                                                                   "--emulate", "--repeats", "1"});
+  CHECK(wrong.exit_code == 1);
+  CHECK_THAT(wrong.err, Catch::Contains("truncated or corrupt"));
+  CHECK(test::run_process(TILEC_GPU_BENCH_BINARY, {"--module", (host / "nowhere").string(), "--emulate"}).exit_code == 2);
 
   // A module whose run's other kernel is missing is reported, and the run fails.
   fs::remove(host / "pa_split" / "paged_attention_combine.toml");
