@@ -206,7 +206,7 @@ int run(const Options& o) {
                          json_string(o.emulate ? "emulator" : m.cubin.empty() ? "ptx" : "cubin"), r.check.ok,
                          r.check.max_abs_err, r.check.max_rel_err, r.timing.median_ms, r.timing.median_ms * 1e3,
                          r.timing.min_ms, r.timing.max_ms, o.repeats, opt(r.ideal_bytes),
-                         gbps ? fmt::format("{:.1f}", *gbps) : "null",
+                         gbps ? fmt::format("{:.4g}", *gbps) : "null",
                          m.ptxas ? std::to_string(m.ptxas->registers) : "null", json_string(config), json_string(r.shape),
                          r.check.ok ? "" : ",\"first_mismatch\":" + json_string(r.check.first_mismatch));
       fmt::print(stderr, "  {:<40} {:<8} {:9.4f} ms {:>8} GB/s  {}\n", name, r.check.ok ? "ok" : "MISMATCH",

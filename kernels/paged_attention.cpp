@@ -1,6 +1,8 @@
 // Paged attention: inputs, validation, the C++ reference and the fused kernel.
 #include "kernels/paged_attention.h"
 
+#include <thread>
+#include <atomic>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -79,7 +81,8 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   }
   if (ctx < 0 && s.causal) // causal query rows are the last Sq positions: at least Sq of them
     for (int64_t& len : lens) len = std::clamp<int64_t>(len, s.sq, std::max(s.sq, s.capacity()));
-  std::set<int64_t> filled; // pages of a sparse cache filled so far
+  std::set<int64_t> filled;        // pages of a sparse cache to fill
+  std::vector<int64_t> fill_order; // the same, in the order they were met
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = lens[size_t(b)];
     in.context_lens.set_int(size_t(b), len);
@@ -90,20 +93,31 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
       int64_t page = pages[size_t((b * s.max_blocks + k) % used)];
       if (k >= live_blocks)
         page = !poison_unused ? int64_t(rng() % uint64_t(s.num_blocks)) : k % 2 ? -1 : s.num_blocks + int64_t(rng() % 1000);
-      else if (sparse && !filled.count(page)) {
-        // Its own stream per page: the values do not depend on the order pages are filled.
-        filled.insert(page);
-        const size_t lo = size_t(page * page_elems), hi = lo + size_t(page_elems);
-        for (auto [buf, stream] : {std::pair{&in.k_cache, 1}, std::pair{&in.v_cache, 2}}) {
-          std::mt19937_64 page_rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(page) * 4 + uint64_t(stream));
-          std::uniform_real_distribution<double> dist(-1, 1);
-          for (size_t i = lo; i < hi; ++i) buf->set(i, dist(page_rng));
-        }
-        quantize(lo, hi);
-      }
+      else if (sparse && filled.insert(page).second)
+        fill_order.push_back(page);
       in.block_table.set_int(size_t(b * s.max_blocks + k), page);
     }
   }
+  // Its own stream per page: the values do not depend on the order pages are filled, so they
+  // are filled on every core (a GPU-sized cache's live pages took a minute on one).
+  std::atomic<size_t> next{0};
+  auto fill_pages = [&] {
+    for (size_t n; (n = next++) < fill_order.size();) {
+      const int64_t page = fill_order[n];
+      const size_t lo = size_t(page * page_elems), hi = lo + size_t(page_elems);
+      for (auto [buf, stream] : {std::pair{&in.k_cache, 1}, std::pair{&in.v_cache, 2}}) {
+        std::mt19937_64 page_rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(page) * 4 + uint64_t(stream));
+        std::uniform_real_distribution<double> dist(-1, 1);
+        for (size_t i = lo; i < hi; ++i) buf->set(i, dist(page_rng));
+      }
+      quantize(lo, hi);
+    }
+  };
+  const size_t threads = fill_order.size() < 64 ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(fill_pages);
+  fill_pages();
+  for (std::thread& th : pool) th.join();
   if (s.alibi) {
     in.alibi_slopes = interp::Buffer("alibi_slopes", ir::DType::f32, size_t(s.hq));
     for (int64_t h = 0; h < s.hq; ++h) in.alibi_slopes.set(size_t(h), std::exp2(-8.0 * double(h + 1) / double(s.hq)));
@@ -204,45 +218,79 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
 
 interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
   const PagedAttentionShape& s = in.shape;
-  const int64_t D = s.head_dim;
+  const int64_t D = s.head_dim, group = s.group(), rows = group * s.sq;
   // An fp8 cache is dequantized: its values times its scale.
   const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
   interp::Buffer out("out", ir::DType::f32, in.q.count());
-  std::vector<double> scores;
-  for (int64_t b = 0; b < s.batch; ++b) {
-    int64_t len = in.context_lens.get_int(size_t(b));
-    for (int64_t h = 0; h < s.hq; ++h) {
-      int64_t kvh = h / s.group();
-      for (int64_t i = 0; i < s.sq; ++i) {
-        size_t qrow = size_t(((b * s.hq + h) * s.sq + i) * D);
-        auto key_row = [&](int64_t j) {
-          int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
-          return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
-        };
-        scores.assign(size_t(len), -INFINITY);
-        double m = -INFINITY;
-        const int64_t pos = len - s.sq + i; // this row's position
-        for (int64_t j = 0; j < len; ++j) {
-          if ((s.causal && j > pos) || (s.window > 0 && j < pos - s.window + 1)) continue; // not seen
-          size_t krow = key_row(j);
-          double dotp = 0;
-          for (int64_t d = 0; d < D; ++d) dotp += in.q.get(qrow + d) * in.k_cache.get(krow + d);
-          double sc = dotp * s.scale() * k_scale;
-          if (s.softcap) sc = *s.softcap * std::tanh(sc / *s.softcap);
-          if (s.alibi) sc += in.alibi_slopes.get(size_t(h)) * double(j - i);
-          scores[size_t(j)] = sc;
-          m = std::max(m, sc);
+  // One task per (sequence, KV head): the query rows of its heads share each K and V row,
+  // decoded once. Every sum runs in the same order as one row at a time would (over d for a
+  // dot, over the keys for the softmax and each output element), so the results do not
+  // depend on the threads. Large problems (the GPU check's) take seconds, not minutes.
+  auto task = [&](int64_t b, int64_t kvh) {
+    const int64_t len = in.context_lens.get_int(size_t(b));
+    auto key_row = [&](int64_t j) {
+      int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
+      return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
+    };
+    auto qrow = [&](int64_t r) { // r = head within the group * sq + query row
+      int64_t h = kvh * group + r / s.sq, i = r % s.sq;
+      return size_t(((b * s.hq + h) * s.sq + i) * D);
+    };
+    std::vector<double> q(static_cast<size_t>(rows * D)), kv(static_cast<size_t>(D)), acc(static_cast<size_t>(rows * D), 0.0);
+    std::vector<double> scores(size_t(rows * len), -INFINITY), m(size_t(rows), -INFINITY), sum(size_t(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d) q[size_t(r * D + d)] = in.q.get(qrow(r) + d);
+    for (int64_t j = 0; j < len; ++j) {
+      size_t krow = key_row(j);
+      bool decoded = false;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t h = kvh * group + r / s.sq, i = r % s.sq, pos = len - s.sq + i; // this row's position
+        if ((s.causal && j > pos) || (s.window > 0 && j < pos - s.window + 1)) continue; // not seen
+        if (!decoded) {
+          for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.k_cache.get(krow + d);
+          decoded = true;
         }
-        double sum = 0;
-        for (double& sc : scores) sum += (sc = sc == -INFINITY ? 0.0 : std::exp(sc - m));
-        for (int64_t d = 0; d < D; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j < len; ++j) acc += scores[size_t(j)] * in.v_cache.get(key_row(j) + d);
-          out.set(qrow + d, len > 0 ? acc * v_scale / sum : 0.0);
-        }
+        double dotp = 0;
+        for (int64_t d = 0; d < D; ++d) dotp += q[size_t(r * D + d)] * kv[size_t(d)];
+        double sc = dotp * s.scale() * k_scale;
+        if (s.softcap) sc = *s.softcap * std::tanh(sc / *s.softcap);
+        if (s.alibi) sc += in.alibi_slopes.get(size_t(h)) * double(j - i);
+        scores[size_t(r * len + j)] = sc;
+        m[size_t(r)] = std::max(m[size_t(r)], sc);
       }
     }
-  }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < len; ++j) {
+        double& sc = scores[size_t(r * len + j)];
+        sum[size_t(r)] += (sc = sc == -INFINITY ? 0.0 : std::exp(sc - m[size_t(r)]));
+      }
+    for (int64_t j = 0; j < len; ++j) {
+      size_t vrow = key_row(j);
+      for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.v_cache.get(vrow + d);
+      for (int64_t r = 0; r < rows; ++r) {
+        double p = scores[size_t(r * len + j)];
+        for (int64_t d = 0; d < D; ++d) acc[size_t(r * D + d)] += p * kv[size_t(d)];
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d)
+        out.set(qrow(r) + d, len > 0 ? acc[size_t(r * D + d)] * v_scale / sum[size_t(r)] : 0.0);
+  };
+  const int64_t tasks = s.batch * s.hkv;
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t t; (t = next++) < tasks;) task(t / s.hkv, t % s.hkv);
+  };
+  // Threads only where there is enough work to pay for them (each sees a whole K/V sequence).
+  int64_t work = 0;
+  for (int64_t b = 0; b < s.batch; ++b) work += in.context_lens.get_int(size_t(b));
+  unsigned n = work * s.hkv * D * rows < (int64_t(1) << 22)
+                   ? 1u
+                   : unsigned(std::min<int64_t>(tasks, std::max(1u, std::thread::hardware_concurrency())));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < n; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/registry.h"
 
+#include <thread>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -284,12 +285,34 @@ std::string npy_descr(ir::DType t) {
 }
 
 void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  for (size_t i = 0; i < b.count(); ++i) {
-    double v = dist(rng);
-    b.set(i, ir::is_float(b.dtype) ? v : std::floor(v));
+  const bool is_float = ir::is_float(b.dtype);
+  if (b.count() < kParallelFillElements) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    for (size_t i = 0; i < b.count(); ++i) {
+      double v = dist(rng);
+      b.set(i, is_float ? v : std::floor(v));
+    }
+    return;
   }
+  // A large buffer (a KV cache of the GPU check's sizes: hundreds of millions of elements) is
+  // filled on every core: element i is a function of (seed, i) alone (SplitMix64 of the two),
+  // so the values do not depend on the threads. One sequential stream took minutes.
+  auto fill = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      uint64_t z = seed * 0x9e3779b97f4a7c15ull + (i + 1) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      double v = lo + (hi - lo) * double(z >> 11) * 0x1.0p-53;
+      b.set(i, is_float ? v : std::floor(v));
+    }
+  };
+  const size_t n = b.count(), threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+  fill(0, n / threads);
+  for (std::thread& th : pool) th.join();
 }
 
 } // namespace tilec::kernels

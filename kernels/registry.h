@@ -207,6 +207,10 @@ ParamMap resolve_params(const std::vector<Param>& declared,
 std::string npy_descr(ir::DType t);
 
 // Deterministic random fill (uniform in [lo, hi)) used by every template.
+// Uniform values in [lo, hi) (integers: their floor), a function of `seed` alone: a stream
+// of std::mt19937_64 below kParallelFillElements elements, a per-element hash on every core
+// from there up.
+inline constexpr size_t kParallelFillElements = size_t(1) << 24;
 void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi);
 
 // Integer ceil(a / b).

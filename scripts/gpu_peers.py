@@ -32,6 +32,7 @@ import math
 import os
 import statistics
 import sys
+import time
 from xml.sax.saxutils import escape
 
 import numpy as np
@@ -520,6 +521,25 @@ def cmd_peers(args):
 def cmd_copybw(args):
     if args.mib < 1 or args.repeats < 1:
         raise ToolError(f"--mib and --repeats must be >= 1, got {args.mib} and {args.repeats}")
+    if args.device == "cpu":  # the dry run's stand-in: host memory, numpy, wall time
+        size = args.mib * 2**20
+        src = np.ones(size, dtype=np.uint8)
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+        us = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            us.append((time.perf_counter() - t0) * 1e6)
+        med = statistics.median(us)
+        gbps = 2 * size / (med * 1e-6) / 1e9
+        row = {"name": "copy", "impl": "copy", "gbps": gbps, "median_us": med, "min_us": min(us), "max_us": max(us),
+               "bytes": 2 * size, "mib": args.mib, "repeats": args.repeats, "device": "cpu (host memcpy)"}
+        print(f"gpu_peers copybw: {args.mib} MiB host-to-host (dry run, no GPU): {med:.1f} us, {gbps:.1f} GB/s")
+        if args.json_out:
+            with open(args.json_out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        return 0
     torch = _import_torch()
     size = args.mib * 2**20
     src = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -684,6 +704,42 @@ def render_svg(copy_gbps, problems, impls, values, title):
     return "\n".join(out) + "\n"
 
 
+def cmd_summary(args):
+    """The table gpu_check.sh prints: per problem and implementation, us, GB/s and % of the copy
+    bandwidth, and whether its check passed. Exit 1 when a line says it failed."""
+    copy_gbps, rows, failed = None, [], []
+    for path in args.results:
+        if not os.path.isfile(path):
+            raise ToolError(f"{path}: no such file")
+        with open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    j = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ToolError(f"{path}:{lineno}: not JSON: {e}")
+                if j.get("impl") == "copy":
+                    copy_gbps = max(copy_gbps or 0.0, float(j["gbps"]))
+                    continue
+                rows.append(j)
+                if j.get("ok") is False:
+                    failed.append(f"{j.get('name', j.get('module', '?'))} {j.get('impl', '?')}: "
+                                  f"{j.get('error') or j.get('first_mismatch') or 'check failed'}")
+    if copy_gbps is None:
+        raise ToolError("no copy-bandwidth line (impl \"copy\") among the results")
+    print(f"{'problem':<14} {'impl':<11} {'us':>10} {'GB/s':>9} {'% copy':>7}  check")
+    for j in rows:
+        us, gbps = j.get("median_us"), j.get("gbps")
+        pct = f"{100 * gbps / copy_gbps:6.1f}%" if gbps else "      -"
+        print(f"{j.get('name', '?'):<14} {j.get('impl', '?'):<11} {us if us is None else f'{us:10.1f}':>10} "
+              f"{'-' if gbps is None else f'{gbps:9.1f}':>9} {pct:>7}  {'ok' if j.get('ok') else 'FAILED'}")
+    print(f"(device-to-device copy: {copy_gbps:.1f} GB/s, measured in the same run)")
+    for f in failed:
+        print(f"FAILED: {f}")
+    return 1 if failed else 0
+
+
 def cmd_roofline(args):
     copy_gbps, problems, impls, values = read_results(args.results, args.default_impl)
     svg = render_svg(copy_gbps, problems, impls, values, args.title)
@@ -735,7 +791,13 @@ def build_parser():
     p.add_argument("--mib", type=int, default=1024, help="buffer size in MiB (default 1024)")
     p.add_argument("--repeats", type=int, default=20, help="timed copies (default 20)")
     p.add_argument("--json-out", help="append the JSON line to this file")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cuda (default), or cpu: a host memcpy with numpy, the dry run's stand-in")
     p.set_defaults(func=cmd_copybw)
+
+    p = sub.add_parser("summary", help="table of us, GB/s and %% of the copy bandwidth (CPU)")
+    p.add_argument("--results", nargs="+", required=True, help="JSON-lines files (copybw, gpu_bench, peers)")
+    p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser("roofline", help="SVG bar chart of GB/s against the copy bandwidth (CPU)")
     p.add_argument("--results", nargs="+", required=True, help="JSON-lines files (peers, copybw, gpu_bench)")

@@ -180,15 +180,17 @@ struct KeyToTune {
   kernels::Problem problem;
 };
 
-// Every --shape set, with its problem made (and so checked) before anything is written.
-std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const AutotuneOptions& o) {
+// Every --shape set, with its problem made (and so checked) before anything is written;
+// without `problems` only the sizes are checked (--prepare --no-check: the GPU machine makes
+// each problem and its reference, and large ones take minutes here).
+std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const AutotuneOptions& o, bool problems = true) {
   std::vector<KeyToTune> keys;
   kernels::ParamMap defaults = kernels::resolve_params(t.params, {}, "--set");
   for (const std::vector<std::string>& set : o.shapes) {
     KeyToTune k;
     k.shape = kernels::resolve_params(t.shape, set, "--shape");
     k.key = kernels::problem_key(t, k.shape);
-    k.problem = kernels::make_problem(t, {defaults, k.shape, o.seed, {}, {}});
+    if (problems) k.problem = kernels::make_problem(t, {defaults, k.shape, o.seed, {}, {}});
     keys.push_back(std::move(k));
   }
   return keys;
@@ -441,7 +443,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   autotune::SearchSpace space = autotune::load_space(o.space, names);
 
   // Everything is checked before the database is touched: bad input writes nothing.
-  std::vector<KeyToTune> keys = make_keys(t, o);
+  std::vector<KeyToTune> keys = make_keys(t, o, o.prepare_dir.empty() || !o.no_check);
   if (!o.prepare_dir.empty()) {
     struct sigaction sa{}, old{};
     sa.sa_handler = on_sigint;
