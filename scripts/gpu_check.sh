@@ -1,25 +1,54 @@
 #!/usr/bin/env bash
-# For a machine with an NVIDIA GPU, the CUDA toolkit (cuda.h), CMake and a C++20 compiler;
-# no LLVM needed. Builds the runtime and gpu_bench only (TILEC_RUNTIME_ONLY=ON), then runs the
-# example host program and gpu_bench over modules compiled elsewhere by
-# scripts/build_gpu_modules.sh, and writes everything into one folder, in about 5 minutes at most.
+# The GPU check, for a machine with an NVIDIA GPU, the CUDA toolkit (cuda.h), CMake, a C++20
+# compiler and Python with PyTorch and Triton; no LLVM and no network needed. In about five
+# minutes at most it:
+#   1. builds the runtime, gpu_bench and tilec-measure only (TILEC_RUNTIME_ONLY=ON);
+#   2. runs the example host program (hand-written PTX through the runtime);
+#   3. measures device-to-device copy bandwidth (the ceiling every figure is held against);
+#   4. times the prepared plan (tilec-measure: every candidate of configs/gpu_check.toml for
+#      the paged-decode problems, each checked on the device against the host's reference);
+#   5. for each problem (Llama-3-8B and -70B shapes at B=64, ctx=4096; B=1, ctx=65536 with
+#      split-KV; bf16, page 16): makes one set of inputs, runs tilec's fastest candidate on
+#      them (gpu_bench --inputs, checked against the host's reference), then PyTorch's
+#      scaled-dot-product attention on K/V gathered from the pages and the repository's own
+#      Triton paged-decode kernel (scripts/gpu_peers.py), each checked against an fp32
+#      reference and against the others;
+#   6. runs every template module against its reference (gpu_bench);
+#   7. prints us, GB/s and % of the copy bandwidth per problem and implementation, and
+#      draws them (roofline.svg).
+# The modules and the plan come from scripts/build_gpu_modules.sh on a machine with LLVM.
 #
-#   scripts/gpu_check.sh [MODULES_DIR] [RESULTS_DIR]     (defaults: gpu_modules gpu_results)
+#   scripts/gpu_check.sh [--dry-run] [MODULES_DIR] [RESULTS_DIR]   (defaults: gpu_modules gpu_results)
 #
-# RESULTS_DIR gets: gpu_check.log (everything), environment.txt, build.log, launch_module.txt,
-# gpu_bench.jsonl (one JSON object per module: ok, errors, median/min/max ms, GB/s),
-# gpu_bench.log and summary.txt. Exit 0 only when every step passed.
+# --dry-run is the same script on a machine without a GPU (CI runs it): modules from
+# `build_gpu_modules.sh --dry-run` run on the CPU emulator at small sizes, a host memcpy
+# stands in for the copy bandwidth, numpy's reference for the peers; everything else (the
+# runtime-only build, tilec-measure, the winners, gpu_bench --inputs, the table, the SVG) is
+# what the GPU run does.
+#
+# RESULTS_DIR gets: gpu_check.log (everything), environment.txt, build.log, tuning.toml (the
+# plan's measurements), copy.jsonl, decode.jsonl (one line per problem and implementation),
+# gpu_bench.jsonl, roofline.svg, summary.txt, and inputs/ and outputs per problem. Exit 0 only
+# when every step passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+dry=0
+if [ "${1:-}" = --dry-run ]; then
+  dry=1
+  shift
+fi
 modules=$(realpath -m "${1:-gpu_modules}")
 results=$(realpath -m "${2:-gpu_results}")
 build=${TILEC_GPU_BUILD_DIR:-$root/build-gpu}
+[ $dry = 1 ] && build=${TILEC_GPU_BUILD_DIR:-$root/build-gpu-dry}
 cuda_home=${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}
+python=${PYTHON:-python3}
 start=$SECONDS
 failed=()
 
 mkdir -p "$results" || { echo "gpu_check: error: cannot create $results" >&2; exit 1; }
-rm -f "$results"/*.jsonl "$results"/*.log "$results"/*.txt
+rm -rf "$results"/*.jsonl "$results"/*.log "$results"/*.txt "$results"/*.svg "$results"/tuning.toml \
+  "$results"/decode
 exec > >(tee -a "$results/gpu_check.log") 2>&1
 
 die() { echo "gpu_check: FAILED: $*"; echo "FAILED: $*" >>"$results/summary.txt"; exit 1; }
@@ -40,13 +69,22 @@ run() {
   return $rc
 }
 
-step "checking the machine"
-[ -d "$modules" ] || die "$modules: no such folder; run scripts/build_gpu_modules.sh on a machine with LLVM and copy its output here"
-ls "$modules"/sm_* >/dev/null 2>&1 || die "$modules has no sm_* folders; rebuild it with scripts/build_gpu_modules.sh"
+step "checking the machine$([ $dry = 1 ] && echo ' (dry run: the CPU emulator stands in for the GPU)')"
+[ -d "$modules" ] || die "$modules: no such folder; run scripts/build_gpu_modules.sh$([ $dry = 1 ] && echo ' --dry-run') on a machine with LLVM and copy its output here"
+arch_glob="sm_*"
+[ $dry = 1 ] && arch_glob=host
+ls -d "$modules"/$arch_glob >/dev/null 2>&1 || die "$modules has no $arch_glob folders; rebuild it with scripts/build_gpu_modules.sh$([ $dry = 1 ] && echo ' --dry-run')"
+[ -f "$modules/plan/plan.toml" ] && [ -f "$modules/problems.txt" ] ||
+  die "$modules has no plan/ or problems.txt; rebuild it with this checkout's scripts/build_gpu_modules.sh"
 command -v cmake >/dev/null || die "cmake not found (3.25 or newer: apt-get install cmake, or pip install cmake)"
 cxx=${CXX:-$(command -v c++ || command -v g++ || command -v clang++)}
 [ -n "$cxx" ] || die "no C++ compiler found (set CXX)"
 [ -f "$cuda_home/include/cuda.h" ] || die "$cuda_home/include/cuda.h not found; set CUDA_HOME to the CUDA toolkit"
+"$python" -c 'import numpy' 2>/dev/null || die "$python cannot import numpy (pip install numpy, or set PYTHON)"
+if [ $dry = 0 ]; then
+  "$python" -c 'import torch, triton; assert torch.cuda.is_available()' 2>/dev/null ||
+    die "$python needs PyTorch with CUDA and Triton for the peers (or set PYTHON)"
+fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(hostname)"
@@ -54,13 +92,14 @@ cxx=${CXX:-$(command -v c++ || command -v g++ || command -v clang++)}
   echo "cmake: $(cmake --version | head -n 1)"
   echo "compiler: $("$cxx" --version | head -n 1)"
   echo "cuda: $cuda_home $("$cuda_home/bin/nvcc" --version 2>/dev/null | tail -n 1)"
+  echo "python: $("$python" --version 2>&1) $("$python" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>/dev/null)"
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not available"
   echo "modules: $modules ($(find "$modules" -name '*.toml' | wc -l) manifests)"
 } >"$results/environment.txt"
 cat "$results/environment.txt"
 cp "$modules/compile.jsonl" "$results/compile.jsonl" 2>/dev/null || true
 
-step "building the runtime and gpu_bench (TILEC_RUNTIME_ONLY=ON, no LLVM) in $build"
+step "building the runtime, gpu_bench and tilec-measure (TILEC_RUNTIME_ONLY=ON, no LLVM) in $build"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if ! run configure 120 cmake "${generator[@]}" -S "$root" -B "$build" -DTILEC_RUNTIME_ONLY=ON \
@@ -69,28 +108,102 @@ if ! run configure 120 cmake "${generator[@]}" -S "$root" -B "$build" -DTILEC_RU
   tail -n 30 "$results/build.log"
   die "cmake configure failed (see $results/build.log)"
 fi
-if ! run build 180 cmake --build "$build" --target gpu_bench launch_module -j "$(nproc)" >>"$results/build.log" 2>&1; then
+if ! run build 240 cmake --build "$build" --target gpu_bench tilec-measure launch_module -j "$(nproc)" \
+    >>"$results/build.log" 2>&1; then
   tail -n 30 "$results/build.log"
   die "build failed (see $results/build.log)"
 fi
+gpu_bench=$build/bench/gpu_bench
+measure=$build/measure/tilec-measure
+backend=(--backend cuda)
+emulate=()
+if [ $dry = 1 ]; then
+  backend=(--backend emulate)
+  emulate=(--emulate)
+fi
 
-step "the example host program: examples/vector_add (hand-written PTX) through the runtime"
-run launch_module 30 "$build/examples/launch_module" "$root/examples/vector_add/manifest.toml" 16777216 \
-  >"$results/launch_module.txt" 2>&1
-cat "$results/launch_module.txt"
+if [ $dry = 1 ]; then
+  step "the example host program: skipped (hand-written PTX needs the GPU)"
+else
+  step "the example host program: examples/vector_add (hand-written PTX) through the runtime"
+  run launch_module 30 "$build/examples/launch_module" "$root/examples/vector_add/manifest.toml" 16777216 \
+    >"$results/launch_module.txt" 2>&1
+  cat "$results/launch_module.txt"
+fi
 
-step "gpu_bench: every module, checked against a CPU reference and timed"
+step "copy bandwidth$([ $dry = 1 ] && echo ' (dry run: host memcpy)')"
+if [ $dry = 1 ]; then
+  run copybw 60 "$python" "$root/scripts/gpu_peers.py" copybw --device cpu --mib 64 --repeats 5 \
+    --json-out "$results/copy.jsonl"
+else
+  run copybw 60 "$python" "$root/scripts/gpu_peers.py" copybw --mib 2048 --repeats 20 --json-out "$results/copy.jsonl"
+fi
+
+step "the plan: every candidate of $(wc -l <"$modules/problems.txt") paged-decode problems, checked and timed (tilec-measure)"
+run measure 150 "$measure" "$modules/plan" "${backend[@]}" -o "$results/tuning.toml"
+run winners 30 "$measure" "$modules/plan" --winners "$results/tuning.toml" "${backend[@]}" >"$results/winners.jsonl"
+cat "$results/winners.jsonl"
+
+problem=0
+while read -r -u 3 name values; do
+  step "$name: $values"
+  declare -A v=()
+  for kv in $values; do v[${kv%%=*}]=${kv#*=}; done
+  dir=$results/decode/$name
+  mkdir -p "$dir"
+  device=cuda
+  [ $dry = 1 ] && device=cpu
+  if ! run "$name inputs" 90 "$python" "$root/scripts/gpu_peers.py" inputs --out "$dir/inputs" --batch "${v[batch]}" \
+      --hq "${v[hq]}" --hkv "${v[hkv]}" --head-dim "${v[head_dim]}" --ctx "${v[ctx]}" \
+      --block-size "${v[block_size]}" --dtype "${v[dtype]}" --seed 7 --device $device; then
+    problem=$((problem + 1))
+    continue
+  fi
+  winner=$("$python" -c 'import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j["problem"] == int(sys.argv[2]):
+        print(j["modules"])' "$results/winners.jsonl" "$problem")
+  if [ -z "$winner" ]; then
+    echo "gpu_check: $name: no measured candidate in the plan's results"
+    failed+=("$name (no tilec candidate measured)")
+  else
+    echo "tilec's fastest candidate: $winner"
+    run "$name tilec" 90 "$gpu_bench" --module "$winner" "${emulate[@]}" --inputs "$dir/inputs" --repeats 50 \
+      --save-output "$dir/out_tilec.npy" --name "$name" --out "$results/decode.jsonl" >/dev/null
+  fi
+  if [ $dry = 1 ]; then
+    run "$name check" 60 "$python" "$root/scripts/gpu_peers.py" check-tilec --inputs "$dir/inputs" \
+      --tilec-output "$dir/out_tilec.npy"
+  else
+    run "$name peers" 120 "$python" "$root/scripts/gpu_peers.py" peers --inputs "$dir/inputs" --out "$dir" \
+      --tilec-output "$dir/out_tilec.npy" --name "$name" --json-out "$results/decode.jsonl" --repeats 50
+  fi
+  rm -rf "$dir/inputs" # gigabytes on the GPU run; the seed remakes them
+  problem=$((problem + 1))
+done 3<"$modules/problems.txt"
+
+step "gpu_bench: every template module, checked against a CPU reference and timed"
 remaining=$((290 - (SECONDS - start)))
 [ $remaining -gt 30 ] || remaining=30
-run gpu_bench "$remaining" "$build/bench/gpu_bench" "$modules" --repeats 50 --out "$results/gpu_bench.jsonl" \
+repeats=50
+[ $dry = 1 ] && repeats=2
+run gpu_bench "$remaining" "$gpu_bench" "$modules" "${emulate[@]}" --repeats $repeats --out "$results/gpu_bench.jsonl" \
   2>"$results/gpu_bench.log" >/dev/null
 cat "$results/gpu_bench.log"
 
+step "summary"
+run summary 30 "$python" "$root/scripts/gpu_peers.py" summary --results "$results/copy.jsonl" "$results/decode.jsonl" \
+  >"$results/summary.txt"
+cat "$results/summary.txt"
+run roofline 30 "$python" "$root/scripts/gpu_peers.py" roofline --results "$results/copy.jsonl" \
+  "$results/decode.jsonl" --out "$results/roofline.svg" \
+  --title "Paged decode attention$([ $dry = 1 ] && echo ' (dry run on the CPU emulator)'): achieved bandwidth"
 {
   echo "gpu_check: $(grep -c '"ok":true' "$results/gpu_bench.jsonl" 2>/dev/null || echo 0) of" \
-    "$(wc -l <"$results/gpu_bench.jsonl" 2>/dev/null || echo 0) modules ok in $((SECONDS - start))s"
+    "$(wc -l <"$results/gpu_bench.jsonl" 2>/dev/null || echo 0) template modules ok in $((SECONDS - start))s"
   for f in "${failed[@]}"; do echo "FAILED: $f"; done
-} | tee "$results/summary.txt"
+} | tee -a "$results/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_check: FAILED (results in $results)"
   exit 1

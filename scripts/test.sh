@@ -2,7 +2,8 @@
 # Sets up and builds tilec, then runs every test: the Catch2 suite (ctest, twice: first as
 # is, then with the emulator's threads in reverse order running the GPU's own nvptx
 # lowering rewritten for the CPU), a short
-# libFuzzer run of each input reader (scripts/fuzz_inputs.sh, clang-19) and the suite again
+# libFuzzer run of each input reader (scripts/fuzz_inputs.sh, clang-19), the GPU check's dry
+# run (scripts/gpu_check.sh --dry-run, on the CPU emulator) and the suite again
 # built with AddressSanitizer and UBSan (scripts/sanitize.sh, in ./build-asan).
 # With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run instead of
 # skipping the PTX checks. TILEC_QUICK=1 runs the plain suite only (for a fast local loop).
@@ -27,6 +28,12 @@ if [ "${TILEC_QUICK:-0}" = 1 ]; then
   echo "==> TILEC_QUICK=1: skipped input fuzzing and the sanitizer build"
   exit 0
 fi
+# The GPU check's CPU side, so the script cannot rot: the same steps on the CPU emulator,
+# including the runtime-only build a GPU machine without LLVM makes.
+echo "==> the GPU check, dry run (scripts/gpu_check.sh --dry-run)"
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy
+TILEC="${TILEC_BUILD_DIR:-build}/tools/tilec" ./scripts/build_gpu_modules.sh --dry-run "${TILEC_BUILD_DIR:-build}/gpu_modules_dry"
+./scripts/gpu_check.sh --dry-run "${TILEC_BUILD_DIR:-build}/gpu_modules_dry" "${TILEC_BUILD_DIR:-build}/gpu_results_dry"
 echo "==> input fuzzing (short runs)"
 ./scripts/fuzz_inputs.sh
 echo "==> the test suite under AddressSanitizer and UBSan"

@@ -337,6 +337,10 @@ int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const a
     autotune::Enumeration en = autotune::enumerate(space, keys[p].shape);
     say(common, fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(keys[p].key),
                             en.candidates.size(), space.size(), space.source));
+    if (en.candidates.empty())
+      throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
+                                  rt::format_key(keys[p].key), autotune::format_values(en.rejected.at(0).params),
+                                  en.rejected.at(0).reason));
     for (size_t i = 0; i < en.candidates.size(); ++i) {
       Item it;
       it.c.problem = p;
