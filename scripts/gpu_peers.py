@@ -641,7 +641,8 @@ def render_svg(copy_gbps, problems, impls, values, title):
     for name in problems:
         n = sum(1 for i in impls if (name, i) in values)
         groups_w.append(max(n * (bar_w + bar_gap) - bar_gap, 7.0 * len(name)) + group_pad)
-    plot_w = max(sum(groups_w), 420)
+    # Wide enough for the title (15 px bold, about 9 px a character) and the footnote.
+    plot_w = max(sum(groups_w), 420, 9.0 * len(title) - left - right + 20, 560 - left - right)
     width, height = left + plot_w + right, top + plot_h + bottom
     ymax_data = max(max(values.values()), copy_gbps)
     step = _nice_step(ymax_data * 1.12)

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <iostream>
 #include <tuple>
 
@@ -28,6 +31,127 @@ std::string slot_name(const rt::TuningEntry& e) {
                      rt::format_config(e.config));
 }
 
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+// One problem key's measurements as heatmaps: the two config fields with the most values
+// (block_n and head_group first when they vary) as columns and rows, one panel per
+// combination of the other varying fields (num_warps, num_stages, ...). A cell's colour is
+// its speed relative to the key's slowest and fastest (GB/s where measured, else 1 / time),
+// its text the GB/s or the time; a config never measured is grey.
+struct Heatmap {
+  std::string title;
+  std::vector<const rt::TuningEntry*> entries;
+};
+
+std::string heatmap_svg(const std::vector<Heatmap>& maps, const std::string& source) {
+  const int cell_w = 64, cell_h = 26, label_w = 92, gap = 28, panels_per_row = 3;
+  std::string body;
+  int y = 46, width = 600;
+  for (const Heatmap& h : maps) {
+    // The fields whose values differ, by how many values each has.
+    std::map<std::string, std::set<int64_t>> values;
+    for (const rt::TuningEntry* e : h.entries)
+      for (const auto& [k, v] : e->config) values[k].insert(v);
+    std::vector<std::string> varying;
+    for (const char* first : {"block_n", "head_group"})
+      if (values.count(first) && values[first].size() > 1) varying.push_back(first);
+    std::vector<std::string> rest;
+    for (const auto& [k, vs] : values)
+      if (vs.size() > 1 && std::find(varying.begin(), varying.end(), k) == varying.end()) rest.push_back(k);
+    std::stable_sort(rest.begin(), rest.end(),
+                     [&](const std::string& a, const std::string& b) { return values[a].size() > values[b].size(); });
+    for (const std::string& k : rest) varying.push_back(k);
+    const std::string xf = varying.size() > 0 ? varying[0] : "", yf = varying.size() > 1 ? varying[1] : "";
+    std::vector<std::string> panel_fields(varying.begin() + std::min<size_t>(2, varying.size()), varying.end());
+    auto axis = [&](const std::string& f) {
+      return f.empty() ? std::vector<int64_t>{0} : std::vector<int64_t>(values[f].begin(), values[f].end());
+    };
+    const std::vector<int64_t> xs = axis(xf), ys = axis(yf);
+    auto at = [](const rt::TuningEntry* e, const std::string& f) {
+      auto it = e->config.find(f);
+      return f.empty() || it == e->config.end() ? int64_t(0) : it->second;
+    };
+    auto speed = [](const rt::TuningEntry* e) { return e->gbps ? *e->gbps : e->median_ms > 0 ? 1.0 / e->median_ms : 0.0; };
+    double lo = 1e300, hi = -1e300;
+    for (const rt::TuningEntry* e : h.entries) {
+      lo = std::min(lo, speed(e));
+      hi = std::max(hi, speed(e));
+    }
+    std::map<std::vector<int64_t>, std::vector<const rt::TuningEntry*>> panels;
+    for (const rt::TuningEntry* e : h.entries) {
+      std::vector<int64_t> pk;
+      for (const std::string& f : panel_fields) pk.push_back(at(e, f));
+      panels[pk].push_back(e);
+    }
+    body += fmt::format("<text x=\"16\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", y, xml_escape(h.title));
+    width = std::max(width, 32 + int(8 * h.title.size())); // 13 px bold: about 8 px a character
+    body += fmt::format("<text x=\"16\" y=\"{}\" fill=\"#555\">columns {}, rows {}; colour: {} (darker is faster)</text>\n",
+                        y + 16, xf.empty() ? "-" : xf, yf.empty() ? "-" : yf,
+                        h.entries.front()->gbps ? "GB/s" : "1 / median time");
+    y += 30;
+    const int panel_w = label_w + cell_w * int(xs.size()), panel_h = 40 + cell_h * int(ys.size());
+    int col = 0, row_y = y;
+    for (const auto& [pk, es] : panels) {
+      const int x0 = 16 + col * (panel_w + gap);
+      std::string name;
+      for (size_t i = 0; i < panel_fields.size(); ++i) name += fmt::format("{}{}={}", i ? " " : "", panel_fields[i], pk[i]);
+      body += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}</text>\n", x0, row_y + 12,
+                          xml_escape(name.empty() ? "all configs" : name));
+      for (size_t i = 0; i < xs.size(); ++i)
+        body += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                            x0 + label_w + cell_w * int(i) + cell_w / 2, row_y + 32, xf.empty() ? "" : fmt::format("{}", xs[i]));
+      for (size_t j = 0; j < ys.size(); ++j) {
+        const int cy = row_y + 38 + cell_h * int(j);
+        body += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", x0 + label_w - 6,
+                            cy + cell_h / 2 + 4, yf.empty() ? "" : fmt::format("{} {}", yf, ys[j]));
+        for (size_t i = 0; i < xs.size(); ++i) {
+          const rt::TuningEntry* best = nullptr; // several when a field outside the map varies too
+          for (const rt::TuningEntry* e : es)
+            if (at(e, xf) == xs[i] && at(e, yf) == ys[j] && (!best || speed(e) > speed(best))) best = e;
+          const int cx = x0 + label_w + cell_w * int(i);
+          std::string fill = "#dddddd", text = "-", colour = "#333";
+          if (best) {
+            double t = hi > lo ? (speed(best) - lo) / (hi - lo) : 1.0;
+            // Pale yellow (slowest) to dark blue (fastest).
+            int r = int(255 + (8 - 255) * t), g = int(247 + (48 - 247) * t), b = int(188 + (107 - 188) * t);
+            fill = fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
+            text = best->gbps ? fmt::format("{:.3g}", *best->gbps) : fmt::format("{:.3g} ms", best->median_ms);
+            colour = t > 0.55 ? "white" : "#111";
+          }
+          body += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\"/>\n", cx, cy,
+                              cell_w, cell_h, fill);
+          body += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text>\n", cx + cell_w / 2,
+                              cy + cell_h / 2 + 4, colour, text);
+          if (best && speed(best) == hi)
+            body += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#d62728\" "
+                                "stroke-width=\"2\"><title>fastest: {}</title></rect>\n",
+                                cx + 1, cy + 1, cell_w - 2, cell_h - 2, xml_escape(rt::format_config(best->config)));
+        }
+      }
+      width = std::max(width, x0 + panel_w + 16);
+      if (++col == panels_per_row) {
+        col = 0;
+        row_y += panel_h + gap;
+      }
+    }
+    y = row_y + (col ? panel_h + gap : 0) + 10;
+  }
+  return fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+                     "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
+                     "<text x=\"16\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Tuning results: {2}</text>\n{3}</svg>\n",
+                     width, y, xml_escape(source), body);
+}
+
 rt::TuningDb read_existing(const std::string& path) {
   if (!std::filesystem::exists(path)) throw UserError(fmt::format("{}: no such file", path));
   return rt::read_tuning_db(path);
@@ -39,7 +163,7 @@ Action add_db(CLI::App& app, Common& common) {
   app.require_subcommand(1, 1);
   struct Opts {
     std::vector<std::string> inputs;
-    std::string out, show;
+    std::string out, show, svg;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* merge = app.add_subcommand("merge", "merge tuning databases (shards, machines) into one");
@@ -48,6 +172,9 @@ Action add_db(CLI::App& app, Common& common) {
   merge->add_flag("--json", common.json, "print one JSON object on stdout as the last line");
   CLI::App* show = app.add_subcommand("show", "print a tuning database: each problem's configs, fastest first");
   show->add_option("database", o->show, "the database (TOML)")->required();
+  show->add_option("--svg", o->svg,
+                   "also draw each problem's configs as heatmaps into this SVG file (block_n x head_group, one "
+                   "panel per num_warps/num_stages, colour: GB/s)");
   show->add_flag("--json", common.json, "print one JSON object on stdout as the last line");
 
   return [&common, o, merge, show]() -> int {
@@ -133,6 +260,20 @@ Action add_db(CLI::App& app, Common& common) {
       groups += (groups.size() > 1 ? ", " : "") + j.str();
     }
     if (es.empty()) say(common, fmt::format("{}: no entries", o->show));
+    if (!o->svg.empty()) {
+      if (es.empty()) throw UserError(fmt::format("--svg: {} has no entries to draw", o->show));
+      std::vector<Heatmap> maps;
+      for (const rt::TuningEntry* e : es) {
+        std::string title = fmt::format("{} on {} ({}): {}", e->kernel, e->device, e->backend, rt::format_key(e->key));
+        if (maps.empty() || maps.back().title != title) maps.push_back({title, {}});
+        maps.back().entries.push_back(e);
+      }
+      std::ofstream f(o->svg, std::ios::binary | std::ios::trunc);
+      f << heatmap_svg(maps, o->show);
+      f.flush();
+      if (!f) throw UserError(fmt::format("--svg {}: cannot write", o->svg));
+      say(common, fmt::format("heatmaps of {} problem key(s) -> {}", maps.size(), o->svg));
+    }
     if (common.json)
       std::cout << JsonObject()
                        .boolean("ok", true)

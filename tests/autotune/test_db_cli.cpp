@@ -74,6 +74,29 @@ TEST_CASE("tilec db merge joins shards, keeps the faster of a conflict, in any o
   CHECK(show.out.find("batch=2 ctx=1024 dtype=f32") != std::string::npos);
   CHECK(show.out.find("block_n=64 num_warps=4") != std::string::npos);
 
+  // --svg: a heatmap per key; block_n is the only field that varies, so it is the columns.
+  // Each measured config is a cell with its time; the fastest of a key is outlined.
+  auto svg = test::run_tilec("db show " + (dir / "ab.toml").string() + " --svg " + (dir / "h.svg").string());
+  REQUIRE(svg.exited());
+  CHECK(svg.exit_code == 0);
+  std::string pic = read(dir / "h.svg");
+  CHECK(pic.rfind("<svg ", 0) == 0);
+  CHECK(pic.find("</svg>") != std::string::npos);
+  CHECK(pic.find("batch=2 ctx=256 dtype=f32") != std::string::npos);
+  CHECK(pic.find("batch=2 ctx=1024 dtype=f32") != std::string::npos);
+  CHECK(pic.find("columns block_n") != std::string::npos);
+  CHECK(pic.find(">0.8 ms<") != std::string::npos); // (ctx=256, block_n=32): b's faster time
+  CHECK(pic.find(">2 ms<") != std::string::npos);
+  size_t fastest = 0;
+  for (size_t p = pic.find("<title>fastest: "); p != std::string::npos; p = pic.find("<title>fastest: ", p + 1)) ++fastest;
+  CHECK(fastest == 2); // one per key
+  rt::TuningDb none;
+  std::ofstream(dir / "empty.toml") << rt::format_tuning_db(none);
+  auto empty = test::run_tilec("db show " + (dir / "empty.toml").string() + " --svg " + (dir / "e.svg").string());
+  REQUIRE(empty.exited());
+  CHECK(empty.exit_code == 2);
+  CHECK_FALSE(fs::exists(dir / "e.svg"));
+
   // Bad input: exit 2, naming the file.
   auto missing = test::run_tilec("db merge " + A + " " + (dir / "nope.toml").string() + " -o " + (dir / "x.toml").string());
   REQUIRE(missing.exited());
