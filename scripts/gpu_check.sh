@@ -102,6 +102,9 @@ cp "$modules/compile.jsonl" "$results/compile.jsonl" 2>/dev/null || true
 step "building the runtime, gpu_bench and tilec-measure (TILEC_RUNTIME_ONLY=ON, no LLVM) in $build"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
+# The dry run builds with warnings as errors, as scripts/setup.sh's build does: the same
+# compile commands, so ccache gives CI the objects that build already made.
+[ $dry = 1 ] && generator+=(-DTILEC_WERROR=ON)
 if ! run configure 120 cmake "${generator[@]}" -S "$root" -B "$build" -DTILEC_RUNTIME_ONLY=ON \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DTILEC_CUDA_INCLUDE="$cuda_home/include" \
     -DTILEC_DEPS_INCLUDE="$modules/deps/include" >"$results/build.log" 2>&1; then
