@@ -305,7 +305,8 @@ std::string utc_now() {
 // is built in DIR.partial and renamed to DIR when whole.
 int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const autotune::SearchSpace& space,
                  const AutotuneOptions& o, std::vector<KeyToTune>& keys) {
-  const fs::path dir = fs::path(o.prepare_dir).lexically_normal();
+  fs::path dir = fs::path(o.prepare_dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path(); // "plan/": the folder plan, and plan.partial beside it
   std::error_code ec;
   if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
     throw UserError(fmt::format("--prepare {}: exists and is not an empty folder; choose a new folder", dir.string()));

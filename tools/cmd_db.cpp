@@ -94,7 +94,7 @@ std::string heatmap_svg(const std::vector<Heatmap>& maps, const std::string& sou
       panels[pk].push_back(e);
     }
     body += fmt::format("<text x=\"16\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", y, xml_escape(h.title));
-    width = std::max(width, 32 + int(8 * h.title.size())); // 13 px bold: about 8 px a character
+    width = std::max(width, 32 + int(8.5 * double(h.title.size()))); // 13 px bold: about 8.5 px a character
     body += fmt::format("<text x=\"16\" y=\"{}\" fill=\"#555\">columns {}, rows {}; colour: {} (darker is faster)</text>\n",
                         y + 16, xf.empty() ? "-" : xf, yf.empty() ? "-" : yf,
                         h.entries.front()->gbps ? "GB/s" : "1 / median time");

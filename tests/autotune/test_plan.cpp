@@ -157,7 +157,7 @@ TEST_CASE("tilec autotune --prepare, then tilec-measure in shards on the emulato
   { std::ofstream(space) << kSpace; }
   std::string plan = s.path("plan");
   Outcome prep = run_tilec("autotune paged_attention --space " + space + " " + kShape +
-                           " --arch sm_90 --prepare " + plan + " --json");
+                           " --arch sm_90 --prepare " + plan + "/ --json"); // as users type it
   REQUIRE(prep.code == 0);
   CHECK(prep.out.find("\"candidates\": 8") != std::string::npos);
   CHECK_FALSE(fs::exists(plan + ".partial"));
