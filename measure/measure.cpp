@@ -146,7 +146,6 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
   // Everything of this shard is checked before anything runs: a truncated module is
   // reported, never launched.
   std::vector<const PlanCandidate*> mine;
-  std::vector<size_t> per_problem(plan.problems.size(), 0);
   for (const PlanCandidate& c : plan.candidates)
     if (opts.shard.takes(c.index)) mine.push_back(&c);
   std::vector<std::string> broken;

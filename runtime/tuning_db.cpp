@@ -74,6 +74,8 @@ private:
   std::string source_;
 };
 
+} // namespace
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -82,6 +84,8 @@ std::string utc_now() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
+
+namespace {
 
 // Holds an exclusive flock on a side file for the object's lifetime (the database itself
 // is replaced by rename, so it cannot carry the lock).

@@ -90,6 +90,9 @@ void write_tuning_db(const std::string& path, const TuningDb& db);
 // to `path`.corrupt-<timestamp> and `warning` says so. Returns the merged database.
 TuningDb merge_into_file(const std::string& path, const TuningDb& add, std::string* warning = nullptr);
 
+// Now as "2026-01-01T12:00:00Z" (UTC): what measured_at and a plan's created_at record.
+std::string utc_now();
+
 // The device name tilec uses for a CPU backend ("cpu-emulator", "cpu-interpreter").
 std::string host_device_name(const std::string& backend);
 

@@ -11,7 +11,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -37,6 +36,26 @@ namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
 void on_sigint(int) { g_interrupted = 1; }
+
+// While it lives, ^C sets g_interrupted (a second ^C ends the process at once); the previous
+// handler comes back however the scope ends.
+class SigintScope {
+public:
+  SigintScope() {
+    struct sigaction sa{};
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+    g_interrupted = 0;
+  }
+  ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
+  SigintScope(const SigintScope&) = delete;
+  SigintScope& operator=(const SigintScope&) = delete;
+
+private:
+  struct sigaction old_{};
+};
 
 struct AutotuneOptions {
   std::string kernel;
@@ -290,15 +309,6 @@ std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const r
   return written;
 }
 
-std::string utc_now() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // --prepare DIR: every candidate of every key compiled for the GPU arch (ptxas's rejections
 // and spills dropped) and for the emulator, each checked against its reference on the
 // emulator, into a plan that tilec-measure times where the GPU is (measure/plan.h). The plan
@@ -319,7 +329,7 @@ int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const a
   plan.kernel = t.name;
   plan.arch = o.arch.empty() ? "sm_90" : o.arch;
   plan.compiler = "tilec " TILEC_VERSION;
-  plan.created_at = utc_now();
+  plan.created_at = rt::utc_now();
   plan.warmup = space.warmup;
   plan.repeats = space.repeats;
   fs::copy_file(o.space, partial / plan.space, fs::copy_options::overwrite_existing, ec);
@@ -450,15 +460,8 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   // Everything is checked before the database is touched: bad input writes nothing.
   std::vector<KeyToTune> keys = make_keys(t, o, o.prepare_dir.empty() || !o.no_check);
   if (!o.prepare_dir.empty()) {
-    struct sigaction sa{}, old{};
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
-    g_interrupted = 0;
-    int rc = prepare_plan(common, t, space, o, keys);
-    sigaction(SIGINT, &old, nullptr);
-    return rc;
+    SigintScope sigint;
+    return prepare_plan(common, t, space, o, keys);
   }
   check_db_path(o.db);
   if (!o.export_dir.empty()) {
@@ -477,18 +480,14 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     std::cerr << "tilec: warning: " << e.what() << "; it will be moved aside when the first result is stored\n";
   }
 
-  struct sigaction sa{}, old{};
-  sa.sa_handler = on_sigint;
-  sa.sa_flags = SA_RESETHAND; // a second ^C ends the process at once
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old);
-  g_interrupted = 0;
   Counts n;
-  for (KeyToTune& k : keys) {
-    if (g_interrupted) break;
-    tune_key(common, t, space, o, tg, *launcher, k, db, n);
+  {
+    SigintScope sigint;
+    for (KeyToTune& k : keys) {
+      if (g_interrupted) break;
+      tune_key(common, t, space, o, tg, *launcher, k, db, n);
+    }
   }
-  sigaction(SIGINT, &old, nullptr);
 
   std::vector<rt::TuningEntry> best;
   std::vector<std::string> exported;
