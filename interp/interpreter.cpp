@@ -15,6 +15,7 @@
 #include "abi/atomic_ops.h"
 #include "abi/device_print.h"
 #include "abi/float8.h"
+#include "ir/float_ops.h"
 #include "ir/int_ops.h"
 #include "ir/passes.h"
 
@@ -678,9 +679,9 @@ void Machine::exec_binary(const Op& op) {
       return floats([](float x, float y) { return std::fmod(x, y); });
     // fmin/fmax return the other operand when one is NaN (IEEE minNum/maxNum).
     case OpKind::Min:
-      return floats([](float x, float y) { return std::fmin(x, y); });
+      return floats(ir::float_min);
     case OpKind::Max:
-      return floats([](float x, float y) { return std::fmax(x, y); });
+      return floats(ir::float_max);
     case OpKind::Pow:
       return floats([](float x, float y) { return std::pow(x, y); });
     default:
@@ -928,9 +929,9 @@ void Machine::exec_reduce(const Op& op) {
     case ir::ReduceKind::sum:
       return floats(std::plus<float>());
     case ir::ReduceKind::max:
-      return floats([](float x, float y) { return std::fmax(x, y); });
+      return floats(ir::float_max);
     case ir::ReduceKind::min:
-      return floats([](float x, float y) { return std::fmin(x, y); });
+      return floats(ir::float_min);
     case ir::ReduceKind::prod:
       return floats(std::multiplies<float>());
     }
@@ -987,8 +988,8 @@ void Machine::exec_scan(const Op& op) {
   if (ir::is_float(t)) {
     auto f = [k](float x, float y) {
       return k == ir::ReduceKind::sum ? x + y : k == ir::ReduceKind::prod ? x * y
-                                    : k == ir::ReduceKind::max            ? std::fmax(x, y)
-                                                                          : std::fmin(x, y);
+                                    : k == ir::ReduceKind::max            ? ir::float_max(x, y)
+                                                                          : ir::float_min(x, y);
     };
     run(r.f, a.f, f);
     round_all(r.f, t);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "abi/float16.h"
+#include "ir/float_ops.h"
 #include "ir/int_ops.h"
 #include "ir/op_rules.h"
 #include "ir/passes.h"
@@ -141,12 +142,12 @@ std::optional<ConstValue> eval_binary(OpKind k, DType t, const ConstValue& a, co
     case OpKind::Div:
       r = x / y;
       break;
-    // fmin/fmax return the other operand when one is NaN, as SEMANTICS.md asks.
+    // The other operand when one is NaN, as SEMANTICS.md asks (ir/float_ops.h).
     case OpKind::Min:
-      r = std::fmin(x, y);
+      r = float_min(x, y);
       break;
     case OpKind::Max:
-      r = std::fmax(x, y);
+      r = float_max(x, y);
       break;
     // Float rem is not pinned down by SEMANTICS.md, so it stays for the backend.
     default:

@@ -253,6 +253,13 @@ TEST_CASE("i8 arithmetic wraps and f16/bf16 results round to nearest even", "[in
   CHECK(one(DType::bf16, 256, 3, OpKind::Add) == 260);
   CHECK(one(DType::f32, NAN, 2, OpKind::Min) == 2);
   CHECK(one(DType::f32, 3, NAN, OpKind::Max) == 3);
+  // A signaling NaN too (std::fmax gives a NaN there): an f32 one, and the one that widening
+  // the fp8 byte 0xfd (a NaN with the top mantissa bit clear) gives.
+  const float snan = std::numeric_limits<float>::signaling_NaN();
+  CHECK(one(DType::f32, snan, 2, OpKind::Max) == 2);
+  CHECK(one(DType::f32, -5, snan, OpKind::Min) == -5);
+  CHECK(one(DType::f8e5m2, f8e5m2_bits_to_f32(0xfd), -28672, OpKind::Max) == -28672);
+  CHECK(one(DType::f8e5m2, 4, f8e5m2_bits_to_f32(0xfd), OpKind::Min) == 4);
 }
 
 TEST_CASE("every unary op on every dtype matches a C++ reference", "[interp]") {
