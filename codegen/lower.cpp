@@ -116,6 +116,8 @@ private:
   const std::vector<llvm::Value*>& thread_base(LayoutId l);
   // Per element, per tile dim: the coordinate (i32).
   std::vector<std::vector<llvm::Value*>> coords(LayoutId l, const ir::Shape& s);
+  std::vector<llvm::Value*> coord_of(LayoutId l, const ir::Shape& s, size_t j); // element j's alone
+  std::vector<llvm::Value*> coord_starts(LayoutId l, const ir::Shape& s);
   llvm::Value* owner(LayoutId l, const ir::Shape& s); // null: every thread owns its elements
   llvm::Value* linear_index(const std::vector<llvm::Value*>& coord, const ir::Shape& s);
 
@@ -131,7 +133,13 @@ private:
   // Shared-memory accesses go through the target (the emulator checks them); `what` says
   // what the access is for, after the current op's source location.
   llvm::Value* smem_load(llvm::Type* ty, llvm::Value* ptr, const char* what) {
+    count_smem(ty);
     return hooks_.shared_load(b_, ptr, ty, site(what));
+  }
+  void count_smem(llvm::Type* ty) {
+    ++stats_.shared_accesses;
+    stats_.shared_vector_accesses += ty->isVectorTy();
+    stats_.shared_access_bytes += int(m_.getDataLayout().getTypeStoreSize(ty));
   }
   // `e`: the element type held, so the emulator treats +0 and -0 of floats alike.
   void smem_store(llvm::Value* v, llvm::Value* ptr, const char* what, DType e) {
@@ -141,6 +149,7 @@ private:
                           : e == DType::f8e4m3 ? 4
                           : e == DType::f8e5m2 ? 5
                                                : 0;
+    count_smem(v->getType());
     hooks_.shared_store(b_, ptr, v, site(what), float_type);
   }
   std::string site(const char* what) const;
@@ -239,6 +248,16 @@ private:
   // (first element, count), each count a power of two of at most 16 bytes, its first
   // element's coordinate along `dim` a multiple of the count.
   std::vector<std::pair<size_t, int>> runs_along(LayoutId l, const ir::Shape& s, int dim, int elem_bytes);
+  // A thread's elements of a tile in layout `l` stored to / loaded from shared memory (values
+  // in their memory type) with one vector access per run along `dim` (runs_along of
+  // `vec_bytes`, the element's size or 16 to go one by one): `addr(j)` is the address of
+  // element j, a run's first, which the caller guarantees is aligned to the run's bytes when
+  // the run's first coordinate along `dim` is a multiple of its length.
+  using AddrFn = std::function<llvm::Value*(size_t)>;
+  void store_runs(const Elems& mem_vals, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, DType held,
+                  const AddrFn& addr, const char* what);
+  Elems load_runs(llvm::Type* ty, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, const AddrFn& addr,
+                  const char* what);
   void emit_dot_mma(const Op& op);
   void emit_for(const Op& op);
   void emit_if(const Op& op);
@@ -391,7 +410,8 @@ const std::vector<llvm::Value*>& Lowering::thread_base(LayoutId l) {
   return base_cache_[l] = base;
 }
 
-std::vector<std::vector<llvm::Value*>> Lowering::coords(LayoutId l, const ir::Shape& s) {
+// The thread's first coordinate along each tile dim (in the entry block).
+std::vector<llvm::Value*> Lowering::coord_starts(LayoutId l, const ir::Shape& s) {
   const ThreadElems& te = elems_of(l, s);
   const Layout& lay = plan_.layout(l);
   const auto& base = thread_base(l);
@@ -401,12 +421,22 @@ std::vector<std::vector<llvm::Value*>> Lowering::coords(LayoutId l, const ir::Sh
     start[d] = te.base_shape[bd] >= lay.base.pass(bd) ? base[bd]
                                                        : pb_.CreateAnd(base[bd], static_cast<uint64_t>(s[d] - 1));
   }
-  std::vector<std::vector<llvm::Value*>> r(te.count, std::vector<llvm::Value*>(s.size()));
-  for (int64_t j = 0; j < te.count; ++j)
-    for (size_t d = 0; d < s.size(); ++d)
-      // No wrap (coordinates are below the tile's size): LLVM may then fold the constant into
-      // the addressing of each element instead of keeping one address register per element.
-      r[j][d] = b_.CreateAdd(start[d], b_.getInt32(static_cast<uint32_t>(te.offset[j][d])), "", true, true);
+  return start;
+}
+
+std::vector<llvm::Value*> Lowering::coord_of(LayoutId l, const ir::Shape& s, size_t j) {
+  const ThreadElems& te = elems_of(l, s);
+  std::vector<llvm::Value*> c = coord_starts(l, s);
+  for (size_t d = 0; d < s.size(); ++d)
+    // No wrap (coordinates are below the tile's size): LLVM may then fold the constant into
+    // the addressing of each element instead of keeping one address register per element.
+    if (te.offset[j][d] != 0) c[d] = b_.CreateAdd(c[d], b_.getInt32(static_cast<uint32_t>(te.offset[j][d])), "", true, true);
+  return c;
+}
+
+std::vector<std::vector<llvm::Value*>> Lowering::coords(LayoutId l, const ir::Shape& s) {
+  std::vector<std::vector<llvm::Value*>> r(size_t(elems_of(l, s).count));
+  for (size_t j = 0; j < r.size(); ++j) r[j] = coord_of(l, s, j);
   return r;
 }
 
@@ -424,19 +454,23 @@ llvm::Value* Lowering::owner(LayoutId l, const ir::Shape& s) {
 }
 
 llvm::Value* Lowering::linear_index(const std::vector<llvm::Value*>& coord, const ir::Shape& s) {
-  llvm::Value* idx = b_.getInt32(0);
+  llvm::Value* idx = nullptr; // no x * 1, no 0 + x: fewer instructions for LLVM to fold away
   int64_t stride = 1;
   for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
-    idx = b_.CreateAdd(idx, b_.CreateMul(coord[d], b_.getInt32(static_cast<uint32_t>(stride))));
+    if (s[size_t(d)] > 1) {
+      llvm::Value* term = stride == 1 ? coord[d] : b_.CreateMul(coord[d], b_.getInt32(static_cast<uint32_t>(stride)));
+      idx = idx ? b_.CreateAdd(idx, term) : term;
+    }
     stride *= s[d];
   }
-  return idx;
+  return idx ? idx : b_.getInt32(0);
 }
 
 llvm::Value* Lowering::smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
   if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
   llvm::Value* p = smem_base_;
   byte_offset += pipe_bytes_;
+  internal_assert(pipe_bytes_ % 16 == 0, "scratch shared memory starts 16-byte aligned");
   if (byte_offset) p = b_.CreateConstGEP1_64(b_.getInt8Ty(), p, byte_offset);
   return b_.CreateGEP(ty, p, index);
 }
@@ -460,25 +494,43 @@ void Lowering::define(const Value* v, LayoutId native, Elems e) {
     if (l != native) vals_[{v, l}] = convert(e, native, l, v->type.shape, v->type.elem);
 }
 
-// Every thread writes the elements it holds to shared memory at their
-// row-major index (padded by one slot per 32 to spread banks), then reads
-// the ones the destination layout gives it.
+// The last dim of a tile longer than 1 (0 if none): the one along which row-major indices of
+// neighbouring elements are consecutive.
+int row_major_fast_dim(const ir::Shape& s) {
+  for (int d = int(s.size()) - 1; d > 0; --d)
+    if (s[size_t(d)] > 1) return d;
+  return 0;
+}
+
+// Every thread writes the elements it holds to shared memory at their row-major index, then
+// reads the ones the destination layout gives it; runs of elements contiguous in that order go
+// as one vector access each (up to 16 bytes). The index is padded by p slots per 32 * p (p the
+// longest run, 1 if none) to spread banks while keeping every run aligned to its size.
 Elems Lowering::convert(const Elems& src, LayoutId from, LayoutId to, const ir::Shape& s,
                         const ir::ElemType& e) {
   ++stats_.conversions;
   llvm::Type* ty = mem_type(e);
-  auto padded = [&](llvm::Value* i) { return b_.CreateAdd(i, b_.CreateLShr(i, 5)); };
+  int eb = mem_bytes(e), vb = e.is_ptr ? 16 : eb, dim = row_major_fast_dim(s);
+  int p = 1;
+  for (LayoutId l : {from, to})
+    for (auto [j, len] : runs_along(l, s, dim, vb)) p = std::max(p, len);
+  const uint32_t lp = uint32_t(log2i(p));
+  auto padded = [&](llvm::Value* i) {
+    llvm::Value* pad = b_.CreateLShr(i, 5 + lp);
+    return b_.CreateAdd(i, lp ? b_.CreateShl(pad, lp) : pad);
+  };
   int64_t n = ir::num_elements(s);
-  need_smem((n + n / 32 + 1) * mem_bytes(e));
+  need_smem((n + n / 32 + p) * eb);
   before_smem_write();
-  auto cf = coords(from, s);
-  for (size_t j = 0; j < src.size(); ++j)
-    smem_store(to_mem(src[j], e), smem(ty, padded(linear_index(cf[j], s))), "layout conversion write", e.dtype);
+  auto at = [&](LayoutId l) {
+    return [this, l, &s, &padded, ty](size_t j) { return smem(ty, padded(linear_index(coord_of(l, s, j), s))); };
+  };
+  Elems vals(src.size());
+  for (size_t j = 0; j < src.size(); ++j) vals[j] = to_mem(src[j], e);
+  store_runs(vals, from, s, dim, vb, e.is_ptr ? DType::i64 : e.dtype, at(from), "layout conversion write");
   barrier();
-  auto ct = coords(to, s);
-  Elems r(ct.size());
-  for (size_t j = 0; j < ct.size(); ++j)
-    r[j] = from_mem(smem_load(ty, smem(ty, padded(linear_index(ct[j], s))), "layout conversion read"), e);
+  Elems r = load_runs(ty, to, s, dim, vb, at(to), "layout conversion read");
+  for (auto& x : r) x = from_mem(x, e);
   smem_dirty_ = true;
   return r;
 }
@@ -486,20 +538,34 @@ Elems Lowering::convert(const Elems& src, LayoutId from, LayoutId to, const ir::
 Elems Lowering::share_from_owners(const Elems& src, LayoutId l, const ir::Shape& s,
                                   const ir::ElemType& e, llvm::Value* owner_pred) {
   llvm::Type* ty = mem_type(e);
-  need_smem((ir::num_elements(s) + 1) * mem_bytes(e));
+  int eb = mem_bytes(e);
+  need_smem((ir::num_elements(s) + 1) * eb);
   before_smem_write();
-  std::vector<std::vector<llvm::Value*>> cs =
-      l == kScalar ? std::vector<std::vector<llvm::Value*>>{{}} : coords(l, s);
-  std::vector<llvm::Value*> idx;
-  for (auto& c : cs) idx.push_back(linear_index(c, s));
+  DType held = e.is_ptr ? DType::i64 : e.dtype;
+  if (l == kScalar) {
+    llvm::Value* at = smem(ty, b_.getInt32(0));
+    guarded(b_, owner_pred, [&]() -> llvm::Value* {
+      smem_store(to_mem(src[0], e), at, "share from owners write", held);
+      return nullptr;
+    });
+    barrier();
+    smem_dirty_ = true;
+    return {from_mem(smem_load(ty, at, "share from owners read"), e)};
+  }
+  // The same layout writes and reads: each run's address is computed once, before the branch.
+  int dim = row_major_fast_dim(s), vb = e.is_ptr ? 16 : eb;
+  std::map<size_t, llvm::Value*> addrs;
+  for (auto [j, n] : runs_along(l, s, dim, vb)) addrs[j] = smem(ty, linear_index(coord_of(l, s, j), s));
+  Elems vals(src.size());
+  for (size_t j = 0; j < src.size(); ++j) vals[j] = to_mem(src[j], e);
+  auto at = [&](size_t j) { return addrs.at(j); };
   guarded(b_, owner_pred, [&]() -> llvm::Value* {
-    for (size_t j = 0; j < src.size(); ++j) smem_store(to_mem(src[j], e), smem(ty, idx[j]), "share from owners write", e.dtype);
+    store_runs(vals, l, s, dim, vb, held, at, "share from owners write");
     return nullptr;
   });
   barrier();
-  Elems r;
-  for (size_t j = 0; j < src.size(); ++j)
-    r.push_back(from_mem(smem_load(ty, smem(ty, idx[j]), "share from owners read"), e));
+  Elems r = load_runs(ty, l, s, dim, vb, at, "share from owners read");
+  for (auto& x : r) x = from_mem(x, e);
   smem_dirty_ = true;
   return r;
 }
@@ -1134,16 +1200,27 @@ void Lowering::emit_reduce(const Op& op) {
     if (rl == kScalar) lin.push_back(b_.getInt32(0));
     else
       for (auto& c : coords(rl, rs)) lin.push_back(linear_index(c, rs));
-    auto slot = [&](size_t i, llvm::Value* w) {
-      return smem(ct, b_.CreateAdd(b_.CreateMul(lin[i], b_.getInt32(static_cast<uint32_t>(warps))), w));
-    };
-    for (size_t i = 0; i < nres; ++i) smem_store(acc[i], slot(i, wc), "reduction partial write",
+    // Result i's partials at [lin * warps, lin * warps + warps): the warp's offset added to the
+    // pointer, not the index, so that the constant offsets of the reads fold into their addresses.
+    std::vector<llvm::Value*> slots(nres);
+    for (size_t i = 0; i < nres; ++i)
+      slots[i] = smem(ct, b_.CreateMul(lin[i], b_.getInt32(static_cast<uint32_t>(warps)), "", true, true));
+    for (size_t i = 0; i < nres; ++i) smem_store(acc[i], b_.CreateInBoundsGEP(ct, slots[i], wc), "reduction partial write",
                                                     ir::is_float(dt) ? DType::f32 : DType::i64);
     barrier();
+    // A result's partials are consecutive (warps a power of two): read as vectors of up to 16 bytes.
+    const int64_t per_load = std::min<int64_t>(warps, 16 / cb);
     for (size_t i = 0; i < nres; ++i) {
-      llvm::Value* v = smem_load(ct, slot(i, b_.getInt32(0)), "reduction partial read");
-      for (int64_t w = 1; w < warps; ++w)
-        v = combine(op, v, smem_load(ct, slot(i, b_.getInt32(static_cast<uint32_t>(w))), "reduction partial read"));
+      llvm::Value* v = nullptr;
+      for (int64_t w = 0; w < warps; w += per_load) {
+        llvm::Value* at = w ? b_.CreateConstInBoundsGEP1_32(ct, slots[i], unsigned(w)) : slots[i];
+        llvm::Value* x = smem_load(per_load > 1 ? llvm::FixedVectorType::get(ct, unsigned(per_load)) : ct, at,
+                                   "reduction partial read");
+        for (int64_t k = 0; k < per_load; ++k) {
+          llvm::Value* part = per_load > 1 ? b_.CreateExtractElement(x, uint64_t(k)) : x;
+          v = v ? combine(op, v, part) : part;
+        }
+      }
       acc[i] = v;
     }
     smem_dirty_ = true;
@@ -1171,6 +1248,28 @@ std::vector<std::pair<size_t, int>> Lowering::runs_along(LayoutId l, const ir::S
     j += size_t(n);
   }
   return r;
+}
+
+void Lowering::store_runs(const Elems& vals, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, DType held,
+                          const AddrFn& addr, const char* what) {
+  for (auto [j, n] : runs_along(l, s, dim, vec_bytes)) {
+    llvm::Value* x = vals[j];
+    if (n > 1) {
+      x = llvm::PoisonValue::get(llvm::FixedVectorType::get(vals[j]->getType(), unsigned(n)));
+      for (int k = 0; k < n; ++k) x = b_.CreateInsertElement(x, vals[j + size_t(k)], uint64_t(k));
+    }
+    smem_store(x, addr(j), what, held);
+  }
+}
+
+Elems Lowering::load_runs(llvm::Type* ty, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, const AddrFn& addr,
+                          const char* what) {
+  Elems out(size_t(elems_of(l, s).count));
+  for (auto [j, n] : runs_along(l, s, dim, vec_bytes)) {
+    llvm::Value* x = smem_load(n > 1 ? llvm::FixedVectorType::get(ty, unsigned(n)) : ty, addr(j), what);
+    for (int k = 0; k < n; ++k) out[j + size_t(k)] = n > 1 ? b_.CreateExtractElement(x, uint64_t(k)) : x;
+  }
+  return out;
 }
 
 void Lowering::plan_async_copies() {
@@ -1497,16 +1596,8 @@ void Lowering::emit_dot_mma(const Op& op) {
   // row strides and offsets are multiples of 16 bytes, the runs aligned to their size).
   auto stage = [&](const Value* v, LayoutId l, int contig_dim, int eb, DType held,
                    const std::function<llvm::Value*(const std::vector<llvm::Value*>&)>& addr, const char* what) {
-    const Elems& vals = get(v, l);
-    auto cs = coords(l, v->type.shape);
-    for (auto [j, n] : runs_along(l, v->type.shape, contig_dim, eb)) {
-      llvm::Value* x = vals[j];
-      if (n > 1) {
-        x = llvm::PoisonValue::get(llvm::FixedVectorType::get(vals[j]->getType(), unsigned(n)));
-        for (int k = 0; k < n; ++k) x = b_.CreateInsertElement(x, vals[j + size_t(k)], uint64_t(k));
-      }
-      smem_store(x, addr(cs[j]), what, held);
-    }
+    const ir::Shape& sh = v->type.shape;
+    store_runs(get(v, l), l, sh, contig_dim, eb, held, [&](size_t j) { return addr(coord_of(l, sh, j)); }, what);
   };
   // An operand loaded from global memory for this dot alone goes there directly, as 16-byte
   // cp.async copies, unless its loop's pipeline copied it already.
@@ -1806,13 +1897,10 @@ void Lowering::emit_dot_mma(const Op& op) {
   }
   if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // until the barrier: the buffer may not be refilled
   barrier();
-  auto cd = coords(ls[2], res->type.shape);
-  Elems out(cd.size());
-  for (auto [j, n] : runs_along(ls[2], res->type.shape, 1, 4)) {
-    llvm::Type* ty = n > 1 ? llvm::FixedVectorType::get(b_.getFloatTy(), unsigned(n)) : b_.getFloatTy();
-    llvm::Value* x = smem_load(ty, at(base_c, zero_acc ? scp : sc, cd[j][0], bytes(cd[j][1], 4)), "dot (mma) result read");
-    for (int k = 0; k < n; ++k) out[j + size_t(k)] = n > 1 ? b_.CreateExtractElement(x, uint64_t(k)) : x;
-  }
+  Elems out = load_runs(b_.getFloatTy(), ls[2], res->type.shape, 1, 4, [&](size_t j) {
+    auto c = coord_of(ls[2], res->type.shape, j);
+    return at(base_c, zero_acc ? scp : sc, c[0], bytes(c[1], 4));
+  }, "dot (mma) result read");
   smem_dirty_ = true;
   define(res, ls[2], std::move(out));
 }
@@ -1834,18 +1922,19 @@ void Lowering::emit_dot(const Op& op) {
   int64_t off_b = (k * sa * eb + 15) / 16 * 16;
   need_smem(off_b + k * sb * eb);
   before_smem_write();
+  // Vector accesses of up to 16 bytes, and no wider than the row strides keep aligned.
+  const int64_t cap_a = std::min<int64_t>(16 / eb, sa & -sa), cap_b = std::min<int64_t>(16 / eb, sb & -sb);
   {
-    const Elems& av = get(a, ls[0]);
-    auto ca = coords(ls[0], a->type.shape);
-    for (size_t j = 0; j < av.size(); ++j)
-      smem_store(av[j], smem(ty, b_.CreateAdd(b_.CreateMul(ca[j][1], b_.getInt32(static_cast<uint32_t>(sa))), ca[j][0])),
-                 "dot operand A write", e.dtype);
-    const Elems& bvals = get(bv, ls[1]);
-    auto cb = coords(ls[1], bv->type.shape);
-    for (size_t j = 0; j < bvals.size(); ++j)
-      smem_store(bvals[j],
-                 smem(ty, b_.CreateAdd(b_.CreateMul(cb[j][0], b_.getInt32(static_cast<uint32_t>(sb))), cb[j][1]), off_b),
-                 "dot operand B write", bv->type.elem.dtype);
+    const ir::Shape& sha = a->type.shape;
+    store_runs(get(a, ls[0]), ls[0], sha, 0, int(16 / cap_a), e.dtype, [&](size_t j) {
+      auto c = coord_of(ls[0], sha, j);
+      return smem(ty, b_.CreateAdd(b_.CreateMul(c[1], b_.getInt32(static_cast<uint32_t>(sa))), c[0]));
+    }, "dot operand A write");
+    const ir::Shape& shb = bv->type.shape;
+    store_runs(get(bv, ls[1]), ls[1], shb, 1, int(16 / cap_b), bv->type.elem.dtype, [&](size_t j) {
+      auto c = coord_of(ls[1], shb, j);
+      return smem(ty, b_.CreateAdd(b_.CreateMul(c[0], b_.getInt32(static_cast<uint32_t>(sb))), c[1]), off_b);
+    }, "dot operand B write");
   }
   barrier();
   const ir::Shape& rs = res->type.shape;
@@ -1862,14 +1951,44 @@ void Lowering::emit_dot(const Op& op) {
     if (cnew) col_coord.push_back(cd[j][1]);
     rc[j] = {ri->second, ci->second};
   }
+  // The thread's rows (columns) in groups of consecutive ones, one vector load per group and k:
+  // (offset of the first, count), each count a power of two of at most `cap` dividing the first
+  // offset (the thread's first row is a multiple of its rows per block, so the group is aligned).
+  auto groups = [](const std::map<int64_t, size_t>& offs, int64_t cap) {
+    std::vector<std::pair<int64_t, int64_t>> g;
+    for (auto it = offs.begin(); it != offs.end();) {
+      int64_t o = it->first, n = cap;
+      auto consecutive = [&](int64_t len) {
+        if (o % len != 0) return false;
+        for (int64_t q = 1; q < len; ++q)
+          if (!offs.count(o + q)) return false;
+        return true;
+      };
+      while (n > 1 && !consecutive(n)) n /= 2;
+      g.push_back({o, n});
+      std::advance(it, n);
+    }
+    return g;
+  };
+  const auto row_groups = groups(rows, cap_a), col_groups = groups(cols, cap_b);
+  // Loads group by group into per-row (per-column) values, as f32.
+  auto load_groups = [&](const std::vector<std::pair<int64_t, int64_t>>& gs, const std::map<int64_t, size_t>& index,
+                         const std::vector<llvm::Value*>& coord, llvm::Value* k_off, int64_t byte_off,
+                         const char* what) {
+    std::vector<llvm::Value*> vals(coord.size());
+    for (auto [o, n] : gs) {
+      llvm::Value* at = smem(ty, b_.CreateAdd(k_off, coord[index.at(o)]), byte_off);
+      llvm::Value* x = smem_load(n > 1 ? llvm::FixedVectorType::get(ty, unsigned(n)) : ty, at, what);
+      for (int64_t q = 0; q < n; ++q)
+        vals[index.at(o + q)] = to_f32(n > 1 ? b_.CreateExtractElement(x, uint64_t(q)) : x, e.dtype);
+    }
+    return vals;
+  };
   Elems out = k_loop("dot", k, 1, init, [&](llvm::Value* kk, const Elems& acc) {
-    std::vector<llvm::Value*> av(row_coord.size()), bvv(col_coord.size());
     llvm::Value* ka = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sa)));
     llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));
-    for (size_t r = 0; r < row_coord.size(); ++r)
-      av[r] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(ka, row_coord[r])), "dot operand A read"), e.dtype);
-    for (size_t c = 0; c < col_coord.size(); ++c)
-      bvv[c] = to_f32(smem_load(ty, smem(ty, b_.CreateAdd(kb, col_coord[c]), off_b), "dot operand B read"), e.dtype);
+    std::vector<llvm::Value*> av = load_groups(row_groups, rows, row_coord, ka, 0, "dot operand A read");
+    std::vector<llvm::Value*> bvv = load_groups(col_groups, cols, col_coord, kb, off_b, "dot operand B read");
     Elems next(td.count);
     for (int64_t j = 0; j < td.count; ++j)
       next[j] = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},

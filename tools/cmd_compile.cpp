@@ -145,6 +145,9 @@ Action add_compile(CLI::App& app, Common& common) {
                               ck.ptxas->spill_stores, ck.ptxas->spill_loads));
     else if (opts.target == codegen::Target::nvptx && !have_ptxas)
       say(common, "  ptxas not found (PATH, /usr/local/cuda/bin): wrote PTX only");
+    if (ck.stats.shared_accesses)
+      say(common, fmt::format("  shared memory: {} loads and stores per thread ({} vectors), {} B", ck.stats.shared_accesses,
+                              ck.stats.shared_vector_accesses, ck.stats.shared_access_bytes));
     if (ck.stats.pipelined_loops)
       say(common, fmt::format("  pipeline: {} stages x {} B of copies in flight", ck.stats.pipeline_stages,
                               ck.stats.pipeline_stage_bytes));
@@ -182,6 +185,9 @@ Action add_compile(CLI::App& app, Common& common) {
       j.integer("shared_bytes", ck.shared_bytes);
       j.integer("pipeline_stages", ck.stats.pipelined_loops ? ck.stats.pipeline_stages : 1);
       j.integer("pipeline_stage_bytes", ck.stats.pipeline_stage_bytes);
+      // Shared-memory loads and stores as the lowering emits them (per thread, before LLVM).
+      j.integer("shared_accesses", ck.stats.shared_accesses).integer("shared_vector_accesses", ck.stats.shared_vector_accesses);
+      j.integer("shared_access_bytes", ck.stats.shared_access_bytes);
       // The main loop (the outermost one loading from global memory): instructions per trip.
       std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
       if (const codegen::PtxLoop* l = codegen::main_loop(loops)) {

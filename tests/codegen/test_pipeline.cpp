@@ -107,3 +107,50 @@ TEST_CASE("tilec's LLVM pipeline gives PTX no larger and registers no more than 
   ir::Kernel math = libdevice_kernel();
   compare("libdevice_math", *math, 4, "sm_90");
 }
+
+namespace {
+
+codegen::LoweringStats lowering_stats(const std::string& name, const kernels::ParamMap& set,
+                                      const kernels::ParamMap& shape_set) {
+  const kernels::KernelTemplate* t = kernels::find_template(name);
+  REQUIRE(t);
+  kernels::ParamMap params, shape;
+  for (const auto& p : t->params) params[p.name] = p.value;
+  for (const auto& p : t->shape) shape[p.name] = p.value;
+  for (const auto& [k, v] : set) params[k] = v;
+  for (const auto& [k, v] : shape_set) shape[k] = v;
+  codegen::CompileOptions o;
+  o.arch = "sm_90";
+  o.num_warps = int(params.at("num_warps"));
+  o.run_ptxas = false;
+  return codegen::compile(*kernels::build_kernels(*t, params, shape).front(), o).stats;
+}
+
+} // namespace
+
+// The lowering itself writes a thread's elements that lie next to each other in shared memory
+// as one access of up to 16 bytes (layout conversions, reduction partials, dot operands and
+// results), rather than leaving them to the backend's vectorizer. The counts are per thread,
+// as emitted; the scalar accesses left are ones whose elements are not contiguous (a
+// transposing write, rows of a page table spread over the tile).
+TEST_CASE("the lowering moves shared memory in vectors where a thread's elements are contiguous", "[codegen]") {
+  // Paged attention, the compile benchmark's configuration: the conversions of the scores and
+  // of the output, the reductions' partials and the tensor-core operand A go as vectors.
+  codegen::LoweringStats pa = lowering_stats("paged_attention", {{"block_n", 64}, {"head_group", 4}},
+                                             {{"hq", 32}, {"hkv", 8}, {"head_dim", 128}, {"dtype", 2}});
+  INFO("paged_attention: " << pa.shared_accesses << " accesses, " << pa.shared_vector_accesses << " vectors, "
+                           << pa.shared_access_bytes << " B");
+  CHECK(pa.shared_vector_accesses >= 12);
+  CHECK(pa.shared_accesses <= 34);
+  // matmul (f32, CUDA cores): B staged with 16-byte stores, and per k each thread's row and
+  // column groups read as vectors.
+  codegen::LoweringStats mm = lowering_stats("matmul", {}, {});
+  INFO("matmul: " << mm.shared_accesses << " accesses, " << mm.shared_vector_accesses << " vectors");
+  CHECK(mm.shared_vector_accesses >= 3);
+  CHECK(mm.shared_access_bytes >= 4 * (mm.shared_accesses + 2 * mm.shared_vector_accesses));
+  // softmax: the partials of its two 4-warp reductions read as one vector each.
+  codegen::LoweringStats sm = lowering_stats("softmax", {}, {});
+  INFO("softmax: " << sm.shared_accesses << " accesses, " << sm.shared_vector_accesses << " vectors");
+  CHECK(sm.shared_vector_accesses == 2);
+  CHECK(sm.shared_accesses == 4);
+}
