@@ -2059,6 +2059,9 @@ void Lowering::emit_for(const Op& op) {
   }
   vals_[{body.args[0], kScalar}] = {iv};
   for (size_t i = 0; i < n; ++i) define(body.args[i + 1], cl[i], Elems(phis[i].begin(), phis[i].end()));
+  // A barrier in the body fences nothing when the loop runs no trip: after the loop, a pipeline
+  // buffer is read unfenced if it was before or is at the end of the body.
+  const bool unfenced_before = pipe_read_unfenced_;
   emit_block(body);
   if (pipe_read_unfenced_) barrier();
   std::vector<Elems> next = yielded_;
@@ -2073,6 +2076,7 @@ void Lowering::emit_for(const Op& op) {
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
   smem_dirty_ = true;
+  pipe_read_unfenced_ = pipe_read_unfenced_ || unfenced_before;
   if (pl) hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off)
   for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
 }
@@ -2083,22 +2087,27 @@ void Lowering::emit_if(const Op& op) {
   llvm::BasicBlock* else_bb = llvm::BasicBlock::Create(c_, "if.else", kernel_);
   llvm::BasicBlock* merge = llvm::BasicBlock::Create(c_, "if.end", kernel_);
   b_.CreateCondBr(cond, then_bb, else_bb);
-  bool dirty = smem_dirty_;
+  // What a barrier in one branch fenced, the other branch may not have: after the if, shared
+  // memory is dirty, or a pipeline buffer read unfenced, if either is so at the end of either.
+  bool dirty = smem_dirty_, unfenced = pipe_read_unfenced_;
   std::vector<Elems> out[2];
   llvm::BasicBlock* ends[2];
-  bool dirty_after = false;
+  bool dirty_after = false, unfenced_after = false;
   llvm::BasicBlock* starts[2] = {then_bb, else_bb};
   for (int r = 0; r < 2; ++r) {
     b_.SetInsertPoint(starts[r]);
     smem_dirty_ = dirty;
+    pipe_read_unfenced_ = unfenced;
     emit_block(op.region(r));
     out[r] = yielded_;
     ends[r] = b_.GetInsertBlock();
     b_.CreateBr(merge);
     dirty_after = dirty_after || smem_dirty_;
+    unfenced_after = unfenced_after || pipe_read_unfenced_;
   }
   b_.SetInsertPoint(merge);
   smem_dirty_ = dirty_after;
+  pipe_read_unfenced_ = unfenced_after;
   // Every phi first: defining a result may convert it to other layouts, which emits code.
   std::vector<Elems> vals(op.results.size());
   for (size_t i = 0; i < op.results.size(); ++i)
