@@ -50,79 +50,129 @@ bool is_zero_sign_source(const ir::Op& op) {
 
 namespace {
 
-// Per parameter: whether a value that `is_source` taints (or one computed from it) may be
-// stored into the buffer it points to.
-std::vector<bool> tainted_params(const ir::Function& fn, bool (*is_source)(const ir::Op&)) {
+// How coarse an inexact value is: 0 for an exact one, else one more than the mantissa bits its
+// dtype lacks against f32's 23 (f32 1, f16 14, bf16 17, f8e4m3 21, f8e5m2 22). An error of a
+// few ulps in a coarse dtype is many ulps of a finer one the value is cast to later.
+int mantissa_bits(ir::DType t) {
+  switch (t) {
+  case ir::DType::f16: return 10;
+  case ir::DType::bf16: return 7;
+  case ir::DType::f8e4m3: return 3;
+  case ir::DType::f8e5m2: return 2;
+  default: return 23;
+  }
+}
+int coarseness(ir::DType t) { return 1 + 23 - mantissa_bits(t); }
+
+// Per parameter: 0 when no value that `is_source` taints (or one computed from it) may be
+// stored into the buffer it points to, else the coarsest such value's coarseness: the most of
+// any tainted float value on the way (a cast to a coarser dtype keeps the taint, coarser).
+std::vector<int> tainted_params(const ir::Function& fn, bool (*is_source)(const ir::Op&)) {
   size_t n = static_cast<size_t>(fn.num_values());
-  std::vector<char> inexact(n, 0);
+  std::vector<int> level(n, 0);
   std::vector<uint64_t> roots(n, 0); // pointer values: the parameters they may point into
-  uint64_t tainted = 0;              // parameters whose buffers may hold inexact values
+  std::vector<int> tainted(64, 0);   // per parameter: the coarsest value its buffer may hold
   for (size_t i = 0; i < fn.params.size() && i < 64; ++i)
     if (fn.params[i]->type.is_ptr()) roots[fn.params[i]->id] = uint64_t(1) << i;
   bool changed = true;
-  auto flow = [&](const ir::Value* to, bool x, uint64_t r) {
-    if ((x && !inexact[to->id]) || (roots[to->id] | r) != roots[to->id]) {
-      inexact[to->id] |= x;
+  auto flow = [&](const ir::Value* to, int x, uint64_t r) {
+    if (x > 0 && !to->type.is_ptr() && ir::is_float(to->type.dtype())) x = std::max(x, coarseness(to->type.dtype()));
+    if (x > level[to->id] || (roots[to->id] | r) != roots[to->id]) {
+      level[to->id] = std::max(level[to->id], x);
       roots[to->id] |= r;
       changed = true;
     }
   };
-  auto taint = [&](uint64_t r) {
-    if ((tainted | r) != tainted) {
-      tainted |= r;
-      changed = true;
-    }
+  auto taint = [&](uint64_t r, int x) {
+    for (size_t i = 0; i < 64; ++i)
+      if ((r >> i) & 1 && x > tainted[i]) {
+        tainted[i] = x;
+        changed = true;
+      }
   };
-  // Loop-carried values make this a fixpoint; each round only adds flags.
+  // The level a load from the buffers `r` gives.
+  auto held = [&](uint64_t r) {
+    int x = 0;
+    for (size_t i = 0; i < 64; ++i)
+      if ((r >> i) & 1) x = std::max(x, tainted[i]);
+    return x;
+  };
+  // Loop-carried values make this a fixpoint; each round only raises levels.
   while (changed) {
     changed = false;
     ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) {
-      bool x = is_source(op);
+      int x = is_source(op) ? coarseness(op.result()->type.dtype()) : 0;
       uint64_t r = 0;
       for (const ir::Value* v : op.operands) {
         if (v->type.is_ptr()) r |= roots[v->id];
-        else x = x || inexact[v->id];
+        else x = std::max(x, level[v->id]);
       }
       if (ir::is_atomic(op.kind)) { // the value (and cas's compare value) may reach the buffer
-        bool vx = inexact[op.operands[1]->id] || (op.kind == ir::OpKind::AtomicCas && inexact[op.operands[2]->id]);
-        if (vx) taint(roots[op.operands[0]->id]);
-        flow(op.result(), (tainted & roots[op.operands[0]->id]) != 0, 0);
+        int vx = std::max(level[op.operands[1]->id],
+                          op.kind == ir::OpKind::AtomicCas ? level[op.operands[2]->id] : 0);
+        if (vx) taint(roots[op.operands[0]->id], vx);
+        flow(op.result(), held(roots[op.operands[0]->id]), 0);
         return;
       }
       switch (op.kind) {
       case ir::OpKind::For:
         for (size_t i = 3; i < op.operands.size(); ++i) {
           const ir::Value* init = op.operands[i];
-          flow(op.region(0).args[i - 2], inexact[init->id], roots[init->id]);
+          flow(op.region(0).args[i - 2], level[init->id], roots[init->id]);
         }
         return;
       case ir::OpKind::Yield: {
         const ir::Op* parent = op.parent->parent;
         for (size_t i = 0; i < op.operands.size(); ++i) {
           const ir::Value* y = op.operands[i];
-          flow(parent->results[i], inexact[y->id], roots[y->id]);
-          if (parent->kind == ir::OpKind::For) flow(parent->region(0).args[i + 1], inexact[y->id], roots[y->id]);
+          flow(parent->results[i], level[y->id], roots[y->id]);
+          if (parent->kind == ir::OpKind::For) flow(parent->region(0).args[i + 1], level[y->id], roots[y->id]);
         }
         return;
       }
       case ir::OpKind::Store:
-        if (inexact[op.operands[1]->id]) taint(roots[op.operands[0]->id]);
+        if (level[op.operands[1]->id]) taint(roots[op.operands[0]->id], level[op.operands[1]->id]);
         return;
-      case ir::OpKind::Load: flow(op.result(), (tainted & roots[op.operands[0]->id]) != 0, 0); return;
+      case ir::OpKind::Load: flow(op.result(), held(roots[op.operands[0]->id]), 0); return;
       default:
-        for (const ir::Value* res : op.results) flow(res, x && !res->type.is_ptr(), res->type.is_ptr() ? r : 0);
+        for (const ir::Value* res : op.results) flow(res, res->type.is_ptr() ? 0 : x, res->type.is_ptr() ? r : 0);
       }
     });
   }
-  std::vector<bool> out(fn.params.size(), false);
-  for (size_t i = 0; i < fn.params.size() && i < 64; ++i) out[i] = (tainted >> i) & 1;
+  std::vector<int> out(fn.params.size(), 0);
+  for (size_t i = 0; i < fn.params.size() && i < 64; ++i) out[i] = tainted[i];
   return out;
 }
 
 } // namespace
 
-std::vector<bool> inexact_params(const ir::Function& fn) { return tainted_params(fn, is_inexact_source); }
-std::vector<bool> zero_sign_params(const ir::Function& fn) { return tainted_params(fn, is_zero_sign_source); }
+std::vector<bool> inexact_params(const ir::Function& fn) {
+  std::vector<int> levels = tainted_params(fn, is_inexact_source);
+  return std::vector<bool>(levels.begin(), levels.end());
+}
+
+std::vector<int64_t> inexact_ulp_bounds(const ir::Function& fn) {
+  std::vector<int> levels = tainted_params(fn, is_inexact_source);
+  std::vector<int64_t> out(levels.size(), 0);
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const ir::Type& t = fn.params[i]->type;
+    if (!levels[i] || !t.is_ptr() || !ir::is_float(t.dtype())) continue;
+    ir::DType buf = t.dtype();
+    int coarse_bits = 23 - (levels[i] - 1), buf_bits = mantissa_bits(buf);
+    if (coarse_bits >= buf_bits) {
+      out[i] = ulp_bound(buf);
+    } else { // the bound of the coarsest dtype on the way, in the buffer's ulps
+      ir::DType coarse = coarse_bits == 10 ? ir::DType::f16 : coarse_bits == 7 ? ir::DType::bf16
+                         : coarse_bits == 3 ? ir::DType::f8e4m3 : ir::DType::f8e5m2;
+      out[i] = ulp_bound(coarse) << (buf_bits - coarse_bits);
+    }
+  }
+  return out;
+}
+std::vector<bool> zero_sign_params(const ir::Function& fn) {
+  std::vector<int> levels = tainted_params(fn, is_zero_sign_source);
+  return std::vector<bool>(levels.begin(), levels.end());
+}
 
 namespace {
 
@@ -157,11 +207,10 @@ int64_t ulp_distance(double a, double b, ir::DType t) {
   return d < 0 ? -d : d;
 }
 
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact, bool any_zero_sign) {
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, int64_t bound, bool any_zero_sign) {
   BufferDiff r;
   internal_assert(want.dtype == got.dtype && want.count() == got.count(), "compared buffers match in type and size");
-  bool fl = ir::is_float(want.dtype);
-  int64_t bound = inexact ? ulp_bound(want.dtype) : 0;
+  bool fl = ir::is_float(want.dtype), inexact = bound > 0;
   for (size_t i = 0; i < want.count(); ++i) {
     bool same;
     int64_t d = 0;

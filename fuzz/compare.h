@@ -4,8 +4,9 @@
 // - integer and i1 buffers: bitwise;
 // - float buffers that no inexact value reaches: bitwise, except that any two NaNs are equal
 //   (and +0 equals -0 where a min or max of zeros may reach);
-// - float buffers an inexact value may reach: within kUlpBound ulps of the buffer's dtype
-//   (distance in representable values; NaN only equals NaN, infinities only themselves).
+// - float buffers an inexact value may reach: within ulp_bound ulps of the coarsest float
+//   dtype the value passed through, counted in the buffer's dtype (distance in representable
+//   values; NaN only equals NaN, infinities only themselves).
 // A value is inexact when an op whose result the semantics leave a few ulps open computes it
 // (float exp, exp2, log, log2, sigmoid, tanh and rsqrt; float sum reductions, whose order is unspecified) or when it is
 // computed from an inexact value. The generator feeds inexact values only to ops that keep
@@ -29,6 +30,11 @@ bool is_inexact_source(const ir::Op& op);
 // Per kernel parameter: whether an inexact value may be stored into (or atomically added to)
 // the buffer it points to. False for scalars.
 std::vector<bool> inexact_params(const ir::Function& fn);
+// Per kernel parameter: the ulps of its buffer's dtype by which an output may differ, 0 where
+// no inexact value reaches it. The bound of the coarsest float dtype an inexact value passed
+// through on its way (a bf16 sum cast to f32: 16 bf16 ulps, 16 * 2^16 f32 ulps), else the
+// buffer's own (ulp_bound).
+std::vector<int64_t> inexact_ulp_bounds(const ir::Function& fn);
 
 // Whether `op`'s result may be a zero whose sign the semantics leave open: float min and max
 // (and their reductions) of +0 and -0 return either.
@@ -44,9 +50,9 @@ struct BufferDiff {
   int64_t mismatches = 0;
   std::string first; // the first mismatching element, described; empty when they agree
 };
-// Compares `got` with the interpreter's `want` element by element under the rules above;
-// `any_zero_sign`: +0 equals -0.
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, bool inexact,
+// Compares `got` with the interpreter's `want` element by element under the rules above:
+// within `ulp_bound` ulps (0: bitwise); `any_zero_sign`: +0 equals -0.
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, int64_t ulp_bound,
                            bool any_zero_sign = false);
 
 } // namespace tilec::fuzz

@@ -24,7 +24,8 @@ Outcome run_program(const Program& p, kernels::Launcher& launcher) {
   } catch (const rt::Error& e) {
     return {Verdict::disagree, fmt::format("the {} backend failed: {}", launcher.backend(), e.what())};
   }
-  std::vector<bool> inexact = inexact_params(fn), zero_sign = zero_sign_params(fn);
+  std::vector<int64_t> inexact = inexact_ulp_bounds(fn);
+  std::vector<bool> zero_sign = zero_sign_params(fn);
   Outcome out;
   for (size_t i = 0; i < fn.params.size(); ++i) {
     if (!fn.params[i]->type.is_ptr()) continue;
@@ -33,7 +34,7 @@ Outcome run_program(const Program& p, kernels::Launcher& launcher) {
     out.verdict = Verdict::disagree;
     out.message += fmt::format("{}{} of {} elements of '{}' differ ({}); first: {}", out.message.empty() ? "" : "\n",
                                d.mismatches, want[i].count(), want[i].name,
-                               inexact[i]     ? fmt::format("inexact, {} ulps allowed", ulp_bound(want[i].dtype))
+                               inexact[i]     ? fmt::format("inexact, {} ulps allowed", inexact[i])
                                : zero_sign[i] ? "bitwise but for the sign of zero"
                                               : "bitwise",
                                d.first);
