@@ -10,8 +10,11 @@
 #     PREFIX/lib/pkgconfig/tilec-runtime.pc       the runtime for non-CMake builds
 #     PREFIX/lib/tilec/tilec_emu.dynlist          the symbols its link flag exports
 #
-# Two export sets: tilecRuntimeTargets (abi, runtime: no LLVM) and tilecCompilerTargets
-# (everything else), so a consumer without LLVM can use find_package(tilec COMPONENTS runtime).
+# Three export sets, one per component of the package: tilecRuntimeTargets (abi, runtime),
+# tilecMeasureTargets (ir, dsl, interp, kernels, measure, measure_main, tilec-measure; no LLVM
+# either) and tilecCompilerTargets (the rest), so a consumer without LLVM can use
+# find_package(tilec COMPONENTS runtime measure). A runtime-only build (TILEC_RUNTIME_ONLY)
+# installs the first two.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -21,16 +24,18 @@ mark_as_advanced(TILEC_INSTALL_CMAKEDIR)
 
 # name in the build -> name after tilec:: (folder order: runtime side first)
 set(tilec_runtime_targets tilec_abi tilec_runtime)
-set(tilec_compiler_libraries tilec_ir tilec_dsl tilec_interp tilec_kernels tilec_measure tilec_codegen tilec_backends
-    tilec_autotune tilec_fuzz tilec_cli tilec_cli_main)
+set(tilec_measure_libraries tilec_ir tilec_dsl tilec_interp tilec_kernels tilec_measure tilec_measure_main)
+set(tilec_compiler_libraries "")
+if(NOT TILEC_RUNTIME_ONLY)
+  set(tilec_compiler_libraries tilec_codegen tilec_backends tilec_autotune tilec_fuzz tilec_cli tilec_cli_main)
+  # What a program that builds kernels links: the DSL, the IR and its interpreter, the kernels
+  # and their registry, codegen (LLVM), the backends and the runtime.
+  add_library(tilec_compiler INTERFACE)
+  target_link_libraries(tilec_compiler INTERFACE tilec_dsl tilec_ir tilec_interp tilec_kernels tilec_codegen
+                        tilec_backends tilec_autotune tilec_runtime)
+endif()
 
-# What a program that builds kernels links: the DSL, the IR and its interpreter, the kernels
-# and their registry, codegen (LLVM), the backends and the runtime.
-add_library(tilec_compiler INTERFACE)
-target_link_libraries(tilec_compiler INTERFACE tilec_dsl tilec_ir tilec_interp tilec_kernels tilec_codegen
-                      tilec_backends tilec_autotune tilec_runtime)
-
-foreach(target IN LISTS tilec_runtime_targets tilec_compiler_libraries)
+foreach(target IN LISTS tilec_runtime_targets tilec_measure_libraries tilec_compiler_libraries)
   string(REGEX REPLACE "^tilec_" "" export_name ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
   # The headers include each other from the root ("ir/ir.h"): the checkout in the build tree,
@@ -41,10 +46,14 @@ foreach(target IN LISTS tilec_runtime_targets tilec_compiler_libraries)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   add_library(tilec::${export_name} ALIAS ${target})
 endforeach()
-set_target_properties(tilec_compiler PROPERTIES EXPORT_NAME compiler)
-add_library(tilec::compiler ALIAS tilec_compiler)
-set_target_properties(tilec PROPERTIES EXPORT_NAME tilec)
-add_executable(tilec::tilec ALIAS tilec)
+set_target_properties(tilec-measure PROPERTIES EXPORT_NAME tilec-measure)
+add_executable(tilec::tilec-measure ALIAS tilec-measure)
+if(NOT TILEC_RUNTIME_ONLY)
+  set_target_properties(tilec_compiler PROPERTIES EXPORT_NAME compiler)
+  add_library(tilec::compiler ALIAS tilec_compiler)
+  set_target_properties(tilec PROPERTIES EXPORT_NAME tilec)
+  add_executable(tilec::tilec ALIAS tilec)
+endif()
 
 # The headers are C++20; consumers compile them with at least that.
 target_compile_features(tilec_abi PUBLIC cxx_std_20)
@@ -64,6 +73,9 @@ endif()
 # installed tilec::codegen gets the consumer's LLVM_INCLUDE_DIRS from tilecConfig.cmake, so
 # the package does not hard-code where LLVM lived on the machine that built it.
 foreach(prop INTERFACE_INCLUDE_DIRECTORIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES)
+  if(TILEC_RUNTIME_ONLY)
+    break()
+  endif()
   get_target_property(dirs tilec_codegen ${prop})
   if(dirs)
     set(kept "")
@@ -78,12 +90,20 @@ foreach(prop INTERFACE_INCLUDE_DIRECTORIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES)
   endif()
 endforeach()
 
-# tilec_add_kernels(NAME SOURCES ...): here for add_subdirectory/FetchContent users; the
-# installed package includes the same file from tilecConfig.cmake.
-include(${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake)
+# tilec_add_kernels(NAME SOURCES ...) and tilec_add_measure(NAME SOURCES ...): here for
+# add_subdirectory/FetchContent users; the installed package includes the same files from
+# tilecConfig.cmake.
+include(${CMAKE_CURRENT_LIST_DIR}/tilecMeasure.cmake)
+if(NOT TILEC_RUNTIME_ONLY)
+  include(${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake)
+endif()
 
 # --- install
-foreach(folder abi runtime ir dsl interp kernels measure codegen backends autotune fuzz tools)
+set(tilec_header_folders abi runtime ir dsl interp kernels measure)
+if(NOT TILEC_RUNTIME_ONLY)
+  list(APPEND tilec_header_folders codegen backends autotune fuzz tools)
+endif()
+foreach(folder IN LISTS tilec_header_folders)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tilec/${folder}
           COMPONENT tilec_development
@@ -94,15 +114,22 @@ endforeach()
 
 install(TARGETS ${tilec_runtime_targets} EXPORT tilecRuntimeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
-install(TARGETS ${tilec_compiler_libraries} tilec_compiler EXPORT tilecCompilerTargets
+install(TARGETS ${tilec_measure_libraries} EXPORT tilecMeasureTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
-install(TARGETS tilec tilec-measure EXPORT tilecCompilerTargets
+install(TARGETS tilec-measure EXPORT tilecMeasureTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tilec_tools)
-
 install(EXPORT tilecRuntimeTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
         COMPONENT tilec_development)
-install(EXPORT tilecCompilerTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
+install(EXPORT tilecMeasureTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
         COMPONENT tilec_development)
+if(NOT TILEC_RUNTIME_ONLY)
+  install(TARGETS ${tilec_compiler_libraries} tilec_compiler EXPORT tilecCompilerTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
+  install(TARGETS tilec EXPORT tilecCompilerTargets
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tilec_tools)
+  install(EXPORT tilecCompilerTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
+          COMPONENT tilec_development)
+endif()
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/tilecConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/cmake/tilecConfig.cmake
@@ -111,7 +138,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/tilecConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/tilecConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/tilecConfig.cmake ${PROJECT_BINARY_DIR}/cmake/tilecConfigVersion.cmake
-              ${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/tilecKernels.cmake ${CMAKE_CURRENT_LIST_DIR}/tilecMeasure.cmake
         DESTINATION ${TILEC_INSTALL_CMAKEDIR} COMPONENT tilec_development)
 
 # pkg-config for the runtime alone (prefix relative to the .pc file, so the tree can move).

@@ -126,7 +126,7 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
   const kernels::KernelTemplate* t = kernels::find_template(plan.kernel);
   if (!t)
     throw PlanError(fmt::format("{}: kernel '{}' is not in this build (its kernels: the registry's; a user's "
-                                "kernels need a tilec-measure built with them, tilec_add_kernels)",
+                                "kernels need a measuring program built with them: tilec_add_measure in CMake)",
                                 opts.plan_dir.string(), plan.kernel));
   const bool gpu = opts.backend == "cuda";
   MeasureSummary s;

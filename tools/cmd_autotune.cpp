@@ -434,7 +434,8 @@ int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const a
   fs::rename(partial, dir, ec);
   if (ec) throw UserError(fmt::format("--prepare: cannot rename {} to {}: {}", partial.string(), dir.string(), ec.message()));
   say(common, fmt::format("plan {}: {} candidates for {} ({} dropped){}; time it where the GPU is with: "
-                          "tilec-measure {} [--shard I/N] -o db.toml",
+                          "tilec-measure {} [--shard I/N] -o db.toml (for a kernel of your own, the program "
+                          "tilec_add_measure builds)",
                           dir.string(), plan.candidates.size(), plan.arch, plan.rejected.size(),
                           o.no_check ? ", not checked on the emulator (--no-check)" : ", each checked on the emulator",
                           dir.string()));

@@ -4,8 +4,12 @@
 # kernel"):
 #   rmsnorm_tilec list | ir | compile (PTX, cubin when ptxas exists) | run --backend emulate |
 #   autotune --export; rmsnorm_host on the exported folder (the runtime alone, no LLVM);
-# then a runtime-only consumer (find_package(tilec COMPONENTS runtime) with LLVM hidden) and
-# the pkg-config file. Every check fails the test; nothing is skipped.
+#   autotune --prepare, then rmsnorm_measure (tilec_add_measure: no LLVM) in two shards on the
+#   emulator, db merge and run --tuned; the stock tilec-measure refusing the user's plan;
+# then the example configured with LLVM hidden (rmsnorm_measure and rmsnorm_host only, and
+# that rmsnorm_measure timing the same plan), a runtime-only consumer (find_package(tilec
+# COMPONENTS runtime) with LLVM hidden) and the pkg-config file. Every check fails the test;
+# nothing is skipped.
 #
 #   tests/install/test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -37,7 +41,8 @@ p=$tmp/prefix
 # lib, or lib/<multiarch> when the build was configured for the prefix /usr (GNUInstallDirs).
 lib=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
 [[ -n $lib && $lib != /* ]] || fail "CMAKE_INSTALL_LIBDIR in $build/CMakeCache.txt is '$lib', not a relative folder"
-for f in bin/tilec $lib/libtilec_runtime.a $lib/libtilec_abi.a $lib/libtilec_codegen.a $lib/libtilec_cli.a \
+for f in bin/tilec bin/tilec-measure $lib/libtilec_measure.a $lib/libtilec_measure_main.a \
+         $lib/cmake/tilec/tilecMeasureTargets.cmake $lib/cmake/tilec/tilecMeasure.cmake $lib/libtilec_runtime.a $lib/libtilec_abi.a $lib/libtilec_codegen.a $lib/libtilec_cli.a \
          $lib/libtilec_cli_main.a $lib/cmake/tilec/tilecConfig.cmake $lib/cmake/tilec/tilecConfigVersion.cmake \
          $lib/cmake/tilec/tilecRuntimeTargets.cmake $lib/cmake/tilec/tilecCompilerTargets.cmake \
          $lib/cmake/tilec/tilecKernels.cmake $lib/pkgconfig/tilec-runtime.pc $lib/tilec/tilec_emu.dynlist \
@@ -59,6 +64,7 @@ grep -qx "tilec_DIR:PATH=$p/$lib/cmake/tilec" "$tmp/example/CMakeCache.txt" ||
 cmake --build "$tmp/example" -j "$jobs" || fail "building the example"
 tilec=$tmp/example/rmsnorm_tilec
 host=$tmp/example/rmsnorm_host
+measure=$tmp/example/rmsnorm_measure
 
 step "rmsnorm_tilec list"
 "$tilec" list | tee "$tmp/list.txt"
@@ -114,6 +120,37 @@ grep -q ' T tilec_emu_' "$tmp/host.dynsym" || fail "rmsnorm_host does not export
 # And the CLI does link LLVM, so the check above is not blind.
 ldd "$tilec" >"$tmp/tilec.ldd"
 grep -qi llvm "$tmp/tilec.ldd" || fail "rmsnorm_tilec does not link LLVM: is the ldd check blind?"
+
+step "rmsnorm_tilec autotune rmsnorm --prepare $tmp/plan, then rmsnorm_measure in two shards"
+"$tilec" autotune rmsnorm --space "$src/examples/rmsnorm/rmsnorm.toml" --shape rows=$rows cols=$cols \
+  --arch sm_90 --prepare "$tmp/plan" || fail "autotune rmsnorm --prepare"
+[[ -s $tmp/plan/plan.toml ]] || fail "--prepare wrote no plan.toml"
+"$measure" "$tmp/plan" --backend emulate --shard 1/2 -o "$tmp/shard1.toml" || fail "rmsnorm_measure --shard 1/2"
+"$measure" "$tmp/plan" --backend emulate --shard 2/2 -o "$tmp/shard2.toml" || fail "rmsnorm_measure --shard 2/2"
+"$tilec" db merge "$tmp/shard1.toml" "$tmp/shard2.toml" -o "$tmp/measured.toml" || fail "db merge of the shards"
+grep -q "kernel = 'rmsnorm'" "$tmp/measured.toml" || fail "the merged database has no rmsnorm entry"
+"$tilec" run rmsnorm --tuned "$tmp/measured.toml" --shape rows=$rows cols=$cols --backend emulate ||
+  fail "run rmsnorm --tuned with the measured database"
+# The stock tilec-measure does not know rmsnorm: it says so, and how to get one that does.
+set +e
+"$p/bin/tilec-measure" "$tmp/plan" --backend emulate -o "$tmp/stock.toml" >"$tmp/stock.log" 2>&1
+rc=$?
+set -e
+cat "$tmp/stock.log"
+[[ $rc -eq 2 ]] || fail "the stock tilec-measure on a plan of rmsnorm exited $rc, not 2"
+grep -q "tilec_add_measure" "$tmp/stock.log" || fail "the stock tilec-measure does not point to tilec_add_measure"
+ldd "$measure" >"$tmp/measure.ldd"
+if grep -i llvm "$tmp/measure.ldd"; then fail "rmsnorm_measure links LLVM"; fi
+
+step "the example without LLVM: rmsnorm_measure and rmsnorm_host only"
+cmake -G Ninja -S "$src/examples/rmsnorm" -B "$tmp/example_no_llvm" -DCMAKE_PREFIX_PATH="$p" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=TRUE -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >"$tmp/configure_no_llvm.log" ||
+  { cat "$tmp/configure_no_llvm.log"; fail "the example does not configure without LLVM"; }
+cmake --build "$tmp/example_no_llvm" -j "$jobs" || fail "building the example without LLVM"
+[[ ! -e $tmp/example_no_llvm/rmsnorm_tilec ]] || fail "rmsnorm_tilec was built without LLVM"
+"$tmp/example_no_llvm/rmsnorm_measure" "$tmp/plan" --backend emulate -o "$tmp/no_llvm.toml" ||
+  fail "rmsnorm_measure built without LLVM on the plan"
+grep -q "kernel = 'rmsnorm'" "$tmp/no_llvm.toml" || fail "rmsnorm_measure without LLVM wrote no rmsnorm entry"
 
 step "find_package(tilec COMPONENTS runtime) without LLVM"
 mkdir -p "$tmp/runtime_only"
