@@ -123,8 +123,23 @@ bool guards_intact(const ir::Function& fn) {
   return ok;
 }
 
+bool unused(const ir::Function& fn, const Op* op) {
+  bool used = false;
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](Op& o) {
+    for (const Value* x : o.operands) used = used || std::find(op->results.begin(), op->results.end(), x) != op->results.end();
+  });
+  return !used;
+}
+
 // Applies variant `v` of the simplifications of `op`; false when there is no such variant.
 bool simplify(ir::Function& fn, Op* op, int v) {
+  // An op nothing uses and that writes nothing goes (address arithmetic too: when dead code
+  // is kept because the failure needs some of it, this removes the rest one op at a time).
+  if (!op->results.empty() && op->regions.empty() && !ir::has_side_effects(op->kind) && unused(fn, op)) {
+    if (v) return false;
+    erase(op);
+    return true;
+  }
   for (const Value* r : op->results)
     if (r->type.is_ptr() || address_slice(fn).count(r)) return false;
   switch (op->kind) {
@@ -194,6 +209,15 @@ Program shrink(const Program& failing, const StillFails& still_fails, int max_ch
     c.num_warps = w;
     if (attempt(c)) break;
   }
+  // Dead code goes after each step, unless the failure needs it (a backend may trip over an
+  // op whose result nobody uses): then it stays, and the steps below remove it op by op.
+  bool drop_dead = false;
+  {
+    Program c = clone(cur);
+    ir::dce(*c.kernel);
+    if (count_ops(c) == count_ops(cur)) drop_dead = true;
+    else drop_dead = attempt(clone(c));
+  }
   for (bool changed = true; changed && st.checks < max_checks;) {
     changed = false;
     for (int i = count_ops(cur) - 1; i >= 0 && st.checks < max_checks; --i) {
@@ -203,7 +227,7 @@ Program shrink(const Program& failing, const StillFails& still_fails, int max_ch
         ir::Function& fn = *c.kernel;
         if (!simplify(fn, ops_of(c)[static_cast<size_t>(i)], v)) break;
         try {
-          ir::dce(fn);
+          if (drop_dead) ir::dce(fn);
           ir::verify(fn);
           if (!guards_intact(fn)) continue;
           c = clone(c); // renumbered; also proves the text round-trips

@@ -10,6 +10,7 @@
 #include "fuzz/compare.h"
 #include "fuzz/fuzz.h"
 #include "fuzz/shrink.h"
+#include "ir/passes.h"
 #include "tests/fuzz/helpers.h"
 
 using namespace tilec;
@@ -139,6 +140,34 @@ TEST_CASE("fuzz: the shrinker reduces a program that hits a planted bug", "[fuzz
   }());
   CHECK(to_text(back) == to_text(small));
   std::filesystem::remove_all(dir);
+}
+
+// A backend may trip over code whose result nobody uses (the fuzzer's seed 41054: a dot in a
+// pipelined loop, its result unused). Removing all dead code then hides the failure, so the
+// shrinker keeps it and removes what it can op by op.
+TEST_CASE("fuzz: the shrinker reduces a program whose failure needs dead code", "[fuzz]") {
+  PlantedBugLauncher broken([](const ir::Function& fn, const std::vector<interp::Arg>& args) {
+    if (has_op(fn, ir::OpKind::Rem)) perturb_first_output(fn, args);
+  });
+  Program p = program_with(ir::OpKind::Rem);
+  // Every rem's result replaced by its dividend: the rems stay, dead.
+  std::vector<ir::Op*> rems;
+  ir::walk(p.kernel->body, [&](ir::Op& op) {
+    if (op.kind == ir::OpKind::Rem) rems.push_back(&op);
+  });
+  REQUIRE(!rems.empty());
+  for (ir::Op* r : rems) ir::replace_all_uses(p.kernel->body, r->result(), r->operands[0]);
+  p = from_text(to_text(p));
+  REQUIRE(run_program(p, broken).verdict == Verdict::disagree);
+  Program no_dead = from_text(to_text(p));
+  ir::dce(*no_dead.kernel);
+  REQUIRE_FALSE(has_op(*no_dead.kernel, ir::OpKind::Rem)); // dead code elimination hides it
+  Program small = shrink(
+      p, [&](const Program& c) { return run_program(c, broken).verdict == Verdict::disagree; }, 400);
+  INFO(to_text(p) << "\nshrunk to\n" << to_text(small));
+  CHECK(has_op(*small.kernel, ir::OpKind::Rem));
+  CHECK(count_ops(small) <= 40);
+  CHECK(count_ops(small) < count_ops(p) / 2);
 }
 
 TEST_CASE("fuzz: a bounded run agrees on the emulator (the path of tilec fuzz)", "[fuzz][emulate]") {
