@@ -99,6 +99,13 @@ if(NOT TILEC_RUNTIME_ONLY)
 endif()
 
 # --- install
+# fmt and toml++ taken header-only from TILEC_DEPS_INCLUDE (no packages here): the exported
+# targets would name packages a consumer cannot find, so this build installs nothing.
+if(TILEC_HEADER_ONLY_DEPS)
+  message(STATUS "tilec: fmt or tomlplusplus comes from TILEC_DEPS_INCLUDE, not a package: no install rules "
+                 "(install libfmt-dev and libtomlplusplus-dev to install this build)")
+  return()
+endif()
 set(tilec_header_folders abi runtime ir dsl interp kernels measure)
 if(NOT TILEC_RUNTIME_ONLY)
   list(APPEND tilec_header_folders codegen backends autotune fuzz tools)

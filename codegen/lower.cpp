@@ -249,10 +249,11 @@ private:
   // element's coordinate along `dim` a multiple of the count.
   std::vector<std::pair<size_t, int>> runs_along(LayoutId l, const ir::Shape& s, int dim, int elem_bytes);
   // A thread's elements of a tile in layout `l` stored to / loaded from shared memory (values
-  // in their memory type) with one vector access per run along `dim` (runs_along of
-  // `vec_bytes`, the element's size or 16 to go one by one): `addr(j)` is the address of
-  // element j, a run's first, which the caller guarantees is aligned to the run's bytes when
-  // the run's first coordinate along `dim` is a multiple of its length.
+  // in their memory type) with one vector access per run along `dim` (runs_along): runs of at
+  // most 16 / `vec_bytes` elements (the element's size: vectors of up to 16 bytes; 16: one
+  // element at a time; more: shorter vectors). `addr(j)` is the address of element j, a run's
+  // first, which the caller guarantees is aligned to the run's bytes when the run's first
+  // coordinate along `dim` is a multiple of its length.
   using AddrFn = std::function<llvm::Value*(size_t)>;
   void store_runs(const Elems& mem_vals, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, DType held,
                   const AddrFn& addr, const char* what);
@@ -290,6 +291,7 @@ private:
   std::map<std::pair<const Value*, LayoutId>, Elems> vals_;
   std::map<std::pair<LayoutId, ir::Shape>, ThreadElems> elems_cache_;
   std::map<LayoutId, std::vector<llvm::Value*>> base_cache_;
+  std::map<std::pair<LayoutId, ir::Shape>, std::vector<llvm::Value*>> starts_cache_;
   std::vector<Elems> yielded_;
   bool smem_dirty_ = false;
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
@@ -412,6 +414,8 @@ const std::vector<llvm::Value*>& Lowering::thread_base(LayoutId l) {
 
 // The thread's first coordinate along each tile dim (in the entry block).
 std::vector<llvm::Value*> Lowering::coord_starts(LayoutId l, const ir::Shape& s) {
+  auto key = std::make_pair(l, s);
+  if (auto it = starts_cache_.find(key); it != starts_cache_.end()) return it->second;
   const ThreadElems& te = elems_of(l, s);
   const Layout& lay = plan_.layout(l);
   const auto& base = thread_base(l);
@@ -421,7 +425,7 @@ std::vector<llvm::Value*> Lowering::coord_starts(LayoutId l, const ir::Shape& s)
     start[d] = te.base_shape[bd] >= lay.base.pass(bd) ? base[bd]
                                                        : pb_.CreateAnd(base[bd], static_cast<uint64_t>(s[d] - 1));
   }
-  return start;
+  return starts_cache_[key] = start;
 }
 
 std::vector<llvm::Value*> Lowering::coord_of(LayoutId l, const ir::Shape& s, size_t j) {

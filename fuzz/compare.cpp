@@ -1,3 +1,4 @@
+#include <optional>
 #include "fuzz/compare.h"
 
 #include <fmt/format.h>
@@ -151,24 +152,19 @@ std::vector<bool> inexact_params(const ir::Function& fn) {
   return std::vector<bool>(levels.begin(), levels.end());
 }
 
-std::vector<int64_t> inexact_ulp_bounds(const ir::Function& fn) {
+std::vector<std::optional<ir::DType>> inexact_dtypes(const ir::Function& fn) {
   std::vector<int> levels = tainted_params(fn, is_inexact_source);
-  std::vector<int64_t> out(levels.size(), 0);
+  std::vector<std::optional<ir::DType>> out(levels.size());
   for (size_t i = 0; i < levels.size(); ++i) {
     const ir::Type& t = fn.params[i]->type;
     if (!levels[i] || !t.is_ptr() || !ir::is_float(t.dtype())) continue;
-    ir::DType buf = t.dtype();
-    int coarse_bits = 23 - (levels[i] - 1), buf_bits = mantissa_bits(buf);
-    if (coarse_bits >= buf_bits) {
-      out[i] = ulp_bound(buf);
-    } else { // the bound of the coarsest dtype on the way, in the buffer's ulps
-      ir::DType coarse = coarse_bits == 10 ? ir::DType::f16 : coarse_bits == 7 ? ir::DType::bf16
-                         : coarse_bits == 3 ? ir::DType::f8e4m3 : ir::DType::f8e5m2;
-      out[i] = ulp_bound(coarse) << (buf_bits - coarse_bits);
-    }
+    out[i] = t.dtype();
+    for (ir::DType c : {ir::DType::f16, ir::DType::bf16, ir::DType::f8e4m3, ir::DType::f8e5m2})
+      if (coarseness(c) == levels[i] && coarseness(c) > coarseness(*out[i])) out[i] = c;
   }
   return out;
 }
+
 std::vector<bool> zero_sign_params(const ir::Function& fn) {
   std::vector<int> levels = tainted_params(fn, is_zero_sign_source);
   return std::vector<bool>(levels.begin(), levels.end());
@@ -207,10 +203,15 @@ int64_t ulp_distance(double a, double b, ir::DType t) {
   return d < 0 ? -d : d;
 }
 
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, int64_t bound, bool any_zero_sign) {
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, std::optional<ir::DType> inexact_in,
+                           bool any_zero_sign) {
   BufferDiff r;
   internal_assert(want.dtype == got.dtype && want.count() == got.count(), "compared buffers match in type and size");
-  bool fl = ir::is_float(want.dtype), inexact = bound > 0;
+  bool fl = ir::is_float(want.dtype), inexact = inexact_in.has_value() && fl;
+  // Inexact values are compared in ulps of the coarsest type they passed through (both rounded
+  // to it: subnormals there are spaced as they are there).
+  const ir::DType in = inexact ? *inexact_in : want.dtype;
+  int64_t bound = inexact ? ulp_bound(in) : 0;
   for (size_t i = 0; i < want.count(); ++i) {
     bool same;
     int64_t d = 0;
@@ -218,7 +219,7 @@ BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got
       same = want.get_int(i) == got.get_int(i);
     } else {
       double a = want.get(i), b = got.get(i);
-      d = ulp_distance(a, b, want.dtype);
+      d = ulp_distance(a, b, in);
       // Bitwise unless inexact: +0 and -0 differ.
       same = d >= 0 && d <= bound && (inexact || any_zero_sign || std::isnan(a) || std::signbit(a) == std::signbit(b));
     }
@@ -226,7 +227,8 @@ BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got
     if (r.mismatches++ == 0)
       r.first = fmt::format("{}[{}]: interpreter {}, emulator {}{}", want.name, i, describe(want, i), describe(got, i),
                             !fl ? "" : d < 0 ? " (one is NaN)"
-                                             : fmt::format(" ({} ulps apart; bound {})", d, bound));
+                            : in != want.dtype ? fmt::format(" ({} ulps of {} apart; bound {})", d, ir::dtype_name(in), bound)
+                                               : fmt::format(" ({} ulps apart; bound {})", d, bound));
   }
   return r;
 }

@@ -5,14 +5,15 @@
 // - float buffers that no inexact value reaches: bitwise, except that any two NaNs are equal
 //   (and +0 equals -0 where a min or max of zeros may reach);
 // - float buffers an inexact value may reach: within ulp_bound ulps of the coarsest float
-//   dtype the value passed through, counted in the buffer's dtype (distance in representable
-//   values; NaN only equals NaN, infinities only themselves).
+//   dtype the value passed through, both rounded to it (distance in representable values;
+//   NaN only equals NaN, infinities only themselves).
 // A value is inexact when an op whose result the semantics leave a few ulps open computes it
 // (float exp, exp2, log, log2, sigmoid, tanh and rsqrt; float sum reductions, whose order is unspecified) or when it is
 // computed from an inexact value. The generator feeds inexact values only to ops that keep
 // their error within a few ulps (no subtraction, comparison or float-to-int cast of them), so
 // the bound holds however the program combines them.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,10 @@ bool is_inexact_source(const ir::Op& op);
 // Per kernel parameter: whether an inexact value may be stored into (or atomically added to)
 // the buffer it points to. False for scalars.
 std::vector<bool> inexact_params(const ir::Function& fn);
-// Per kernel parameter: the ulps of its buffer's dtype by which an output may differ, 0 where
-// no inexact value reaches it. The bound of the coarsest float dtype an inexact value passed
-// through on its way (a bf16 sum cast to f32: 16 bf16 ulps, 16 * 2^16 f32 ulps), else the
-// buffer's own (ulp_bound).
-std::vector<int64_t> inexact_ulp_bounds(const ir::Function& fn);
+// Per kernel parameter: the float dtype in whose ulps an output may differ (ulp_bound of it),
+// none where no inexact value reaches the buffer: the coarsest float dtype an inexact value
+// passed through on its way (a bf16 sum cast to f32: 16 bf16 ulps), else the buffer's own.
+std::vector<std::optional<ir::DType>> inexact_dtypes(const ir::Function& fn);
 
 // Whether `op`'s result may be a zero whose sign the semantics leave open: float min and max
 // (and their reductions) of +0 and -0 return either.
@@ -51,8 +51,9 @@ struct BufferDiff {
   std::string first; // the first mismatching element, described; empty when they agree
 };
 // Compares `got` with the interpreter's `want` element by element under the rules above:
-// within `ulp_bound` ulps (0: bitwise); `any_zero_sign`: +0 equals -0.
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, int64_t ulp_bound,
+// bitwise, or with `inexact_in` within ulp_bound(*inexact_in) ulps of that dtype (both values
+// rounded to it); `any_zero_sign`: +0 equals -0.
+BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, std::optional<ir::DType> inexact_in,
                            bool any_zero_sign = false);
 
 } // namespace tilec::fuzz

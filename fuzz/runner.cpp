@@ -24,7 +24,7 @@ Outcome run_program(const Program& p, kernels::Launcher& launcher) {
   } catch (const rt::Error& e) {
     return {Verdict::disagree, fmt::format("the {} backend failed: {}", launcher.backend(), e.what())};
   }
-  std::vector<int64_t> inexact = inexact_ulp_bounds(fn);
+  std::vector<std::optional<ir::DType>> inexact = inexact_dtypes(fn);
   std::vector<bool> zero_sign = zero_sign_params(fn);
   Outcome out;
   for (size_t i = 0; i < fn.params.size(); ++i) {
@@ -34,7 +34,8 @@ Outcome run_program(const Program& p, kernels::Launcher& launcher) {
     out.verdict = Verdict::disagree;
     out.message += fmt::format("{}{} of {} elements of '{}' differ ({}); first: {}", out.message.empty() ? "" : "\n",
                                d.mismatches, want[i].count(), want[i].name,
-                               inexact[i]     ? fmt::format("inexact, {} ulps allowed", inexact[i])
+                               inexact[i]     ? fmt::format("inexact, {} ulps{} allowed", ulp_bound(*inexact[i]),
+                                                              *inexact[i] == want[i].dtype ? "" : " of " + std::string(ir::dtype_name(*inexact[i])))
                                : zero_sign[i] ? "bitwise but for the sign of zero"
                                               : "bitwise",
                                d.first);

@@ -214,9 +214,7 @@ Program shrink(const Program& failing, const StillFails& still_fails, int max_ch
   bool drop_dead = false;
   {
     Program c = clone(cur);
-    ir::dce(*c.kernel);
-    if (count_ops(c) == count_ops(cur)) drop_dead = true;
-    else drop_dead = attempt(clone(c));
+    drop_dead = !ir::dce(*c.kernel) || attempt(clone(c)); // nothing dead, or the failure does without it
   }
   for (bool changed = true; changed && st.checks < max_checks;) {
     changed = false;

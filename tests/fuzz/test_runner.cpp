@@ -55,21 +55,21 @@ TEST_CASE("fuzz: floats compare bitwise or within the ulp bound", "[fuzz]") {
   a.set(0, NAN), b.set(0, -NAN);
   a.set(1, 0.0), b.set(1, 0.0);
   a.set(2, 1.0), b.set(2, 1.0);
-  CHECK(compare_buffers(a, b, 0).mismatches == 0);
+  CHECK(compare_buffers(a, b, std::nullopt).mismatches == 0);
   b.set(1, -0.0);
-  CHECK(compare_buffers(a, b, 0).mismatches == 1); // bitwise: -0 is not +0
-  CHECK(compare_buffers(a, b, 256).mismatches == 0);
+  CHECK(compare_buffers(a, b, std::nullopt).mismatches == 1); // bitwise: -0 is not +0
+  CHECK(compare_buffers(a, b, DType::f32).mismatches == 0);
   b.set(2, 1.0 + 3 * 0x1p-23);
-  BufferDiff d = compare_buffers(a, b, 0);
+  BufferDiff d = compare_buffers(a, b, std::nullopt);
   CHECK(d.mismatches == 2);
   CHECK_THAT(d.first, Catch::Contains("out[1]"));
-  CHECK(compare_buffers(a, b, 256).mismatches == 0);
+  CHECK(compare_buffers(a, b, DType::f32).mismatches == 0);
   b.set(2, 1.0 + 300 * 0x1p-23);
-  CHECK_THAT(compare_buffers(a, b, 256).first, Catch::Contains("300 ulps apart; bound 256"));
+  CHECK_THAT(compare_buffers(a, b, DType::f32).first, Catch::Contains("300 ulps apart; bound 256"));
 
   interp::Buffer i("idx", DType::i64, 1), j("idx", DType::i64, 1);
   i.set_int(0, INT64_MAX), j.set_int(0, INT64_MAX - 1);
-  CHECK(compare_buffers(i, j, 256).mismatches == 1); // integers are always bitwise
+  CHECK(compare_buffers(i, j, DType::f32).mismatches == 1); // integers are always bitwise
 }
 
 TEST_CASE("fuzz: exp, log and float sums make outputs inexact, integer work does not", "[fuzz]") {
@@ -197,13 +197,18 @@ TEST_CASE("fuzz: an inexact bf16 value stored as f32 is compared in bf16 ulps", 
   store(y + i, zeros({32}) + reduce_sum(v, 0).to(f32)); // inexact, coarsest bf16
   store(z + i, exp(v.to(f32)));                         // inexact, f32 throughout
   ir::Kernel k = kb.finish();
-  std::vector<int64_t> bounds = inexact_ulp_bounds(*k);
-  REQUIRE(bounds.size() == 3);
-  CHECK(bounds[0] == 0);
-  CHECK(bounds[1] == 16 << 16);
-  CHECK(bounds[2] == 256);
+  std::vector<std::optional<DType>> in = inexact_dtypes(*k);
+  REQUIRE(in.size() == 3);
+  CHECK_FALSE(in[0].has_value());
+  CHECK(in[1] == DType::bf16);
+  CHECK(in[2] == DType::f32);
   interp::Buffer a("y", DType::f32, 1), b("y", DType::f32, 1);
   a.set(0, 492.0), b.set(0, 496.0); // one bf16 ulp apart at 492
-  CHECK(compare_buffers(a, b, bounds[1]).mismatches == 0);
-  CHECK(compare_buffers(a, b, bounds[2]).mismatches == 1);
+  CHECK(compare_buffers(a, b, in[1]).mismatches == 0);
+  CHECK(compare_buffers(a, b, in[2]).mismatches == 1);
+  // f16 subnormals are 2^-24 apart however small: 20 f16 ulps there are too many, 10 are not.
+  a.set(0, 100 * 0x1p-24), b.set(0, 120 * 0x1p-24);
+  CHECK(compare_buffers(a, b, DType::f16).mismatches == 1);
+  b.set(0, 110 * 0x1p-24);
+  CHECK(compare_buffers(a, b, DType::f16).mismatches == 0);
 }

@@ -7,7 +7,8 @@
 #   autotune --prepare, then rmsnorm_measure (tilec_add_measure: no LLVM) in two shards on the
 #   emulator, db merge and run --tuned; the stock tilec-measure refusing the user's plan;
 # then the example configured with LLVM hidden (rmsnorm_measure and rmsnorm_host only, and
-# that rmsnorm_measure timing the same plan), a runtime-only consumer (find_package(tilec
+# that rmsnorm_measure timing the same plan), a TILEC_RUNTIME_ONLY build of tilec installed
+# and the example built against it (the same), a runtime-only consumer (find_package(tilec
 # COMPONENTS runtime) with LLVM hidden) and the pkg-config file. Every check fails the test;
 # nothing is skipped.
 #
@@ -151,6 +152,32 @@ cmake --build "$tmp/example_no_llvm" -j "$jobs" || fail "building the example wi
 "$tmp/example_no_llvm/rmsnorm_measure" "$tmp/plan" --backend emulate -o "$tmp/no_llvm.toml" ||
   fail "rmsnorm_measure built without LLVM on the plan"
 grep -q "kernel = 'rmsnorm'" "$tmp/no_llvm.toml" || fail "rmsnorm_measure without LLVM wrote no rmsnorm entry"
+
+step "a runtime-only tilec (TILEC_RUNTIME_ONLY=ON, as on a GPU machine without LLVM) installs runtime and measure"
+# The main build's settings, so that ccache serves the objects they share.
+setting() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+cmake -G Ninja -S "$src" -B "$tmp/rt_build" -DTILEC_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE="$(setting CMAKE_BUILD_TYPE)" \
+  -DTILEC_WERROR="$(setting TILEC_WERROR)" -DTILEC_SANITIZE="$(setting TILEC_SANITIZE)" "${launcher[@]}" \
+  >"$tmp/rt_configure.log" 2>&1 || { cat "$tmp/rt_configure.log"; fail "a runtime-only tilec does not configure"; }
+cmake --build "$tmp/rt_build" --target tilec-measure tilec_measure_main -j "$jobs" >"$tmp/rt_build.log" 2>&1 ||
+  { tail -30 "$tmp/rt_build.log"; fail "building the runtime-only tilec"; }
+cmake --install "$tmp/rt_build" --prefix "$tmp/rt_prefix" >"$tmp/rt_install.log" 2>&1 ||
+  { cat "$tmp/rt_install.log"; fail "installing the runtime-only tilec"; }
+rl=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$tmp/rt_build/CMakeCache.txt")
+for f in bin/tilec-measure $rl/libtilec_measure_main.a $rl/libtilec_runtime.a $rl/cmake/tilec/tilecMeasureTargets.cmake; do
+  [[ -e $tmp/rt_prefix/$f ]] || fail "the runtime-only install has no $f"
+done
+for f in bin/tilec $rl/libtilec_codegen.a $rl/cmake/tilec/tilecCompilerTargets.cmake; do
+  [[ ! -e $tmp/rt_prefix/$f ]] || fail "the runtime-only install has $f"
+done
+cmake -G Ninja -S "$src/examples/rmsnorm" -B "$tmp/example_rt" -DCMAKE_PREFIX_PATH="$tmp/rt_prefix" \
+  -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >"$tmp/configure_rt.log" ||
+  { cat "$tmp/configure_rt.log"; fail "the example does not configure against the runtime-only install"; }
+cmake --build "$tmp/example_rt" -j "$jobs" || fail "building the example against the runtime-only install"
+[[ ! -e $tmp/example_rt/rmsnorm_tilec ]] || fail "rmsnorm_tilec was built against a tilec without its compiler"
+"$tmp/example_rt/rmsnorm_measure" "$tmp/plan" --backend emulate -o "$tmp/rt.toml" ||
+  fail "rmsnorm_measure built against the runtime-only install, on the plan"
+grep -q "kernel = 'rmsnorm'" "$tmp/rt.toml" || fail "that rmsnorm_measure wrote no rmsnorm entry"
 
 step "find_package(tilec COMPONENTS runtime) without LLVM"
 mkdir -p "$tmp/runtime_only"
