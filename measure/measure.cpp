@@ -202,12 +202,12 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
   return s;
 }
 
-std::vector<Winner> plan_winners(const Plan& plan, const rt::TuningDb& db) {
+std::vector<Winner> plan_winners(const Plan& plan, const rt::TuningDb& db, const std::string& backend) {
   std::vector<Winner> out;
   for (size_t p = 0; p < plan.problems.size(); ++p) {
     std::optional<Winner> best;
     for (const rt::TuningEntry& e : db.entries) {
-      if (e.kernel != plan.kernel || e.key != plan.problems[p].key) continue;
+      if (e.kernel != plan.kernel || e.key != plan.problems[p].key || e.backend != backend) continue;
       for (const PlanCandidate& c : plan.candidates)
         if (c.problem == p && rt::TunedConfig(c.config.begin(), c.config.end()) == e.config &&
             (!best || e.median_ms < best->entry.median_ms))

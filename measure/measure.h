@@ -66,7 +66,7 @@ struct MeasureSummary {
 MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void(const std::string&)>& progress);
 
 // The fastest measured candidate of each of the plan's problems in a database (entries of the
-// plan's kernel whose key is the problem's and whose config is a candidate's; any device):
+// plan's kernel whose key is the problem's and whose config is a candidate's):
 // what scripts/gpu_check.sh runs again on the same inputs as its peers. A problem with none
 // measured is left out.
 struct Winner {
@@ -74,6 +74,8 @@ struct Winner {
   const PlanCandidate* candidate = nullptr;
   rt::TuningEntry entry;
 };
-std::vector<Winner> plan_winners(const Plan& plan, const rt::TuningDb& db);
+// Per problem, the fastest candidate measured with `backend` (cuda or emulate: times from
+// different devices are not compared).
+std::vector<Winner> plan_winners(const Plan& plan, const rt::TuningDb& db, const std::string& backend);
 
 } // namespace tilec::measure

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     if (!winners.empty()) {
       measure::Plan plan = measure::read_plan(o.plan_dir);
       tilec::rt::TuningDb db = tilec::rt::read_tuning_db(winners);
-      std::vector<measure::Winner> ws = measure::plan_winners(plan, db);
+      std::vector<measure::Winner> ws = measure::plan_winners(plan, db, o.backend);
       for (const measure::Winner& w : ws)
         std::cout << fmt::format("{{\"problem\": {}, \"key\": \"{}\", \"config\": \"{}\", \"median_ms\": {}, "
                                  "\"device\": \"{}\", \"modules\": \"{}\"}}",

@@ -215,6 +215,18 @@ TEST_CASE("tilec autotune --prepare, then tilec-measure in shards on the emulato
   auto gpu = rt::select_config(merged, "paged_attention", "NVIDIA H200", merged.entries[0].key, {});
   CHECK_FALSE(gpu);
 
+  // --winners: the fastest emulated candidate, with its emulator modules; none measured on the
+  // GPU, so with --backend cuda (the default) every problem lacks one (exit 1).
+  Outcome won = run_measure(plan + " --winners " + s.path("m12.toml") + " --backend emulate");
+  CHECK(won.code == 0);
+  const rt::TuningEntry* fastest = &merged.entries[0];
+  for (const rt::TuningEntry& e : merged.entries) fastest = e.median_ms < fastest->median_ms ? &e : fastest;
+  CHECK(won.stdout_.find("\"config\": \"" + rt::format_config(fastest->config) + "\"") != std::string::npos);
+  CHECK(won.stdout_.find("/modules/host/p0/c") != std::string::npos);
+  Outcome none = run_measure(plan + " --winners " + s.path("m12.toml"));
+  CHECK(none.code == 1);
+  CHECK(none.stdout_.empty());
+
   // Without a driver the GPU backend exits 3 and writes nothing.
   Outcome cuda = run_measure(plan + " -o " + s.path("gpu.toml"));
   CHECK(cuda.code == 3);
