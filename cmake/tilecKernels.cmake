@@ -13,6 +13,7 @@
 #
 # Defined by the installed package (tilecConfig.cmake) and by tilec's own CMakeLists.txt.
 include_guard(GLOBAL)
+include(${CMAKE_CURRENT_LIST_DIR}/tilecMeasure.cmake) # _tilec_kernels_executable
 
 function(tilec_add_kernels name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES")
@@ -20,23 +21,9 @@ function(tilec_add_kernels name)
     message(FATAL_ERROR "tilec_add_kernels(${name}): unexpected arguments: ${arg_UNPARSED_ARGUMENTS} "
                         "(usage: tilec_add_kernels(NAME SOURCES src...))")
   endif()
-  if(NOT arg_SOURCES)
-    message(FATAL_ERROR "tilec_add_kernels(${name}): no SOURCES (the files that register kernels with "
-                        "TILEC_REGISTER_KERNEL)")
-  endif()
   if(NOT TARGET tilec::cli_main OR NOT TARGET tilec::compiler)
     message(FATAL_ERROR "tilec_add_kernels(${name}) needs tilec's compiler (tilec::cli_main, tilec::compiler): "
                         "find_package(tilec CONFIG REQUIRED COMPONENTS compiler), which needs LLVM 19.1 and CLI11")
   endif()
-  add_executable(${name} ${arg_SOURCES})
-  target_link_libraries(${name} PRIVATE tilec::cli_main tilec::compiler)
-  target_compile_features(${name} PRIVATE cxx_std_20)
-  # Emulated kernels are shared libraries calling the emulator's tilec_emu_* functions,
-  # which this executable must export (runtime/emulator.h).
-  target_link_options(${name} PRIVATE "LINKER:--export-dynamic-symbol=tilec_emu_*")
-  # Source locations recorded in the kernels' IR relative to the calling project, so printed
-  # IR (which the module cache hashes) does not depend on where the project lives.
-  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${name} PRIVATE "-ffile-prefix-map=${CMAKE_CURRENT_SOURCE_DIR}/=")
-  endif()
+  _tilec_kernels_executable(tilec_add_kernels ${name} "${arg_SOURCES}" "tilec::cli_main;tilec::compiler")
 endfunction()

@@ -16,29 +16,35 @@
 # CMakeLists.txt.
 include_guard(GLOBAL)
 
+# The executable `name` of a user's kernels: `sources` compiled into it (so their registrations
+# run) and linked with `libs`, exporting the emulator's functions. Shared by tilec_add_measure
+# and tilec_add_kernels (cmake/tilecKernels.cmake); `fn` names the caller in errors.
+function(_tilec_kernels_executable fn name sources libs)
+  if(NOT sources)
+    message(FATAL_ERROR "${fn}(${name}): no SOURCES (the files that register kernels with TILEC_REGISTER_KERNEL)")
+  endif()
+  add_executable(${name} ${sources})
+  target_link_libraries(${name} PRIVATE ${libs})
+  target_compile_features(${name} PRIVATE cxx_std_20)
+  # Emulated modules are shared libraries calling the emulator's tilec_emu_* functions, which
+  # this executable must export (runtime/emulator.h).
+  target_link_options(${name} PRIVATE "LINKER:--export-dynamic-symbol=tilec_emu_*")
+  # Source locations recorded in the kernels' IR relative to the calling project, so printed
+  # IR (which the module cache and a plan's modules hash) does not depend on where it lives.
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${name} PRIVATE "-ffile-prefix-map=${CMAKE_CURRENT_SOURCE_DIR}/=")
+  endif()
+endfunction()
+
 function(tilec_add_measure name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "tilec_add_measure(${name}): unexpected arguments: ${arg_UNPARSED_ARGUMENTS} "
                         "(usage: tilec_add_measure(NAME SOURCES src...))")
   endif()
-  if(NOT arg_SOURCES)
-    message(FATAL_ERROR "tilec_add_measure(${name}): no SOURCES (the files that register kernels with "
-                        "TILEC_REGISTER_KERNEL)")
-  endif()
   if(NOT TARGET tilec::measure_main)
     message(FATAL_ERROR "tilec_add_measure(${name}) needs tilec::measure_main: "
                         "find_package(tilec CONFIG REQUIRED COMPONENTS measure)")
   endif()
-  add_executable(${name} ${arg_SOURCES})
-  target_link_libraries(${name} PRIVATE tilec::measure_main)
-  target_compile_features(${name} PRIVATE cxx_std_20)
-  # Emulated modules (--backend emulate) are shared libraries calling the emulator's
-  # tilec_emu_* functions, which this executable must export (runtime/emulator.h).
-  target_link_options(${name} PRIVATE "LINKER:--export-dynamic-symbol=tilec_emu_*")
-  # Source locations in the kernels' IR relative to the calling project, as tilec_add_kernels
-  # records them: the plan's modules carry the IR's hash, which must match.
-  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${name} PRIVATE "-ffile-prefix-map=${CMAKE_CURRENT_SOURCE_DIR}/=")
-  endif()
+  _tilec_kernels_executable(tilec_add_measure ${name} "${arg_SOURCES}" tilec::measure_main)
 endfunction()
