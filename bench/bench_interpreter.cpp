@@ -18,9 +18,10 @@ int main(int argc, char** argv) {
     for (const auto& p : t.params) params[p.name] = p.value;
     for (const auto& p : t.shape) shape[p.name] = p.value;
     ir::Kernel k = t.build(params, shape);
-    kernels::Problem p = t.make_problem({params, shape, 1, {}, {}});
+    kernels::Problem p = kernels::make_problem(t, {shape, 1, {}, {}});
     auto args = p.interp_args();
-    auto tm = bench::time_repeated(repeats, [&] { interp::interpret(*k, p.grid, args); });
+    interp::Grid grid = kernels::launch_grid(t, params, p.shape);
+    auto tm = bench::time_repeated(repeats, [&] { interp::interpret(*k, grid, args); });
     fmt::print("{:<12} {:>10.2f} {:>10.2f} {:>10.2f}\n", t.name, tm.median_ms, tm.min_ms, tm.max_ms);
   }
   return 0;

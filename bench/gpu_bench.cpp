@@ -90,11 +90,11 @@ Result bench_module(const rt::Manifest& m, bool gpu, int repeats, const RunOptio
   const kernels::KernelTemplate* t = kernels::find_template(m.kernel);
   if (!t) throw rt::ManifestError(fmt::format("{}: no kernel '{}' in this build of tilec's kernels", m.dir.string(), m.kernel));
   kernels::ProblemRequest req;
-  req.params = values_of(t->params, m.specialization, {}, m.dir);
+  const kernels::ParamMap params = values_of(t->params, m.specialization, {}, m.dir);
   req.shape = values_of(t->shape, m.problem, m.specialization, m.dir);
   req.seed = 1;
   req.inputs_dir = ro.inputs_dir;
-  if (!ro.inputs_dir.empty() && !t->reads_inputs)
+  if (!ro.inputs_dir.empty() && !kernels::takes_inputs(*t))
     throw rt::ManifestError(fmt::format("--inputs: kernel '{}' does not read its inputs from files", m.kernel));
   // A module specialized on one of the kernel's float options (softcap = 1) runs with it set.
   for (const kernels::FloatOption& o : t->options) {
@@ -108,15 +108,14 @@ Result bench_module(const rt::Manifest& m, bool gpu, int repeats, const RunOptio
   r.shape = p.description;
   r.ideal_bytes = p.ideal_bytes;
   const int warmup = 3;
-  measure::Measurement mm = measure::measure_problem(*t, "", req.params, req.shape, p, *launcher, warmup, repeats);
+  measure::Measurement mm = measure::measure_problem(*t, "", params, p, *launcher, warmup, repeats);
   r.check = mm.cmp;
   if (!mm.rejected.empty() && mm.cmp.ok) throw rt::Error(mm.rejected); // failed to run
   if (!mm.times.empty()) r.timing = kernels::summarize_times(mm.times, warmup);
   if (!ro.save_output.empty()) {
     // The outputs as the last timed run left them (measure_problem restores the initial ones).
-    kernels::run_problem(*t, "", req.params, req.shape, p, *launcher);
-    if (t->write_output) t->write_output(ro.save_output, p);
-    else throw rt::ManifestError(fmt::format("--save-output: kernel '{}' has no .npy output writer", m.kernel));
+    kernels::run_problem(*t, "", params, p, *launcher);
+    kernels::write_output(*t, ro.save_output, p);
   }
   return r;
 }

@@ -37,7 +37,7 @@ KernelTemplate matmul_template() {
     return matmul(p.at("block_m"), p.at("block_n"), p.at("block_k"));
   };
   t.make_problem = [](const ProblemRequest& r) {
-    const ParamMap &p = r.params, &s = r.shape;
+    const ParamMap& s = r.shape;
     const uint64_t seed = r.seed;
     for (const char* name : {"m", "n", "k"}) require_range(s, name, 1, 1 << 14);
     int64_t m = s.at("m"), n = s.at("n"), k = s.at("k");
@@ -47,25 +47,32 @@ KernelTemplate matmul_template() {
     int c = pr.add_buffer({"c", ir::DType::f32, size_t(m * n)});
     fill_uniform(pr.buffers[a], seed, -1, 1);
     fill_uniform(pr.buffers[b], seed + 1, -1, 1);
-    interp::Buffer want("c", ir::DType::f32, size_t(m * n));
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = 0;
-        for (int64_t q = 0; q < k; ++q) acc += pr.buffers[a].get(i * k + q) * pr.buffers[b].get(q * n + j);
-        want.set(i * n + j, acc);
-      }
     for (int i : {a, b, c}) pr.arg_buffer(i);
     pr.arg_int(m);
     pr.arg_int(n);
     pr.arg_int(k);
-    pr.grid = {cdiv(m, p.at("block_m")), cdiv(n, p.at("block_n")), 1};
     pr.outputs = {c};
-    pr.expected = {std::move(want)};
     pr.ideal_bytes = 4 * (m * k + k * n + m * n);
     pr.atol = 1e-5 * double(k);
     pr.rtol = 1e-5;
     return pr;
   };
+  t.grid = [](const ParamMap& p, const ParamMap& s) {
+    return interp::Grid{cdiv(s.at("m"), p.at("block_m")), cdiv(s.at("n"), p.at("block_n")), 1};
+  };
+  t.reference = [](Problem& pr) {
+    const int64_t m = pr.shape.at("m"), n = pr.shape.at("n"), k = pr.shape.at("k");
+    const interp::Buffer &a = pr.buffers[0], &b = pr.buffers[1];
+    interp::Buffer want("c", ir::DType::f32, size_t(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t q = 0; q < k; ++q) acc += a.get(i * k + q) * b.get(q * n + j);
+        want.set(i * n + j, acc);
+      }
+    pr.expected = {std::move(want)};
+  };
+  t.tensors = {{"a", {"m", "k"}}, {"b", {"k", "n"}}, {"c", {"m", "n"}, true}};
   t.size_fields = {"m", "n", "k"};
   return t;
 }

@@ -41,19 +41,21 @@ struct ArgSpec {
   bool is_float = false;
 };
 
-// Inputs, launch grid and expected outputs for one run of a kernel.
+// Inputs and expected outputs of one run of a kernel: what does not depend on the config.
+// The launch grid does (KernelTemplate::grid), so a problem is made once per set of sizes and
+// every config of a search runs on it with its own grid.
 struct Problem {
   std::vector<interp::Buffer> buffers;
   std::vector<ArgSpec> args;
-  interp::Grid grid{1, 1, 1};
   std::vector<int> outputs;              // buffers the kernel writes
   std::vector<interp::Buffer> expected;  // the reference's values of `outputs`
   double atol = 1e-6;                    // |got - want| <= atol + rtol * |want|
   double rtol = 1e-5;
   std::optional<int64_t> ideal_bytes;    // the least a run must move (for GB/s); empty: unknown
   std::string description;               // one line naming the problem (default: the --shape values)
-  // The --shape values this problem has, when they come from elsewhere than the request
-  // (files read with --inputs): what its tuning key is made of. Empty: the request's.
+  // Every --shape value of this problem, defaults included (make_problem fills it from the
+  // request; a template that reads files sets the sizes it found there): the sizes its kernels
+  // are built and launched for, and its tuning key.
   ParamMap shape;
   // The template's own view of the problem, for its run paths (paged attention keeps its
   // PagedAttentionInputs here); empty for kernels that launch `args` on `grid`.
@@ -77,11 +79,12 @@ struct Comparison {
 // Compares the problem's output buffers with its expected values.
 Comparison compare_outputs(const Problem& p);
 
-// What one problem is made from: the --set and --shape values, the seed of generated inputs,
-// the template's float options that were given (`--NAME X`), and a folder to read the inputs
-// from instead (`--inputs DIR`, for templates with `reads_inputs`).
+// What one problem is made from: the --shape values, the seed of generated inputs, the
+// template's float options that were given (`--NAME X`), and a folder to read the inputs
+// from instead (`--inputs DIR`). No config: a problem serves every config (a size limit that
+// depends on one, such as cols <= block, belongs in `build`, which sees both).
 struct ProblemRequest {
-  ParamMap params, shape;
+  ParamMap shape;
   uint64_t seed = 1;
   std::map<std::string, double> options;
   std::string inputs_dir;
@@ -95,6 +98,17 @@ struct LaunchStats;
 struct RunPath {
   std::string name, help;
   std::function<void(Problem& p, const ParamMap& params, const ParamMap& shape, Launcher& l)> run;
+};
+
+// One array of a problem as files see it: `NAME.npy` under `--inputs DIR`, or the file
+// `--out` writes. `dims` are --shape field names or decimal numbers, outermost first; the
+// element type is that of the problem's buffer NAME, or, with `dtype_field`, the dtype named by
+// that --shape choice field's value (choices such as "f16", "bf16", "f32"), read from the file.
+struct TensorSpec {
+  std::string name;
+  std::vector<std::string> dims;
+  bool output = false;
+  std::string dtype_field = {};
 };
 
 // A float value of a problem that is not a size: `tilec run/bench --NAME X`.
@@ -111,8 +125,19 @@ struct KernelTemplate {
   std::vector<Param> shape;  // problem sizes (--shape)
   // Builds the kernel; specializations may depend on problem sizes too.
   std::function<ir::Kernel(const ParamMap& params, const ParamMap& shape)> build;
-  // Inputs, launches and reference of one problem (run, autotune, bench need it).
+  // Inputs, arguments and reference of one problem (run, autotune, bench need it). With
+  // `reference`, it may leave p.expected empty: the reference is computed from the inputs.
   std::function<Problem(const ProblemRequest& request)> make_problem;
+  // The launch grid of the default path for a config and the problem's sizes: every command
+  // (run, --tuned, bench, autotune, --prepare, tilec-measure) launches each config on its own
+  // grid. Required to run a template that declares no `paths`.
+  std::function<interp::Grid(const ParamMap& params, const ParamMap& shape)> grid = {};
+  // Fills p.expected (one buffer per p.outputs) from p's input buffers; may also set atol/rtol
+  // and ideal_bytes. With `tensors`, `--inputs DIR` reads the inputs from .npy files and
+  // `--out` writes the output with its shape, with no I/O code of the template's own.
+  std::function<void(Problem& p)> reference = {};
+  // The problem's arrays (inputs and outputs) with their dims in --shape fields.
+  std::vector<TensorSpec> tensors = {};
   // Every kernel one run launches, in order, when there is more than `build`'s (paged
   // attention with num_splits > 1 adds its combine kernel). Empty: {build(params, shape)}.
   std::function<std::vector<ir::Kernel>(const ParamMap& params, const ParamMap& shape)> build_all = {};
@@ -128,13 +153,15 @@ struct KernelTemplate {
   // that launches build(params, shape) on the problem's grid with its args.
   std::vector<RunPath> paths = {};
   std::vector<FloatOption> options = {};
-  // make_problem reads request.inputs_dir (`--inputs DIR`; the help names the files).
+  // make_problem reads request.inputs_dir itself (`--inputs DIR`; the help names the files).
+  // Templates with `tensors` and `reference` take --inputs without it.
   bool reads_inputs = false;
   std::string inputs_help = {};
   // --shape names that stay parameters of the op when the inputs come from files (paged
   // attention: window, causal); the files give every other size.
   std::vector<std::string> shape_with_inputs = {};
-  // Writes output `index` of a run as .npy (`--out F.npy`). Empty: a 1-d array of its dtype.
+  // Writes output 0 of a run as .npy (`--out F.npy`). Empty: shaped by its TensorSpec, else a
+  // 1-d array of its dtype.
   std::function<void(const std::string& path, const Problem& p)> write_output = {};
   // The --shape values that only size a problem: a config tuned for a key that differs from
   // the asked one only in these serves it as the nearest key (`--tuned`, rt::select_config),
@@ -142,8 +169,9 @@ struct KernelTemplate {
   std::vector<std::string> size_fields = {};
   // The most a correct run of the default path may move, in bytes of warp-wide requests (what
   // the emulator counts: LaunchStats::request_bytes), for a problem and config. A run that
-  // moves more fails (`tilec run` exits 1): an over-wide access or a load the kernel should
-  // not make is a deterministic performance bug. Empty, or nullopt: not checked.
+  // moves more is an over-wide access or a load the kernel should not make: a deterministic
+  // performance bug. `tilec run` and `bench` warn (and fail with --strict-traffic); the tests
+  // and the fuzzer fail. Empty, or nullopt: not checked.
   std::function<std::optional<int64_t>(const Problem& p, const ParamMap& params)> traffic_budget = {};
   // Values a module is specialized on beyond the tuning key and config (merged into the
   // --shape values): `autotune --export` writes the winner's modules once per variant
@@ -168,12 +196,25 @@ std::optional<int64_t> ideal_traffic_budget(const Problem& p, double tolerance =
 // when it did not, or when the budget, the path or the launcher's counts do not apply.
 std::string traffic_error(const KernelTemplate& t, const std::string& path, const ParamMap& params, const Problem& p,
                           const LaunchStats& stats);
-// Runs `path` (empty: the default) of `t` on `p` with `launcher`; UserError naming the
-// template's paths when there is no such path. The outputs land in p.buffers.
-void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, const ParamMap& shape,
-                 Problem& p, Launcher& launcher);
-// The problem of `request`; UserError when it gives options or inputs the template does not take.
+// Runs `path` (empty: the default) of `t` on `p` with config `params`, at p.shape's sizes and
+// on the config's own grid (t.grid); UserError naming the template's paths when there is no
+// such path. The outputs land in p.buffers.
+void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, Problem& p,
+                 Launcher& launcher);
+// The problem of `request`; UserError when it gives options or inputs the template does not
+// take. request.shape may leave out sizes (their defaults); p.shape holds all of them. With
+// --inputs and `tensors`, the sizes and dtypes come from the files.
 Problem make_problem(const KernelTemplate& t, const ProblemRequest& request);
+// The grid of the default path for a config at these sizes (t.grid); UserError when the
+// template has none.
+interp::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
+// Writes output 0 of a run as .npy: t.write_output, else shaped by its TensorSpec at p.shape's
+// sizes, else a 1-d array of its dtype.
+void write_output(const KernelTemplate& t, const std::string& path, const Problem& p);
+// Whether `--inputs DIR` works for `t` (its own reader, or tensors + reference), and the help
+// line naming its files.
+bool takes_inputs(const KernelTemplate& t);
+std::string inputs_help(const KernelTemplate& t);
 
 // The kernels of one run of `t` (build_all, else build).
 std::vector<ir::Kernel> build_kernels(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
@@ -225,8 +266,11 @@ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
   [[maybe_unused]] static const bool tilec_registered_##make_template = ::tilec::kernels::register_kernel(make_template)
 
 namespace tilec::kernels {
-// Throws a UserError unless params[name] is a power of two in [lo, hi].
-void require_pow2(const ParamMap& params, const std::string& name, int64_t lo, int64_t hi);
-// Throws a UserError unless shape[name] is in [lo, hi].
-void require_range(const ParamMap& shape, const std::string& name, int64_t lo, int64_t hi);
+// Throws a UserError unless values[name] is a power of two in [lo, hi]; the message names the
+// flag the value came from (pass "--shape" for a problem size).
+void require_pow2(const ParamMap& values, const std::string& name, int64_t lo, int64_t hi,
+                  std::string_view flag = "--set");
+// Throws a UserError unless values[name] is in [lo, hi] (a problem size by default).
+void require_range(const ParamMap& values, const std::string& name, int64_t lo, int64_t hi,
+                   std::string_view flag = "--shape");
 } // namespace tilec::kernels

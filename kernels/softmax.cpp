@@ -1,5 +1,7 @@
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -27,40 +29,49 @@ KernelTemplate softmax_template() {
   t.params = {{"block", 1024, "columns per program, at least cols (power of two)"},
               {"num_warps", 4, "warps per program on the GPU"}};
   t.shape = {{"rows", 37, "number of rows"}, {"cols", 1000, "number of columns"}};
-  t.build = [](const ParamMap& p, const ParamMap&) {
+  // A row fits one tile of `block` columns: a config with a smaller block cannot serve the
+  // problem (checked here, where both the config and the sizes are known).
+  t.build = [](const ParamMap& p, const ParamMap& s) {
     require_pow2(p, "block", 1, 1 << 16);
+    if (s.count("cols") && s.at("cols") > p.at("block"))
+      throw UserError(fmt::format("--set block={}: a row of cols={} does not fit (block must be at least cols)",
+                                  p.at("block"), s.at("cols")));
     return softmax(p.at("block"));
   };
   t.make_problem = [](const ProblemRequest& r) {
-    const ParamMap &p = r.params, &s = r.shape;
+    const ParamMap& s = r.shape;
     const uint64_t seed = r.seed;
     require_range(s, "rows", 0, 1 << 24);
-    require_range(s, "cols", 1, p.at("block"));
+    require_range(s, "cols", 1, 1 << 16);
     int64_t rows = s.at("rows"), cols = s.at("cols");
     Problem pr;
     int x = pr.add_buffer({"x", ir::DType::f32, size_t(rows * cols)});
     int out = pr.add_buffer({"out", ir::DType::f32, size_t(rows * cols)});
     fill_uniform(pr.buffers[x], seed, -4, 4);
-    interp::Buffer want("out", ir::DType::f32, size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      double m = -INFINITY, sum = 0;
-      for (int64_t c = 0; c < cols; ++c) m = std::max(m, pr.buffers[x].get(r * cols + c));
-      for (int64_t c = 0; c < cols; ++c) sum += std::exp(pr.buffers[x].get(r * cols + c) - m);
-      for (int64_t c = 0; c < cols; ++c)
-        want.set(r * cols + c, std::exp(pr.buffers[x].get(r * cols + c) - m) / sum);
-    }
     pr.arg_buffer(x);
     pr.arg_buffer(out);
     pr.arg_int(cols);
     pr.arg_int(cols);
-    pr.grid = {rows, 1, 1};
     pr.outputs = {out};
-    pr.expected = {std::move(want)};
     pr.ideal_bytes = 8 * rows * cols;
     pr.atol = 1e-6;
     pr.rtol = 1e-5;
     return pr;
   };
+  t.grid = [](const ParamMap&, const ParamMap& s) { return interp::Grid{s.at("rows"), 1, 1}; };
+  t.reference = [](Problem& pr) {
+    const int64_t rows = pr.shape.at("rows"), cols = pr.shape.at("cols");
+    const interp::Buffer& x = pr.buffers[0];
+    interp::Buffer want("out", ir::DType::f32, size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < cols; ++c) m = std::max(m, x.get(r * cols + c));
+      for (int64_t c = 0; c < cols; ++c) sum += std::exp(x.get(r * cols + c) - m);
+      for (int64_t c = 0; c < cols; ++c) want.set(r * cols + c, std::exp(x.get(r * cols + c) - m) / sum);
+    }
+    pr.expected = {std::move(want)};
+  };
+  t.tensors = {{"x", {"rows", "cols"}}, {"out", {"rows", "cols"}, true}};
   t.size_fields = {"rows"};
   t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   return t;

@@ -26,33 +26,33 @@ KernelTemplate vector_add_template() {
     return vector_add(p.at("block"));
   };
   t.make_problem = [](const ProblemRequest& r) {
-    const ParamMap &p = r.params, &s = r.shape;
-    const uint64_t seed = r.seed;
+    const ParamMap& s = r.shape;
     require_range(s, "n", 0, int64_t(1) << 30);
     int64_t n = s.at("n");
     Problem pr;
     int x = pr.add_buffer({"x", ir::DType::f32, size_t(n)});
     int y = pr.add_buffer({"y", ir::DType::f32, size_t(n)});
     int out = pr.add_buffer({"out", ir::DType::f32, size_t(n)});
-    fill_uniform(pr.buffers[x], seed, -1, 1);
-    fill_uniform(pr.buffers[y], seed + 1, -1, 1);
-    interp::Buffer want("out", ir::DType::f32, size_t(n));
-    for (int64_t i = 0; i < n; ++i) {
-      float v = float(pr.buffers[x].get(i)) + float(pr.buffers[y].get(i));
-      want.set(i, v);
-    }
+    fill_uniform(pr.buffers[x], r.seed, -1, 1);
+    fill_uniform(pr.buffers[y], r.seed + 1, -1, 1);
     pr.arg_buffer(x);
     pr.arg_buffer(y);
     pr.arg_buffer(out);
     pr.arg_int(n);
-    pr.grid = {cdiv(n, p.at("block")), 1, 1};
     pr.outputs = {out};
-    pr.expected = {std::move(want)};
     pr.ideal_bytes = 12 * n; // x and y read, out written
     pr.atol = 0;
     pr.rtol = 0;
     return pr;
   };
+  t.grid = [](const ParamMap& p, const ParamMap& s) { return interp::Grid{cdiv(s.at("n"), p.at("block")), 1, 1}; };
+  t.reference = [](Problem& pr) {
+    const interp::Buffer &x = pr.buffers[0], &y = pr.buffers[1];
+    interp::Buffer want("out", ir::DType::f32, x.count());
+    for (size_t i = 0; i < x.count(); ++i) want.set(i, float(x.get(i)) + float(y.get(i)));
+    pr.expected = {std::move(want)};
+  };
+  t.tensors = {{"x", {"n"}}, {"y", {"n"}}, {"out", {"n"}, true}};
   t.size_fields = {"n"};
   t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   return t;

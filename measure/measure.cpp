@@ -24,8 +24,8 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 } // namespace
 
 Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
-                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
-                            kernels::Launcher& launcher, int warmup, int repeats) {
+                            const kernels::ParamMap& params, kernels::Problem& p, kernels::Launcher& launcher,
+                            int warmup, int repeats) {
   Measurement r;
   // Each measurement starts from the problem's own output values, not from what the last
   // config left there: a config that writes nothing must not pass on another's results.
@@ -33,16 +33,17 @@ Measurement measure_problem(const kernels::KernelTemplate& t, const std::string&
   for (int o : p.outputs) initial.push_back(p.buffers[size_t(o)]);
   try {
     launcher.reset_stats();
-    kernels::run_problem(t, path, params, shape, p, launcher);
+    kernels::run_problem(t, path, params, p, launcher);
     r.cmp = kernels::compare_outputs(p);
+    r.traffic_error = kernels::traffic_error(t, path, params, p, launcher.stats());
     if (!r.cmp.ok) {
       r.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", r.cmp.max_abs_err, r.cmp.first_mismatch);
     } else {
-      for (int i = 0; i < warmup; ++i) kernels::run_problem(t, path, params, shape, p, launcher);
+      for (int i = 0; i < warmup; ++i) kernels::run_problem(t, path, params, p, launcher);
       for (int i = 0; i < repeats; ++i) {
         launcher.reset_stats();
         auto t0 = std::chrono::steady_clock::now();
-        kernels::run_problem(t, path, params, shape, p, launcher);
+        kernels::run_problem(t, path, params, p, launcher);
         double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         r.last = launcher.stats();
         r.times.push_back(r.last.launches > 0 && r.last.time_ms > 0 ? r.last.time_ms : wall);
@@ -158,23 +159,20 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
   if (mine.empty()) return s;
 
   const int warmup = opts.warmup.value_or(plan.warmup), repeats = opts.repeats.value_or(plan.repeats);
-  kernels::ParamMap defaults = kernels::resolve_params(t->params, {}, "--set");
   std::optional<size_t> made; // the problem whose inputs and reference are in `problem`
   kernels::Problem problem;
-  kernels::ParamMap shape;
   size_t done = 0;
   for (const PlanCandidate* c : mine) {
     const PlanProblem& pp = plan.problems[c->problem];
     if (made != c->problem) {
       progress(fmt::format("problem {}: making inputs (seed {}) and the reference on the host", rt::format_key(pp.key),
                            pp.seed));
-      shape = shape_of_key(*t, pp.key);
-      problem = kernels::make_problem(*t, {defaults, shape, pp.seed, {}, {}});
+      problem = kernels::make_problem(*t, {shape_of_key(*t, pp.key), pp.seed, {}, {}});
       made = c->problem;
     }
     std::unique_ptr<kernels::Launcher> launcher =
         folder_launcher(candidate_dir(opts.plan_dir, arch, *c), gpu, opts.backend);
-    Measurement m = measure_problem(*t, "", c->config, shape, problem, *launcher, warmup, repeats);
+    Measurement m = measure_problem(*t, "", c->config, problem, *launcher, warmup, repeats);
     ++done;
     std::string config = rt::format_config(rt::TunedConfig(c->config.begin(), c->config.end()));
     if (!m.rejected.empty()) {

@@ -24,10 +24,13 @@ struct Measurement {
   std::vector<double> times;
   kernels::LaunchStats last; // of the last timed run
   kernels::Comparison cmp;
+  // The check run moved more than the kernel's traffic budget allows (kernels::traffic_error);
+  // not a rejection: the result is right.
+  std::string traffic_error;
 };
 Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
-                            const kernels::ParamMap& params, const kernels::ParamMap& shape, kernels::Problem& p,
-                            kernels::Launcher& launcher, int warmup, int repeats);
+                            const kernels::ParamMap& params, kernels::Problem& p, kernels::Launcher& launcher,
+                            int warmup, int repeats);
 
 double median(std::vector<double> v);
 

@@ -199,6 +199,10 @@ KernelCard read_kernel_card(const fs::path& file) {
   auto kernel = doc["kernel"].value<std::string>();
   if (!kernel || kernel->empty()) throw fail("missing key 'kernel' (a non-empty string)");
   card.kernel = *kernel;
+  if (const toml::node* n = doc.get("compiler")) {
+    if (!n->is_string() || n->as_string()->get().empty()) throw fail("key 'compiler' must be a non-empty string");
+    card.compiler = n->as_string()->get();
+  }
   if (const toml::node* n = doc.get("size_fields")) {
     if (!n->is_array()) throw fail("key 'size_fields' must be an array of strings");
     for (const toml::node& f : *n->as_array()) {
@@ -231,6 +235,7 @@ std::string format_kernel_card(const KernelCard& card) {
   out << "# what tilec knows of this kernel beyond its modules (runtime/module_store.h)\n";
   toml::table doc;
   doc.insert("kernel", card.kernel);
+  doc.insert("compiler", card.compiler);
   toml::array fields;
   for (const std::string& f : card.size_fields) fields.push_back(quoted(f));
   doc.insert("size_fields", fields);
@@ -303,7 +308,7 @@ TunedModules load_tuned(const TuningDb& db, const std::string& kernel, const std
   std::string sets, shapes;
   for (const auto& [k, v] : t.config) sets += fmt::format(" {}={}", k, v);
   for (const auto& [k, v] : key) shapes += fmt::format(" {}={}", k, spec_str(v));
-  q.build_command = fmt::format("tilec compile {} {} --set{} --shape{}", kernel,
+  q.build_command = fmt::format("{} compile {} {} --set{} --shape{}", card ? card->compiler : "tilec", kernel,
                                 arch == "host" ? "--target emu" : "--arch " + arch, sets, shapes);
   q.kernel = kernel;
   t.modules.push_back(load_module(q, dirs));

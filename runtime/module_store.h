@@ -92,6 +92,9 @@ struct KernelCard {
   TunedConfig defaults;
   std::vector<std::string> size_fields;
   Spec spec_defaults;
+  // The program that compiles this kernel (tilec, or a user's own CLI built with
+  // tilec_add_kernels): what a missing module's hint tells to run.
+  std::string compiler = "tilec";
   bool operator==(const KernelCard&) const = default;
 };
 // Both throw ManifestError naming the file and what is wrong.

@@ -22,20 +22,28 @@ namespace tilec::cli {
 
 namespace {
 
+std::string& program_name_storage() {
+  static std::string name = "tilec";
+  return name;
+}
+
 int report(const Common& common, int code, const std::string& msg) {
   // One line: a multi-line message (a parser's source excerpt) continues indented.
   std::string text = msg;
   while (!text.empty() && text.back() == '\n') text.pop_back();
   for (size_t at = 0; (at = text.find('\n', at)) != std::string::npos; at += 2) text.replace(at, 1, "\n  ");
-  std::cerr << "tilec: error: " << text << "\n";
+  std::cerr << program_name() << ": error: " << text << "\n";
   if (common.json) std::cout << JsonObject().boolean("ok", false).str("error", msg).integer("exit_code", code).str() << std::endl;
   return code;
 }
 
 } // namespace
 
+const std::string& program_name() { return program_name_storage(); }
+
 int run_cli(int argc, char** argv) {
-  CLI::App app{"tilec: a tile-DSL kernel compiler (tile IR -> LLVM -> PTX) and its runners", "tilec"};
+  if (argc > 0 && argv[0] && *argv[0]) program_name_storage() = std::filesystem::path(argv[0]).filename().string();
+  CLI::App app{"tilec: a tile-DSL kernel compiler (tile IR -> LLVM -> PTX) and its runners", program_name()};
   app.set_version_flag("--version", "tilec " TILEC_VERSION);
   app.require_subcommand(1, 1);
   app.fallthrough(false);
@@ -73,14 +81,14 @@ int run_cli(int argc, char** argv) {
           msg = fmt::format("'{}' is not a command (commands: {})", argv[i], fmt::join(commands, ", "));
           break;
         }
-    return report(common, kBadInput, msg + " (see tilec --help)");
+    return report(common, kBadInput, msg + fmt::format(" (see {} --help)", program_name()));
   }
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
   } catch (const rt::BackendUnavailable& e) {
     // The runtime speaks to host programs; here the remedy is a flag.
-    return report(common, kBackendUnavailable, fmt::format("{} (tilec: use --backend emulate)", e.what()));
+    return report(common, kBackendUnavailable, fmt::format("{} ({}: use --backend emulate)", e.what(), program_name()));
   } catch (const UserError& e) {
     return report(common, kBadInput, e.what());
   } catch (const rt::ManifestError& e) {
@@ -100,7 +108,7 @@ int run_cli(int argc, char** argv) {
   } catch (const std::exception& e) {
     return report(common, kFailed, std::string("unexpected error: ") + e.what());
   }
-  return report(common, kBadInput, "no command given (see tilec --help)");
+  return report(common, kBadInput, fmt::format("no command given (see {} --help)", program_name()));
 }
 
 } // namespace tilec::cli

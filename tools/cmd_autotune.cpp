@@ -204,12 +204,11 @@ struct KeyToTune {
 // each problem and its reference, and large ones take minutes here).
 std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const AutotuneOptions& o, bool problems = true) {
   std::vector<KeyToTune> keys;
-  kernels::ParamMap defaults = kernels::resolve_params(t.params, {}, "--set");
   for (const std::vector<std::string>& set : o.shapes) {
     KeyToTune k;
     k.shape = kernels::resolve_params(t.shape, set, "--shape");
     k.key = kernels::problem_key(t, k.shape);
-    if (problems) k.problem = kernels::make_problem(t, {defaults, k.shape, o.seed, {}, {}});
+    if (problems) k.problem = kernels::make_problem(t, {k.shape, o.seed, {}, {}});
     keys.push_back(std::move(k));
   }
   return keys;
@@ -272,14 +271,14 @@ void tune_key(const Common& common, const kernels::KernelTemplate& t, const auto
   for (Candidate& c : todo) {
     if (g_interrupted) break;
     if (c.rejected.empty()) {
-      Measurement r = measure_problem(t, "", c.config, k.shape, k.problem, launcher, space.warmup, space.repeats);
+      Measurement r = measure_problem(t, "", c.config, k.problem, launcher, space.warmup, space.repeats);
       c.rejected = r.rejected;
       if (c.rejected.empty()) {
         rt::TuningEntry e = measure::tuning_entry(slot, c.config, r, k.problem);
         rt::TuningDb one;
         one.entries.push_back(e);
         db = rt::merge_into_file(o.db, one, &warning); // after every config: ^C keeps what was measured
-        if (!warning.empty()) measuring.note("tilec: warning: " + std::exchange(warning, ""));
+        if (!warning.empty()) measuring.note(program_name() + ": warning: " + std::exchange(warning, ""));
         ++n.measured;
         measuring.step(fmt::format("{}  median {:.4f} ms", autotune::format_values(c.config), e.median_ms));
         continue;
@@ -335,7 +334,7 @@ int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const a
   fs::copy_file(o.space, partial / plan.space, fs::copy_options::overwrite_existing, ec);
   if (ec) throw UserError(fmt::format("--prepare: cannot copy {} into the plan: {}", o.space, ec.message()));
   if (!codegen::find_ptxas())
-    std::cerr << "tilec: warning: no ptxas here: the plan carries PTX only (the driver compiles it), unchecked for "
+    std::cerr << program_name() << ": warning: no ptxas here: the plan carries PTX only (the driver compiles it), unchecked for "
                  "spills\n";
 
   struct Item {
@@ -411,7 +410,7 @@ int prepare_plan(const Common& common, const kernels::KernelTemplate& t, const a
       if (!it.rejected.empty()) continue;
       KeyToTune& k = keys[it.c.problem];
       auto launcher = measure::folder_launcher(measure::candidate_dir(partial, "host", it.c), false, "emulate");
-      measure::Measurement m = measure_problem(t, "", it.c.config, k.shape, k.problem, *launcher, 0, 0);
+      measure::Measurement m = measure_problem(t, "", it.c.config, k.problem, *launcher, 0, 0);
       it.rejected = m.rejected;
       it.c.checked = m.rejected.empty();
       if (it.c.checked) it.c.max_abs_err = m.cmp.max_abs_err;
@@ -478,7 +477,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   try {
     db = rt::read_tuning_db(o.db);
   } catch (const rt::TuningDbError& e) {
-    std::cerr << "tilec: warning: " << e.what() << "; it will be moved aside when the first result is stored\n";
+    std::cerr << program_name() << ": warning: " << e.what() << "; it will be moved aside when the first result is stored\n";
   }
 
   Counts n;
@@ -506,7 +505,9 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
                           n.rejected, n.measured, n.skipped, o.db));
   if (!o.export_dir.empty() && !g_interrupted) {
     // The database and the kernel's card travel with its modules: a deployment ships the folder.
-    rt::write_kernel_card(kernels::kernel_card(t), o.export_dir);
+    rt::KernelCard card = kernels::kernel_card(t);
+    card.compiler = program_name();
+    rt::write_kernel_card(card, o.export_dir);
     fs::path copy = fs::path(o.export_dir) / fs::path(o.db).filename();
     if (fs::absolute(copy).lexically_normal() != fs::absolute(o.db).lexically_normal())
       rt::merge_into_file(copy.string(), db);
@@ -514,7 +515,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
                             fmt::join(tg.export_archs, ", "), o.export_dir));
   }
   if (g_interrupted)
-    std::cerr << fmt::format("tilec: interrupted; {} holds the {} configs measured so far\n", o.db, n.measured);
+    std::cerr << fmt::format("{}: interrupted; {} holds the {} configs measured so far\n", program_name(), o.db, n.measured);
   if (common.json) {
     JsonObject j;
     j.str("kernel", t.name).str("backend", tg.backend).str("device", tg.device);

@@ -150,7 +150,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
     kernels::build_kernels(t, defaults, shape); // a bad --set is bad input, not a failed config
     Row row;
     row.key = kernels::problem_key(t, shape);
-    kernels::Problem p = kernels::make_problem(t, {defaults, shape, o.seed, {}, {}});
+    kernels::Problem p = kernels::make_problem(t, {shape, o.seed, {}, {}});
     row.ideal_bytes = p.ideal_bytes;
     int64_t ideal = p.ideal_bytes.value_or(0);
     auto sel = rt::select_config(db, t.name, device, row.key, t.size_fields);
@@ -160,17 +160,17 @@ int run_bench(const Common& common, const BenchOptions& o) {
     row.rule = sel ? sel->rule : "default";
 
     std::cerr << fmt::format("bench {}: default {}\n", rt::format_key(row.key), config_str(defaults));
-    row.base = timed(measure_problem(t, "", defaults, shape, p, *launcher, o.warmup, o.repeats), config_str(defaults),
+    row.base = timed(measure_problem(t, "", defaults, p, *launcher, o.warmup, o.repeats), config_str(defaults),
                      ideal);
     if (!o.db.empty())
       std::cerr << fmt::format("bench {}: tuned ({}) {}\n", rt::format_key(row.key), row.rule, config_str(tuned));
     row.tuned = o.db.empty() ? row.base // nothing tuned to compare
-                             : timed(measure_problem(t, "", tuned, shape, p, *launcher, o.warmup, o.repeats),
+                             : timed(measure_problem(t, "", tuned, p, *launcher, o.warmup, o.repeats),
                                      config_str(tuned), ideal);
     for (const std::string& path : also) {
       std::cerr << fmt::format("bench {}: {}\n", rt::format_key(row.key), path);
       row.others.push_back(
-          timed(measure_problem(t, path, defaults, shape, p, *launcher, std::min(o.warmup, 1), o.repeats), path, ideal));
+          timed(measure_problem(t, path, defaults, p, *launcher, std::min(o.warmup, 1), o.repeats), path, ideal));
     }
     any_failed = any_failed || !row.base.failed.empty() || !row.tuned.failed.empty();
     for (const Timed& x : row.others) any_failed = any_failed || !x.failed.empty();

@@ -119,7 +119,9 @@ Action add_compile(CLI::App& app, Common& common) {
     codegen::CompiledKernel ck = codegen::compile(*k, options_for(*k));
     // What the module is specialized on, as rt::find_module matches it.
     std::map<std::string, rt::SpecValue> spec = kernels::module_spec(t, params, shape);
-    rt::write_kernel_card(kernels::kernel_card(t), a->out_dir); // what a host needs to select and load it
+    rt::KernelCard card = kernels::kernel_card(t);
+    card.compiler = program_name();
+    rt::write_kernel_card(card, a->out_dir); // what a host needs to select and load it
     std::vector<std::string> run;
     for (const ir::Kernel& each : kernels) run.push_back(each->name);
     rt::ProblemKey problem = kernels::problem_key(t, shape);

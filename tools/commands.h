@@ -62,4 +62,8 @@ inline const CLI::Validator kSeedCheck(
 // Prints a human line (suppressed under --json, whose only stdout line is the object).
 void say(const Common& c, const std::string& line);
 
+// The name this program was started as ("tilec", or a user's own CLI built with
+// tilec_add_kernels): what its messages begin with and its hints name.
+const std::string& program_name();
+
 } // namespace tilec::cli

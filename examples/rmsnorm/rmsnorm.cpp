@@ -51,10 +51,17 @@ KernelTemplate rmsnorm_template() {
   t.params = {{"block", 1024, "columns per program, at least cols (power of two)"},
               {"num_warps", 4, "warps per program on the GPU"}};
   t.shape = {{"rows", 64, "number of rows"}, {"cols", 1000, "number of columns"}};
-  t.build = [](const ParamMap& p, const ParamMap&) {
+  // A row fits one tile of `block` columns: the config and the sizes meet here.
+  t.build = [](const ParamMap& p, const ParamMap& s) {
     require_pow2(p, "block", 1, 1 << 16);
+    if (s.count("cols") && s.at("cols") > p.at("block"))
+      throw tilec::UserError("--set block=" + std::to_string(p.at("block")) + ": a row of cols=" +
+                             std::to_string(s.at("cols")) + " does not fit (block must be at least cols)");
     return rmsnorm(p.at("block"));
   };
+  // One program per row, whatever the config: the grid is a function of the config and the
+  // sizes, and every command (run, autotune, bench, --tuned) launches each config on its own.
+  t.grid = [](const ParamMap&, const ParamMap& s) { return tilec::interp::Grid{s.at("rows"), 1, 1}; };
   // A compiled module serves any rows and any cols up to its block: it is specialized on the
   // parameters only, so `autotune --export` writes one module per config, not per shape.
   t.module_spec = [](const ParamMap& p, const ParamMap&) {
@@ -62,10 +69,14 @@ KernelTemplate rmsnorm_template() {
   };
   // A config tuned for some row count serves others (the nearest tuned one).
   t.size_fields = {"rows"};
+  // The arrays, with their dims in --shape fields: `--inputs DIR` reads x.npy and w.npy (and
+  // takes rows and cols from them), `--out` writes out as [rows, cols]; no I/O code here.
+  t.tensors = {{"x", {"rows", "cols"}}, {"w", {"cols"}}, {"out", {"rows", "cols"}, /*output=*/true}};
+  // Buffers, arguments and generated inputs; no config (a problem serves every config).
   t.make_problem = [](const ProblemRequest& r) {
-    const ParamMap &p = r.params, &s = r.shape;
+    const ParamMap& s = r.shape;
     require_range(s, "rows", 0, 1 << 24);
-    require_range(s, "cols", 1, p.at("block"));
+    require_range(s, "cols", 1, 1 << 16);
     const int64_t rows = s.at("rows"), cols = s.at("cols");
     const size_t n = size_t(rows * cols);
     Problem pr;
@@ -74,33 +85,32 @@ KernelTemplate rmsnorm_template() {
     int out = pr.add_buffer({"out", DType::f16, n});
     fill_uniform(pr.buffers[x], r.seed, -2, 2);
     fill_uniform(pr.buffers[w], r.seed + 1, 0.5, 1.5);
-
-    // The reference, in double, from the f16 values the kernel reads.
-    tilec::interp::Buffer want("out", DType::f32, n);
-    const auto& xb = pr.buffers[x];
-    const auto& wb = pr.buffers[w];
-    for (int64_t i = 0; i < rows; ++i) {
-      double sum_sq = 0;
-      for (int64_t c = 0; c < cols; ++c) sum_sq += xb.get(i * cols + c) * xb.get(i * cols + c);
-      const double inv_rms = 1.0 / std::sqrt(sum_sq / double(cols) + kEps);
-      for (int64_t c = 0; c < cols; ++c) want.set(i * cols + c, xb.get(i * cols + c) * inv_rms * wb.get(c));
-    }
-
     pr.arg_buffer(x);
     pr.arg_buffer(w);
     pr.arg_buffer(out);
     pr.arg_int(cols);  // n_cols
     pr.arg_int(cols);  // stride
     pr.arg_float(kEps);
-    pr.grid = {rows, 1, 1};
     pr.outputs = {out};
-    pr.expected = {std::move(want)};
     // The output is rounded to f16 (a relative step of 2^-11) after f32 math: allow a few
     // f16 steps relative to the value, and an absolute floor for values near zero.
     pr.atol = 1e-3;
     pr.rtol = 4e-3;
     pr.ideal_bytes = int64_t(n) * 2 * 2 + cols * 2; // read x and w, write out, once each
     return pr;
+  };
+  // The reference, in double, from the f16 values the kernel reads (generated or from files).
+  t.reference = [](Problem& pr) {
+    const int64_t rows = pr.shape.at("rows"), cols = pr.shape.at("cols");
+    const tilec::interp::Buffer &xb = pr.buffers[0], &wb = pr.buffers[1];
+    tilec::interp::Buffer want("out", DType::f32, size_t(rows * cols));
+    for (int64_t i = 0; i < rows; ++i) {
+      double sum_sq = 0;
+      for (int64_t c = 0; c < cols; ++c) sum_sq += xb.get(i * cols + c) * xb.get(i * cols + c);
+      const double inv_rms = 1.0 / std::sqrt(sum_sq / double(cols) + kEps);
+      for (int64_t c = 0; c < cols; ++c) want.set(i * cols + c, xb.get(i * cols + c) * inv_rms * wb.get(c));
+    }
+    pr.expected = {std::move(want)};
   };
   return t;
 }

@@ -46,6 +46,7 @@ struct Run {
   kernels::Problem problem;
   ir::Kernel kernel;
   int num_warps = 4;
+  interp::Grid grid{1, 1, 1};
 };
 
 Run problem(const std::string& name, kernels::ParamMap shape_overrides = {}) {
@@ -55,7 +56,8 @@ Run problem(const std::string& name, kernels::ParamMap shape_overrides = {}) {
   for (const auto& p : t->params) params[p.name] = p.value;
   for (const auto& p : t->shape) shape[p.name] = p.value;
   for (const auto& [k, v] : shape_overrides) shape[k] = v;
-  return {t->make_problem({params, shape, 7, {}, {}}), t->build(params, shape), int(params.at("num_warps"))};
+  return {kernels::make_problem(*t, {shape, 7, {}, {}}), t->build(params, shape), int(params.at("num_warps")),
+          kernels::launch_grid(*t, params, shape)};
 }
 
 // The child cases need the fake: make sure it is the driver they talk to.
@@ -73,7 +75,7 @@ TEST_CASE("fake cuda child: vector_add runs on device copies of its buffers", "[
   auto launcher = fake_cuda_launcher();
   CHECK(launcher->backend() == "cuda");
   Run r = problem("vector_add", {{"n", 5000}});
-  launcher->launch(r.kernel, r.num_warps, r.problem.grid, r.problem.interp_args());
+  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
   kernels::Comparison c = kernels::compare_outputs(r.problem);
   CHECK(c.ok);
   CHECK(launcher->stats().launches == 1);
@@ -82,7 +84,7 @@ TEST_CASE("fake cuda child: vector_add runs on device copies of its buffers", "[
   CHECK_FALSE(launcher->stats().bytes_stored);
   CHECK_FALSE(launcher->stats().unique_bytes);
   // A second launch of the same kernel uses the loaded module.
-  launcher->launch(r.kernel, r.num_warps, r.problem.grid, r.problem.interp_args());
+  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
   CHECK(launcher->stats().launches == 2);
   CHECK(launcher->stats().time_ms == Approx(0.5));
 }
@@ -92,7 +94,7 @@ TEST_CASE("fake cuda child: one device buffer per distinct host buffer", "[.][fa
   Run r = problem("vector_add", {{"n", 3000}});
   auto args = r.problem.interp_args();
   args[1] = args[0]; // out = x + x
-  launcher->launch(r.kernel, r.num_warps, r.problem.grid, args);
+  launcher->launch(r.kernel, r.num_warps, r.grid, args);
   const interp::Buffer& x = *args[0].buffer;
   const interp::Buffer& out = *args[2].buffer;
   for (size_t i = 0; i < 3000; i += 499) CHECK(out.get(i) == 2 * x.get(i));
@@ -101,14 +103,14 @@ TEST_CASE("fake cuda child: one device buffer per distinct host buffer", "[.][fa
 TEST_CASE("fake cuda child: a kernel the fake cannot run still reaches the driver", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("softmax", {{"rows", 5}, {"cols", 100}});
-  launcher->launch(r.kernel, r.num_warps, r.problem.grid, r.problem.interp_args());
+  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
   CHECK(launcher->stats().launches == 1);
 }
 
 TEST_CASE("fake cuda child: time() moves the buffers once", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("vector_add", {{"n", 2048}});
-  kernels::TimingStats t = launcher->time(r.kernel, r.num_warps, r.problem.grid, r.problem.interp_args(), 2, 5);
+  kernels::TimingStats t = launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 2, 5);
   CHECK(t.warmup == 2);
   CHECK(t.repeats == 5);
   CHECK(t.median_ms == Approx(0.25));
@@ -116,7 +118,7 @@ TEST_CASE("fake cuda child: time() moves the buffers once", "[.][fake_cuda_child
   CHECK(t.max_ms == Approx(0.25));
   CHECK(launcher->stats().launches == 0); // time() leaves the stats alone
   CHECK(kernels::compare_outputs(r.problem).ok);
-  CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.problem.grid, r.problem.interp_args(), 0, 0), UserError);
+  CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 0, 0), UserError);
 }
 
 TEST_CASE("fake cuda child: argument errors are user errors", "[.][fake_cuda_child]") {
@@ -124,12 +126,34 @@ TEST_CASE("fake cuda child: argument errors are user errors", "[.][fake_cuda_chi
   Run r = problem("vector_add", {{"n", 100}});
   auto args = r.problem.interp_args();
   args.pop_back();
-  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.problem.grid, args),
-                    "kernel 'vector_add' takes 4 arguments, got 3");
+  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
+                    "kernel 'vector_add': expects 4 arguments, got 3: missing parameter 'n' (i32)");
   CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, {-1, 1, 1}, r.problem.interp_args()),
                     Catch::Contains("grid (-1, 1, 1) must be from 0"));
   // No programs: a no-op (the fake driver, like the real one, refuses a zero grid).
   CHECK_NOTHROW(launcher->launch(r.kernel, r.num_warps, {0, 1, 1}, r.problem.interp_args()));
+}
+
+// Checked before the kernel compiles, loads or allocates anything on the device.
+TEST_CASE("fake cuda child: a buffer of another dtype or a missing argument is refused first",
+          "[.][fake_cuda_child]") {
+  auto launcher = fake_cuda_launcher();
+  Run r = problem("vector_add", {{"n", 100}});
+  auto args = r.problem.interp_args();
+  interp::Buffer halves("halves", ir::DType::f16, 100);
+  args[1] = interp::Arg::of(halves);
+  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
+                    "kernel 'vector_add': parameter 'y' (ptr<f32>) was given buffer 'halves' of f16");
+  CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.grid, args, 1, 1), UserError);
+  args = r.problem.interp_args();
+  args.erase(args.begin() + 2);
+  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
+                    "kernel 'vector_add': expects 4 arguments, got 3: missing parameter 'out' (ptr<f32>)");
+  args = r.problem.interp_args();
+  args.back() = interp::Arg::of_float(100);
+  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
+                    Catch::EndsWith("parameter 'n' (i32) was given the float 100, not an integer (pass Arg::of_int)"));
+  CHECK(launcher->stats().launches == 0);
 }
 
 TEST_CASE("the cuda launcher uploads, launches with the compiled block and downloads", "[cuda]") {
@@ -182,6 +206,14 @@ TEST_CASE("the cuda launcher uploads, launches with the compiled block and downl
     INFO(out.text);
     CHECK(out.status == 0);
     CHECK_THAT(out.text, !Catch::Contains("cuLaunchKernel"));
+  }
+  SECTION("a wrong dtype or a missing argument never reaches the module or the device") {
+    Output out = child_case(cache, "fake cuda child: a buffer of another dtype or a missing argument is refused first");
+    INFO(out.text);
+    CHECK(out.status == 0);
+    CHECK_THAT(out.text, !Catch::Contains("cuModuleLoad") && !Catch::Contains("cuMemAlloc") &&
+                             !Catch::Contains("cuLaunchKernel"));
+    CHECK_THAT(out.text, Catch::Contains(kAllReleased + "\n"));
   }
 }
 

@@ -56,9 +56,9 @@ TEST_CASE("nvptx lowering on the emulator: every kernel's default problem on eve
     if (paths.empty()) paths.push_back("");
     for (const std::string& path : paths) {
       INFO(t.name << " path " << (path.empty() ? kernels::default_path(t) : path));
-      kernels::Problem p = kernels::make_problem(t, {params, shape, 3, {}, {}});
+      kernels::Problem p = kernels::make_problem(t, {shape, 3, {}, {}});
       auto emu = backends::make_emulate_launcher(backends::EmuLowering::nvptx);
-      kernels::run_problem(t, path, params, shape, p, *emu);
+      kernels::run_problem(t, path, params, p, *emu);
       kernels::Comparison c = kernels::compare_outputs(p);
       INFO(c.first_mismatch);
       CHECK(c.ok);

@@ -20,8 +20,8 @@ TEST_CASE("every template kernel compiles for the GPU and runs correctly emulate
       if (k.ptxas)
         WARN(t.name << " " << arch << ": " << k.ptxas->registers << " registers, " << k.stats.conversions
                     << " conversions, " << k.stats.barriers << " barriers, " << k.shared_bytes << " B shared");
-    kernels::Problem p = kernels::make_problem(t, {params, shape, 7, {}, {}});
-    kernels::run_problem(t, "", params, shape, p, *backends::make_emulate_launcher());
+    kernels::Problem p = kernels::make_problem(t, {shape, 7, {}, {}});
+    kernels::run_problem(t, "", params, p, *backends::make_emulate_launcher());
     kernels::Comparison c = kernels::compare_outputs(p);
     INFO(c.first_mismatch);
     CHECK(c.ok);

@@ -31,11 +31,11 @@ void check_template(const std::string& name, const ParamMap& params, const Param
   const KernelTemplate* t = find_template(name);
   REQUIRE(t);
   ir::Kernel k = t->build(params, shape);
-  Problem ref = t->make_problem({params, shape, seed, {}, {}});
+  Problem ref = make_problem(*t, {shape, seed, {}, {}});
   Problem emu = ref;
   int warps = int(params.at("num_warps"));
-  make_interpret_launcher()->launch(k, warps, ref.grid, ref.interp_args());
-  backends::make_emulate_launcher()->launch(k, warps, emu.grid, emu.interp_args());
+  make_interpret_launcher()->launch(k, warps, launch_grid(*t, params, ref.shape), ref.interp_args());
+  backends::make_emulate_launcher()->launch(k, warps, launch_grid(*t, params, emu.shape), emu.interp_args());
   std::string desc = name;
   for (auto& [n, v] : params) desc += " " + n + "=" + std::to_string(v);
   for (auto& [n, v] : shape) desc += " " + n + "=" + std::to_string(v);
@@ -114,9 +114,9 @@ void check_vector_add_bytes(int64_t block, int64_t warps) {
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(4099)}) {
     const KernelTemplate* t = find_template("vector_add");
     ParamMap params{{"block", block}, {"num_warps", warps}}, shape{{"n", n}};
-    Problem p = t->make_problem({params, shape, 3, {}, {}});
+    Problem p = make_problem(*t, {shape, 3, {}, {}});
     auto emu = backends::make_emulate_launcher();
-    emu->launch(t->build(params, shape), int(warps), p.grid, p.interp_args());
+    emu->launch(t->build(params, shape), int(warps), launch_grid(*t, params, p.shape), p.interp_args());
     INFO("n = " << n << ", block " << block << ", num_warps " << warps);
     CHECK(compare_outputs(p).ok);
     CHECK(emu->stats().bytes_loaded.value_or(-1) == 8 * n);

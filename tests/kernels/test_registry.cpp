@@ -31,7 +31,7 @@ KernelTemplate nameless() { return KernelTemplate{}; }
 
 TEST_CASE("a kernel without a reference is refused by every command that checks results", "[kernels][registry]") {
   KernelTemplate t = no_reference();
-  CHECK_THROWS_WITH(make_problem(t, {{{"block", 256}}, {}, 1, {}, {}}),
+  CHECK_THROWS_WITH(make_problem(t, {{}, 1, {}, {}}),
                     Catch::Contains("softmax_no_reference has no problem generator with a reference") &&
                         Catch::Contains("cannot be run, checked, benchmarked or tuned"));
   CHECK_NOTHROW(build_kernels(t, {{"block", 256}}, {})); // it still compiles
@@ -48,14 +48,15 @@ TEST_CASE("the registry refuses a second kernel of one name and a kernel without
 TEST_CASE("options and inputs a kernel does not take are errors naming them", "[kernels][registry]") {
   const KernelTemplate& softmax_t = *find_template("softmax");
   ParamMap params = resolve_params(softmax_t.params, {}, "--set"), shape = resolve_params(softmax_t.shape, {}, "--shape");
-  CHECK_THROWS_WITH(make_problem(softmax_t, {params, shape, 1, {{"softcap", 30.0}}, {}}),
+  CHECK_THROWS_WITH(make_problem(softmax_t, {shape, 1, {{"softcap", 30.0}}, {}}),
                     Catch::Contains("--softcap: softmax has no such option"));
-  CHECK_THROWS_WITH(make_problem(softmax_t, {params, shape, 1, {}, "/tmp"}),
+  KernelTemplate no_files = softmax_t; // without its declared arrays it reads no files
+  no_files.tensors.clear();
+  CHECK_THROWS_WITH(make_problem(no_files, {shape, 1, {}, "/tmp"}),
                     Catch::Contains("--inputs: softmax does not read its inputs from files"));
   // The paged-attention problem's own description and ideal bytes come with it.
   const KernelTemplate& pa = *find_template("paged_attention");
-  Problem p = make_problem(pa, {resolve_params(pa.params, {}, "--set"),
-                                resolve_params(pa.shape, {"ctx=40"}, "--shape"), 1, {}, {}});
+  Problem p = make_problem(pa, {resolve_params(pa.shape, {"ctx=40"}, "--shape"), 1, {}, {}});
   CHECK(p.ideal_bytes.value_or(0) > 0);
   CHECK_THAT(p.description, Catch::Contains("batch=2 hq=8 hkv=2"));
 }

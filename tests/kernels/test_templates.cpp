@@ -31,9 +31,9 @@ ParamMap defaults(const std::vector<Param>& ps) {
 std::pair<Problem, LaunchStats> check_emulated(const KernelTemplate& t, const std::string& path,
                                                const ParamMap& params, const ParamMap& shape, uint64_t seed,
                                                backends::EmuLowering lowering = backends::default_emu_lowering()) {
-  Problem p = make_problem(t, {params, shape, seed, {}, {}});
+  Problem p = make_problem(t, {shape, seed, {}, {}});
   auto launcher = backends::make_emulate_launcher(lowering);
-  run_problem(t, path, params, shape, p, *launcher);
+  run_problem(t, path, params, p, *launcher);
   Comparison c = compare_outputs(p);
   INFO(c.first_mismatch);
   CHECK(c.ok);
@@ -74,8 +74,8 @@ TEST_CASE("templates match their references on random ragged shapes (interpreter
         for (const char* d : {"m", "n", "k"}) shape[d] = 1 + rng() % 70;
       }
       INFO(t.name << " trial " << trial);
-      Problem p = make_problem(t, {params, shape, rng(), {}, {}});
-      run_problem(t, "", params, shape, p, *launcher);
+      Problem p = make_problem(t, {shape, rng(), {}, {}});
+      run_problem(t, "", params, p, *launcher);
       Comparison c = compare_outputs(p);
       INFO(c.first_mismatch);
       CHECK(c.ok);
@@ -378,8 +378,8 @@ TEST_CASE("paged attention over an fp8 KV cache matches a reference that dequant
       ParamMap shape = defaults(t->shape), params = defaults(t->params);
       shape["kv_dtype"] = kv, shape["dtype"] = 2, shape["head_dim"] = 48, shape["causal"] = 1, shape["sq"] = 2;
       INFO("interpreter kv_dtype " << kv << " path '" << path << "'");
-      Problem p = make_problem(*t, {params, shape, 23, {}, {}});
-      run_problem(*t, path, params, shape, p, *interpreter);
+      Problem p = make_problem(*t, {shape, 23, {}, {}});
+      run_problem(*t, path, params, p, *interpreter);
       Comparison c = compare_outputs(p);
       INFO(c.first_mismatch);
       CHECK(c.ok);
