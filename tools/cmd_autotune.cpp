@@ -509,8 +509,18 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     card.compiler = program_name();
     rt::write_kernel_card(card, o.export_dir);
     fs::path copy = fs::path(o.export_dir) / fs::path(o.db).filename();
-    if (fs::absolute(copy).lexically_normal() != fs::absolute(o.db).lexically_normal())
-      rt::merge_into_file(copy.string(), db);
+    // Merged in memory and written atomically without a lock file: the folder is what ships
+    // (a deployment holds no tuning.toml.lock).
+    if (fs::absolute(copy).lexically_normal() != fs::absolute(o.db).lexically_normal()) {
+      rt::TuningDb shipped;
+      try {
+        shipped = rt::read_tuning_db(copy.string());
+      } catch (const rt::TuningDbError& e) {
+        std::cerr << program_name() << ": warning: " << e.what() << "; replaced by this run's database\n";
+      }
+      shipped.merge(db);
+      rt::write_tuning_db(copy.string(), shipped);
+    }
     say(common, fmt::format("exported {} modules ({}) and the database to {}", exported.size(),
                             fmt::join(tg.export_archs, ", "), o.export_dir));
   }
