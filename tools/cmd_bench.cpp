@@ -37,12 +37,15 @@ struct Timed {
   std::optional<double> median_ms, min_ms, max_ms, gbps;
   std::optional<int64_t> unique_bytes;
   std::string failed; // why it has no time
+  std::string traffic; // its check run moved more than the traffic budget allows (a warning)
 };
 
 Timed timed(const Measurement& m, const std::string& config, int64_t ideal) {
   Timed t;
   t.config = config;
   t.failed = m.rejected;
+  t.traffic = m.traffic_error;
+  if (!t.traffic.empty()) std::cerr << program_name() << ": warning: " << config << ": " << t.traffic << "\n";
   if (!m.rejected.empty()) return t;
   kernels::TimingStats st = kernels::summarize_times(m.times, 0);
   t.median_ms = st.median_ms, t.min_ms = st.min_ms, t.max_ms = st.max_ms;
@@ -58,6 +61,7 @@ JsonObject timed_json(const Timed& t) {
   j.str("config", t.config).maybe("median_ms", t.median_ms).maybe("min_ms", t.min_ms).maybe("max_ms", t.max_ms);
   j.maybe("gbps", t.gbps).maybe("unique_bytes", t.unique_bytes);
   if (!t.failed.empty()) j.str("failed", t.failed);
+  if (!t.traffic.empty()) j.str("traffic_error", t.traffic);
   return j;
 }
 

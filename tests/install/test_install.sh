@@ -58,7 +58,12 @@ done
 
 step "configure and build examples/rmsnorm against the installed tilec"
 cmake -G Ninja -S "$src/examples/rmsnorm" -B "$tmp/example" -DCMAKE_PREFIX_PATH="$p" \
-  -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >"$tmp/configure.log" || { cat "$tmp/configure.log"; fail "configure"; }
+  -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "configure"; }
+# find_package(tilec) speaks only of tilec: LLVM's search for its own optional libraries stays quiet.
+if grep -q "Could NOT find" "$tmp/configure.log"; then
+  cat "$tmp/configure.log"
+  fail "configuring against the installed tilec printed another package's 'Could NOT find'"
+fi
 # It must use the fresh install, never the build tree or another tilec on the machine.
 grep -qx "tilec_DIR:PATH=$p/$lib/cmake/tilec" "$tmp/example/CMakeCache.txt" ||
   fail "the example found tilec elsewhere: $(grep '^tilec_DIR' "$tmp/example/CMakeCache.txt")"
@@ -88,8 +93,26 @@ fi
 
 step "rmsnorm_tilec run rmsnorm --backend emulate"
 "$tilec" run rmsnorm --backend emulate || fail "run rmsnorm on the emulator"
-"$tilec" run rmsnorm --backend emulate --set block=512 --shape rows=7 cols=300 ||
+"$tilec" run rmsnorm --backend emulate --set block=512 --shape rows=7 cols=300 --out "$tmp/y.npy" ||
   fail "run rmsnorm on the emulator with a ragged row"
+
+step "rmsnorm_tilec run rmsnorm --inputs (sizes from the files, no I/O code in rmsnorm.cpp)"
+mkdir -p "$tmp/rms_in"
+python3 - "$tmp/rms_in" <<'PY' || fail "writing rmsnorm's .npy inputs"
+import struct, sys
+def npy(path, shape, values):
+    header = "{'descr': '<f2', 'fortran_order': False, 'shape': (%s), }" % "".join(f"{d}, " for d in shape)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(b"".join(struct.pack("<e", v) for v in values))
+npy(sys.argv[1] + "/x.npy", (5, 40), [((i * 7) % 23 - 11) / 8 for i in range(200)])
+npy(sys.argv[1] + "/w.npy", (40,), [1 + (i % 5) / 10 for i in range(40)])
+PY
+"$tilec" run rmsnorm --backend emulate --set block=256 --inputs "$tmp/rms_in" --out "$tmp/rms_out.npy" ||
+  fail "run rmsnorm --inputs"
+python3 -c 'import sys; h = open(sys.argv[1], "rb").read(128); sys.exit(0 if b"(5, 40)" in h else 1)' \
+  "$tmp/rms_out.npy" || fail "--out did not write rmsnorm's output as [rows, cols] = (5, 40)"
 
 rows=32
 cols=300
