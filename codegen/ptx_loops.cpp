@@ -102,4 +102,13 @@ const PtxLoop* main_loop(const std::vector<PtxLoop>& loops) {
   return best;
 }
 
+std::optional<PtxLoop> kernel_main_loop(const ir::Function& kernel, const std::string& ptx) {
+  bool has_loop = false;
+  ir::walk(const_cast<ir::Block&>(kernel.body), [&](ir::Op& op) { has_loop = has_loop || op.kind == ir::OpKind::For; });
+  if (!has_loop) return std::nullopt;
+  std::vector<PtxLoop> loops = ptx_loops(ptx);
+  if (const PtxLoop* l = main_loop(loops)) return *l;
+  return std::nullopt;
+}
+
 } // namespace tilec::codegen

@@ -3,8 +3,11 @@
 // (a `bra` to a label above it), counted instruction by instruction. Plain text processing,
 // no LLVM: tests and `tilec compile --json` use it to pin the cost of a kernel's hot loop.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "ir/ir.h"
 
 namespace tilec::codegen {
 
@@ -25,5 +28,10 @@ std::vector<PtxLoop> ptx_loops(const std::string& ptx);
 // The outermost loop that reads global memory, with loads or asynchronous copies (a
 // kernel's main loop: the K/V loop of paged attention), or nullptr when there is none.
 const PtxLoop* main_loop(const std::vector<PtxLoop>& loops);
+
+// The main loop of `kernel`'s PTX: one of the kernel's own `for` loops, so a kernel without
+// one has none, whatever loops its math functions bring (libdevice's sin/cos range reduction
+// loops over a table in global memory). Empty when there is none.
+std::optional<PtxLoop> kernel_main_loop(const ir::Function& kernel, const std::string& ptx);
 
 } // namespace tilec::codegen

@@ -156,9 +156,10 @@ Action add_compile(CLI::App& app, Common& common) {
     else if (ck.stats.staged_loops)
       say(common, "  pipeline: not applied (no loop has a tensor-core operand loaded in 16-byte chunks from a "
                   "buffer the kernel only reads)");
+    // One of the kernel's own loops (not libdevice's sin/cos range reduction).
+    const std::optional<codegen::PtxLoop> main_loop = codegen::kernel_main_loop(*k, ck.ptx);
     if (!ck.ptx.empty()) {
-      std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
-      if (const codegen::PtxLoop* l = codegen::main_loop(loops))
+      if (const codegen::PtxLoop* l = main_loop ? &*main_loop : nullptr)
         say(common, fmt::format("  main loop: {} PTX instructions per trip ({} mma, {} cp.async, {} global loads{})",
                                 l->instructions, l->count("mma"), (l->count("cp.async.cg") + l->count("cp.async.ca")), l->count("ld.global"),
                                 l->inner_loops ? fmt::format(", {} inner loops counted once", l->inner_loops) : ""));
@@ -191,8 +192,7 @@ Action add_compile(CLI::App& app, Common& common) {
       j.integer("shared_accesses", ck.stats.shared_accesses).integer("shared_vector_accesses", ck.stats.shared_vector_accesses);
       j.integer("shared_access_bytes", ck.stats.shared_access_bytes);
       // The main loop (the outermost one loading from global memory): instructions per trip.
-      std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
-      if (const codegen::PtxLoop* l = codegen::main_loop(loops)) {
+      if (const codegen::PtxLoop* l = main_loop ? &*main_loop : nullptr) {
         j.integer("loop_instructions", l->instructions).integer("loop_inner_loops", l->inner_loops);
         j.integer("loop_mma", l->count("mma")).integer("loop_cp_async", (l->count("cp.async.cg") + l->count("cp.async.ca")));
       } else {
