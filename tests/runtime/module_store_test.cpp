@@ -267,6 +267,14 @@ TEST_CASE("C API: tilec_tuned_modules lists the manifests or says what is missin
   CHECK(n == -1);
   CHECK_THAT(std::string(note), Catch::Contains("no module paged_attention for sm_80") &&
                                     Catch::Contains("tilec compile paged_attention --arch sm_80"));
+  // Modules a user's own CLI exported (tilec_add_kernels): the hint names that program.
+  rt::KernelCard mine = kernels::kernel_card(paged());
+  mine.compiler = "my_kernels_cli";
+  rt::write_kernel_card(mine, dir.path);
+  n = tilec_tuned_modules(h, "paged_attention", "cpu-emulator", key.c_str(), "sm_80", dir.path.c_str(), nullptr,
+                          paths, sizeof paths, note, sizeof note);
+  CHECK(n == -1);
+  CHECK_THAT(std::string(note), Catch::Contains("my_kernels_cli compile paged_attention --arch sm_80"));
   tilec_tuning_close(h);
 }
 

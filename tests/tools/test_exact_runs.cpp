@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "kernels/paged_attention.h"
+#include "kernels/registry.h"
+#include "runtime/module_store.h"
 #include "runtime/npy.h"
 #include "tests/tilec_process.h"
 
@@ -69,6 +71,7 @@ TEST_CASE("autotune measures configs with other blocks than the default's, and -
     CHECK(e.path().extension() != ".lock");
   }
   CHECK(fs::exists(out / "db.toml"));
+  CHECK(rt::read_kernel_card(out / "vector_add.kernel.toml").compiler == "tilec");
 
   // A database whose only config has the small block: run --tuned launches it on its grid.
   std::ofstream(space) << "kernel = \"vector_add\"\n[params]\nblock = [256]\n[measure]\nwarmup = 0\nrepeats = 1\n";
@@ -153,4 +156,22 @@ TEST_CASE("a kernel that declares its tensors reads --inputs and writes a shaped
   write_f32(s.dir / "mm" / "b.npy", {6, 3}, 0.5f);
   cli("run matmul --backend emulate --inputs " + (s.dir / "mm").string() + " --out " + out.string(), 0);
   CHECK(rt::read_npy(out.string()).shape == std::vector<int64_t>{4, 3});
+}
+
+TEST_CASE("a CLI started under another name speaks in that name", "[tools][exact]") {
+  Scratch s;
+  fs::create_symlink(TILEC_BINARY, s.dir / "my_kernels_cli"); // as a user's tilec_add_kernels executable
+  test::Process p = test::run_process((s.dir / "my_kernels_cli").string(), {"run", "no_such_kernel"});
+  INFO(p.text());
+  CHECK(p.exit_code == 2);
+  CHECK_THAT(p.err, Catch::StartsWith("my_kernels_cli: error:"));
+  test::Process none = test::run_process((s.dir / "my_kernels_cli").string(), {});
+  CHECK_THAT(none.err, Catch::Contains("see my_kernels_cli --help"));
+}
+
+TEST_CASE("a size checked as a power of two is named with --shape", "[tools][exact]") {
+  kernels::ParamMap shape{{"block_size", 12}};
+  CHECK_THROWS_WITH(kernels::require_pow2(shape, "block_size", 1, 256, "--shape"),
+                    Catch::StartsWith("--shape block_size=12: must be a power of two"));
+  CHECK_THROWS_WITH(kernels::require_pow2({{"block", 3}}, "block", 1, 256), Catch::StartsWith("--set block=3"));
 }
