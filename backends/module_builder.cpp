@@ -15,15 +15,18 @@ using kernels::all_templates;
 
 namespace fs = std::filesystem;
 
-namespace {
-
-codegen::CompileOptions options_for(const ParamMap& params, const std::string& arch) {
+codegen::CompileOptions compile_options(const ParamMap& params, const std::string& arch, const std::string& target) {
   codegen::CompileOptions o;
-  o.target = arch == "host" ? codegen::Target::emu : codegen::Target::nvptx;
+  o.target = arch == "host" || target == "emu" ? codegen::Target::emu
+             : target == "emu-nvptx"           ? codegen::Target::emu_nvptx
+                                               : codegen::Target::nvptx;
   if (arch != "host") o.arch = arch;
+  // num_warps was checked with the other --set values; compile() checks it again.
   if (auto it = params.find("num_warps"); it != params.end()) o.num_warps = int(it->second);
   return o;
 }
+
+namespace {
 
 rt::Manifest write_one(const ir::Function& fn, const codegen::CompileOptions& opts,
                        const std::map<std::string, rt::SpecValue>& spec, const fs::path& dir,
@@ -88,7 +91,7 @@ ParamMap values_for(const std::vector<Param>& declared, const rt::Spec& values, 
 std::vector<rt::Manifest> write_template_modules(const KernelTemplate& t, const ParamMap& params,
                                                  const ParamMap& shape, const std::string& arch,
                                                  const fs::path& dir, bool unique_names) {
-  codegen::CompileOptions opts = options_for(params, arch);
+  codegen::CompileOptions opts = compile_options(params, arch);
   auto spec = kernels::module_spec(t, params, shape);
   std::vector<rt::Manifest> out;
   std::vector<ir::Kernel> ks = kernels::build_kernels(t, params, shape);
@@ -118,7 +121,7 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
     where.push_back(rt::cache_module_dir());
     if (auto m = rt::find_module(where, exact)) return *m;
     auto spec = kernels::module_spec(*t, params, shape);
-    codegen::CompileOptions opts = options_for(params, q.arch);
+    codegen::CompileOptions opts = compile_options(params, q.arch);
     opts.large_buffers = kernels::large_buffers(*t, params, shape, *k);
     return write_one(*k, opts, spec, rt::cache_module_dir(), module_name(*k, spec, q.arch),
                      run_of(ks));

@@ -6,10 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "codegen/compile.h"
 #include "runtime/module_store.h"
 #include "kernels/registry.h"
 
 namespace tilec::backends {
+
+// What a config compiles with for `arch` ("sm_80", "sm_90", ... or "host": the emulator) and
+// `target` ("nvptx", "emu", "emu-nvptx"; "host" always compiles for the emulator): its
+// num_warps, the rest at their defaults.
+codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,
+                                        const std::string& target = "nvptx");
 
 // Compiles every kernel of one run of `t` (build_kernels) for `arch` ("sm_80", "sm_90", or
 // "host" for the emulator) and writes each into `dir` with module_spec(t, ...) as its

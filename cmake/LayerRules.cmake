@@ -11,7 +11,7 @@ set(TILEC_LAYER_RULES
   "measure:kernels dsl interp ir runtime abi"
   "codegen:ir abi"
   "backends:kernels codegen runtime interp dsl ir abi"
-  "autotune:ir runtime abi"
+  "autotune:measure backends kernels codegen dsl interp ir runtime abi"
   "fuzz:autotune backends kernels codegen interp ir runtime abi"
   "tools:measure fuzz autotune backends kernels codegen interp dsl ir runtime abi"
   "examples:runtime abi"

@@ -12,6 +12,7 @@
 #include "codegen/ptx_loops.h"
 #include "codegen/module.h"
 #include "ir/verifier.h"
+#include "backends/module_builder.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 #include "tools/kernel_args.h"
@@ -54,18 +55,6 @@ void check_out_dir(const std::filesystem::path& dir, const std::vector<std::stri
 
 } // namespace
 
-codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,
-                                        const std::string& target) {
-  codegen::CompileOptions o;
-  o.arch = arch;
-  o.target = target == "emu"         ? codegen::Target::emu
-             : target == "emu-nvptx" ? codegen::Target::emu_nvptx
-                                     : codegen::Target::nvptx;
-  // num_warps was checked with the other --set values (resolve_set); compile() checks it again.
-  if (auto it = params.find("num_warps"); it != params.end()) o.num_warps = static_cast<int>(it->second);
-  return o;
-}
-
 Action add_compile(CLI::App& app, Common& common) {
   auto a = std::make_shared<CompileArgs>();
   a->choice.add_options(app);
@@ -94,7 +83,7 @@ Action add_compile(CLI::App& app, Common& common) {
     double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_build).count();
     const ir::Kernel& k = kernels.front();
     for (const ir::Kernel& each : kernels) ir::verify(*each);
-    codegen::CompileOptions opts = compile_options(params, a->arch, a->target);
+    codegen::CompileOptions opts = backends::compile_options(params, a->arch, a->target);
     opts.tensor_cores = !a->no_tensor_cores;
     opts.stock_o3 = a->stock_o3;
     opts.device_asserts = !a->no_device_asserts;

@@ -15,7 +15,7 @@
 #include "fuzz/fuzz.h"
 #include "tools/commands.h"
 #include "tools/json.h"
-#include "tools/progress.h"
+#include "autotune/progress.h"
 
 namespace tilec::cli {
 
@@ -34,7 +34,7 @@ std::string counts_json(const std::map<std::string, int64_t>& m) {
 }
 
 int run_fuzz_command(const Common& common, const fuzz::FuzzOptions& o) {
-  Progress progress("fuzz", static_cast<size_t>(o.count));
+  autotune::Progress progress("fuzz", static_cast<size_t>(o.count));
   fuzz::FuzzSummary s = fuzz::run_fuzz(o, [&](int64_t done, const std::string& line) {
     if (line.find(": agree") == std::string::npos) progress.note(line);
     progress.set(static_cast<size_t>(done), line);

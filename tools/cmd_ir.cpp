@@ -4,6 +4,7 @@
 #include "codegen/layout_print.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "backends/module_builder.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 #include "tools/kernel_args.h"
@@ -33,12 +34,12 @@ Action add_ir(CLI::App& app, Common& common) {
     if (*stage == "tile") {
       text = ir::print(*k);
     } else if (*stage == "layouts") {
-      codegen::LayoutsPrint p = codegen::print_layouts(*k, compile_options(params, *arch, "nvptx").num_warps);
+      codegen::LayoutsPrint p = codegen::print_layouts(*k, backends::compile_options(params, *arch, "nvptx").num_warps);
       text = p.text;
       layouts = p.layouts;
       conversions = p.conversions;
     } else {
-      codegen::CompileOptions opts = compile_options(params, *arch, "nvptx");
+      codegen::CompileOptions opts = backends::compile_options(params, *arch, "nvptx");
       text = codegen::lower_to_llvm(*k, opts).llvm_ir;
       if (*stage == "ptx") text = codegen::emit_ptx(text, opts);
     }

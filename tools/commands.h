@@ -48,10 +48,6 @@ kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTempla
 using measure::Measurement;
 using measure::measure_problem;
 
-// Code-generation options from a template's parameters (num_warps) and the flags.
-codegen::CompileOptions compile_options(const kernels::ParamMap& params, const std::string& arch,
-                                        const std::string& target);
-
 // For --seed (an unsigned option, which CLI11 would wrap a negative value around).
 inline const CLI::Validator kSeedCheck(
     [](std::string& v) {

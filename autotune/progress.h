@@ -7,7 +7,7 @@
 #include <iostream>
 #include <string>
 
-namespace tilec::cli {
+namespace tilec::autotune {
 
 class Progress {
 public:
@@ -39,4 +39,4 @@ private:
   bool tty_;
 };
 
-} // namespace tilec::cli
+} // namespace tilec::autotune

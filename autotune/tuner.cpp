@@ -1,0 +1,378 @@
+#include "autotune/tuner.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "abi/version.h"
+#include "autotune/progress.h"
+#include "backends/module_builder.h"
+#include "codegen/compile.h"
+#include "measure/measure.h"
+
+namespace tilec::autotune {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+unsigned threads(unsigned jobs) { return jobs ? jobs : std::max(1u, std::thread::hardware_concurrency()); }
+
+// One candidate config of one problem key, as it goes through the stages.
+struct Candidate {
+  kernels::ParamMap config;
+  std::string rejected; // why it was dropped; empty while it survives
+};
+
+// Runs `work(i)` for i in [0, n) on `jobs` threads (the DSL builder's current kernel is
+// thread_local, so each thread builds its own), stopping early when interrupted.
+void parallel_for(size_t n, unsigned jobs, const Reporter& r, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  auto loop = [&] {
+    for (size_t i; (i = next++) < n;) {
+      if (r.interrupted()) return;
+      work(i);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned i = 0; i < threads(jobs); ++i) pool.emplace_back(loop);
+  for (auto& th : pool) th.join();
+}
+
+// Builds every candidate's kernels and, when ptxas is there, compiles them for the GPU and
+// drops what ptxas rejects or what spills.
+void compile_candidates(std::vector<Candidate>& cands, const kernels::KernelTemplate& t, const kernels::ParamMap& shape,
+                        unsigned jobs, const std::optional<std::string>& arch, Progress& progress, const Reporter& r) {
+  std::mutex mutex;
+  parallel_for(cands.size(), jobs, r, [&](size_t i) {
+    Candidate& c = cands[i];
+    try {
+      for (const ir::Kernel& k : kernels::build_kernels(t, c.config, shape)) {
+        if (!arch) continue;
+        codegen::CompileOptions o = backends::compile_options(c.config, *arch, "nvptx");
+        o.large_buffers = kernels::large_buffers(t, c.config, shape, *k);
+        codegen::CompiledKernel ck = codegen::compile(*k, o);
+        if (!ck.ptxas) continue;
+        if (ck.ptxas->spill_stores + ck.ptxas->spill_loads > 0) {
+          c.rejected = fmt::format("{} spills on {} ({} bytes stored, {} loaded)", k->name, *arch,
+                                   ck.ptxas->spill_stores, ck.ptxas->spill_loads);
+          break;
+        }
+      }
+    } catch (const codegen::PtxasError& e) {
+      c.rejected = "ptxas rejected it: " + first_line(e.what());
+    } catch (const UserError& e) {
+      c.rejected = first_line(e.what());
+    }
+    std::lock_guard lock(mutex);
+    progress.step(format_values(c.config) + (c.rejected.empty() ? "" : "  dropped: " + c.rejected));
+  });
+}
+
+// The candidates of `space` for one key, each a full config (defaults under the space's
+// values); UserError naming an example when none fits.
+std::vector<kernels::ParamMap> candidates_of(const kernels::KernelTemplate& t, const SearchSpace& space,
+                                             const KeyToTune& k, const Reporter& r) {
+  Enumeration en = enumerate(space, k.shape);
+  r.say(fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(k.key), en.candidates.size(),
+                    space.size(), space.source));
+  if (en.candidates.empty())
+    throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
+                                rt::format_key(k.key), format_values(en.rejected.at(0).params),
+                                en.rejected.at(0).reason));
+  std::vector<kernels::ParamMap> out;
+  for (const Values& v : en.candidates) {
+    kernels::ParamMap full = kernels::resolve_params(t.params, {}, "--set");
+    for (const auto& [name, x] : v) full[name] = x;
+    out.push_back(std::move(full));
+  }
+  return out;
+}
+
+// Enumerates the space for one key, compiles what the database lacks, checks and times each
+// survivor, and merges each measured config into the database as soon as it is measured.
+void tune_key(const kernels::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
+              kernels::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r) {
+  std::vector<kernels::ParamMap> all = candidates_of(t, space, k, r);
+  if (!s.shard.whole()) { // the same order on every machine, so the shards partition it
+    std::vector<kernels::ParamMap> mine;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (s.shard.takes(i)) mine.push_back(all[i]);
+    r.say(fmt::format("  shard {}/{}: {} of them", s.shard.index + 1, s.shard.count, mine.size()));
+    all = std::move(mine);
+  }
+  n.candidates += all.size();
+  rt::TuningEntry slot;
+  slot.kernel = t.name;
+  slot.device = tg.device;
+  slot.compute_capability = tg.cc;
+  slot.backend = tg.backend;
+  slot.key = k.key;
+  std::vector<Candidate> todo;
+  size_t skipped_here = 0;
+  for (kernels::ParamMap& config : all) {
+    slot.config = rt::TunedConfig(config.begin(), config.end());
+    if (!s.force && db.find(slot)) {
+      ++skipped_here;
+      continue;
+    }
+    todo.push_back({std::move(config), {}});
+  }
+  n.skipped += skipped_here;
+  if (skipped_here) r.say(fmt::format("  {} already in {} (use --force to measure again)", skipped_here, s.db));
+
+  Progress compiling("compile", todo.size());
+  compile_candidates(todo, t, k.shape, s.jobs, tg.ptxas_arch, compiling, r);
+
+  size_t survivors = 0;
+  for (const Candidate& c : todo) survivors += c.rejected.empty();
+  Progress measuring("measure", survivors);
+  std::string warning;
+  for (Candidate& c : todo) {
+    if (r.interrupted()) break;
+    if (c.rejected.empty()) {
+      measure::Measurement m = measure::measure_problem(t, "", c.config, k.problem, launcher, space.warmup, space.repeats);
+      c.rejected = m.rejected;
+      if (c.rejected.empty()) {
+        rt::TuningEntry e = measure::tuning_entry(slot, c.config, m, k.problem);
+        rt::TuningDb one;
+        one.entries.push_back(e);
+        db = rt::merge_into_file(s.db, one, &warning); // after every config: ^C keeps what was measured
+        if (!warning.empty()) measuring.note("warning: " + std::exchange(warning, ""));
+        ++n.measured;
+        measuring.step(fmt::format("{}  median {:.4f} ms", format_values(c.config), e.median_ms));
+        continue;
+      }
+      measuring.step(format_values(c.config) + "  dropped: " + c.rejected);
+    }
+    ++n.rejected;
+    r.say(fmt::format("  dropped {}: {}", format_values(c.config), c.rejected));
+  }
+}
+
+// Compiles the winner of a key for every export arch and module variant into `dir`; returns
+// the manifests written.
+std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const rt::TuningEntry& best,
+                                       const kernels::ParamMap& shape, const Target& tg, const std::string& dir) {
+  std::vector<std::string> written;
+  std::vector<kernels::ParamMap> variants = t.module_variants;
+  if (variants.empty()) variants.emplace_back();
+  kernels::ParamMap params(best.config.begin(), best.config.end());
+  for (const std::string& arch : tg.export_archs)
+    for (const kernels::ParamMap& variant : variants) {
+      kernels::ParamMap s = shape;
+      for (const auto& [name, v] : variant) s[name] = v;
+      for (const rt::Manifest& m : backends::write_template_modules(t, params, s, arch, dir, true))
+        written.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
+    }
+  return written;
+}
+
+} // namespace
+
+std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
+                                 uint64_t seed, bool problems) {
+  std::vector<KeyToTune> keys;
+  for (const std::vector<std::string>& set : shapes) {
+    KeyToTune k;
+    k.shape = kernels::resolve_params(t.shape, set, "--shape");
+    k.key = kernels::problem_key(t, k.shape);
+    if (problems) k.problem = kernels::make_problem(t, {k.shape, seed, {}, {}});
+    keys.push_back(std::move(k));
+  }
+  return keys;
+}
+
+TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+                const TuneSettings& s, const Target& tg, kernels::Launcher& launcher, const Reporter& r) {
+  // Read only: nothing is written until a config is measured (a corrupt file is moved aside
+  // then, by merge_into_file).
+  rt::TuningDb db;
+  try {
+    db = rt::read_tuning_db(s.db);
+  } catch (const rt::TuningDbError& e) {
+    r.warn(fmt::format("{}; it will be moved aside when the first result is stored", e.what()));
+  }
+  TuneResult n;
+  for (KeyToTune& k : keys) {
+    if (r.interrupted()) break;
+    tune_key(t, space, s, tg, launcher, k, db, n, r);
+  }
+  n.interrupted = r.interrupted();
+  for (const KeyToTune& k : keys) {
+    auto sel = rt::select_config(db, t.name, tg.device, k.key, {});
+    if (!sel || sel->rule != "exact") continue;
+    n.best.push_back(sel->entry);
+    if (!s.export_dir.empty() && !n.interrupted)
+      for (std::string& m : export_winner(t, sel->entry, k.shape, tg, s.export_dir)) n.exported.push_back(std::move(m));
+    r.say(fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(k.key), rt::format_config(sel->entry.config),
+                      sel->entry.median_ms, sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
+  }
+  r.say(fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n.candidates,
+                    n.rejected, n.measured, n.skipped, s.db));
+  if (!s.export_dir.empty() && !n.interrupted) {
+    // The database and the kernel's card travel with its modules: a deployment ships the folder.
+    rt::KernelCard card = kernels::kernel_card(t);
+    card.compiler = s.compiler;
+    rt::write_kernel_card(card, s.export_dir);
+    fs::path copy = fs::path(s.export_dir) / fs::path(s.db).filename();
+    // Merged in memory and written atomically without a lock file: the folder is what ships
+    // (a deployment holds no tuning.toml.lock).
+    if (fs::absolute(copy).lexically_normal() != fs::absolute(s.db).lexically_normal()) {
+      rt::TuningDb shipped;
+      try {
+        shipped = rt::read_tuning_db(copy.string());
+      } catch (const rt::TuningDbError& e) {
+        r.warn(fmt::format("{}; replaced by this run's database", e.what()));
+      }
+      shipped.merge(db);
+      rt::write_tuning_db(copy.string(), shipped);
+    }
+    r.say(fmt::format("exported {} modules ({}) and the database to {}", n.exported.size(),
+                      fmt::join(tg.export_archs, ", "), s.export_dir));
+  }
+  return n;
+}
+
+measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+                      const PrepareSettings& ps, const Reporter& r) {
+  fs::path dir = ps.dir.lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path(); // "plan/": the folder plan, and plan.partial beside it
+  std::error_code ec;
+  if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
+    throw UserError(fmt::format("--prepare {}: exists and is not an empty folder; choose a new folder", dir.string()));
+  const fs::path partial = dir.string() + ".partial";
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial / "modules", ec);
+  if (ec) throw UserError(fmt::format("--prepare {}: cannot create {}: {}", dir.string(), partial.string(), ec.message()));
+
+  measure::Plan plan;
+  plan.kernel = t.name;
+  plan.arch = ps.arch;
+  plan.compiler = "tilec " TILEC_VERSION;
+  plan.created_at = rt::utc_now();
+  plan.warmup = space.warmup;
+  plan.repeats = space.repeats;
+  fs::copy_file(ps.space_file, partial / plan.space, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw UserError(fmt::format("--prepare: cannot copy {} into the plan: {}", ps.space_file, ec.message()));
+  if (!codegen::find_ptxas()) r.warn("no ptxas here: the plan carries PTX only (the driver compiles it), unchecked for spills");
+
+  struct Item {
+    measure::PlanCandidate c;
+    std::string rejected;
+  };
+  std::vector<Item> items;
+  for (size_t p = 0; p < keys.size(); ++p) {
+    plan.problems.push_back({keys[p].key, ps.seed});
+    std::vector<kernels::ParamMap> all = candidates_of(t, space, keys[p], r);
+    for (size_t i = 0; i < all.size(); ++i) {
+      Item it;
+      it.c.problem = p;
+      it.c.index = i;
+      it.c.config = all[i];
+      it.c.modules = fmt::format("p{}/c{}", p, i);
+      items.push_back(std::move(it));
+    }
+  }
+
+  // Compiled on every core: the GPU modules first (ptxas decides), then the emulator's.
+  Progress compiling("compile", items.size());
+  std::atomic<size_t> done{0};
+  std::mutex mutex;
+  parallel_for(items.size(), ps.jobs, r, [&](size_t i) {
+    Item& it = items[i];
+    const kernels::ParamMap& shape = keys[it.c.problem].shape;
+    try {
+      for (const rt::Manifest& m : backends::write_template_modules(
+               t, it.c.config, shape, plan.arch, measure::candidate_dir(partial, plan.arch, it.c), false)) {
+        if (!m.ptxas) continue;
+        it.c.registers = std::max(it.c.registers.value_or(0), m.ptxas->registers);
+        if (m.ptxas->spills > 0) {
+          it.rejected = fmt::format("{} spills on {} ({} bytes)", m.kernel, plan.arch, m.ptxas->spills);
+          break;
+        }
+      }
+      if (it.rejected.empty())
+        backends::write_template_modules(t, it.c.config, shape, "host", measure::candidate_dir(partial, "host", it.c),
+                                         false);
+    } catch (const codegen::PtxasError& e) {
+      it.rejected = "ptxas rejected it: " + first_line(e.what());
+    } catch (const UserError& e) {
+      it.rejected = first_line(e.what());
+    }
+    std::lock_guard lock(mutex);
+    compiling.set(++done, format_values(it.c.config) + (it.rejected.empty() ? "" : "  dropped: " + it.rejected));
+  });
+  if (r.interrupted()) throw UserError(fmt::format("interrupted; the unfinished plan is in {}", partial.string()));
+
+  // Each survivor checked against its reference on the emulator, through the plan's own
+  // emulator modules (what tilec-measure --backend emulate loads).
+  size_t survivors = 0;
+  for (const Item& it : items) survivors += it.rejected.empty();
+  if (ps.check) {
+    Progress checking("check", survivors);
+    for (Item& it : items) {
+      if (r.interrupted()) throw UserError(fmt::format("interrupted; the unfinished plan is in {}", partial.string()));
+      if (!it.rejected.empty()) continue;
+      KeyToTune& k = keys[it.c.problem];
+      auto launcher = measure::folder_launcher(measure::candidate_dir(partial, "host", it.c), false, "emulate");
+      measure::Measurement m = measure::measure_problem(t, "", it.c.config, k.problem, *launcher, 0, 0);
+      it.rejected = m.rejected;
+      it.c.checked = m.rejected.empty();
+      if (it.c.checked) it.c.max_abs_err = m.cmp.max_abs_err;
+      checking.step(format_values(it.c.config) + (it.rejected.empty() ? "  ok" : "  dropped: " + it.rejected));
+    }
+  }
+  for (Item& it : items) {
+    if (it.rejected.empty()) {
+      plan.candidates.push_back(std::move(it.c));
+      continue;
+    }
+    plan.rejected.push_back({it.c.problem, it.c.config, it.rejected});
+    fs::remove_all(partial / "modules" / plan.arch / it.c.modules, ec);
+    fs::remove_all(partial / "modules" / "host" / it.c.modules, ec);
+  }
+  if (plan.candidates.empty())
+    throw UserError(fmt::format("--prepare: every candidate was dropped (first: {}); nothing to measure",
+                                plan.rejected.front().reason));
+  measure::write_plan(partial, plan);
+  fs::rename(partial, dir, ec);
+  if (ec) throw UserError(fmt::format("--prepare: cannot rename {} to {}: {}", partial.string(), dir.string(), ec.message()));
+  r.say(fmt::format("plan {}: {} candidates for {} ({} dropped){}; time it where the GPU is with: "
+                    "tilec-measure {} [--shard I/N] -o db.toml (for a kernel of your own, the program "
+                    "tilec_add_measure builds)",
+                    dir.string(), plan.candidates.size(), plan.arch, plan.rejected.size(),
+                    ps.check ? ", each checked on the emulator" : ", not checked on the emulator (--no-check)",
+                    dir.string()));
+  return plan;
+}
+
+kernels::ParamMap tuned_params(const kernels::KernelTemplate& t, const std::string& db_path,
+                               const kernels::ParamMap& shape, const std::string& device,
+                               const kernels::ParamMap& fallback, std::string& note) {
+  rt::TuningDb db;
+  try {
+    db = rt::read_tuning_db(db_path);
+  } catch (const rt::TuningDbError& e) {
+    throw UserError(fmt::format("--tuned {}", e.what()));
+  }
+  rt::ProblemKey key = kernels::problem_key(t, shape);
+  auto sel = rt::select_config(db, t.name, device, key, t.size_fields);
+  if (!sel) {
+    note = fmt::format("nothing tuned for {} on {}; using the default config", rt::format_key(key), device);
+    return fallback;
+  }
+  note = sel->note;
+  kernels::ParamMap params = fallback;
+  for (const auto& [k, v] : sel->entry.config) params[k] = v;
+  return params;
+}
+
+} // namespace tilec::autotune

@@ -1,0 +1,99 @@
+#pragma once
+// The tuner as a library: for each problem key of a kernel, enumerate its search space
+// (autotune/space.h), compile the candidates in parallel (dropping what ptxas rejects or what
+// spills), check each against the reference, time the survivors and merge each result into
+// the tuning database (runtime/tuning_db.h) as soon as it is measured; choose the winners and
+// export their modules. Or, with prepare(), compile and check every candidate into a plan that
+// tilec-measure times on a GPU machine without LLVM (measure/plan.h). `tilec autotune` is its
+// command line.
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autotune/space.h"
+#include "kernels/launcher.h"
+#include "kernels/registry.h"
+#include "measure/plan.h"
+#include "runtime/tuning_db.h"
+
+namespace tilec::autotune {
+
+// Where the candidates are timed, and for which GPU arch they are checked and exported.
+struct Target {
+  std::string backend, device, cc;          // cc: the GPU's compute capability ("9.0"), else empty
+  std::optional<std::string> ptxas_arch;    // empty: no ptxas check
+  std::vector<std::string> export_archs;    // the GPU arch, plus "host" off the GPU
+};
+
+// How the tuner talks back: lines of the run's story (the CLI prints them unless --json),
+// warnings, and whether the user asked it to stop (^C: it stops after the current step,
+// keeping what it measured).
+struct Reporter {
+  std::function<void(const std::string&)> say = [](const std::string&) {};
+  std::function<void(const std::string&)> warn = [](const std::string&) {};
+  std::function<bool()> interrupted = [] { return false; };
+};
+
+// One problem key to tune: its --shape values, its key and its problem (inputs and reference;
+// empty when only the sizes were checked).
+struct KeyToTune {
+  kernels::ParamMap shape;
+  rt::ProblemKey key;
+  kernels::Problem problem;
+};
+
+// Every --shape set as a key, with its problem made (and so checked) unless `problems` is
+// false (prepare without the check: the GPU machine makes each problem, and large ones take
+// minutes here).
+std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
+                                 uint64_t seed, bool problems = true);
+
+struct TuneSettings {
+  std::string db = "tuning.toml";   // the database measured configs are merged into
+  bool force = false;               // measure again what the database has
+  measure::Shard shard;             // this run's share of every key's candidates
+  unsigned jobs = 0;                // compile threads (0: every core)
+  std::string export_dir;           // the winners' modules, card and database (empty: none)
+  std::string compiler = "tilec";   // the program compiling them, recorded in the kernel card
+};
+
+struct TuneResult {
+  size_t candidates = 0, rejected = 0, measured = 0, skipped = 0;
+  std::vector<rt::TuningEntry> best;  // each key's exact winner, in key order
+  std::vector<std::string> exported;  // manifests written under export_dir
+  bool interrupted = false;
+};
+
+// Tunes every key on `launcher` (the target's backend) into settings.db and exports the
+// winners. UserError for a key no candidate fits.
+TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+                const TuneSettings& settings, const Target& target, kernels::Launcher& launcher,
+                const Reporter& reporter);
+
+struct PrepareSettings {
+  std::filesystem::path dir;        // the new plan folder (built in DIR.partial, renamed when whole)
+  std::string space_file;           // copied into the plan
+  std::string arch = "sm_90";
+  uint64_t seed = 1;
+  bool check = true;                // run each candidate against its reference on the emulator
+  unsigned jobs = 0;
+};
+
+// --prepare: every candidate of every key compiled for the GPU arch (ptxas's rejections and
+// spills dropped) and for the emulator, each checked against its reference on the emulator,
+// into a plan that tilec-measure times where the GPU is. Returns the plan written.
+measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+                      const PrepareSettings& settings, const Reporter& reporter);
+
+// The config `db_path` holds for `shape` on `device` (the nearest tuned key, by t's size
+// fields), over `fallback`; `note` says how it was chosen. UserError for a database that
+// cannot be read.
+kernels::ParamMap tuned_params(const kernels::KernelTemplate& t, const std::string& db_path,
+                               const kernels::ParamMap& shape, const std::string& device,
+                               const kernels::ParamMap& fallback, std::string& note);
+
+} // namespace tilec::autotune
