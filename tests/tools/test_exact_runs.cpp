@@ -14,6 +14,7 @@
 #include "kernels/registry.h"
 #include "runtime/module_store.h"
 #include "runtime/npy.h"
+#include "tests/runtime/helpers.h"
 #include "tests/tilec_process.h"
 
 namespace fs = std::filesystem;
@@ -21,17 +22,9 @@ using namespace tilec;
 
 namespace {
 
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    static int n = 0;
-    dir = fs::temp_directory_path() / ("tilec_exact_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(dir);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+// A scratch folder removed at the end of the test.
+struct Scratch : rt::test::TempDir {
+  const fs::path& dir = path;
 };
 
 test::Process cli(const std::string& args, int want_exit) {
