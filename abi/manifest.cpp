@@ -1,6 +1,7 @@
 #include "abi/manifest.h"
 
 #include "abi/error.h"
+#include "abi/hash.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -244,12 +245,7 @@ std::string key(std::string_view k) {
 } // namespace
 
 std::string file_checksum(std::string_view data) {
-  std::uint64_t h = 1469598103934665603ull; // FNV-1a 64
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{}:{:016x}", data.size(), h);
+  return fmt::format("{}:{:016x}", data.size(), fnv1a64(data));
 }
 
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& source) {

@@ -15,20 +15,13 @@
 #include "ir/printer.h"
 #include "abi/error.h"
 #include "runtime/module_store.h"
+#include "abi/hash.h"
 
 namespace tilec::backends {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 const char* target_name(codegen::Target t) {
   switch (t) {
@@ -122,7 +115,7 @@ rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions
   }
   if (pending.valid()) return pending.get(); // compiled, or being compiled by another thread
   try {
-    std::string hash = fmt::format("{:016x}", fnv1a(key));
+    std::string hash = fmt::format("{:016x}", fnv1a64(key));
     fs::path dir = module_cache_dir(backend);
     fs::path manifest = dir / (hash + ".toml");
     std::optional<rt::Manifest> m = read_cached(manifest, fn.name);

@@ -1,4 +1,5 @@
 #include "ir/printer.h"
+#include "abi/hash.h"
 
 #include <fmt/format.h>
 
@@ -245,12 +246,7 @@ std::string print(const Function& fn, const PrintHooks& hooks) { return Printer(
 std::string content_hash(const Function& fn) {
   static const std::regex loc(R"( loc\("(?:[^"\\]|\\.)*":[0-9]+:[0-9]+\))");
   std::string text = std::regex_replace(print(fn), loc, "");
-  uint64_t h = 1469598103934665603ull; // FNV-1a
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
+  return fmt::format("{:016x}", fnv1a64(text));
 }
 
 } // namespace tilec::ir
