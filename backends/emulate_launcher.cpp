@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <mutex>
 
@@ -53,11 +54,15 @@ private:
   std::map<std::string, std::shared_ptr<const rt::EmuModule>> modules_;
 };
 
-// A kernel argument as the emulator takes it, by the module's parameter type.
+// A kernel argument as the emulator takes it, by the module's parameter type: a buffer typed
+// with its element type, which the module checks against the parameter's as well.
 rt::Arg to_rt_arg(const rt::ParamType& t, const interp::Arg& a, const std::string& kernel, const std::string& param) {
   if (!t.is_pointer) return kernels::scalar_arg(t.element, a);
   if (!a.buffer) throw UserError(fmt::format("kernel '{}': parameter '{}' needs a buffer", kernel, param));
-  return rt::Arg::buffer(reinterpret_cast<std::uint64_t>(a.buffer->bytes.data()), a.buffer->bytes.size());
+  auto address = reinterpret_cast<std::uint64_t>(a.buffer->bytes.data());
+  if (std::optional<rt::ScalarType> element = kernels::buffer_element(*a.buffer))
+    return rt::Arg::buffer(address, a.buffer->bytes.size(), *element);
+  return rt::Arg::buffer(address, a.buffer->bytes.size());
 }
 
 class EmulateLauncher final : public Launcher {
@@ -68,8 +73,7 @@ public:
   void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
               const std::vector<interp::Arg>& args) override {
     const ir::Function& fn = *kernel;
-    if (args.size() != fn.params.size())
-      throw UserError(fmt::format("kernel '{}' takes {} arguments, got {}", fn.name, fn.params.size(), args.size()));
+    kernels::check_kernel_args(fn, args); // before compiling: the interpreter's checks, in its words
     for (int64_t g : grid)
       if (g < 0 || g > std::int64_t(UINT32_MAX))
         throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be from 0 to 2^32 - 1", fn.name, grid[0],

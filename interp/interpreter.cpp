@@ -11,6 +11,7 @@
 #include <set>
 #include <utility>
 
+#include "abi/arg_errors.h"
 #include "abi/float16.h"
 #include "abi/atomic_ops.h"
 #include "abi/device_print.h"
@@ -401,21 +402,40 @@ std::string scalar_arg_error(DType t, const Arg& a) {
 
 namespace {
 
+// An argument as a count mismatch names an extra one: "buffer 'xs' of f32", "the integer 7".
+std::string describe_arg(const Arg& a) {
+  if (a.buffer) return rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype));
+  return a.is_float ? fmt::format("the float {}", a.f) : fmt::format("the integer {}", a.i);
+}
+
+// The wording of abi/arg_errors.h, which every launcher shares.
+std::string argument_count_error(const ir::Function& fn, const std::vector<Arg>& args) {
+  std::vector<rt::ParamName> params;
+  for (const Value* p : fn.params) params.push_back({p->name, p->type.str()});
+  std::vector<std::string> extra;
+  for (size_t k = fn.params.size(); k < args.size(); ++k) extra.push_back(describe_arg(args[k]));
+  auto fits = [&](size_t i, size_t k) {
+    const ir::Type& t = fn.params[i]->type;
+    const Arg& a = args[k];
+    if (t.is_ptr()) return a.buffer && a.buffer->dtype == t.dtype();
+    return !a.buffer && a.is_float == ir::is_float(t.dtype());
+  };
+  return rt::argument_count_mismatch(params, args.size(), extra, fits);
+}
+
 void Machine::bind(const std::vector<Arg>& args) {
-  if (args.size() != fn_.params.size())
-    fail(fmt::format("expects {} arguments, got {}", fn_.params.size(), args.size()));
+  if (args.size() != fn_.params.size()) fail(argument_count_error(fn_, args));
   for (size_t k = 0; k < args.size(); ++k) {
     const Value* p = fn_.params[k];
     const Arg& a = args[k];
-    std::string what = fmt::format("parameter '{}' ({})", p->name, p->type.str());
+    std::string what = rt::param_phrase(p->name, p->type.str());
     if (!p->type.is_scalar()) fail(what + " is a tile; parameters must be scalars or pointers");
     DType t = p->type.dtype();
     Tile& v = out(p);
     if (p->type.is_ptr()) {
       if (!a.buffer) fail(what + " was given a scalar, not a buffer");
       if (a.buffer->dtype != t)
-        fail(fmt::format("{} was given buffer '{}' of {}", what, a.buffer->name,
-                         ir::dtype_name(a.buffer->dtype)));
+        fail(rt::param_given(p->name, p->type.str(), rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype))));
       v.buf = {static_cast<int32_t>(bufs_.size())};
       v.i = {0};
       bufs_.push_back(a.buffer);

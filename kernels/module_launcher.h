@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "abi/manifest.h"
@@ -16,6 +17,18 @@
 #include "kernels/launcher.h"
 
 namespace tilec::kernels {
+
+// Throws UserError unless `args` fit the parameters of `fn` as the interpreter binds them, in
+// its words (abi/arg_errors.h) after "kernel '<name>': ": their count (naming the missing
+// parameters or the extra arguments), a buffer of the parameter's element type for each
+// pointer ("parameter 'x' (ptr<f16>) was given buffer 'xs' of f32"), and for each scalar a
+// scalar of its kind (integer or float) whose value fits its type. The launchers over compiled
+// code call it before compiling or touching a device.
+void check_kernel_args(const ir::Function& fn, const std::vector<interp::Arg>& args);
+
+// The element type of a host buffer as the runtime names it, so a launch passes typed
+// buffers (rt::Arg::buffer(address, bytes, element)) and the module checks them too.
+std::optional<rt::ScalarType> buffer_element(const interp::Buffer& b);
 
 // A scalar argument as a module's parameter type takes it (f16/bf16 as their bits): what the
 // launchers over compiled code pass for an interpreter scalar.

@@ -1,9 +1,11 @@
 #include "runtime/launch.h"
 
+#include "abi/arg_errors.h"
 #include "abi/error.h"
 
 #include <bit>
 #include <fmt/format.h>
+#include <vector>
 
 namespace tilec::rt {
 
@@ -44,24 +46,32 @@ std::int64_t scalar_int_value(const Arg& a) {
 }
 
 void check_launch_args(const Manifest& m, std::span<const Arg> args) {
+  // The wording every launcher shares (abi/arg_errors.h), after "kernel '<name>': ".
+  auto fail = [&](const std::string& msg) {
+    throw LaunchArgumentError(fmt::format("kernel '{}': {}", m.kernel, msg));
+  };
+  auto fits = [&](std::size_t i, std::size_t k) {
+    const ParamType& t = m.params[i].type;
+    const Arg& a = args[k];
+    if (t.is_pointer) return a.is_buffer() && (!a.buffer_element() || *a.buffer_element() == t.element);
+    return !a.is_buffer() && a.scalar_type() == t.element;
+  };
   if (args.size() != m.params.size()) {
-    std::string names;
-    for (const ModuleParam& p : m.params)
-      names += (names.empty() ? "" : ", ") + p.name + ": " + p.type.str();
-    throw LaunchArgumentError(fmt::format("kernel '{}' takes {} argument{} ({}), got {}", m.kernel,
-                                          m.params.size(), m.params.size() == 1 ? "" : "s", names,
-                                          args.size()));
+    std::vector<ParamName> params;
+    for (const ModuleParam& p : m.params) params.push_back({p.name, p.type.str()});
+    std::vector<std::string> extra;
+    for (std::size_t k = m.params.size(); k < args.size(); ++k) extra.push_back(args[k].describe());
+    fail(argument_count_mismatch(params, args.size(), extra, fits));
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
     const ModuleParam& p = m.params[i];
     const Arg& a = args[i];
-    bool ok = p.type.is_pointer
-                  ? a.is_buffer() && (!a.buffer_element() || *a.buffer_element() == p.type.element)
-                  : !a.is_buffer() && a.scalar_type() == p.type.element;
-    if (!ok)
-      throw LaunchArgumentError(fmt::format(
-          "kernel '{}' parameter '{}' (argument {} of {}) is {}{}, got {}", m.kernel, p.name, i + 1,
-          args.size(), p.type.str(), p.type.is_pointer ? " and needs a buffer" : "", a.describe()));
+    if (!fits(i, i)) {
+      std::string given = a.describe();
+      if (p.type.is_pointer && !a.is_buffer()) given += ", not a buffer";
+      if (!p.type.is_pointer && a.is_buffer()) given += ", not a scalar";
+      fail(param_given(p.name, p.type.str(), given));
+    }
     // Generated code assumes 16-byte aligned buffers (ir/SEMANTICS.md): vector accesses.
     if (p.type.is_pointer && a.bits() % 16 != 0)
       throw LaunchArgumentError(fmt::format("kernel '{}' parameter '{}': the buffer at address {:#x} is not 16-byte "

@@ -87,7 +87,10 @@ private:
 inline constexpr std::size_t kMaxElements32 = std::size_t(1) << 31;
 
 // Throws LaunchArgumentError unless `args` match `m.params` in count and, one by one, in kind
-// (a pointer parameter takes a buffer) and scalar type; the message names the parameter.
+// (a pointer parameter takes a buffer), a typed buffer's element type and scalar type. The
+// message is worded as every launcher words it (abi/arg_errors.h): "kernel 'k': parameter
+// 'x' (ptr<f16>) was given a buffer of f32 (64 bytes)", "kernel 'k': expects 4 arguments,
+// got 3: missing parameter 'n' (i32)".
 void check_launch_args(const Manifest& m, std::span<const Arg> args);
 // An integer scalar argument's value, sign-extended from its type (zero-extended from an
 // unsigned one; a u64 past 2^63 comes back as its bits).

@@ -57,26 +57,33 @@ TEST_CASE("launch arguments are checked against the manifest's parameters", "[ru
   std::vector<Arg> too_few = {x, y, out};
   CHECK_THROWS_AS(check_launch_args(m, too_few), LaunchArgumentError);
   CHECK_THROWS_WITH(check_launch_args(m, too_few),
-                    "kernel 'vector_add' takes 4 arguments (x: ptr<f32>, y: ptr<f32>, out: "
-                    "ptr<f32>, n: i32), got 3");
+                    "kernel 'vector_add': expects 4 arguments, got 3: missing parameter 'n' (i32)");
+  std::vector<Arg> no_out = {x, y, std::int32_t{16}};
+  CHECK_THROWS_WITH(check_launch_args(m, no_out),
+                    "kernel 'vector_add': expects 4 arguments, got 3: missing parameter 'out' (ptr<f32>)");
+  std::vector<Arg> too_many = {x, y, out, std::int32_t{16}, 2.0f};
+  CHECK_THROWS_WITH(check_launch_args(m, too_many),
+                    "kernel 'vector_add': expects 4 arguments, got 5: extra argument 5 (a scalar f32)");
 
   std::vector<Arg> scalar_for_pointer = {x, std::int32_t{0}, out, std::int32_t{16}};
   CHECK_THROWS_WITH(check_launch_args(m, scalar_for_pointer),
-                    "kernel 'vector_add' parameter 'y' (argument 2 of 4) is ptr<f32> and needs a "
-                    "buffer, got a scalar i32");
+                    "kernel 'vector_add': parameter 'y' (ptr<f32>) was given a scalar i32, not a buffer");
 
   std::vector<Arg> wrong_scalar = {x, y, out, std::int64_t{16}};
   CHECK_THROWS_WITH(check_launch_args(m, wrong_scalar),
-                    "kernel 'vector_add' parameter 'n' (argument 4 of 4) is i32, got a scalar i64");
+                    "kernel 'vector_add': parameter 'n' (i32) was given a scalar i64");
 
   std::vector<Arg> float_for_int = {x, y, out, 16.0f};
   CHECK_THROWS_WITH(check_launch_args(m, float_for_int),
-                    Catch::Contains("parameter 'n'") && Catch::Contains("got a scalar f32"));
+                    Catch::Contains("parameter 'n' (i32) was given a scalar f32"));
 
   std::vector<Arg> buffer_for_scalar = {x, y, out, out};
   CHECK_THROWS_WITH(check_launch_args(m, buffer_for_scalar),
-                    "kernel 'vector_add' parameter 'n' (argument 4 of 4) is i32, got a buffer "
-                    "(64 bytes)");
+                    "kernel 'vector_add': parameter 'n' (i32) was given a buffer (64 bytes), not a scalar");
+
+  std::vector<Arg> wrong_element = {x, Arg::buffer(0x2000, 64, ScalarType::f16), out, std::int32_t{16}};
+  CHECK_THROWS_WITH(check_launch_args(m, wrong_element),
+                    "kernel 'vector_add': parameter 'y' (ptr<f32>) was given a buffer of f16 (64 bytes)");
 }
 
 TEST_CASE("pointer arguments must be 16-byte aligned, [divisibility] parameters must divide", "[runtime]") {
