@@ -357,7 +357,7 @@ TEST_CASE("mismatched arguments are user errors naming the parameter", "[interp]
   Buffer f("xs", DType::f32, 16), h("halves", DType::f16, 16);
   auto call = [&](std::vector<Arg> args) { interpret(k.fn, {1, 1, 1}, args); };
   REQUIRE_THROWS_WITH(call({Arg::of(f), Arg::of(f), Arg::of(f)}),
-                      "vadd: expects 4 arguments, got 3");
+                      "vadd: expects 4 arguments, got 3: missing parameter 'n' (i32)");
   REQUIRE_THROWS_WITH(call({Arg::of(f), Arg::of_float(1), Arg::of(f), Arg::of_int(16)}),
                       "vadd: parameter 'y' (ptr<f32>) was given a scalar, not a buffer");
   REQUIRE_THROWS_WITH(call({Arg::of(f), Arg::of(h), Arg::of(f), Arg::of_int(16)}),
