@@ -2,6 +2,7 @@
 
 #include "abi/error.h"
 #include "abi/hash.h"
+#include "abi/toml_reader.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -18,84 +19,14 @@
 namespace tilec::rt {
 namespace {
 
-std::string_view node_kind(const toml::node& n) {
-  switch (n.type()) {
-  case toml::node_type::table:
-    return "a table";
-  case toml::node_type::array:
-    return "an array";
-  case toml::node_type::string:
-    return "a string";
-  case toml::node_type::integer:
-    return "an integer";
-  case toml::node_type::floating_point:
-    return "a float";
-  case toml::node_type::boolean:
-    return "a boolean";
-  default:
-    return "a date or time";
-  }
-}
-
-// Reads typed fields out of the parsed document; every failure names the file, the
-// position of the offending node (or of the table missing a key) and the key's full path.
-class Reader {
-public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
-
-  [[noreturn]] void fail(const toml::node* at, const std::string& msg) const {
-    std::string where = source_;
-    if (at && at->source().begin)
-      where += fmt::format(":{}:{}", at->source().begin.line, at->source().begin.column);
-    throw ManifestError(where + ": " + msg);
-  }
-
-  // `where` is the node a missing key is reported at (nullptr for the document itself).
-  const toml::node* find(const toml::table& t, std::string_view key, const std::string& path,
-                         const toml::node* where, bool required) const {
-    const toml::node* n = t.get(key);
-    if (!n && required) fail(where, fmt::format("missing key '{}'", path));
-    return n;
-  }
-
-  std::string string(const toml::table& t, std::string_view key, const std::string& path,
-                     const toml::node* where, bool required = true) const {
-    const toml::node* n = find(t, key, path, where, required);
-    if (!n) return {};
-    if (!n->is_string())
-      fail(n, fmt::format("key '{}' must be a string, got {}", path, node_kind(*n)));
-    std::string s = n->as_string()->get();
-    if (required && s.empty()) fail(n, fmt::format("key '{}' must not be empty", path));
-    return s;
-  }
-
-  int integer(const toml::table& t, std::string_view key, const std::string& path,
-              const toml::node* where, std::int64_t min, std::int64_t max) const {
-    const toml::node* n = find(t, key, path, where, true);
-    if (!n->is_integer())
-      fail(n, fmt::format("key '{}' must be an integer, got {}", path, node_kind(*n)));
-    std::int64_t v = n->as_integer()->get();
-    if (v < min || v > max)
-      fail(n, fmt::format("key '{}' is {}, must be in [{}, {}]", path, v, min, max));
-    return static_cast<int>(v);
-  }
-
-  const toml::table& table(const toml::node& n, const std::string& path) const {
-    if (!n.is_table())
-      fail(&n, fmt::format("key '{}' must be a table, got {}", path, node_kind(n)));
-    return *n.as_table();
-  }
-
-private:
-  std::string source_;
-};
+using Reader = TomlReader<ManifestError>;
 
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 
 std::vector<ModuleParam> read_params(const Reader& r, const toml::table& doc) {
   const toml::node* node = r.find(doc, "params", "params", nullptr, true);
   if (!node->is_array())
-    r.fail(node, fmt::format("key 'params' must be an array of tables, got {}", node_kind(*node)));
+    r.fail(node, fmt::format("key 'params' must be an array of tables, got {}", toml_kind(*node)));
   std::vector<ModuleParam> params;
   const toml::array& array = *node->as_array();
   for (std::size_t i = 0; i < array.size(); ++i) {
@@ -146,7 +77,7 @@ std::map<std::string, SpecValue> read_values(const Reader& r, const toml::table&
       values.emplace(std::string(key.str()), value.as_string()->get());
     else
       r.fail(&value, fmt::format("key '{}' must be an integer or a string, got {}", path,
-                                 node_kind(value)));
+                                 toml_kind(value)));
   }
   return values;
 }
@@ -156,8 +87,8 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
   m.kernel = r.string(doc, "kernel", "kernel", nullptr);
   m.symbol = r.string(doc, "symbol", "symbol", nullptr);
   m.arch = r.string(doc, "arch", "arch", nullptr);
-  m.threads_per_block = r.integer(doc, "threads_per_block", "threads_per_block", nullptr, 1, 1024);
-  m.shared_bytes = r.integer(doc, "shared_bytes", "shared_bytes", nullptr, 0, kIntMax);
+  m.threads_per_block = int(r.integer(doc, "threads_per_block", "threads_per_block", nullptr, 1, 1024));
+  m.shared_bytes = int(r.integer(doc, "shared_bytes", "shared_bytes", nullptr, 0, kIntMax));
   m.compiler_version = r.string(doc, "compiler_version", "compiler_version", nullptr);
   m.ir_hash = r.string(doc, "ir_hash", "ir_hash", nullptr);
 
@@ -192,7 +123,7 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
     m.fixed[name] = *v;
   }
   if (const toml::node* run = doc.get("run")) {
-    if (!run->is_array()) r.fail(run, fmt::format("key 'run' must be an array of kernel names, got {}", node_kind(*run)));
+    if (!run->is_array()) r.fail(run, fmt::format("key 'run' must be an array of kernel names, got {}", toml_kind(*run)));
     const toml::array& names = *run->as_array();
     for (std::size_t i = 0; i < names.size(); ++i) {
       const toml::node& n = *names.get(i);
@@ -206,8 +137,8 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
 
   if (const toml::node* ptxas = doc.get("ptxas")) {
     const toml::table& t = r.table(*ptxas, "ptxas");
-    m.ptxas = PtxasReport{r.integer(t, "registers", "ptxas.registers", &t, 0, kIntMax),
-                          r.integer(t, "spills", "ptxas.spills", &t, 0, kIntMax)};
+    m.ptxas = PtxasReport{int(r.integer(t, "registers", "ptxas.registers", &t, 0, kIntMax)),
+                          int(r.integer(t, "spills", "ptxas.spills", &t, 0, kIntMax))};
   }
   if (const toml::node* sums = doc.get("checksums")) {
     const toml::table& t = r.table(*sums, "checksums");
@@ -250,13 +181,7 @@ std::string file_checksum(std::string_view data) {
 
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& source) {
   Reader r(source.string());
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source.string());
-  } catch (const toml::parse_error& e) {
-    throw ManifestError(fmt::format("{}:{}:{}: {}", source.string(), e.source().begin.line,
-                                    e.source().begin.column, e.description()));
-  }
+  toml::table doc = parse_toml<ManifestError>(text, source.string());
   Manifest m = read_document(r, doc);
   m.dir = source.parent_path();
   return m;

@@ -1,5 +1,7 @@
 #include "autotune/space.h"
 
+#include "abi/toml_reader.h"
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -218,13 +220,7 @@ size_t SearchSpace::size() const {
 }
 
 SearchSpace parse_space(std::string_view text, const std::string& source, const SpaceNames& names) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw UserError(fmt::format("{}:{}:{}: {}", source, b.line, b.column, e.description()));
-  }
+  toml::table doc = parse_toml<UserError>(text, source);
   SearchSpace s;
   s.source = source;
   auto is_param = [&](const std::string& n) { return std::ranges::find(names.params, n) != names.params.end(); };

@@ -1,5 +1,7 @@
 #include "measure/plan.h"
 
+#include "abi/toml_reader.h"
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -38,43 +40,12 @@ std::string inline_config(const kernels::ParamMap& config) {
   return "{ " + out + " }";
 }
 
-class Reader {
+// The plan's fields: its integers are counts, indices and seeds (at least 0 unless said).
+class Reader : public TomlReader<PlanError> {
 public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
-
-  [[noreturn]] void fail(const toml::node& at, const std::string& msg) const {
-    const auto& b = at.source().begin;
-    throw PlanError(fmt::format("{}:{}:{}: {}", source_, b.line, b.column, msg));
-  }
-  const toml::node& need(const toml::table& t, std::string_view key) const {
-    const toml::node* n = t.get(key);
-    if (!n) fail(t, fmt::format("missing key '{}'", key));
-    return *n;
-  }
-  std::string string(const toml::table& t, std::string_view key) const {
-    const toml::node& n = need(t, key);
-    if (!n.is_string()) fail(n, fmt::format("'{}' must be a string", key));
-    return n.as_string()->get();
-  }
+  using TomlReader::TomlReader;
   int64_t integer(const toml::table& t, std::string_view key, int64_t least = 0) const {
-    const toml::node& n = need(t, key);
-    if (!n.is_integer()) fail(n, fmt::format("'{}' must be an integer", key));
-    int64_t v = n.as_integer()->get();
-    if (v < least) fail(n, fmt::format("'{}' must be at least {}, got {}", key, least, v));
-    return v;
-  }
-  const toml::table& table(const toml::table& t, std::string_view key) const {
-    const toml::node& n = need(t, key);
-    if (!n.is_table()) fail(n, fmt::format("'{}' must be a table", key));
-    return *n.as_table();
-  }
-  std::vector<const toml::table*> tables(const toml::table& t, std::string_view key) const {
-    std::vector<const toml::table*> out;
-    const toml::node* n = t.get(key);
-    if (!n) return out;
-    if (!n->is_array_of_tables()) fail(*n, fmt::format("'{}' must be an array of tables ([[{}]])", key, key));
-    for (const toml::node& e : *n->as_array()) out.push_back(e.as_table());
-    return out;
+    return TomlReader::integer(t, key, least);
   }
   kernels::ParamMap config(const toml::table& t) const {
     kernels::ParamMap out;
@@ -89,9 +60,6 @@ public:
     if (size_t(p) >= problems) fail(*t.get("problem"), fmt::format("problem {} is not among the plan's {}", p, problems));
     return size_t(p);
   }
-
-private:
-  std::string source_;
 };
 
 } // namespace
@@ -119,13 +87,7 @@ std::string format_plan(const Plan& plan) {
 }
 
 Plan parse_plan(std::string_view text, const std::string& source) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw PlanError(fmt::format("{}:{}:{}: {}", source, b.line, b.column, e.description()));
-  }
+  toml::table doc = parse_toml<PlanError>(text, source);
   Reader r(source);
   Plan plan;
   if (int64_t v = r.integer(doc, "version"); v != 1)

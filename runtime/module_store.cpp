@@ -1,5 +1,7 @@
 #include "runtime/module_store.h"
 
+#include "abi/toml_reader.h"
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -189,12 +191,9 @@ std::string card_file_name(const std::string& kernel) { return kernel + ".kernel
 
 KernelCard read_kernel_card(const fs::path& file) {
   auto fail = [&](const std::string& what) { return ManifestError(fmt::format("{}: {}", file.string(), what)); };
-  toml::table doc;
-  try {
-    doc = toml::parse_file(file.string());
-  } catch (const toml::parse_error& e) {
-    throw fail(fmt::format("{}:{}: {}", e.source().begin.line, e.source().begin.column, e.description()));
-  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw fail("cannot open");
+  toml::table doc = parse_toml<ManifestError>(std::string(std::istreambuf_iterator<char>(in), {}), file.string());
   KernelCard card;
   auto kernel = doc["kernel"].value<std::string>();
   if (!kernel || kernel->empty()) throw fail("missing key 'kernel' (a non-empty string)");

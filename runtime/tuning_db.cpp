@@ -1,5 +1,7 @@
 #include "runtime/tuning_db.h"
 
+#include "abi/toml_reader.h"
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -27,52 +29,7 @@ std::string value_str(const KeyValue& v) {
   return std::get<std::string>(v);
 }
 
-class Reader {
-public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
-
-  [[noreturn]] void fail(const toml::node& at, const std::string& msg) const {
-    const auto& b = at.source().begin;
-    throw TuningDbError(fmt::format("{}:{}:{}: {}", source_, b.line, b.column, msg));
-  }
-
-  const toml::node& need(const toml::table& t, std::string_view key) const {
-    const toml::node* n = t.get(key);
-    if (!n) fail(t, fmt::format("entry is missing key '{}'", key));
-    return *n;
-  }
-  std::string string(const toml::table& t, std::string_view key, bool required = true) const {
-    const toml::node* n = t.get(key);
-    if (!n) {
-      if (required) fail(t, fmt::format("entry is missing key '{}'", key));
-      return {};
-    }
-    if (!n->is_string()) fail(*n, fmt::format("'{}' must be a string", key));
-    return n->as_string()->get();
-  }
-  std::optional<double> number(const toml::table& t, std::string_view key, bool required) const {
-    const toml::node* n = t.get(key);
-    if (!n) {
-      if (required) fail(t, fmt::format("entry is missing key '{}'", key));
-      return std::nullopt;
-    }
-    if (n->is_integer()) return double(n->as_integer()->get());
-    if (n->is_floating_point()) return n->as_floating_point()->get();
-    fail(*n, fmt::format("'{}' must be a number", key));
-  }
-  std::optional<int64_t> integer(const toml::table& t, std::string_view key, bool required) const {
-    const toml::node* n = t.get(key);
-    if (!n) {
-      if (required) fail(t, fmt::format("entry is missing key '{}'", key));
-      return std::nullopt;
-    }
-    if (!n->is_integer()) fail(*n, fmt::format("'{}' must be an integer", key));
-    return n->as_integer()->get();
-  }
-
-private:
-  std::string source_;
-};
+using Reader = TomlReader<TuningDbError>;
 
 } // namespace
 
@@ -207,13 +164,7 @@ const TuningEntry* TuningDb::find(const TuningEntry& slot) const {
 }
 
 TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw TuningDbError(fmt::format("{}:{}:{}: {}", source, b.line, b.column, e.description()));
-  }
+  toml::table doc = parse_toml<TuningDbError>(text, source);
   Reader r(source);
   TuningDb db;
   if (const toml::node* v = doc.get("version")) {
@@ -231,7 +182,7 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
     TuningEntry e;
     e.kernel = r.string(*t, "kernel");
     e.device = r.string(*t, "device");
-    e.compute_capability = r.string(*t, "compute_capability", false);
+    e.compute_capability = r.optional_string(*t, "compute_capability");
     e.backend = r.string(*t, "backend");
     const toml::node& key = r.need(*t, "key");
     if (!key.is_table()) r.fail(key, "'key' must be a table");
@@ -246,17 +197,17 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
       if (!v.is_integer()) r.fail(v, fmt::format("config.{} must be an integer", name.str()));
       e.config[std::string(name.str())] = v.as_integer()->get();
     }
-    e.median_ms = *r.number(*t, "median_ms", true);
-    e.min_ms = r.number(*t, "min_ms", false).value_or(e.median_ms);
-    e.max_ms = r.number(*t, "max_ms", false).value_or(e.median_ms);
-    e.repeats = r.integer(*t, "repeats", false).value_or(1);
-    e.gbps = r.number(*t, "gbps", false);
-    e.ideal_bytes = r.integer(*t, "ideal_bytes", false);
-    e.bytes_loaded = r.integer(*t, "bytes_loaded", false);
-    e.bytes_stored = r.integer(*t, "bytes_stored", false);
-    e.unique_bytes = r.integer(*t, "unique_bytes", false);
-    e.max_abs_err = r.number(*t, "max_abs_err", false);
-    e.measured_at = r.string(*t, "measured_at", false);
+    e.median_ms = r.number(*t, "median_ms");
+    e.min_ms = r.optional_number(*t, "min_ms").value_or(e.median_ms);
+    e.max_ms = r.optional_number(*t, "max_ms").value_or(e.median_ms);
+    e.repeats = r.optional_integer(*t, "repeats").value_or(1);
+    e.gbps = r.optional_number(*t, "gbps");
+    e.ideal_bytes = r.optional_integer(*t, "ideal_bytes");
+    e.bytes_loaded = r.optional_integer(*t, "bytes_loaded");
+    e.bytes_stored = r.optional_integer(*t, "bytes_stored");
+    e.unique_bytes = r.optional_integer(*t, "unique_bytes");
+    e.max_abs_err = r.optional_number(*t, "max_abs_err");
+    e.measured_at = r.optional_string(*t, "measured_at");
     db.entries.push_back(std::move(e));
   }
   return db;
