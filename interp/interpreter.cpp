@@ -623,42 +623,7 @@ void Machine::exec_unary(const Op& op) {
     wrap_all(r.i, t);
   };
   if (ir::is_float(t)) {
-    switch (op.kind) {
-    case OpKind::Exp:
-      return floats([](float x) { return std::exp(x); });
-    case OpKind::Exp2:
-      return floats([](float x) { return std::exp2(x); });
-    case OpKind::Log:
-      return floats([](float x) { return std::log(x); });
-    case OpKind::Tanh:
-      return floats([](float x) { return std::tanh(x); });
-    case OpKind::Sqrt:
-      return floats([](float x) { return std::sqrt(x); });
-    case OpKind::Rsqrt:
-      return floats([](float x) { return 1.0f / std::sqrt(x); });
-    case OpKind::Abs:
-      return floats([](float x) { return std::fabs(x); });
-    case OpKind::Neg:
-      return floats([](float x) { return -x; });
-    case OpKind::Log2:
-      return floats([](float x) { return std::log2(x); });
-    case OpKind::Sigmoid:
-      return floats([](float x) { return 1.0f / (1.0f + std::exp(-x)); });
-    case OpKind::Floor:
-      return floats([](float x) { return std::floor(x); });
-    case OpKind::Ceil:
-      return floats([](float x) { return std::ceil(x); });
-    case OpKind::Round: // to nearest, ties to even
-      return floats([](float x) { return std::nearbyint(x); });
-    case OpKind::Sin:
-      return floats([](float x) { return std::sin(x); });
-    case OpKind::Cos:
-      return floats([](float x) { return std::cos(x); });
-    case OpKind::Erf:
-      return floats([](float x) { return std::erf(x); });
-    default:
-      break;
-    }
+    if (ir::FloatUnary f = ir::float_unary(op.kind)) return floats(f);
   } else {
     switch (op.kind) {
     case OpKind::Abs:
@@ -686,27 +651,7 @@ void Machine::exec_binary(const Op& op) {
     wrap_all(r.i, t);
   };
   if (ir::is_float(t)) {
-    switch (op.kind) {
-    case OpKind::Add:
-      return floats(std::plus<float>());
-    case OpKind::Sub:
-      return floats(std::minus<float>());
-    case OpKind::Mul:
-      return floats(std::multiplies<float>());
-    case OpKind::Div:
-      return floats(std::divides<float>());
-    case OpKind::Rem:
-      return floats([](float x, float y) { return std::fmod(x, y); });
-    // fmin/fmax return the other operand when one is NaN (IEEE minNum/maxNum).
-    case OpKind::Min:
-      return floats(ir::float_min);
-    case OpKind::Max:
-      return floats(ir::float_max);
-    case OpKind::Pow:
-      return floats([](float x, float y) { return std::pow(x, y); });
-    default:
-      break;
-    }
+    if (ir::FloatBinary f = ir::float_binary(op.kind)) return floats(f);
   } else {
     if ((op.kind == OpKind::Div || op.kind == OpKind::Rem) &&
         std::find(b.i.begin(), b.i.end(), 0) != b.i.end())

@@ -69,50 +69,10 @@ float int_to_float(int64_t v, DType t) {
 
 std::optional<ConstValue> eval_unary(OpKind k, DType t, const ConstValue& a) {
   if (is_float(t)) {
-    float x = read_float(a, t), r = 0;
-    switch (k) {
-    case OpKind::Exp:
-      r = std::exp(x);
-      break;
-    case OpKind::Exp2:
-      r = std::exp2(x);
-      break;
-    case OpKind::Log:
-      r = std::log(x);
-      break;
-    case OpKind::Tanh:
-      r = std::tanh(x);
-      break;
-    case OpKind::Sqrt:
-      r = std::sqrt(x);
-      break;
-    case OpKind::Rsqrt:
-      r = 1.0f / std::sqrt(x);
-      break;
-    case OpKind::Abs:
-      r = std::fabs(x);
-      break;
-    case OpKind::Neg:
-      r = -x;
-      break;
-    case OpKind::Log2:
-      r = std::log2(x);
-      break;
-    case OpKind::Sigmoid:
-      r = 1.0f / (1.0f + std::exp(-x));
-      break;
-    case OpKind::Floor:
-      r = std::floor(x);
-      break;
-    case OpKind::Ceil:
-      r = std::ceil(x);
-      break;
-    case OpKind::Round:
-      r = std::nearbyint(x);
-      break;
-    default:
-      return std::nullopt;
-    }
+    // sin, cos and erf stay for the backend (the GPU's are libdevice's, not the host's).
+    FloatUnary f = k == OpKind::Sin || k == OpKind::Cos || k == OpKind::Erf ? nullptr : float_unary(k);
+    if (!f) return std::nullopt;
+    float r = f(read_float(a, t));
     return float_value(round_to(r, t));
   }
   uint64_t x = static_cast<uint64_t>(read_int(a, t));
@@ -128,31 +88,11 @@ std::optional<ConstValue> eval_unary(OpKind k, DType t, const ConstValue& a) {
 
 std::optional<ConstValue> eval_binary(OpKind k, DType t, const ConstValue& a, const ConstValue& b) {
   if (is_float(t)) {
-    float x = read_float(a, t), y = read_float(b, t), r = 0;
-    switch (k) {
-    case OpKind::Add:
-      r = x + y;
-      break;
-    case OpKind::Sub:
-      r = x - y;
-      break;
-    case OpKind::Mul:
-      r = x * y;
-      break;
-    case OpKind::Div:
-      r = x / y;
-      break;
-    // The other operand when one is NaN, as SEMANTICS.md asks (ir/float_ops.h).
-    case OpKind::Min:
-      r = float_min(x, y);
-      break;
-    case OpKind::Max:
-      r = float_max(x, y);
-      break;
-    // Float rem is not pinned down by SEMANTICS.md, so it stays for the backend.
-    default:
-      return std::nullopt;
-    }
+    // Float rem is not pinned down by SEMANTICS.md, and pow is libdevice's on the GPU: both
+    // stay for the backend.
+    FloatBinary f = k == OpKind::Rem || k == OpKind::Pow ? nullptr : float_binary(k);
+    if (!f) return std::nullopt;
+    float r = f(read_float(a, t), read_float(b, t));
     return float_value(round_to(r, t));
   }
   int64_t x = read_int(a, t), y = read_int(b, t);
