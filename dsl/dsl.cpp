@@ -112,17 +112,14 @@ DType promote(DType a, DType b) {
 }
 
 Shape broadcast_shape(const Shape& a, const Shape& b, const Loc& loc, const char* what) {
-  size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      fail(loc, fmt::format("{}: shapes {} and {} do not broadcast (dimension {}: {} vs {})", what,
-                            ir::shape_str(a), ir::shape_str(b), i, da, db));
-    out[i] = std::max(da, db);
+  size_t i = 0;
+  std::optional<Shape> s = ir::broadcast_shapes(a, b, &i);
+  if (!s) {
+    size_t r = std::max(a.size(), b.size());
+    fail(loc, fmt::format("{}: shapes {} and {} do not broadcast (dimension {}: {} vs {})", what, ir::shape_str(a),
+                          ir::shape_str(b), i, a[i - (r - a.size())], b[i - (r - b.size())]));
   }
-  return out;
+  return *s;
 }
 
 // Numpy-style: scalars splat, missing leading dims are added, size-1 dims grow.

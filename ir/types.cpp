@@ -85,6 +85,26 @@ std::string ElemType::str() const {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b, size_t* bad_dim) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      if (bad_dim) *bad_dim = i;
+      return std::nullopt;
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  std::optional<Shape> s = broadcast_shapes(from, to);
+  return from.size() <= to.size() && s && *s == to;
+}
+
 int64_t num_elements(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;

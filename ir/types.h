@@ -39,6 +39,14 @@ struct ElemType {
 using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& s); // "[4, 8]"
+
+// The broadcast rule of tiles (the DSL) and tensors (the decomposition's primitives), NumPy's:
+// shapes align at their last dimension, missing leading ones count as 1, and a dimension of 1
+// takes the other's size. The shape of `a` op `b`, or nullopt when they do not broadcast (with
+// the first dimension that differs, counted in the result, in *bad_dim).
+std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b, size_t* bad_dim = nullptr);
+// Whether `from` broadcasts to exactly `to`.
+bool broadcasts_to(const Shape& from, const Shape& to);
 int64_t num_elements(const Shape& s);
 bool is_pow2(int64_t v);
 

@@ -83,26 +83,12 @@ Tensor borrow_buffer(const interp::Buffer& buffer, const Shape& shape) {
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view what) {
-  size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      throw UserError(fmt::format("{}: shapes {} and {} do not broadcast", what, ir::shape_str(a),
-                                  ir::shape_str(b)));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
+  std::optional<Shape> s = ir::broadcast_shapes(a, b);
+  if (!s) throw UserError(fmt::format("{}: shapes {} and {} do not broadcast", what, ir::shape_str(a), ir::shape_str(b)));
+  return *s;
 }
 
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  size_t lead = to.size() - from.size();
-  for (size_t d = 0; d < from.size(); ++d)
-    if (from[d] != to[lead + d] && from[d] != 1) return false;
-  return true;
-}
+bool broadcasts_to(const Shape& from, const Shape& to) { return ir::broadcasts_to(from, to); }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& perm) {
   std::vector<bool> seen(x.shape.size());
