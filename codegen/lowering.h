@@ -1,0 +1,302 @@
+#pragma once
+// The class behind lower_kernel (codegen/lower.h), declared once and defined by op family
+// across codegen/lower*.cpp, as LLVM defines DAGTypeLegalizer across LegalizeTypes*.cpp from
+// one internal header. Internal to codegen/: only the lower*.cpp files include it (it is
+// installed with the other headers of the folder, but is no interface; includes LLVM
+// headers). Each group of members below names the file that defines it.
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include <array>
+#include <bit>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/axis_info.h"
+#include "codegen/layout_plan.h"
+#include "codegen/lower.h"
+
+namespace tilec::codegen::detail {
+
+using ir::DType;
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+// A tile value as one thread holds it: the elements its layout gives the thread.
+using Elems = std::vector<llvm::Value*>;
+
+inline int log2i(int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); }
+
+// A tile or scalar that is the constant +0 (integer 0, or float +0.0) through splats,
+// broadcasts, dimension changes and casts.
+bool is_positive_zero(const Value* v);
+
+struct MmaDot; // lower_dot_mma.cpp: one tensor-core dot as its fragment loads see it
+
+class Lowering {
+public:
+  Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
+      : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility, opts.int_arg_values),
+        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), b_(c_), pb_(c_) {}
+
+  LoweringStats run();
+
+private:
+  // --- types and constants (lower.cpp)
+  llvm::Type* reg_type(const ir::ElemType& e);
+  // An integer of dtype `from` to the integer type `ty`: extended by its signedness (i1 and
+  // unsigned dtypes with zeros), or truncated.
+  llvm::Value* int_resize(llvm::Value* v, llvm::Type* ty, DType from) {
+    return from == DType::i1 || ir::is_unsigned(from) ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);
+  }
+  static llvm::Intrinsic::ID int_minmax(bool max, DType t) {
+    if (ir::is_unsigned(t)) return max ? llvm::Intrinsic::umax : llvm::Intrinsic::umin;
+    return max ? llvm::Intrinsic::smax : llvm::Intrinsic::smin;
+  }
+  llvm::Type* mem_type(const ir::ElemType& e);
+  int mem_bytes(const ir::ElemType& e) { return e.is_ptr ? 8 : ir::dtype_bytes(e.dtype); }
+  llvm::Value* constant(const ir::ElemType& e, const ir::ConstValue& v);
+  llvm::Value* to_f32(llvm::Value* v, DType t) {
+    return t == DType::f32 ? v : ir::is_fp8(t) ? hooks_.fp8_to_f32(b_, v, t) : hooks_.to_f32(b_, v, t);
+  }
+  llvm::Value* from_f32(llvm::Value* v, DType t) {
+    return t == DType::f32 ? v : ir::is_fp8(t) ? hooks_.f32_to_fp8(b_, v, t) : hooks_.from_f32(b_, v, t);
+  }
+  llvm::Value* to_mem(llvm::Value* v, const ir::ElemType& e) {
+    return !e.is_ptr && e.dtype == DType::i1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+  }
+  llvm::Value* from_mem(llvm::Value* v, const ir::ElemType& e) {
+    return !e.is_ptr && e.dtype == DType::i1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+
+  // --- layouts at run time (lower.cpp)
+  const ThreadElems& elems_of(LayoutId l, const ir::Shape& s);
+  int64_t count(LayoutId l, const ir::Shape& s) { return l == kScalar ? 1 : elems_of(l, s).count; }
+  const std::vector<llvm::Value*>& thread_base(LayoutId l);
+  // Per element, per tile dim: the coordinate (i32).
+  std::vector<std::vector<llvm::Value*>> coords(LayoutId l, const ir::Shape& s);
+  std::vector<llvm::Value*> coord_of(LayoutId l, const ir::Shape& s, size_t j); // element j's alone
+  std::vector<llvm::Value*> coord_starts(LayoutId l, const ir::Shape& s);
+  llvm::Value* owner(LayoutId l, const ir::Shape& s); // null: every thread owns its elements
+  llvm::Value* linear_index(const std::vector<llvm::Value*>& coord, const ir::Shape& s);
+
+  // --- values (lower.cpp)
+  const Elems& get(const Value* v, LayoutId l);
+  void define(const Value* v, LayoutId native, Elems e);
+  Elems convert(const Elems& src, LayoutId from, LayoutId to, const ir::Shape& s, const ir::ElemType& e);
+  Elems share_from_owners(const Elems& src, LayoutId l, const ir::Shape& s, const ir::ElemType& e,
+                          llvm::Value* owner_pred);
+
+  // --- shared memory (lower.cpp)
+  llvm::Value* smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset = 0);
+  // Shared-memory accesses go through the target (the emulator checks them); `what` says
+  // what the access is for, after the current op's source location.
+  llvm::Value* smem_load(llvm::Type* ty, llvm::Value* ptr, const char* what) {
+    count_smem(ty);
+    return hooks_.shared_load(b_, ptr, ty, site(what));
+  }
+  void count_smem(llvm::Type* ty) {
+    ++stats_.shared_accesses;
+    stats_.shared_vector_accesses += ty->isVectorTy();
+    stats_.shared_access_bytes += int(m_.getDataLayout().getTypeStoreSize(ty));
+  }
+  // `e`: the element type held, so the emulator treats +0 and -0 of floats alike.
+  void smem_store(llvm::Value* v, llvm::Value* ptr, const char* what, DType e) {
+    unsigned float_type = e == DType::f32      ? 1
+                          : e == DType::f16    ? 2
+                          : e == DType::bf16   ? 3
+                          : e == DType::f8e4m3 ? 4
+                          : e == DType::f8e5m2 ? 5
+                                               : 0;
+    count_smem(v->getType());
+    hooks_.shared_store(b_, ptr, v, site(what), float_type);
+  }
+  std::string site(const char* what) const;
+  // Scratch shared memory (everything but the pipelines' buffers) starts at pipe_bytes_.
+  void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipe_bytes_ + bytes); }
+  void barrier() {
+    hooks_.barrier(b_);
+    ++stats_.barriers;
+    smem_dirty_ = false;
+    pipe_read_unfenced_ = false;
+  }
+  void before_smem_write() {
+    if (smem_dirty_) barrier();
+  }
+  // Runs of a thread's elements of a tile in layout `l` that are contiguous along `dim`:
+  // (first element, count), each count a power of two of at most 16 bytes, its first
+  // element's coordinate along `dim` a multiple of the count.
+  std::vector<std::pair<size_t, int>> runs_along(LayoutId l, const ir::Shape& s, int dim, int elem_bytes);
+  // A thread's elements of a tile in layout `l` stored to / loaded from shared memory (values
+  // in their memory type) with one vector access per run along `dim` (runs_along): runs of at
+  // most 16 / `vec_bytes` elements (the element's size: vectors of up to 16 bytes; 16: one
+  // element at a time; more: shorter vectors). `addr(j)` is the address of element j, a run's
+  // first, which the caller guarantees is aligned to the run's bytes when the run's first
+  // coordinate along `dim` is a multiple of its length.
+  using AddrFn = std::function<llvm::Value*(size_t)>;
+  void store_runs(const Elems& mem_vals, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, DType held,
+                  const AddrFn& addr, const char* what);
+  Elems load_runs(llvm::Type* ty, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, const AddrFn& addr,
+                  const char* what);
+
+  // --- the driver: every op, control flow, reshape, device_assert and device_print (lower.cpp)
+  void emit_block(const ir::Block& blk);
+  void emit_op(const Op& op);
+  void emit_for(const Op& op);
+  void emit_if(const Op& op);
+  void emit_reshape(const Op& op);
+  void emit_assert(const Op& op);
+  void emit_print(const Op& op);
+
+  // --- elementwise ops, views and casts (lower_elementwise.cpp)
+  Elems compute(const Op& op, LayoutId l);
+  Elems view(const Op& op, LayoutId l);
+  llvm::Value* unary(OpKind k, DType t, llvm::Value* x);
+  llvm::Value* binary(OpKind k, const ir::ElemType& e, llvm::Value* x, llvm::Value* y);
+  llvm::Value* cast(llvm::Value* x, DType from, DType to);
+
+  // --- memory: loads, stores, atomics (lower_memory.cpp)
+  // Vector width, static alignment and mask uniformity of a memory access.
+  struct AccessPlan {
+    int vec = 1;
+    bool aligned = true;
+    bool mask_uniform = true;
+  };
+  AccessPlan plan_access(const Op& op, LayoutId l);
+  llvm::Value* all_of(const Elems& preds, size_t from, size_t n);
+  llvm::Value* and_pred(llvm::Value* a, llvm::Value* b) { return !a ? b : !b ? a : b_.CreateAnd(a, b); }
+  void emit_load(const Op& op);
+  void emit_store(const Op& op);
+  void emit_atomic(const Op& op);
+
+  // --- reductions and scans (lower_reduce.cpp)
+  // x op y for a reduce or scan, on the values it carries (floats as f32, integers as i32 or
+  // i64); kind combine runs the op's region on them, in its dtype.
+  llvm::Value* combine(const Op& op, llvm::Value* x, llvm::Value* y);
+  llvm::Value* shuffle_xor(llvm::Value* v, int mask);
+  void emit_reduce(const Op& op);
+  void emit_scan(const Op& op);
+
+  // --- dot on CUDA cores, and the K loop both dots run (lower_dot.cpp)
+  void emit_dot(const Op& op);
+  bool mma_eligible(const Op& op) const;
+  // A dot's K loop, run at least once: k = 0, step, ... while below `end`, carrying the f32
+  // values `init` through `body`, which returns their next values. Returns the last ones.
+  Elems k_loop(const char* name, int64_t end, int64_t step, const Elems& init,
+               const std::function<Elems(llvm::Value* k, const Elems& carried)>& body);
+
+  // --- dot on the tensor cores (lower_dot_mma.cpp)
+  void emit_dot_mma(const Op& op);
+  // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
+  // load when k-major, else two 16-bit ones; zero where `out` holds.
+  llvm::Value* mma_frag_word(const MmaDot& dot, bool kmajor, const std::function<llvm::Value*(llvm::Value*)>& ptr,
+                             llvm::Value* k, llvm::Value* out, const char* what);
+  // One ldmatrix of the matrices `mats` ((row, col) offsets of each 8x8 block in the
+  // operand's [m or n][k] coordinates); `addr(mn, k)` addresses an element. Returns a register
+  // per matrix.
+  std::vector<llvm::Value*> mma_ldmatrix(const MmaDot& dot, const std::vector<std::pair<int64_t, int64_t>>& mats,
+                                         bool kmajor, llvm::Value* mn0, llvm::Value* k0, int64_t mn_limit,
+                                         const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& addr,
+                                         const char* what, bool wrap_rows = false);
+  // A's fragment registers for row tile m0 at k step kk (zeros where the padding is).
+  std::array<llvm::Value*, 4> mma_frag_a(const MmaDot& dot, llvm::Value* m0, llvm::Value* kk);
+  // B's fragment registers for `ntiles` adjacent column tiles from n0 at k step kk.
+  std::vector<llvm::Value*> mma_frag_b(const MmaDot& dot, llvm::Value* n0, llvm::Value* kk, int ntiles,
+                                       int64_t tile_stride = 8);
+  // One k step: an MMA per column tile, from A's fragments `af`, B's `bfs` (two per tile) and
+  // the accumulator registers `acc` (four per tile). Returns the new accumulators.
+  Elems mma_step(const MmaDot& dot, const std::array<llvm::Value*, 4>& af, const std::vector<llvm::Value*>& bfs,
+                 int ntiles, const Elems& acc);
+  // The result in the MMA accumulator's own layout `l`: the fragments are its elements.
+  Elems mma_direct(const Op& op, const MmaDot& dot, LayoutId l);
+  // One warp's `ntiles` adjacent output tiles from (m0, n0): the accumulator read from and
+  // the result written to shared memory.
+  void mma_tile_group(const MmaDot& dot, llvm::Value* m0, llvm::Value* n0, int ntiles);
+
+  // --- tensor-core operands copied asynchronously, and software pipelining (lower_pipeline.cpp)
+  // Loads that feed a tensor-core dot's operand and nothing else, and can go straight to
+  // its shared-memory staging as 16-byte cp.async copies (plan_async_copies): per (dot,
+  // operand index), the load and whether the dot sees it transposed. The loads, and the
+  // transposes between them and the dot, are not emitted where they stand.
+  struct Pipeline;
+  struct AsyncOperand {
+    const Op* load;
+    bool transposed;
+    Pipeline* pipe = nullptr; // software-pipelined: copied ahead into pipe->operands[slot]
+    size_t slot = 0;
+  };
+  void plan_async_copies();
+  // How a tensor-core dot stages operand `idx` (0: A [M, K], 1: B [K, N]) in shared memory:
+  // rows of `row_bytes` bytes (padded by 16), `rows` of them; k-major: the rows are M (or N)
+  // and each holds K elements, else the rows are K.
+  struct Staging {
+    bool kmajor;
+    int64_t row_bytes, rows;
+    int64_t bytes() const { return (rows * row_bytes + 15) / 16 * 16; }
+  };
+  Staging staging(const Op& dot, int idx, bool kmajor) const;
+  bool async_kmajor(const AsyncOperand& x, int idx);
+  // A for loop with num_stages > 1 whose tensor-core operand loads are issued num_stages - 1
+  // iterations ahead (plan_pipelines): each iteration's copies go to one of num_stages
+  // rotating buffers at [base, base + stages * stage_bytes) of shared memory, below every
+  // other use of it. `slice`: the body's ops the copies' addresses and masks need, emitted
+  // again for the iteration ahead (issue_ahead).
+  struct Pipeline {
+    const Op* loop = nullptr;
+    int64_t stages = 1;
+    std::vector<const Op*> slice;
+    struct Operand {
+      const Op* load;
+      bool transposed;
+      bool is_a; // the dot's A (else its B)
+      Staging st;
+      int64_t offset; // within a stage
+    };
+    std::vector<Operand> operands;
+    int64_t base = 0, stage_bytes = 0;
+    llvm::Value* read_stage = nullptr; // while the body is lowered: the stage this iteration reads
+  };
+  void plan_pipelines();
+  llvm::Value* pipe_buffer(const Pipeline& pl, llvm::Value* stage, size_t slot);
+  void issue_ahead(Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bool in_loop);
+  void issue_copies(const Op& load, bool transposed, const Staging& st, bool is_a, llvm::Value* base,
+                    const char* what);
+
+  std::map<std::pair<const Op*, int>, AsyncOperand> async_operands_;
+  std::set<const Op*> deferred_ops_;
+  std::map<const Op*, Pipeline> pipelines_;
+  int64_t pipe_bytes_ = 0;           // shared memory the pipelines' buffers take, from offset 0
+  llvm::Value* ahead_pred_ = nullptr; // while issue_ahead emits a slice: the iteration exists
+  bool emitting_ahead_ = false;
+  bool pipe_read_unfenced_ = false;   // a dot read a pipeline buffer since the last barrier
+
+  const ir::Function& fn_;
+  const CompileOptions& opts_;
+  TargetHooks& hooks_;
+  llvm::Module& m_;
+  llvm::LLVMContext& c_;
+  AxisAnalysis axis_;
+  LayoutPlan plan_;
+  llvm::IRBuilder<> b_;  // the body
+  llvm::IRBuilder<> pb_; // the entry block (values every block can use)
+  llvm::Function* kernel_ = nullptr;
+  llvm::Value* tid_ = nullptr;
+  llvm::Value* lane_ = nullptr;
+  llvm::Value* warp_ = nullptr;
+  llvm::Value* smem_base_ = nullptr;
+  std::map<std::pair<const Value*, LayoutId>, Elems> vals_;
+  std::map<std::pair<LayoutId, ir::Shape>, ThreadElems> elems_cache_;
+  std::map<LayoutId, std::vector<llvm::Value*>> base_cache_;
+  std::map<std::pair<LayoutId, ir::Shape>, std::vector<llvm::Value*>> starts_cache_;
+  std::vector<Elems> yielded_;
+  bool smem_dirty_ = false;
+  const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
+  LoweringStats stats_;
+};
+
+} // namespace tilec::codegen::detail
