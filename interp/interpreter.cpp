@@ -423,34 +423,52 @@ std::string argument_count_error(const ir::Function& fn, const std::vector<Arg>&
   return rt::argument_count_mismatch(params, args.size(), extra, fits);
 }
 
+} // namespace
+
+std::string argument_error(const ir::Function& fn, const std::vector<Arg>& args) {
+  if (args.size() != fn.params.size()) return argument_count_error(fn, args);
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Value* p = fn.params[k];
+    const Arg& a = args[k];
+    const std::string type = p->type.str();
+    if (!p->type.is_scalar()) return rt::param_phrase(p->name, type) + " is a tile; parameters must be scalars or pointers";
+    DType t = p->type.dtype();
+    if (p->type.is_ptr()) {
+      if (!a.buffer) return rt::param_given(p->name, type, "a scalar, not a buffer");
+      if (a.buffer->dtype != t)
+        return rt::param_given(p->name, type, rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype)));
+    } else if (a.buffer) {
+      return rt::param_given(p->name, type, fmt::format("buffer '{}', not a scalar", a.buffer->name));
+    } else if (std::string why = scalar_arg_error(t, a); !why.empty()) {
+      return rt::param_given(p->name, type, why);
+    } else if (!ir::is_float(t)) {
+      if (wrap(a.i, t) != a.i) return rt::param_given(p->name, type, fmt::format("{}, which does not fit", a.i));
+      if (p->multiple_of && a.i % p->multiple_of != 0)
+        return rt::param_given(p->name, type,
+                               fmt::format("{}, not a multiple of {} as the kernel declares (multiple_of)", a.i,
+                                           p->multiple_of));
+    }
+  }
+  return "";
+}
+
+namespace {
+
 void Machine::bind(const std::vector<Arg>& args) {
-  if (args.size() != fn_.params.size()) fail(argument_count_error(fn_, args));
+  if (std::string why = argument_error(fn_, args); !why.empty()) fail(why);
   for (size_t k = 0; k < args.size(); ++k) {
     const Value* p = fn_.params[k];
     const Arg& a = args[k];
-    std::string what = rt::param_phrase(p->name, p->type.str());
-    if (!p->type.is_scalar()) fail(what + " is a tile; parameters must be scalars or pointers");
     DType t = p->type.dtype();
     Tile& v = out(p);
     if (p->type.is_ptr()) {
-      if (!a.buffer) fail(what + " was given a scalar, not a buffer");
-      if (a.buffer->dtype != t)
-        fail(rt::param_given(p->name, p->type.str(), rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype))));
       v.buf = {static_cast<int32_t>(bufs_.size())};
       v.i = {0};
       bufs_.push_back(a.buffer);
       counts_.push_back(static_cast<int64_t>(a.buffer->count()));
-    } else if (a.buffer) {
-      fail(fmt::format("{} was given buffer '{}', not a scalar", what, a.buffer->name));
-    } else if (std::string why = scalar_arg_error(t, a); !why.empty()) {
-      fail(fmt::format("{} was given {}", what, why));
     } else if (ir::is_float(t)) {
       v.f = {round_exact(a.f, t)};
     } else {
-      if (wrap(a.i, t) != a.i) fail(fmt::format("{} was given {}, which does not fit", what, a.i));
-      if (p->multiple_of && a.i % p->multiple_of != 0)
-        fail(fmt::format("{} was given {}, not a multiple of {} as the kernel declares (multiple_of)", what, a.i,
-                         p->multiple_of));
       v.i = {a.i};
     }
   }

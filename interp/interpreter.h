@@ -56,6 +56,13 @@ struct Arg {
 };
 // Why `a` cannot be the scalar argument of a parameter of type `t` ("" when it can).
 std::string scalar_arg_error(ir::DType t, const Arg& a);
+// Why `args` cannot be the arguments of `fn` ("" when they can), in the words every launcher
+// shares (abi/arg_errors.h): their count (naming the missing parameters or the extra
+// arguments), a buffer of the parameter's element type for each pointer, for each scalar a
+// scalar of its kind whose value fits its type and is a multiple of what the kernel declares
+// (multiple_of). The interpreter binds by it; the launchers over compiled code check it before
+// compiling or touching a device.
+std::string argument_error(const ir::Function& fn, const std::vector<Arg>& args);
 
 using Grid = std::array<int64_t, 3>;
 

@@ -18,42 +18,6 @@ namespace tilec::kernels {
 
 namespace {
 
-// A scalar's value as a parameter of type `t` holds it (the interpreter's wrap): an argument
-// that changes is one that does not fit.
-int64_t wrapped(int64_t x, ir::DType t) {
-  switch (t) {
-  case ir::DType::i1: return x != 0;
-  case ir::DType::i8: return static_cast<int8_t>(x);
-  case ir::DType::i16: return static_cast<int16_t>(x);
-  case ir::DType::i32: return static_cast<int32_t>(x);
-  case ir::DType::u8: return static_cast<uint8_t>(x);
-  case ir::DType::u16: return static_cast<uint16_t>(x);
-  case ir::DType::u32: return static_cast<uint32_t>(x);
-  default: return x;
-  }
-}
-
-// An argument as a count mismatch names an extra one: "buffer 'xs' of f32", "the integer 7".
-std::string describe_arg(const interp::Arg& a) {
-  if (a.buffer) return rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype));
-  return a.is_float ? fmt::format("the float {}", a.f) : fmt::format("the integer {}", a.i);
-}
-
-// As the interpreter words it (interp/interpreter.cpp, Machine::bind).
-std::string argument_count_error(const ir::Function& fn, const std::vector<interp::Arg>& args) {
-  std::vector<rt::ParamName> params;
-  for (const ir::Value* p : fn.params) params.push_back({p->name, p->type.str()});
-  std::vector<std::string> extra;
-  for (size_t k = fn.params.size(); k < args.size(); ++k) extra.push_back(describe_arg(args[k]));
-  auto fits = [&](size_t i, size_t k) {
-    const ir::Type& t = fn.params[i]->type;
-    const interp::Arg& a = args[k];
-    if (t.is_ptr()) return a.buffer && a.buffer->dtype == t.dtype();
-    return !a.buffer && a.is_float == ir::is_float(t.dtype());
-  };
-  return rt::argument_count_mismatch(params, args.size(), extra, fits);
-}
-
 // A launch made ready: the loaded module, the device copies of the host buffers on the GPU
 // (one per distinct buffer), and the arguments pointing at them.
 struct Prepared {
@@ -213,27 +177,8 @@ void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
 }
 
 void check_kernel_args(const ir::Function& fn, const std::vector<interp::Arg>& args) {
-  auto fail = [&](const std::string& msg) { throw UserError(fmt::format("kernel '{}': {}", fn.name, msg)); };
-  if (args.size() != fn.params.size()) fail(argument_count_error(fn, args));
-  for (size_t k = 0; k < args.size(); ++k) {
-    const ir::Value* p = fn.params[k];
-    const interp::Arg& a = args[k];
-    std::string type = p->type.str();
-    if (!p->type.is_scalar())
-      fail(rt::param_phrase(p->name, type) + " is a tile; parameters must be scalars or pointers");
-    ir::DType t = p->type.dtype();
-    if (p->type.is_ptr()) {
-      if (!a.buffer) fail(rt::param_given(p->name, type, "a scalar, not a buffer"));
-      if (a.buffer->dtype != t)
-        fail(rt::param_given(p->name, type, rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype))));
-    } else if (a.buffer) {
-      fail(rt::param_given(p->name, type, fmt::format("buffer '{}', not a scalar", a.buffer->name)));
-    } else if (std::string why = interp::scalar_arg_error(t, a); !why.empty()) {
-      fail(rt::param_given(p->name, type, why));
-    } else if (!ir::is_float(t) && wrapped(a.i, t) != a.i) {
-      fail(rt::param_given(p->name, type, fmt::format("{}, which does not fit", a.i)));
-    }
-  }
+  if (std::string why = interp::argument_error(fn, args); !why.empty())
+    throw UserError(fmt::format("kernel '{}': {}", fn.name, why));
 }
 
 std::optional<rt::ScalarType> buffer_element(const interp::Buffer& b) {

@@ -31,13 +31,13 @@ using ir::DType;
 
 namespace {
 
-// out[i] = x[i] * scale for i < n, on f16 buffers.
+// out[i] = x[i] * scale for i < n, on f16 buffers; n is declared even (multiple_of).
 ir::Kernel scale_f16() {
   using namespace dsl;
   KernelBuilder k("scale_f16");
   auto x = k.arg<Ptr<f16>>("x"), out = k.arg<Ptr<f16>>("out");
   auto scale = k.arg<f32>("scale");
-  auto n = k.arg<i32>("n");
+  auto n = multiple_of(k.arg<i32>("n"), 2);
   auto offs = arange(0, 64);
   auto mask = offs < n;
   store(out + offs, (load(x + offs, mask).to(f32) * scale).to(f16), mask);
@@ -84,6 +84,8 @@ void check_refusals(kernels::Launcher& launcher, const std::string& prefix) {
         prefix + "parameter 'out' (ptr<f16>) was given a scalar, not a buffer");
   CHECK(launch({Arg::of(xh), Arg::of(out), Arg::of_float(2), Arg::of_int(int64_t(1) << 40)}) ==
         prefix + "parameter 'n' (i32) was given 1099511627776, which does not fit");
+  CHECK(launch({Arg::of(xh), Arg::of(out), Arg::of_float(2), Arg::of_int(63)}) ==
+        prefix + "parameter 'n' (i32) was given 63, not a multiple of 2 as the kernel declares (multiple_of)");
   CHECK(out.get(0) == 5.0); // nothing ran
   CHECK(launcher.stats().launches == 0);
 }
