@@ -1,8 +1,47 @@
 #pragma once
-// Errors the runtime raises. Callers map them to exit codes: BackendUnavailable → 3,
-// ManifestError and LaunchArgumentError → 2 (bad input), CudaError → 1.
+// tilec's errors, at the bottom layer so every folder throws the same ones.
+//
+// UserError: a mistake in a kernel, its inputs or a command line (exit code 2), carrying where
+// it happened when that is known; InternalError: a broken invariant of tilec itself (exit 1).
+// The runtime's own (tilec::rt) say what failed at run time; callers map them to exit codes:
+// BackendUnavailable → 3, ManifestError and LaunchArgumentError → 2 (bad input), CudaError → 1.
+#include <source_location>
 #include <stdexcept>
 #include <string>
+
+namespace tilec {
+
+// A source position in the user's kernel code (or in a parsed IR file).
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  int column = 0;
+
+  static SourceLoc from(const std::source_location& l) {
+    return {l.file_name(), static_cast<int>(l.line()), static_cast<int>(l.column())};
+  }
+  bool known() const { return line > 0; }
+  // "file:line:col" (or "file:line" without a column), or "<unknown>".
+  std::string str() const {
+    if (!known()) return "<unknown>";
+    return file + ":" + std::to_string(line) + (column > 0 ? ":" + std::to_string(column) : "");
+  }
+  bool operator==(const SourceLoc&) const = default;
+};
+
+class UserError : public std::runtime_error {
+public:
+  explicit UserError(const std::string& msg) : std::runtime_error(msg) {}
+  UserError(const SourceLoc& loc, const std::string& msg)
+      : std::runtime_error(loc.known() ? loc.str() + ": " + msg : msg) {}
+};
+
+class InternalError : public std::logic_error {
+public:
+  explicit InternalError(const std::string& msg) : std::logic_error("internal compiler error: " + msg) {}
+};
+
+} // namespace tilec
 
 namespace tilec::rt {
 

@@ -8,11 +8,6 @@
 
 namespace tilec {
 
-std::string SourceLoc::str() const {
-  if (!known()) return "<unknown>";
-  return column > 0 ? fmt::format("{}:{}:{}", file, line, column) : fmt::format("{}:{}", file, line);
-}
-
 void internal_fail(const std::string& msg, std::source_location where) {
   throw InternalError(fmt::format("{} ({}:{})", msg, where.file_name(), where.line()));
 }
