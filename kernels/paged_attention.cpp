@@ -171,11 +171,24 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
       throw UserError(fmt::format("{}: dtype {} differs from {}", b->name, ir::dtype_name(b->dtype),
                                   s.kv_fp8 ? fmt::format("the fp8 cache's {}", ir::dtype_name(*s.kv_fp8))
                                            : fmt::format("q's {}", ir::dtype_name(s.dtype))));
-  if (s.kv_fp8)
+  // The kernels take the scales and the softcap as f32 arguments: each must be a normal f32
+  // (a larger value is inf there, a smaller one 0 or a denormal a GPU flushes to 0).
+  const double f32_min = std::numeric_limits<float>::min(), f32_max = std::numeric_limits<float>::max();
+  auto normal_f32 = [&](double v) { return std::abs(v) >= f32_min && std::abs(v) <= f32_max; };
+  const std::string f32_range = fmt::format("f32's normal range ({:g} to {:g})", f32_min, f32_max);
+  if (s.kv_fp8) {
     for (auto [name, scale] : {std::pair{"k_scale", s.k_scale}, std::pair{"v_scale", s.v_scale}})
-      if (!(std::isfinite(scale) && scale > 0))
-        throw UserError(fmt::format("paged_attention: an {} cache needs {} as a positive finite number, got {}",
-                                    ir::dtype_name(*s.kv_fp8), name, scale));
+      if (!(scale > 0 && normal_f32(scale)))
+        throw UserError(fmt::format("paged_attention: an {} cache needs {} as a positive number in {}, got {}",
+                                    ir::dtype_name(*s.kv_fp8), name, f32_range, scale));
+    // The fused kernel scores with their product, in f32.
+    if (!normal_f32(s.scale() * s.k_scale))
+      throw UserError(fmt::format("paged_attention: softmax scale {} times k_scale {} = {} is outside {}", s.scale(),
+                                  s.k_scale, s.scale() * s.k_scale, f32_range));
+  } else if (s.k_scale != 0 || s.v_scale != 0) {
+    throw UserError(fmt::format("paged_attention: k_scale {} and v_scale {} are for fp8 caches; these are {}", s.k_scale,
+                                s.v_scale, ir::dtype_name(s.cache_dtype())));
+  }
   for (const interp::Buffer* b : {&in.block_table, &in.context_lens})
     if (b->dtype != ir::DType::i32)
       throw UserError(fmt::format("{}: dtype must be u32 or i32, got {}", b->name, ir::dtype_name(b->dtype)));
@@ -191,10 +204,10 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
       throw UserError(fmt::format("alibi_slopes: dtype must be f32, got {}", ir::dtype_name(in.alibi_slopes.dtype)));
     expect_count(in.alibi_slopes, s.hq, fmt::format("[Hq={}]", s.hq));
   }
-  double scale = s.scale();
-  if (!std::isfinite(scale)) throw UserError(fmt::format("paged_attention: softmax scale {} is not finite", scale));
-  if (s.softcap && !(std::isfinite(*s.softcap) && *s.softcap > 0))
-    throw UserError(fmt::format("paged_attention: softcap {} is not a positive finite number", *s.softcap));
+  if (double scale = s.scale(); !normal_f32(scale))
+    throw UserError(fmt::format("paged_attention: softmax scale {} is not finite and nonzero in {}", scale, f32_range));
+  if (s.softcap && !(*s.softcap > 0 && normal_f32(*s.softcap)))
+    throw UserError(fmt::format("paged_attention: softcap {} is not a positive number in {}", *s.softcap, f32_range));
   if (s.window < 0)
     throw UserError(fmt::format("paged_attention: window {} must be positive (0: no window)", s.window));
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -216,18 +229,23 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   }
 }
 
-interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
+interp::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAttentionMagnitudes* magnitudes) {
   const PagedAttentionShape& s = in.shape;
-  const int64_t D = s.head_dim, group = s.group(), rows = group * s.sq;
+  const int64_t D = s.head_dim, group = s.group(), rows = group * s.sq, window = s.effective_window();
   // An fp8 cache is dequantized: its values times its scale.
   const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
   interp::Buffer out("out", ir::DType::f32, in.q.count());
+  const int64_t tasks = s.batch * s.hkv;
+  std::vector<PagedAttentionMagnitudes> seen_by(size_t(magnitudes ? tasks : 0)); // per task: no races
   // One task per (sequence, KV head): the query rows of its heads share each K and V row,
   // decoded once. Every sum runs in the same order as one row at a time would (over d for a
   // dot, over the keys for the softmax and each output element), so the results do not
   // depend on the threads. Large problems (the GPU check's) take seconds, not minutes.
   auto task = [&](int64_t b, int64_t kvh) {
     const int64_t len = in.context_lens.get_int(size_t(b));
+    PagedAttentionMagnitudes* mags = magnitudes ? &seen_by[size_t(b * s.hkv + kvh)] : nullptr;
+    std::vector<char> key_seen(size_t(mags ? len : 0), 0);
+    std::vector<int64_t> row_keys(size_t(mags ? rows : 0), 0);
     auto key_row = [&](int64_t j) {
       int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
       return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
@@ -245,18 +263,32 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
       bool decoded = false;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = kvh * group + r / s.sq, i = r % s.sq, pos = len - s.sq + i; // this row's position
-        if ((s.causal && j > pos) || (s.window > 0 && j < pos - s.window + 1)) continue; // not seen
+        if ((s.causal && j > pos) || (window > 0 && j < pos - window + 1)) continue; // not seen
         if (!decoded) {
           for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.k_cache.get(krow + d);
           decoded = true;
         }
-        double dotp = 0;
+        double dotp = 0, dot_abs = 0;
         for (int64_t d = 0; d < D; ++d) dotp += q[size_t(r * D + d)] * kv[size_t(d)];
-        double sc = dotp * s.scale() * k_scale;
-        if (s.softcap) sc = *s.softcap * std::tanh(sc / *s.softcap);
-        if (s.alibi) sc += in.alibi_slopes.get(size_t(h)) * double(j - i);
+        if (mags)
+          for (int64_t d = 0; d < D; ++d) dot_abs += std::abs(q[size_t(r * D + d)] * kv[size_t(d)]);
+        double sc = dotp * s.scale() * k_scale, terms = dot_abs * std::abs(s.scale() * k_scale);
+        if (s.softcap) {
+          sc = *s.softcap * std::tanh(sc / *s.softcap);
+          terms += std::abs(sc);
+        }
+        if (s.alibi) {
+          const double bias = in.alibi_slopes.get(size_t(h)) * double(j - i);
+          sc += bias;
+          terms += std::abs(bias);
+        }
         scores[size_t(r * len + j)] = sc;
         m[size_t(r)] = std::max(m[size_t(r)], sc);
+        if (mags) {
+          mags->score = std::max(mags->score, terms + std::abs(sc));
+          key_seen[size_t(j)] = 1;
+          ++row_keys[size_t(r)];
+        }
       }
     }
     for (int64_t r = 0; r < rows; ++r)
@@ -267,6 +299,8 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
     for (int64_t j = 0; j < len; ++j) {
       size_t vrow = key_row(j);
       for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.v_cache.get(vrow + d);
+      if (mags && key_seen[size_t(j)])
+        for (int64_t d = 0; d < D; ++d) mags->value = std::max(mags->value, std::abs(kv[size_t(d)]) * v_scale);
       for (int64_t r = 0; r < rows; ++r) {
         double p = scores[size_t(r * len + j)];
         for (int64_t d = 0; d < D; ++d) acc[size_t(r * D + d)] += p * kv[size_t(d)];
@@ -275,8 +309,9 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d)
         out.set(qrow(r) + d, len > 0 ? acc[size_t(r * D + d)] * v_scale / sum[size_t(r)] : 0.0);
+    if (mags)
+      for (int64_t n : row_keys) mags->keys = std::max(mags->keys, n);
   };
-  const int64_t tasks = s.batch * s.hkv;
   std::atomic<int64_t> next{0};
   auto worker = [&] {
     for (int64_t t; (t = next++) < tasks;) task(t / s.hkv, t % s.hkv);
@@ -291,7 +326,42 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in) {
   for (unsigned i = 1; i < n; ++i) pool.emplace_back(worker);
   worker();
   for (std::thread& th : pool) th.join();
+  if (magnitudes) {
+    *magnitudes = {};
+    for (const PagedAttentionMagnitudes& t : seen_by) {
+      magnitudes->score = std::max(magnitudes->score, t.score);
+      magnitudes->value = std::max(magnitudes->value, t.value);
+      magnitudes->keys = std::max(magnitudes->keys, t.keys);
+    }
+  }
   return out;
+}
+
+// Every path computes in f32 from the inputs the reference reads (f16, bf16 and fp8 widen
+// exactly), so a result's error comes from f32 roundings and, for f16/bf16 q, from rounding p
+// to q's dtype before the P.V product (the fused kernel) and the output to it:
+// - a score is off by about half an f32 epsilon (eps32) times the magnitude of the terms that
+//   formed it and of itself (`score`, S); exp turns that absolute error into the same relative
+//   error of the key's weight (the row max subtracted is off as much), and the output, an
+//   average of v under those weights, moves by at most about twice that times max |v| (V):
+//   eps32 S V;
+// - the sums over n keys (the softmax's denominator, P.V) add rounding that grows like
+//   sqrt(n) eps32 V for data without a pattern (linearly only in contrived worst cases);
+// - rounding p and the output to q's dtype costs half its epsilon (eps_io) each, relatively.
+// Hence atol = V (4 eps_io + eps32 (1 + S + 2 sqrt(n))) and rtol = 4 eps_io, with eps the
+// dtype's machine epsilon (2^-23 f32, 2^-10 f16, 2^-7 bf16). That is 10x and more above the
+// largest error either path showed over random sweeps (ALiBi to scores of 5000, softcaps,
+// fp8, contexts to 8000), and as tight as the data allow: a key dropped or counted twice, a
+// wrong scale or mask still fails. For f16 and bf16 it is the fixed 4e-3 and 3e-2 it replaced
+// (V = 1); for f32 it starts near 3e-6 and grows with the scores (ALiBi over long contexts,
+// large softcaps), where a fixed 1e-5 failed correct results.
+PagedAttentionTolerance paged_attention_tolerance(const PagedAttentionShape& s, const PagedAttentionMagnitudes& m) {
+  auto epsilon = [](ir::DType t) { return std::ldexp(1.0, t == ir::DType::f16 ? -10 : t == ir::DType::bf16 ? -7 : -23); };
+  const double eps32 = epsilon(ir::DType::f32), eps_io = epsilon(s.dtype);
+  PagedAttentionTolerance t;
+  t.atol = m.value * (4 * eps_io + eps32 * (1 + m.score + 2 * std::sqrt(double(m.keys))));
+  t.rtol = 4 * eps_io;
+  return t;
 }
 
 int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
@@ -389,14 +459,18 @@ ir::Kernel build_fused(const FusedSpec& sp) {
 
   auto ctx = load(context_lens + b);
   // This split's token range, in whole steps of N. A sliding window starts the walk at the
-  // first key any row sees, so the bytes read grow with the window, not the context.
-  Tile lo = sp.window > 0 ? max(ctx - (sp.sq + sp.window - 1), 0) : Tile();
-  auto chunk = ((sp.window > 0 ? ctx - lo : ctx) + (S - 1)) / S;
+  // first key any row sees, so the bytes read grow with the window, not the context. The
+  // window W is below 2^31 - 1 (effective_window) and the first key a row at position p sees
+  // is max(p + 1, W) - W: no i32 value on the way wraps, however large W or small p is.
+  const int64_t W = sp.window;
+  Tile lo = W > 0 ? max(ctx - (sp.sq - 1), W) - W : Tile();
+  auto chunk = ((W > 0 ? ctx - lo : ctx) + (S - 1)) / S;
   chunk = (chunk + (N - 1)) / N * N;
-  auto start = sp.window > 0 ? lo + split * chunk : split * chunk;
+  auto start = W > 0 ? lo + split * chunk : split * chunk;
   auto end = min(ctx, start + chunk);
   // Each row's position (causal, window): the last Sq positions of the context.
-  Tile pos = sp.causal || sp.window > 0 ? ctx - sp.sq + i : Tile();
+  Tile pos = sp.causal || W > 0 ? ctx - sp.sq + i : Tile();
+  Tile first = W > 0 ? max(pos + 1, W) - W : Tile(); // each row's first key in the window
 
   Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, DP});
   // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
@@ -411,12 +485,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     if (sp.alibi) s = s + slope.col() * (j.row() - i.col()).to(f32);
     Tile seen = live.row();
     if (sp.causal) seen = seen & (j.row() <= pos.col());
-    if (sp.window > 0) seen = seen & (j.row() >= (pos - (sp.window - 1)).col());
+    if (W > 0) seen = seen & (j.row() >= first.col());
     s = where(seen, s, -INFINITY);
     auto m_new = max(m, reduce_max(s, 1));
     // A row may see none of this step's keys (causal, window): its max stays -inf, and the
     // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf.
-    Tile m_use = sp.causal || sp.window > 0 ? where(m_new > -INFINITY, m_new, 0) : m_new;
+    Tile m_use = sp.causal || W > 0 ? where(m_new > -INFINITY, m_new, 0) : m_new;
     auto p = exp(s - m_use.col());
     auto alpha = exp(m - m_use);
     l = l * alpha + reduce_sum(p, 1);
@@ -428,8 +502,11 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   });
 
   if (S == 1) {
-    // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does.
-    auto o = where(l.col() > 0, acc / (fp8 ? l / v_scale : l).col(), 0);
+    // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does. An fp8
+    // cache's v_scale applies to the normalized sum, which is at most the cache's largest
+    // value: l / v_scale would overflow f32 for a small scale.
+    Tile o = where(l.col() > 0, acc / l.col(), 0);
+    if (fp8) o = o * v_scale;
     store(out + rows.col() * D + d.row(), o.to(io), elems(row_ok));
   } else {
     auto part = rows * S + split; // [B, Hq, Sq, S]
@@ -480,7 +557,8 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
-  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(), s.window, s.causal, cfg};
+  return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
+          s.effective_window(), s.causal, cfg};
 }
 
 } // namespace

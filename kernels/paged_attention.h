@@ -3,6 +3,7 @@
 // problem, its inputs, validation, a plain C++ reference, and the two ways to
 // compute it — the fused block-table-walking kernel and the seed's
 // decomposition into primitive tensor ops.
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -35,8 +36,19 @@ struct PagedAttentionShape {
 
   int64_t group() const { return hq / hkv; }
   ir::DType cache_dtype() const { return kv_fp8 ? *kv_fp8 : dtype; }
+  // The window every computation applies (the kernels, the decomposition, the reference):
+  // `window`, or 0 (none) when it is at least as long as any context can be — the capacity,
+  // or 2^31 - 1, the longest context_lens holds — where it hides no key. What remains is below
+  // 2^31 - 1, so the fused kernel's 32-bit arithmetic holds it exactly (a window of 2^32 + 1
+  // once wrapped to 1 there).
+  int64_t effective_window() const {
+    return window >= std::min<int64_t>(capacity(), std::numeric_limits<int32_t>::max()) ? 0 : window;
+  }
   // The keys of sequence b (with context length len) that some query row sees: [first, len).
-  int64_t first_key(int64_t len) const { return window > 0 ? std::max<int64_t>(0, len - sq - window + 1) : 0; }
+  int64_t first_key(int64_t len) const {
+    const int64_t w = effective_window();
+    return w > 0 ? std::max<int64_t>(0, len - sq - w + 1) : 0;
+  }
   int64_t capacity() const { return max_blocks * block_size; }
   // Elements of each cache (num_blocks 0: batch * max_blocks pages).
   int64_t cache_elements() const { return (num_blocks ? num_blocks : batch * max_blocks) * block_size * hkv * head_dim; }
@@ -77,8 +89,29 @@ interp::Buffer block_table_unused_cleared(const PagedAttentionInputs& in);
 // entry (not just the live ones) to be < num_blocks, since it reads them all.
 void validate_paged_attention(const PagedAttentionInputs& in, bool decompose);
 
-// out [B, Hq, Sq, D] in f32, computed in double.
-interp::Buffer paged_attention_reference(const PagedAttentionInputs& in);
+// The magnitudes a run's rounding errors scale with (paged_attention_tolerance), over every
+// (query row, key) pair the masks let through. `score`: the largest sum of the magnitudes of
+// the terms that form a score and of the score itself, each of which the kernels round in f32:
+// scale * k_scale * sum_d |q_d k_d| (the dot product's terms), |softcap(x)| (tanh's error is
+// relative, as the GPU computes it too), |alibi term| and |score|. `value`: the largest
+// dequantized |v| of a key some row sees. `keys`: the most keys one query row sees.
+struct PagedAttentionMagnitudes {
+  double score = 0.0, value = 0.0;
+  int64_t keys = 0;
+};
+
+// out [B, Hq, Sq, D] in f32, computed in double. `magnitudes`, when given, receives what the
+// computation saw.
+interp::Buffer paged_attention_reference(const PagedAttentionInputs& in,
+                                         PagedAttentionMagnitudes* magnitudes = nullptr);
+
+// The comparison tolerance |got - want| <= atol + rtol * |want| of a run against the
+// reference, from q's dtype and the magnitudes the reference saw (the rule is in
+// paged_attention.cpp; README "Paged attention").
+struct PagedAttentionTolerance {
+  double atol = 0.0, rtol = 0.0;
+};
+PagedAttentionTolerance paged_attention_tolerance(const PagedAttentionShape& s, const PagedAttentionMagnitudes& m);
 
 // The fused kernel's tunables (docs/ARCHITECTURE.md / configs/paged_attention.toml).
 struct PagedAttentionConfig {
@@ -100,6 +133,17 @@ interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, La
 // Bytes the op must move at least: q + out + K and V of the live tokens + the
 // block-table entries and context lengths it reads (+ alibi slopes).
 int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in);
+
+// What a correct run of the fused kernel (and its combine kernel) moves, in bytes of
+// warp-wide requests as the emulator counts them (LaunchStats::request_bytes), buffer by
+// buffer: the walk of every program replayed on the host (paged_attention_io.cpp explains
+// each term). The template's traffic budget is its total plus 2%.
+struct PagedAttentionTraffic {
+  int64_t q = 0, alibi_slopes = 0, context_lens = 0, block_table = 0, k_cache = 0, v_cache = 0, out = 0;
+  int64_t partials = 0; // num_splits > 1: partial_o, partial_m, partial_l written and read back
+  int64_t total() const { return q + alibi_slopes + context_lens + block_table + k_cache + v_cache + out + partials; }
+};
+PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& cfg);
 
 } // namespace tilec::kernels
 

@@ -33,12 +33,15 @@ int repeat_kv_heads(Recipe& r, int x, const PagedAttentionShape& s) {
 // table names, view them as [B, kv_len, Hkv, D], permute to [B, Hkv, kv_len, D]
 // and repeat heads up to Hq. tilec computes in f32 from here on, so the
 // gathered pages are cast right after the IndexSelect (the seed keeps q's dtype); an fp8
-// cache is dequantized there too (times its scale: 0 for none).
-int gather_kv(Recipe& r, int cache, int bt_flat, const PagedAttentionShape& s, double fp8_scale) {
+// cache is dequantized there too (times its scale: 0 for none). The slots past each
+// sequence's context (`dead`, [B, kv_len, 1, 1]: the tail of its last live page, and the pages
+// it does not use) are set to 0: whatever bytes they hold, NaN and Inf included, never reach
+// a score or the output (the seed's masking of the scores alone leaves 0 * NaN in probs · V).
+int gather_kv(Recipe& r, int cache, int bt_flat, int dead, const PagedAttentionShape& s, double fp8_scale) {
   int sel = r.index_select(cache, bt_flat, 0);
   if (s.cache_dtype() != ir::DType::f32) sel = r.cast(sel, ir::DType::f32);
   if (s.kv_fp8) sel = r.mul_scalar(sel, fp8_scale);
-  int seq = r.reshape(sel, {s.batch, s.capacity(), s.hkv, s.head_dim});
+  int seq = r.masked_fill(r.reshape(sel, {s.batch, s.capacity(), s.hkv, s.head_dim}), dead, 0.0);
   int perm = r.permute(seq, {0, 2, 1, 3});
   return repeat_kv_heads(r, perm, s);
 }
@@ -76,10 +79,15 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
   int context_lens = r.input(4, "context_lens", {b}, DType::i32);
   int alibi = s.alibi ? r.input(5, "alibi_slopes", {s.hq}, DType::f32) : -1;
 
+  // 0. key positions and context lengths in f32, and the dead slots: key position >= context_len
+  int iota_kv = r.iota(kv_len, DType::f32);
+  int cl = r.reshape(r.cast(context_lens, DType::f32), {b, 1, 1, 1});
+  int dead = r.ge(r.reshape(iota_kv, {1, kv_len, 1, 1}), cl); // [B, kv_len, 1, 1]
+
   // 1. gather the physical blocks through the (shared) flattened block table
   int bt_flat = r.reshape(block_table, {b * s.max_blocks});
-  int k_att = gather_kv(r, k_cache, bt_flat, s, s.k_scale);
-  int v_att = gather_kv(r, v_cache, bt_flat, s, s.v_scale);
+  int k_att = gather_kv(r, k_cache, bt_flat, dead, s, s.k_scale);
+  int v_att = gather_kv(r, v_cache, bt_flat, dead, s, s.v_scale);
 
   // 2. scores = scale · q·kᵀ (+ softcap, + alibi)
   int kt = r.permute(k_att, {0, 1, 3, 2});
@@ -93,23 +101,23 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
   if (alibi >= 0) scaled = r.add(scaled, alibi_bias(r, alibi, s));
 
   // 3. variable-length mask: -inf where key position >= context_len
-  int pos = r.reshape(r.iota(kv_len, DType::f32), {1, 1, 1, kv_len});
+  int pos = r.reshape(iota_kv, {1, 1, 1, kv_len});
   int pos_bc = r.broadcast_to(pos, scores_shape);
-  int cl = r.reshape(r.cast(context_lens, DType::f32), {b, 1, 1, 1});
   int cl_bc = r.broadcast_to(cl, scores_shape);
   int mask = r.ge(pos_bc, cl_bc);
   int masked = r.masked_fill(scaled, mask, -INFINITY);
   // 3b. (off by default) query row i sits at position p_i = context_len - Sq + i; causal hides
   // keys j > p_i, a window of W keys j <= p_i - W. Constants come from ones = (x >= x).
-  if (s.causal || s.window > 0) {
+  const int64_t window = s.effective_window(); // 0 when it hides nothing (as the fused kernel's)
+  if (s.causal || window > 0) {
     int iq = r.iota(s.sq, DType::f32);
     int ones = r.cast(r.ge(iq, iq), DType::f32);
     int rel = r.sub(iq, r.mul_scalar(ones, double(s.sq - 1))); // i - (Sq - 1)
     int next = r.add(cl_bc, r.broadcast_to(r.reshape(rel, {1, 1, s.sq, 1}), scores_shape)); // p_i + 1
     if (s.causal) masked = r.masked_fill(masked, r.ge(pos_bc, next), -INFINITY);
-    if (s.window > 0) {
+    if (window > 0) {
       int ones_bc = r.broadcast_to(r.reshape(ones, {1, 1, s.sq, 1}), scores_shape);
-      int last_hidden = r.sub(next, r.mul_scalar(ones_bc, double(s.window + 1))); // p_i - W
+      int last_hidden = r.sub(next, r.mul_scalar(ones_bc, double(window + 1))); // p_i - W
       masked = r.masked_fill(masked, r.ge(last_hidden, pos_bc), -INFINITY);
     }
   }

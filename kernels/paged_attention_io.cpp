@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <map>
 #include <filesystem>
 
 #include <unistd.h>
@@ -51,6 +53,33 @@ interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const s
   return b;
 }
 
+// The float options as the kernels take them: f32 arguments. A value f32 cannot hold (1e39)
+// would become inf there and one below its normal range 0 (or a denormal a GPU flushes to 0),
+// so each is refused with its name: the fp8 scales and the softcap must be positive, the
+// softmax scale nonzero (0 is not "the default": leave it out for 1/sqrt(head_dim)). The
+// scales belong to fp8 caches only.
+void check_float_options(const std::map<std::string, double>& options, std::optional<ir::DType> kv_fp8) {
+  const double lo = std::numeric_limits<float>::min(), hi = std::numeric_limits<float>::max();
+  const std::string range = fmt::format("f32's normal range, {:g} to {:g}: the kernels take it as an f32", lo, hi);
+  auto normal = [&](double v) { return std::abs(v) >= lo && std::abs(v) <= hi; };
+  for (const char* name : {"k-scale", "v-scale"}) {
+    auto it = options.find(name);
+    if (it == options.end()) continue;
+    const std::string field = name[0] == 'k' ? "k_scale" : "v_scale";
+    if (!kv_fp8)
+      throw UserError(fmt::format("--{} {}: the caches are not fp8, so there is no {} to apply (set --shape "
+                                  "kv_dtype=f8e4m3 or f8e5m2 for fp8 caches)", name, it->second, field));
+    if (!(it->second > 0 && normal(it->second)))
+      throw UserError(fmt::format("--{} {}: the {} caches' {} must be a positive number in {}", name, it->second,
+                                  ir::dtype_name(*kv_fp8), field, range));
+  }
+  if (auto it = options.find("softcap"); it != options.end() && !(it->second > 0 && normal(it->second)))
+    throw UserError(fmt::format("--softcap {}: the softcap must be a positive number in {}", it->second, range));
+  if (auto it = options.find("softmax-scale"); it != options.end() && !normal(it->second))
+    throw UserError(fmt::format("--softmax-scale {}: the softmax scale must be a nonzero number with a magnitude in {} "
+                                "(leave it out for 1/sqrt(head_dim))", it->second, range));
+}
+
 } // namespace
 
 PagedAttentionShape paged_attention_shape(const ParamMap& p) {
@@ -89,6 +118,10 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   if (ctx > s.capacity())
     throw UserError(fmt::format("--shape ctx={} exceeds max_blocks * block_size = {} * {} = {}", ctx,
                                 s.max_blocks, s.block_size, s.capacity()));
+  if (s.causal && s.capacity() < s.sq)
+    throw UserError(fmt::format("--shape causal=1 sq={}: the query rows are the last Sq positions of each context, "
+                                "so max_blocks * block_size = {} * {} = {} must be at least sq", s.sq, s.max_blocks,
+                                s.block_size, s.capacity()));
   // Tensors past 2^31 elements are fine (offsets into them are 64-bit, ir::widen_offsets);
   // one past a process's address space is not. Products in double: no overflow.
   auto fits = [](const std::string& what, double elements, int elem_bytes) {
@@ -184,15 +217,16 @@ KernelTemplate paged_attention_template() {
   t.shape_with_inputs = {"window", "causal", "kv_dtype"};
   t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy]";
   t.make_problem = [](const ProblemRequest& r) {
+    std::optional<ir::DType> kv_fp8;
+    if (int64_t kv = r.shape.count("kv_dtype") ? r.shape.at("kv_dtype") : 0; kv != 0)
+      kv_fp8 = ir::parse_dtype(kKvDtypes.at(size_t(kv)));
+    check_float_options(r.options, kv_fp8);
     std::optional<double> softcap;
     if (auto it = r.options.find("softcap"); it != r.options.end()) softcap = it->second;
     double scale = r.options.count("softmax-scale") ? r.options.at("softmax-scale") : 0.0;
     auto option = [&](const char* name) { return r.options.count(name) ? r.options.at(name) : 0.0; };
     PagedAttentionInputs in;
     if (!r.inputs_dir.empty()) {
-      std::optional<ir::DType> kv_fp8;
-      if (int64_t kv = r.shape.count("kv_dtype") ? r.shape.at("kv_dtype") : 0; kv != 0)
-        kv_fp8 = ir::parse_dtype(kKvDtypes.at(size_t(kv)));
       in = read_paged_attention_inputs(r.inputs_dir, scale, softcap, kv_fp8);
       // Masks are parameters of the op, not data: from --shape.
       in.shape.window = r.shape.count("window") ? r.shape.at("window") : 0;
@@ -210,8 +244,6 @@ KernelTemplate paged_attention_template() {
       s.softcap = softcap;
       s.k_scale = option("k-scale");
       s.v_scale = option("v-scale");
-      if ((s.k_scale != 0 || s.v_scale != 0) && !s.kv_fp8)
-        throw UserError("--k-scale/--v-scale: the caches are not fp8 (set --shape kv_dtype=f8e4m3 or f8e5m2)");
       check_host_memory(s);
       in = make_paged_attention_inputs(s, r.seed, r.shape.at("ctx"), /*poison_unused=*/true);
     }
@@ -219,9 +251,26 @@ KernelTemplate paged_attention_template() {
     const PagedAttentionShape& s = in.shape;
     Problem p;
     p.outputs = {p.add_buffer(interp::Buffer("out", s.dtype, in.q.count()))};
-    p.expected = {paged_attention_reference(in)};
-    p.atol = s.dtype == ir::DType::f32 ? 1e-5 : s.dtype == ir::DType::f16 ? 4e-3 : 3e-2;
-    p.rtol = s.dtype == ir::DType::f32 ? 1e-4 : 1e-2;
+    PagedAttentionMagnitudes seen;
+    p.expected = {paged_attention_reference(in, &seen)};
+    // Every path computes the scores in f32 and writes the output in q's dtype: inputs whose
+    // scores or output those cannot hold have no right answer to compare with.
+    if (seen.score > double(std::numeric_limits<float>::max()) / 16)
+      throw UserError(fmt::format("paged_attention: the terms of a score reach {:g} in magnitude (scale * k_scale * "
+                                  "sum |q k|, softcap, ALiBi): past the f32 range every path computes them in",
+                                  seen.score));
+    const double out_max = s.dtype == ir::DType::f16    ? 65504.0
+                           : s.dtype == ir::DType::bf16 ? 3.3895313892515355e38
+                                                        : double(std::numeric_limits<float>::max());
+    for (size_t i = 0; i < p.expected[0].count(); ++i)
+      if (std::abs(p.expected[0].get(i)) > out_max)
+        throw UserError(fmt::format("paged_attention: out[{}] = {:g} exceeds {}'s largest finite value {:g} (the output "
+                                    "is in q's dtype)", i, p.expected[0].get(i), ir::dtype_name(s.dtype), out_max));
+    // The tolerance follows q's dtype and the magnitudes the scores and values reached
+    // (paged_attention_tolerance states the rule).
+    const PagedAttentionTolerance tol = paged_attention_tolerance(s, seen);
+    p.atol = tol.atol;
+    p.rtol = tol.rtol;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
                         ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}",
@@ -271,42 +320,79 @@ KernelTemplate paged_attention_template() {
     write_paged_attention_output(path, std::any_cast<const PagedAttentionInputs&>(p.context), p.buffers[p.outputs[0]]);
   };
   t.size_fields = {"ctx", "batch", "max_blocks", "num_blocks"};
-  // The fused kernel reads each live K/V byte, q and the metadata once and writes out once
-  // when one program serves all Hq/Hkv query heads of a KV head (head_group = Hq/Hkv); with
-  // smaller head groups, the Hq/Hkv / head_group programs of a KV head each read its K/V.
-  // Split-KV (num_splits = S > 1) also writes f32 partials (o, m, l) per split that the
-  // combine kernel reads back, and reads q once per split.
+  // What a correct run moves (paged_attention_traffic, every term explained there) and 2% more
+  // (the replay matches the emulator's count exactly over random sweeps; the 2% leaves room for
+  // a layout change): one K/V tile too many shows on small problems.
   t.traffic_budget = [](const Problem& p, const ParamMap& params) -> std::optional<int64_t> {
     if (!p.ideal_bytes) return std::nullopt;
     const PagedAttentionInputs& in = std::any_cast<const PagedAttentionInputs&>(p.context);
-    const PagedAttentionShape& s = in.shape;
-    PagedAttentionConfig cfg = paged_attention_config(params);
-    int64_t head_group = cfg.head_group == 0 ? s.group() : cfg.head_group, extra = 0;
-    int64_t seen = 0; // keys some query row sees
-    for (size_t b = 0; b < in.context_lens.count(); ++b) {
-      int64_t len = in.context_lens.get_int(b);
-      seen += len - s.first_key(len);
-    }
-    extra += (s.group() / std::max<int64_t>(1, head_group) - 1) * 2 * seen * s.hkv * s.head_dim *
-             ir::dtype_bytes(s.cache_dtype());
-    // A tile smaller than the block (num_warps warps) is held by several warps, each of which
-    // reads or writes it again: the fused kernel's q tile [head_group x Sq rows, head_dim]
-    // (padded to powers of two), and the combine kernel's tiles below.
-    int64_t warps = cfg.num_warps, dp = 1, gp = 1, sqp = 1;
-    while (dp < s.head_dim) dp *= 2;
-    while (gp < head_group) gp *= 2;
-    while (sqp < s.sq) sqp *= 2;
-    auto again = [&](int64_t elems) { return std::min(warps, std::max<int64_t>(1, 32 * warps / elems)) - 1; };
-    extra += again(gp * sqp * dp) * cfg.num_splits * int64_t(in.q.bytes.size());
-    if (int64_t splits = cfg.num_splits; splits > 1) {
-      int64_t rows = s.batch * s.hq * s.sq;
-      extra += 2 * rows * splits * (s.head_dim + 2) * 4 + (splits - 1) * int64_t(in.q.bytes.size());
-      extra += rows * (again(splits) * 2 * splits * 4 + again(splits * dp) * splits * s.head_dim * 4 +
-                       again(dp) * s.head_dim * ir::dtype_bytes(s.dtype));
-    }
-    return static_cast<int64_t>(std::ceil(double(*p.ideal_bytes + extra) * 1.02));
+    const int64_t moved = paged_attention_traffic(in, paged_attention_config(params)).total();
+    return static_cast<int64_t>(std::ceil(double(std::max(moved, *p.ideal_bytes)) * 1.02));
   };
   t.module_variants = {{{"softcap", 0}}, {{"softcap", 1}}};
+  return t;
+}
+
+// The emulator counts each warp-wide request's distinct bytes (runtime/emulator.h), so this
+// replays the fused kernel's programs (kernels/paged_attention.cpp, build_fused) on the host:
+// which tokens each one walks, in which steps, and how many warps hold each tile it loads.
+PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& config) {
+  const PagedAttentionShape& s = in.shape;
+  PagedAttentionConfig cfg = config;
+  if (cfg.head_group == 0) cfg.head_group = s.group();
+  auto pow2 = [](int64_t v) {
+    int64_t p = 1;
+    while (p < v) p *= 2;
+    return p;
+  };
+  const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits, D = s.head_dim;
+  const int64_t DP = pow2(D), M = pow2(G) * pow2(s.sq), chunks = s.group() / G, W = s.effective_window();
+  const int64_t e_io = ir::dtype_bytes(s.dtype), e_kv = ir::dtype_bytes(s.cache_dtype());
+  // A loaded tile of fewer elements than the block has threads (32 per warp) is held whole by
+  // several warps, each of which reads it with requests of its own: the copies of a tile of
+  // `elems` elements. (Stores of such tiles are made by one owner: written once.)
+  auto copies = [&](int64_t elems) { return std::min(w, std::max<int64_t>(1, 32 * w / elems)); };
+  // The request a warp makes for an index tile covers 32 consecutive tokens (fewer when the
+  // tile is smaller): the page entries one request reads are the distinct pages of its tokens.
+  const int64_t segment = std::min<int64_t>(N, 32);
+  auto pages_of = [&](int64_t lo, int64_t hi) { return hi > lo ? (hi - 1) / s.block_size - lo / s.block_size + 1 : 0; };
+
+  PagedAttentionTraffic t;
+  const int64_t programs_per_seq = s.hkv * chunks * S; // grid (B, Hkv * chunks, S)
+  for (int64_t b = 0; b < s.batch; ++b) {
+    // Every program reads q's rows of its head group (each split again), the slopes of those
+    // heads, and the context length: one 4-byte warp-uniform request per warp.
+    t.q += programs_per_seq * G * s.sq * D * e_io * copies(M * DP);
+    if (s.alibi) t.alibi_slopes += programs_per_seq * G * 4 * copies(M);
+    t.context_lens += programs_per_seq * w * 4;
+    // The walk: from the first key the window lets any row see (0 without one) to the context's
+    // end, in S chunks of whole N-token steps; splits past the end walk nothing but still read q
+    // and write their (empty) partials. Each step loads the page entries of its live tokens and
+    // their K and V rows (head_dim elements each; the lanes past it are masked).
+    const int64_t len = in.context_lens.get_int(size_t(b));
+    const int64_t lo = W > 0 ? std::max(len - (s.sq - 1), W) - W : 0;
+    const int64_t chunk = cdiv(cdiv(len - lo, S), N) * N;
+    int64_t tokens = 0, entries = 0;
+    for (int64_t split = 0; split < S && chunk > 0; ++split) {
+      const int64_t start = lo + split * chunk, end = std::min(len, start + chunk);
+      for (int64_t s0 = start; s0 < end; s0 += N) {
+        const int64_t step_end = std::min(end, s0 + N);
+        tokens += step_end - s0;
+        for (int64_t g0 = s0; g0 < step_end; g0 += segment) entries += pages_of(g0, std::min(step_end, g0 + segment));
+      }
+    }
+    // Each KV head's head-group chunks walk the same tokens.
+    t.block_table += s.hkv * chunks * entries * 4 * copies(N);
+    t.k_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
+    t.v_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
+  }
+  const int64_t rows = s.batch * s.hq * s.sq;
+  t.out = rows * D * e_io;
+  if (S > 1) {
+    // Each split stores its f32 partials (o: head_dim, m and l: one each) for its rows; the
+    // combine kernel (one program per row) reads m and l [S] and o [S, head_dim] back.
+    t.partials = rows * S * (D + 2) * 4 + rows * (2 * S * 4 * copies(S) + S * D * 4 * copies(S * DP));
+  }
   return t;
 }
 

@@ -97,7 +97,9 @@ Tensor execute(const Recipe& recipe, const std::vector<Tensor>& binds, Launcher&
 // The seed's PagedAttn decomposition (gather → dense SDPA → variable-length
 // mask) for one problem shape, node for node, with Cast nodes added where
 // tilec computes in f32 and the seed keeps q's dtype: after each IndexSelect,
-// on q, and back to q's dtype at the end (none of them when q is f32).
+// on q, and back to q's dtype at the end (none of them when q is f32); and the
+// gathered K and V slots past each context set to 0 (a Ge and two MaskedFills),
+// so NaN or Inf bytes in dead slots never reach the output.
 // Binds: 0 q, 1 k_cache, 2 v_cache, 3 block_table, 4 context_lens, 5 alibi_slopes.
 Recipe paged_attention_recipe(const PagedAttentionShape& s);
 
