@@ -1,7 +1,7 @@
 #pragma once
 // The float ops as the IR defines them (ir/SEMANTICS.md), computed in f32 (the caller rounds
 // to the result's dtype): one definition for the interpreter and constant folding, so the
-// oracle and the folder cannot drift apart. The op tests (tests/interp/ops_test.cpp) keep
+// oracle and the folder cannot drift apart. The op tests (tests/interp/test_ops.cpp) keep
 // their own independent reference.
 #include <cmath>
 

@@ -1,4 +1,6 @@
 // Paged attention's registry entry and its .npy inputs and outputs.
+#include <array>
+#include <string_view>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -19,8 +21,11 @@ namespace tilec::kernels {
 
 namespace {
 
-const std::vector<std::string> kDtypes = {"f32", "f16", "bf16"};
-const std::vector<std::string> kKvDtypes = {"same", "f8e4m3", "f8e5m2"}; // "same": q's dtype
+// constexpr, not std::vector: the registry builds the templates during static initialization
+// when a user's kernel registers itself (TILEC_REGISTER_KERNEL), possibly before this file's
+// dynamic initializers have run.
+constexpr std::array<std::string_view, 3> kDtypes = {"f32", "f16", "bf16"};
+constexpr std::array<std::string_view, 3> kKvDtypes = {"same", "f8e4m3", "f8e5m2"}; // "same": q's dtype
 
 
 // Converts an .npy array to a buffer of `want` dtype class; `what` names the file.
@@ -179,11 +184,12 @@ KernelTemplate paged_attention_template() {
              {"max_blocks", 0, "block-table columns (0: enough for ctx, else 16)"},
              {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
              {"ctx", -1, "context length of every sequence (-1: random per sequence)"},
-             {"dtype", 0, "q/k/v dtype", kDtypes},
+             {"dtype", 0, "q/k/v dtype", {kDtypes.begin(), kDtypes.end()}},
              {"alibi", 0, "1: add ALiBi slopes"},
              {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
              {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"},
-             {"kv_dtype", 0, "k/v cache dtype: q's, or fp8 with --k-scale/--v-scale", kKvDtypes}};
+             {"kv_dtype", 0, "k/v cache dtype: q's, or fp8 with --k-scale/--v-scale",
+              {kKvDtypes.begin(), kKvDtypes.end()}}};
   t.build = [](const ParamMap& params, const ParamMap& shape) {
     PagedAttentionShape s = paged_attention_shape(shape);
     return paged_attention_fused_kernel(s, paged_attention_config(params));

@@ -172,13 +172,13 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
   std::string ptx = codegen::compile(*k, o).ptx;
   CHECK(count(ptx, "ld.global.nc.v4") >= 1);
   CHECK(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.b16") == 0);
-  // Interpreter and emulator refuse an argument that breaks the promise.
+  // Interpreter and emulator refuse an argument that breaks the promise, in the same words.
   interp::Buffer x("x", DType::f16, 4 * 100), out("out", DType::f16, 256);
   std::vector<interp::Arg> bad = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(100)};
   CHECK_THROWS_WITH(kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, bad),
-                    Catch::Contains("was given 100, not a multiple of 8"));
+                    Catch::Contains("parameter 'stride' (i32) was given 100, not a multiple of 8"));
   CHECK_THROWS_WITH(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, bad),
-                    Catch::Contains("parameter 'stride' = 100"));
+                    Catch::Contains("parameter 'stride' (i32) was given 100, not a multiple of 8"));
   std::vector<interp::Arg> good = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(72)};
   CHECK_NOTHROW(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, good));
   // The DSL refuses a promise on anything but an integer parameter.

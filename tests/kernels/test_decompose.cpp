@@ -84,41 +84,53 @@ TEST_CASE("the recipe is the seed's, node for node (softcap + alibi + GQA)",
   // clang-format off
   std::vector<std::string> want = {
       "Input", "Input", "Input", "Input", "Input", "Input",
+      "Iota", "Cast", "Reshape", "Reshape", "Ge",                                // dead slots: pos >= ctx
       "Reshape",                                                                 // block table -> [B * max_blk]
-      "IndexSelect", "Reshape", "Permute", "Reshape", "BroadcastTo", "Reshape",  // K + GQA repeat
-      "IndexSelect", "Reshape", "Permute", "Reshape", "BroadcastTo", "Reshape",  // V + GQA repeat
+      "IndexSelect", "Reshape", "MaskedFill",                                    // K, dead slots 0
+      "Permute", "Reshape", "BroadcastTo", "Reshape",                            //   + GQA repeat
+      "IndexSelect", "Reshape", "MaskedFill",                                    // V, dead slots 0
+      "Permute", "Reshape", "BroadcastTo", "Reshape",                            //   + GQA repeat
       "Permute", "MatMul", "MulScalar",                                          // scale · q·kᵀ
       "MulScalar", "Tanh", "MulScalar",                                          // softcap
       "Iota", "Reshape", "Iota", "Reshape", "BroadcastTo", "BroadcastTo", "Sub", // alibi: j - i
       "Reshape", "BroadcastTo", "Reshape", "BroadcastTo", "Mul", "Add",          //   · slope[h]
-      "Iota", "Reshape", "BroadcastTo", "Cast", "Reshape", "BroadcastTo", "Ge",  // mask
+      "Reshape", "BroadcastTo", "BroadcastTo", "Ge",                             // mask (iota, ctx above)
       "MaskedFill", "SoftmaxLastDim", "MatMul"};
   // clang-format on
   CHECK(op_names(r) == want);
   CHECK(r.count(PrimOp::IndexSelect) == 2);
   CHECK(r.count(PrimOp::MatMul) == 2);
-  CHECK(r.count(PrimOp::Reshape) == 13);
+  CHECK(r.count(PrimOp::Reshape) == 14);
   CHECK(r.count(PrimOp::BroadcastTo) == 8);
   CHECK(r.count(PrimOp::Permute) == 3);
   CHECK(r.count(PrimOp::MulScalar) == 3);
   CHECK(r.count(PrimOp::Iota) == 3);
   CHECK(r.count(PrimOp::Cast) == 1); // context_lens only: f32 needs no others
+  CHECK(r.count(PrimOp::MaskedFill) == 3);
   CHECK(r.output == static_cast<int>(r.nodes.size()) - 1);
 
   const int64_t kv_len = s.max_blocks * s.block_size;
-  const auto& sel = r.node(7);
+  // The dead slots (key position >= context_len) of both gathered caches are set to 0 before
+  // any arithmetic sees them: NaN or Inf bytes there never reach the output.
+  CHECK(r.node(10).op == PrimOp::Ge);
+  CHECK(r.node(10).shape == ir::Shape{s.batch, kv_len, 1, 1});
+  CHECK(r.node(10).dtype == DType::i1);
+  CHECK(r.node(14).inputs == std::vector<int>{13, 10});
+  CHECK(r.node(14).scalar == 0.0);
+  CHECK(r.node(21).inputs == std::vector<int>{20, 10});
+  const auto& sel = r.node(12);
   CHECK(sel.shape == ir::Shape{s.batch * s.max_blocks, s.block_size, s.hkv, s.head_dim});
-  CHECK(sel.inputs == std::vector<int>{1, 6});
-  CHECK(r.node(13).inputs == std::vector<int>{2, 6}); // the flattened block table is shared
-  CHECK(r.node(11).shape == ir::Shape{s.batch, s.hkv, s.group(), kv_len, s.head_dim});
-  CHECK(r.node(20).shape == ir::Shape{s.batch, s.hq, s.sq, kv_len}); // scores: the padded capacity
-  CHECK(r.node(21).scalar == Approx(s.scale()));
-  CHECK(r.node(22).scalar == Approx(1.0 / 30.0));
-  CHECK(r.node(24).scalar == Approx(30.0));
-  CHECK(r.node(44).dtype == DType::i1);
-  CHECK(r.node(45).scalar == -INFINITY);
+  CHECK(sel.inputs == std::vector<int>{1, 11});
+  CHECK(r.node(19).inputs == std::vector<int>{2, 11}); // the flattened block table is shared
+  CHECK(r.node(17).shape == ir::Shape{s.batch, s.hkv, s.group(), kv_len, s.head_dim});
+  CHECK(r.node(27).shape == ir::Shape{s.batch, s.hq, s.sq, kv_len}); // scores: the padded capacity
+  CHECK(r.node(28).scalar == Approx(s.scale()));
+  CHECK(r.node(29).scalar == Approx(1.0 / 30.0));
+  CHECK(r.node(31).scalar == Approx(30.0));
+  CHECK(r.node(48).dtype == DType::i1);
+  CHECK(r.node(49).scalar == -INFINITY);
   CHECK(r.node(r.output).shape == ir::Shape{s.batch, s.hq, s.sq, s.head_dim});
-  CHECK_THAT(r.str(), Catch::Contains("IndexSelect(%1, %6) dim=0 [6, 4, 2, 16] f32"));
+  CHECK_THAT(r.str(), Catch::Contains("IndexSelect(%1, %11) dim=0 [6, 4, 2, 16] f32"));
 }
 
 TEST_CASE("the recipe drops what the config does not use and computes in f32",
@@ -126,11 +138,11 @@ TEST_CASE("the recipe drops what the config does not use and computes in f32",
   PagedAttentionShape s = small_shape(DType::f32, 1, 1, false, std::nullopt);
   prim::Recipe r = prim::paged_attention_recipe(s);
   CHECK(r.count(PrimOp::Input) == 5);
-  CHECK(r.count(PrimOp::BroadcastTo) == 2); // the mask's only
+  CHECK(r.count(PrimOp::BroadcastTo) == 2); // the scores mask's only
   CHECK(r.count(PrimOp::Tanh) == 0);
   CHECK(r.count(PrimOp::MulScalar) == 1);
   CHECK(r.count(PrimOp::Iota) == 1);
-  CHECK(r.count(PrimOp::Reshape) == 5);
+  CHECK(r.count(PrimOp::Reshape) == 6);
 
   s.dtype = DType::bf16;
   prim::Recipe h = prim::paged_attention_recipe(s);
@@ -147,15 +159,16 @@ TEST_CASE("views launch nothing: launches per config", "[templates][decompose]")
   PagedAttentionInputs in =
       make_paged_attention_inputs(small_shape(DType::f32, 2, 3, true, 30.0), /*seed=*/1);
   run_paged_attention_decomposed(in, *launcher);
-  // IndexSelect 2, GQA Reshape copies 2, MatMul 2, MulScalar 3, Tanh, Iota 3,
-  // Sub, Mul, Add, Cast, Ge, MaskedFill, SoftmaxLastDim.
-  CHECK(launcher->stats().launches == 20);
+  // IndexSelect 2, dead-slot MaskedFill 2, GQA Reshape copies 2, MatMul 2, MulScalar 3, Tanh,
+  // Iota 3, Sub, Mul, Add, Cast, Ge 2, MaskedFill, SoftmaxLastDim.
+  CHECK(launcher->stats().launches == 23);
 
   launcher->reset_stats();
   in = make_paged_attention_inputs(small_shape(DType::f16, 1, 1, false, std::nullopt), 2);
   run_paged_attention_decomposed(in, *launcher);
-  // IndexSelect 2, Cast 5, MatMul 2, MulScalar, Iota, Ge, MaskedFill, SoftmaxLastDim.
-  CHECK(launcher->stats().launches == 14);
+  // IndexSelect 2, dead-slot MaskedFill 2, Cast 5, MatMul 2, MulScalar, Iota, Ge 2, MaskedFill,
+  // SoftmaxLastDim.
+  CHECK(launcher->stats().launches == 17);
 }
 
 TEST_CASE("decomposition matches the reference over the config grid", "[templates][decompose]") {
