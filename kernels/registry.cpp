@@ -390,9 +390,13 @@ Problem make_problem(const KernelTemplate& t, const ProblemRequest& request) {
   if (p.expected.size() != p.outputs.size())
     throw InternalError(fmt::format("{}: its problem has {} outputs but {} expected buffers", t.name, p.outputs.size(),
                                     p.expected.size()));
-  if (p.description.empty())
-    for (const Param& s : t.shape)
-      p.description += fmt::format("{}{}={}", p.description.empty() ? "" : " ", s.name, s.value_str(p.shape.at(s.name)));
+  std::string sizes;
+  for (const Param& s : t.shape)
+    if (p.shape.count(s.name)) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", s.name, s.value_str(p.shape.at(s.name)));
+  if (p.description.empty()) p.description = sizes;
+  // Inputs from files: what is printed is what ran, the sizes the files gave included.
+  else if (!request.inputs_dir.empty() && p.description == request.inputs_dir)
+    p.description = fmt::format("{}: {}", request.inputs_dir, sizes);
   return p;
 }
 
