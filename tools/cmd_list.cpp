@@ -40,7 +40,7 @@ Action add_list(CLI::App& app, Common& common) {
         paths += fmt::format("{}\"{}\"", i ? ", " : "", json_escape(t.paths[i].name));
       }
       for (const auto& o : t.options) say(common, fmt::format("    --{:<22} {}", o.name + " X", o.help));
-      if (t.reads_inputs) say(common, fmt::format("    --inputs DIR             {}", t.inputs_help));
+      if (kernels::takes_inputs(t)) say(common, fmt::format("    --inputs DIR             {}", kernels::inputs_help(t)));
       if (!t.make_problem) say(common, "    (no reference: it can be compiled, not run or tuned)");
       JsonObject o;
       o.str("name", t.name).str("summary", t.summary).raw("params", params_json(t.params)).raw("shape", params_json(t.shape));

@@ -124,6 +124,10 @@ TEST_CASE("a kernel that declares its tensors reads --inputs and writes a shaped
   CHECK(first > 0.0f);
   CHECK(first < 1.0f);
 
+  // tilec list names the files a kernel with declared tensors reads.
+  CHECK_THAT(cli("list", 0).out, Catch::Contains("--inputs DIR             x.npy [rows, cols]") &&
+                                     Catch::Contains("a.npy [m, k] b.npy [k, n]"));
+
   // The files decide the sizes: a config too small for them is refused, naming both.
   test::Process small = cli("run softmax --backend emulate --set block=256 --inputs " + (s.dir / "in").string(), 2);
   CHECK_THAT(small.err, Catch::Contains("block=256") && Catch::Contains("cols=300"));
