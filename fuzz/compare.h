@@ -1,5 +1,5 @@
 #pragma once
-// What "the interpreter and the emulator agree" means for a fuzz program (README "Differential
+// What "the interpreter and the emulator agree" means for a fuzz program (docs/TESTING.md "Differential
 // fuzzing", ir/SEMANTICS.md "Backends agree"):
 // - integer and i1 buffers: bitwise;
 // - float buffers that no inexact value reaches: bitwise, except that any two NaNs are equal

@@ -107,7 +107,7 @@ interp::Buffer paged_attention_reference(const PagedAttentionInputs& in,
 
 // The comparison tolerance |got - want| <= atol + rtol * |want| of a run against the
 // reference, from q's dtype and the magnitudes the reference saw (the rule is in
-// paged_attention.cpp; README "Paged attention").
+// paged_attention.cpp; docs/PAGED_ATTENTION.md).
 struct PagedAttentionTolerance {
   double atol = 0.0, rtol = 0.0;
 };

@@ -65,7 +65,7 @@ public:
 } // namespace
 
 std::string format_plan(const Plan& plan) {
-  std::string s = "# A tilec measurement plan: time it with tilec-measure (README \"Compile here, measure there\").\n";
+  std::string s = "# A tilec measurement plan: time it with tilec-measure (docs/AUTOTUNING.md, \"Compile here, measure there\").\n";
   s += fmt::format("version = 1\nkernel = {}\narch = {}\ncompiler = {}\ncreated_at = {}\nspace = {}\n",
                    quoted(plan.kernel), quoted(plan.arch), quoted(plan.compiler), quoted(plan.created_at),
                    quoted(plan.space));

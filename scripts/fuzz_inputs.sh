@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Input fuzzing of tilec's readers (README "Input fuzzing"): builds the libFuzzer targets
+# Input fuzzing of tilec's readers (docs/TESTING.md "Input fuzzing"): builds the libFuzzer targets
 # of fuzz/targets/ with clang-19, AddressSanitizer and UBSan, then runs each over its seed
 # corpus (fuzz/corpus/<target>/) for RUNS inputs.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a tilec build into a fresh prefix, builds the out-of-tree example examples/rmsnorm
-# against it and runs every step of its tutorial (README "Write, tune and ship your own
+# against it and runs every step of its tutorial (docs/TUTORIAL.md "Write, tune and ship your own
 # kernel"):
 #   rmsnorm_tilec list | ir | compile (PTX, cubin when ptxas exists) | run --backend emulate |
 #   autotune --export; rmsnorm_host on the exported folder (the runtime alone, no LLVM);
