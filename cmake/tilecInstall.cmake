@@ -2,7 +2,7 @@
 # the end of the top-level CMakeLists.txt, once every target exists.
 #
 #   cmake --install build --prefix PREFIX
-#     PREFIX/include/tilec/<folder>/*.h|*.def     headers, included as "ir/ir.h" etc.
+#     PREFIX/include/tilec/<folder>/*.h|*.def     headers, included as "ir/ir.h" etc. (not the lowering's own)
 #     PREFIX/lib/libtilec_*.a                     the static libraries
 #     PREFIX/bin/tilec                            the CLI
 #     PREFIX/bin/tilec-measure                    times a measurement plan (no LLVM)
@@ -110,13 +110,35 @@ set(tilec_header_folders abi runtime ir dsl interp kernels measure)
 if(NOT TILEC_RUNTIME_ONLY)
   list(APPEND tilec_header_folders codegen backends autotune fuzz tools)
 endif()
+# Headers internal to the lowering (the Lowering class, which includes LLVM's headers, and the
+# pipeline plan it reads): no interface, not installed. An installed header that included one
+# would not compile once installed, so configuration fails on it.
+set(tilec_internal_headers codegen/lowering.h codegen/pipeline_plan.h)
+set(tilec_internal_excludes "")
+set(tilec_internal_alternatives "")
+foreach(h IN LISTS tilec_internal_headers)
+  string(REPLACE "." "\\." h_re "${h}")
+  list(APPEND tilec_internal_excludes REGEX "/${h_re}$" EXCLUDE)
+  list(APPEND tilec_internal_alternatives "${h_re}")
+endforeach()
+string(REPLACE ";" "|" tilec_internal_alternatives "${tilec_internal_alternatives}")
 foreach(folder IN LISTS tilec_header_folders)
+  file(GLOB_RECURSE installed_headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${folder}/*.h)
+  foreach(h IN LISTS installed_headers)
+    if(NOT h IN_LIST tilec_internal_headers)
+      file(STRINGS ${PROJECT_SOURCE_DIR}/${h} bad REGEX "^#include \"(${tilec_internal_alternatives})\"")
+      if(bad)
+        message(FATAL_ERROR "${h} is installed but includes an internal header that is not: ${bad}")
+      endif()
+    endif()
+  endforeach()
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tilec/${folder}
           COMPONENT tilec_development
           FILES_MATCHING PATTERN "*.h" PATTERN "*.def"
           PATTERN "corpus" EXCLUDE    # fuzz/: the fuzzers' inputs and targets are not the library
-          PATTERN "targets" EXCLUDE)
+          PATTERN "targets" EXCLUDE
+          ${tilec_internal_excludes})
 endforeach()
 
 install(TARGETS ${tilec_runtime_targets} EXPORT tilecRuntimeTargets

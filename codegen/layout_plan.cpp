@@ -76,6 +76,20 @@ LayoutPlan::Access LayoutPlan::access(const Value* ptr) const {
   return {best, static_cast<int>(pow2_floor(std::max<int64_t>(1, vec)))};
 }
 
+LayoutPlan::VectorAccess LayoutPlan::vector_access(const Op& op, LayoutId l) const {
+  VectorAccess p;
+  if (l == kScalar) return p;
+  const Value* ptr = op.operands[0];
+  Access acc = access(ptr);
+  ThreadElems te = thread_elems(layout(l), ptr->type.shape);
+  if (te.run_dim == acc.contig_dim) p.vec = static_cast<int>(std::min<int64_t>(te.run, acc.vec));
+  if (p.vec > 1) {
+    p.aligned = axis_.at(ptr).divisibility[acc.contig_dim] >= p.vec;
+    if (const Value* m = op.mask()) p.mask_uniform = axis_.at(m).constancy[acc.contig_dim] >= p.vec;
+  }
+  return p;
+}
+
 LayoutId LayoutPlan::nat(const Value* v) const {
   if (v->type.is_scalar()) return kScalar;
   auto it = nat_.find(v);

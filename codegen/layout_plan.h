@@ -71,6 +71,16 @@ public:
     int vec = 1;
   };
   Access access(const ir::Value* ptr) const;
+  // How a load, store or atomic in layout `l` goes: its vector width (the thread's contiguous
+  // run along the access's contiguous dim, at most Access::vec), and whether the axis
+  // analysis knows each vector's address aligned and its mask constant over it. The lowering
+  // and the pipeline plan (cp.async needs whole aligned 16-byte chunks) both ask it.
+  struct VectorAccess {
+    int vec = 1;
+    bool aligned = true;
+    bool mask_uniform = true;
+  };
+  VectorAccess vector_access(const ir::Op& op, LayoutId l) const;
 
   bool is_materialized(const ir::Value* v) const { return native_.count(v) != 0; }
 

@@ -7,6 +7,7 @@
 
 #include "codegen/axis_info.h"
 #include "codegen/layout_plan.h"
+#include "codegen/pipeline_plan.h"
 #include "ir/printer.h"
 
 namespace tilec::codegen {
@@ -190,7 +191,76 @@ private:
   int lines_ = 0;
 };
 
+// The pipeline plan's lines, values named by `ref`.
+std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan, int num_warps,
+                               const ir::PrintHooks::Ref& ref) {
+  auto names = [&](const std::vector<const Op*>& ops) {
+    std::vector<std::string> r;
+    for (const Op* o : ops) r.push_back(o->results.empty() ? std::string(ir::op_name(o->kind)) : ref(o->results[0]));
+    return r.empty() ? std::string("none") : fmt::format("{}", fmt::join(r, " "));
+  };
+  auto operand = [&](const Op* dot, int idx) {
+    return fmt::format("{} of {} = dot", idx == 0 ? "A" : "B", ref(dot->results[0]));
+  };
+  auto staged = [&](const PipelinePlan::AsyncOperand& x) {
+    std::string from = fmt::format("{} = load", ref(x.load->results[0]));
+    if (x.transpose) from += fmt::format(" through {} = permute", ref(x.transpose->results[0]));
+    const MmaStaging& st = x.staging;
+    return fmt::format("{}, copied from {}: {} rows of {} bytes, one per {} ({} bytes)", operand(x.dot, x.idx), from,
+                       st.rows, st.row_bytes, !st.kmajor ? "k" : x.idx == 0 ? "m" : "n", st.bytes());
+  };
+  auto loop_name = [&](const Op* loop) {
+    return fmt::format("for {} ({} stages)", ref(loop->region(0).args[0]), loop->attrs.num_stages);
+  };
+  std::string s = fmt::format("// pipelines of @{} for num_warps={}: {} of {} loop{} with stages pipelined, {} "
+                              "operand{} copied by cp.async\n",
+                              fn.name, num_warps, plan.pipelines().size(), plan.staged_loops().size(),
+                              plan.staged_loops().size() == 1 ? "" : "s", plan.async_operands().size(),
+                              plan.async_operands().size() == 1 ? "" : "s");
+  for (const Op* loop : plan.staged_loops()) {
+    if (const PipelinePlan::Pipeline* pl = plan.pipeline_of(loop)) {
+      s += fmt::format("// {}: pipelined: each iteration's copies issued {} iteration{} ahead, into {} rotating "
+                       "buffers of {} bytes: shared memory [{}, {})\n",
+                       loop_name(loop), pl->stages - 1, pl->stages == 2 ? "" : "s", pl->stages, pl->stage_bytes,
+                       pl->base, pl->base + pl->stages * pl->stage_bytes);
+      for (size_t i = 0; i < pl->operands.size(); ++i)
+        s += fmt::format("//   slot {} at +{}: {}\n", i, pl->offsets[i],
+                         staged(plan.async_operands()[size_t(pl->operands[i])]));
+      std::vector<const Op*> kept; // the others only feed the copies: not emitted in the body
+      for (const Op* o : pl->slice)
+        if (!plan.deferred(o)) kept.push_back(o);
+      s += fmt::format("//   issued ahead, in body order: {}; of these, emitted in the body too: {}\n",
+                       names(pl->slice), names(kept));
+    }
+    for (const PipelinePlan::NotPipelined& n : plan.not_pipelined()) {
+      if (n.loop != loop) continue;
+      std::string why = n.value ? ref(n.value) + " " + n.why : n.why;
+      if (!n.dot) s += fmt::format("// {}: not pipelined: it {}\n", loop_name(loop), why);
+      else s += fmt::format("//   not copied ahead: {}: {}\n", operand(n.dot, n.idx), why);
+    }
+  }
+  for (const PipelinePlan::AsyncOperand& x : plan.async_operands())
+    if (x.pipeline < 0) s += fmt::format("// copied by its dot, one cp.async group: {}\n", staged(x));
+  return s;
+}
+
 } // namespace
+
+std::string print_pipelines(const ir::Function& fn, const CompileOptions& opts) {
+  AxisAnalysis axis(fn, opts.int_arg_divisibility, opts.int_arg_values);
+  LayoutPlan layouts(fn, axis, opts.num_warps, opts.tensor_cores);
+  PipelinePlan plan(fn, layouts, opts.tensor_cores);
+  if (plan.staged_loops().empty() && plan.async_operands().empty()) return "";
+  // The IR's print numbers the values; its first op's suffix sees every name.
+  std::string text;
+  ir::PrintHooks hooks;
+  hooks.suffix = [&](const Op&, const ir::PrintHooks::Ref& ref) {
+    if (text.empty()) text = describe_pipelines(fn, plan, opts.num_warps, ref);
+    return std::string();
+  };
+  ir::print(fn, hooks);
+  return text;
+}
 
 LayoutsPrint print_layouts(const ir::Function& fn, int num_warps) {
   Annotator a(fn, num_warps);

@@ -26,6 +26,7 @@
 //     convert_layout %14 : #L0 -> #L3 (reshape %15)
 #include <string>
 
+#include "codegen/compile.h"
 #include "ir/ir.h"
 
 namespace tilec::codegen {
@@ -37,5 +38,23 @@ struct LayoutsPrint {
 };
 
 LayoutsPrint print_layouts(const ir::Function& fn, int num_warps);
+
+// The pipeline plan (codegen/pipeline_plan.h) of `fn` compiled with `opts`, for people: what
+// `tilec ir --stage layouts` prints after the layouts; empty for a kernel with no loop that
+// asks for stages and no operand copied by cp.async. Values are named as the IR's print names
+// them. From paged attention (bf16, head_dim=128, block_n=64, num_stages=2; the lists cut
+// short here, tests/codegen/test_pipeline_plan.cpp pins it whole):
+//
+//   // pipelines of @paged_attention for num_warps=4: 1 of 1 loop with stages pipelined, 2 operands copied by cp.async
+//   // for %52 (2 stages): pipelined: each iteration's copies issued 1 iteration ahead, into 2 rotating buffers of 34816 bytes: shared memory [0, 69632)
+//   //   slot 0 at +0: B of %89 = dot, copied from %86 = load through %87 = permute: 64 rows of 272 bytes, one per n (17408 bytes)
+//   //   slot 1 at +17408: B of %113 = dot, copied from %111 = load: 64 rows of 272 bytes, one per k (17408 bytes)
+//   //   issued ahead, in body order: %56 %57 ... %110; of these, emitted in the body too: %56 %57 %58 %59 %60
+//   //   not copied ahead: A of %89 = dot: %35 is loaded outside the dot's block
+//   //   not copied ahead: A of %113 = dot: %112 is a cast, not a load
+//
+// A loop that asks for stages and is not pipelined says why; an operand copied by cp.async
+// outside a pipeline is listed as copied by its dot, one group waited for at once.
+std::string print_pipelines(const ir::Function& fn, const CompileOptions& opts);
 
 } // namespace tilec::codegen

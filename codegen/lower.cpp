@@ -9,8 +9,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-
 #include "abi/float16.h"
 #include "abi/float8.h"
 #include "codegen/lowering.h"
@@ -29,16 +27,6 @@ int row_major_fast_dim(const ir::Shape& s) {
 }
 
 } // namespace
-
-bool is_positive_zero(const Value* v) {
-  const Op* d = v->def;
-  while (d && (d->kind == OpKind::Splat || d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims ||
-               d->kind == OpKind::Cast))
-    d = d->operands[0]->def;
-  if (!d || d->kind != OpKind::Constant) return false;
-  const ir::ConstValue& c = d->attrs.value;
-  return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
-}
 
 LoweringStats Lowering::run() {
   int threads = 32 * opts_.num_warps;
@@ -69,10 +57,10 @@ LoweringStats Lowering::run() {
   tid_ = hooks_.thread_id(pb_);
   lane_ = pb_.CreateAnd(tid_, 31, "lane");
   warp_ = pb_.CreateLShr(tid_, 5, "warp");
-  plan_async_copies();
-  plan_pipelines();
+  read_stage_.assign(pipes_.pipelines().size(), nullptr);
+  need_smem(0); // the pipelines' buffers
   emit_block(fn_.body);
-  for (const auto& [loop, pl] : pipelines_) {
+  for (const Pipeline& pl : pipes_.pipelines()) {
     ++stats_.pipelined_loops;
     stats_.pipeline_stages = std::max<int>(stats_.pipeline_stages, int(pl.stages));
     stats_.pipeline_stage_bytes = std::max<int>(stats_.pipeline_stage_bytes, int(pl.stage_bytes));
@@ -215,8 +203,8 @@ llvm::Value* Lowering::linear_index(const std::vector<llvm::Value*>& coord, cons
 llvm::Value* Lowering::smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
   if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
   llvm::Value* p = smem_base_;
-  byte_offset += pipe_bytes_;
-  internal_assert(pipe_bytes_ % 16 == 0, "scratch shared memory starts 16-byte aligned");
+  byte_offset += pipes_.buffer_bytes();
+  internal_assert(pipes_.buffer_bytes() % 16 == 0, "scratch shared memory starts 16-byte aligned");
   if (byte_offset) p = b_.CreateConstGEP1_64(b_.getInt8Ty(), p, byte_offset);
   return b_.CreateGEP(ty, p, index);
 }
@@ -373,7 +361,7 @@ void Lowering::emit_op(const Op& op) {
   } restore{cur_op_, outer};
   const Value* res = op.results.empty() ? nullptr : op.results[0];
   // A load the dot that uses it issues as cp.async, or an op only copies issued ahead need.
-  if (deferred_ops_.count(&op) && !emitting_ahead_) return;
+  if (pipes_.deferred(&op) && !emitting_ahead_) return;
   switch (op.kind) {
   case OpKind::ProgramId: define(res, kScalar, {hooks_.block_id(b_, static_cast<int>(op.attrs.axis))}); return;
   case OpKind::NumPrograms:
@@ -425,10 +413,10 @@ void Lowering::emit_for(const Op& op) {
     cl[i] = op.results[i]->type.is_scalar() ? kScalar : plan_.native(op.results[i]);
     init[i] = get(op.operands[3 + i], cl[i]);
   }
-  // A pipelined loop first issues the copies of its first stages - 1 iterations, one group
-  // each, into buffers 0, 1, ... (after a barrier if an earlier loop's dots may still read them).
-  auto pit = pipelines_.find(&op);
-  Pipeline* pl = pit == pipelines_.end() ? nullptr : &pit->second;
+  // A loop the pipeline plan pipelines first issues the copies of its first stages - 1
+  // iterations, one group each, into buffers 0, 1, ... (after a barrier if an earlier loop's
+  // dots may still read them).
+  const Pipeline* pl = pipes_.pipeline_of(&op);
   const int64_t S = pl ? pl->stages : 1;
   if (pl) {
     before_smem_write();
@@ -468,7 +456,7 @@ void Lowering::emit_for(const Op& op) {
                                         b_.CreateSub(stage, b_.getInt32(1)));
     issue_ahead(*pl, b_.CreateAdd(iv, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(S - 1)))),
                 fill, true);
-    pl->read_stage = stage;
+    read_stage_[size_t(pl - pipes_.pipelines().data())] = stage;
   }
   vals_[{body.args[0], kScalar}] = {iv};
   for (size_t i = 0; i < n; ++i) define(body.args[i + 1], cl[i], Elems(phis[i].begin(), phis[i].end()));

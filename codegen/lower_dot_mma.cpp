@@ -101,19 +101,16 @@ void Lowering::emit_dot_mma(const Op& op) {
   // so the stores vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or
   // [K][N]. A k-major operand's fragment register is one 32-bit load of two consecutive k;
   // the other kind takes two 16-bit loads.
-  auto async_of = [&](int idx) -> const AsyncOperand* {
-    auto it = async_operands_.find({&op, idx});
-    return it == async_operands_.end() ? nullptr : &it->second;
-  };
-  const AsyncOperand* async_a = async_of(0);
-  const AsyncOperand* async_b = async_of(1);
-  const bool a_kmajor = async_a ? async_kmajor(*async_a, 0) : elems_of(ls[0], a->type.shape).run_dim != 0;
-  const bool b_kmajor = async_b ? async_kmajor(*async_b, 1) : elems_of(ls[1], bv->type.shape).run_dim != 1;
-  const Staging st_a = staging(op, 0, a_kmajor), st_b = staging(op, 1, b_kmajor);
+  // An operand the pipeline plan copies by cp.async is staged along its load's contiguous dim.
+  const AsyncOperand* async_a = pipes_.async_operand(&op, 0);
+  const AsyncOperand* async_b = pipes_.async_operand(&op, 1);
+  const bool a_kmajor = async_a ? async_a->staging.kmajor : elems_of(ls[0], a->type.shape).run_dim != 0;
+  const bool b_kmajor = async_b ? async_b->staging.kmajor : elems_of(ls[1], bv->type.shape).run_dim != 1;
+  const MmaStaging st_a = mma_staging(op, 0, a_kmajor), st_b = mma_staging(op, 1, b_kmajor);
   const int64_t sa = st_a.row_bytes, sb = st_b.row_bytes, sc = (N + 4) * 4; // row strides
   // An operand copied ahead by its loop's pipeline is read from this iteration's buffer; the
   // others are staged in scratch shared memory.
-  const bool pipe_a = async_a && async_a->pipe, pipe_b = async_b && async_b->pipe;
+  const bool pipe_a = async_a && async_a->pipeline >= 0, pipe_b = async_b && async_b->pipeline >= 0;
   // The plan put the result (and the accumulator) in the MMA accumulator's own layout: the
   // fragments are the elements, so neither goes through shared memory.
   const bool direct = plan_.is_mma(ls[2]);
@@ -128,10 +125,8 @@ void Lowering::emit_dot_mma(const Op& op) {
   const int64_t off_z = off_c + (direct ? 0 : (std::max(M * sc, Mp * scp) + 15) / 16 * 16);
   need_smem(off_z + 16);
   before_smem_write();
-  llvm::Value* base_a = pipe_a ? pipe_buffer(*async_a->pipe, async_a->pipe->read_stage, async_a->slot)
-                               : smem(b_.getInt8Ty(), b_.getInt32(0), off_a);
-  llvm::Value* base_b = pipe_b ? pipe_buffer(*async_b->pipe, async_b->pipe->read_stage, async_b->slot)
-                               : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
+  llvm::Value* base_a = pipe_a ? pipe_read_buffer(*async_a) : smem(b_.getInt8Ty(), b_.getInt32(0), off_a);
+  llvm::Value* base_b = pipe_b ? pipe_read_buffer(*async_b) : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
   llvm::Value* base_c = smem(b_.getInt8Ty(), b_.getInt32(0), off_c);
   MmaDot dot{M, N, K, Mp, Np, Kp, dt, a_kmajor, b_kmajor, sa, sb, sc, scp, base_a, base_b, base_c, direct, zero_acc,
              off_z};
@@ -145,12 +140,12 @@ void Lowering::emit_dot_mma(const Op& op) {
   // An operand loaded from global memory for this dot alone goes there directly, as 16-byte
   // cp.async copies, unless its loop's pipeline copied it already.
   if (async_a && !pipe_a)
-    issue_copies(*async_a->load, async_a->transposed, st_a, true, base_a, "dot (mma) operand A, asynchronous copy");
+    issue_copies(*async_a, base_a, "dot (mma) operand A, asynchronous copy");
   else if (!async_a)
     stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return dot.a_at(b_, c[0], c[1]); },
           "dot (mma) operand A write");
   if (async_b && !pipe_b)
-    issue_copies(*async_b->load, async_b->transposed, st_b, false, base_b, "dot (mma) operand B, asynchronous copy");
+    issue_copies(*async_b, base_b, "dot (mma) operand B, asynchronous copy");
   else if (!async_b)
     stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return dot.b_at(b_, c[0], c[1]); },
           "dot (mma) operand B write");

@@ -4,20 +4,6 @@
 
 namespace tilec::codegen::detail {
 
-Lowering::AccessPlan Lowering::plan_access(const Op& op, LayoutId l) {
-  AccessPlan p;
-  if (l == kScalar) return p;
-  const Value* ptr = op.operands[0];
-  LayoutPlan::Access acc = plan_.access(ptr);
-  const ThreadElems& te = elems_of(l, ptr->type.shape);
-  if (te.run_dim == acc.contig_dim) p.vec = static_cast<int>(std::min<int64_t>(te.run, acc.vec));
-  if (p.vec > 1) {
-    p.aligned = axis_.at(ptr).divisibility[acc.contig_dim] >= p.vec;
-    if (const Value* m = op.mask()) p.mask_uniform = axis_.at(m).constancy[acc.contig_dim] >= p.vec;
-  }
-  return p;
-}
-
 llvm::Value* Lowering::all_of(const Elems& preds, size_t from, size_t n) {
   llvm::Value* r = preds[from];
   for (size_t k = 1; k < n; ++k) r = b_.CreateAnd(r, preds[from + k]);

@@ -1,9 +1,11 @@
 #pragma once
 // The class behind lower_kernel (codegen/lower.h), declared once and defined by op family
 // across codegen/lower*.cpp, as LLVM defines DAGTypeLegalizer across LegalizeTypes*.cpp from
-// one internal header. Internal to codegen/: only the lower*.cpp files include it (it is
-// installed with the other headers of the folder, but is no interface; includes LLVM
-// headers). Each group of members below names the file that defines it.
+// one internal header. Internal to codegen/: only the lower*.cpp files include it, and it is
+// not installed (cmake/tilecInstall.cmake; it includes LLVM headers). Each group of members
+// below names the file that defines it. The plans it reads are made before it emits
+// anything: the layouts (LayoutPlan) and the asynchronous copies and pipelines
+// (PipelinePlan).
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 
@@ -19,6 +21,7 @@
 #include "codegen/axis_info.h"
 #include "codegen/layout_plan.h"
 #include "codegen/lower.h"
+#include "codegen/pipeline_plan.h"
 
 namespace tilec::codegen::detail {
 
@@ -32,17 +35,13 @@ using Elems = std::vector<llvm::Value*>;
 
 inline int log2i(int64_t v) { return std::countr_zero(static_cast<uint64_t>(v)); }
 
-// A tile or scalar that is the constant +0 (integer 0, or float +0.0) through splats,
-// broadcasts, dimension changes and casts.
-bool is_positive_zero(const Value* v);
-
 struct MmaDot; // lower_dot_mma.cpp: one tensor-core dot as its fragment loads see it
 
 class Lowering {
 public:
   Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
       : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility, opts.int_arg_values),
-        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), b_(c_), pb_(c_) {}
+        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), pipes_(fn, plan_, opts.tensor_cores), b_(c_), pb_(c_) {}
 
   LoweringStats run();
 
@@ -117,8 +116,10 @@ private:
     hooks_.shared_store(b_, ptr, v, site(what), float_type);
   }
   std::string site(const char* what) const;
-  // Scratch shared memory (everything but the pipelines' buffers) starts at pipe_bytes_.
-  void need_smem(int64_t bytes) { stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipe_bytes_ + bytes); }
+  // Scratch shared memory (everything but the pipelines' buffers) starts above those buffers.
+  void need_smem(int64_t bytes) {
+    stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + bytes);
+  }
   void barrier() {
     hooks_.barrier(b_);
     ++stats_.barriers;
@@ -162,12 +163,8 @@ private:
 
   // --- memory: loads, stores, atomics (lower_memory.cpp)
   // Vector width, static alignment and mask uniformity of a memory access.
-  struct AccessPlan {
-    int vec = 1;
-    bool aligned = true;
-    bool mask_uniform = true;
-  };
-  AccessPlan plan_access(const Op& op, LayoutId l);
+  using AccessPlan = LayoutPlan::VectorAccess;
+  AccessPlan plan_access(const Op& op, LayoutId l) const { return plan_.vector_access(op, l); }
   llvm::Value* all_of(const Elems& preds, size_t from, size_t n);
   llvm::Value* and_pred(llvm::Value* a, llvm::Value* b) { return !a ? b : !b ? a : b_.CreateAnd(a, b); }
   void emit_load(const Op& op);
@@ -218,62 +215,18 @@ private:
   // the result written to shared memory.
   void mma_tile_group(const MmaDot& dot, llvm::Value* m0, llvm::Value* n0, int ntiles);
 
-  // --- tensor-core operands copied asynchronously, and software pipelining (lower_pipeline.cpp)
-  // Loads that feed a tensor-core dot's operand and nothing else, and can go straight to
-  // its shared-memory staging as 16-byte cp.async copies (plan_async_copies): per (dot,
-  // operand index), the load and whether the dot sees it transposed. The loads, and the
-  // transposes between them and the dot, are not emitted where they stand.
-  struct Pipeline;
-  struct AsyncOperand {
-    const Op* load;
-    bool transposed;
-    Pipeline* pipe = nullptr; // software-pipelined: copied ahead into pipe->operands[slot]
-    size_t slot = 0;
-  };
-  void plan_async_copies();
-  // How a tensor-core dot stages operand `idx` (0: A [M, K], 1: B [K, N]) in shared memory:
-  // rows of `row_bytes` bytes (padded by 16), `rows` of them; k-major: the rows are M (or N)
-  // and each holds K elements, else the rows are K.
-  struct Staging {
-    bool kmajor;
-    int64_t row_bytes, rows;
-    int64_t bytes() const { return (rows * row_bytes + 15) / 16 * 16; }
-  };
-  Staging staging(const Op& dot, int idx, bool kmajor) const;
-  bool async_kmajor(const AsyncOperand& x, int idx);
-  // A for loop with num_stages > 1 whose tensor-core operand loads are issued num_stages - 1
-  // iterations ahead (plan_pipelines): each iteration's copies go to one of num_stages
-  // rotating buffers at [base, base + stages * stage_bytes) of shared memory, below every
-  // other use of it. `slice`: the body's ops the copies' addresses and masks need, emitted
-  // again for the iteration ahead (issue_ahead).
-  struct Pipeline {
-    const Op* loop = nullptr;
-    int64_t stages = 1;
-    std::vector<const Op*> slice;
-    struct Operand {
-      const Op* load;
-      bool transposed;
-      bool is_a; // the dot's A (else its B)
-      Staging st;
-      int64_t offset; // within a stage
-    };
-    std::vector<Operand> operands;
-    int64_t base = 0, stage_bytes = 0;
-    llvm::Value* read_stage = nullptr; // while the body is lowered: the stage this iteration reads
-  };
-  void plan_pipelines();
-  llvm::Value* pipe_buffer(const Pipeline& pl, llvm::Value* stage, size_t slot);
-  void issue_ahead(Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bool in_loop);
-  void issue_copies(const Op& load, bool transposed, const Staging& st, bool is_a, llvm::Value* base,
-                    const char* what);
-
-  std::map<std::pair<const Op*, int>, AsyncOperand> async_operands_;
-  std::set<const Op*> deferred_ops_;
-  std::map<const Op*, Pipeline> pipelines_;
-  int64_t pipe_bytes_ = 0;           // shared memory the pipelines' buffers take, from offset 0
-  llvm::Value* ahead_pred_ = nullptr; // while issue_ahead emits a slice: the iteration exists
-  bool emitting_ahead_ = false;
-  bool pipe_read_unfenced_ = false;   // a dot read a pipeline buffer since the last barrier
+  // --- tensor-core operands copied asynchronously, and software pipelining, as pipes_ plans
+  // them (lower_pipeline.cpp)
+  using AsyncOperand = PipelinePlan::AsyncOperand;
+  using Pipeline = PipelinePlan::Pipeline;
+  // Where `slot` of pipeline `pl`'s buffer `stage` (an i32) starts in shared memory.
+  llvm::Value* pipe_buffer(const Pipeline& pl, llvm::Value* stage, int slot);
+  // Where the asynchronous operand `x` of a pipelined loop is read this iteration.
+  llvm::Value* pipe_read_buffer(const AsyncOperand& x) {
+    return pipe_buffer(pipes_.pipelines()[size_t(x.pipeline)], read_stage_[size_t(x.pipeline)], x.slot);
+  }
+  void issue_ahead(const Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bool in_loop);
+  void issue_copies(const AsyncOperand& x, llvm::Value* base, const char* what);
 
   const ir::Function& fn_;
   const CompileOptions& opts_;
@@ -282,6 +235,11 @@ private:
   llvm::LLVMContext& c_;
   AxisAnalysis axis_;
   LayoutPlan plan_;
+  PipelinePlan pipes_;
+  std::vector<llvm::Value*> read_stage_; // per pipeline, while its body is lowered: the buffer it reads
+  llvm::Value* ahead_pred_ = nullptr;     // while issue_ahead emits a slice: the iteration exists
+  bool emitting_ahead_ = false;
+  bool pipe_read_unfenced_ = false; // a dot read a pipeline buffer since the last barrier
   llvm::IRBuilder<> b_;  // the body
   llvm::IRBuilder<> pb_; // the entry block (values every block can use)
   llvm::Function* kernel_ = nullptr;

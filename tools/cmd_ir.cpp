@@ -18,7 +18,8 @@ Action add_ir(CLI::App& app, Common& common) {
   choice->add_options(app);
   app.add_option("--stage", *stage,
                  "tile: the tile IR; layouts: the tile IR with the layout of every value and the layout "
-                 "conversions the lowering inserts; llvm: optimized LLVM IR (nvptx); ptx: PTX")
+                 "conversions the lowering inserts, then the asynchronous copies and software pipelines; "
+                 "llvm: optimized LLVM IR (nvptx); ptx: PTX")
       ->check(CLI::IsMember({"tile", "layouts", "llvm", "ptx"}))
       ->capture_default_str();
   app.add_option("--arch", *arch, "GPU architecture for the llvm and ptx stages")
@@ -34,8 +35,12 @@ Action add_ir(CLI::App& app, Common& common) {
     if (*stage == "tile") {
       text = ir::print(*k);
     } else if (*stage == "layouts") {
-      codegen::LayoutsPrint p = codegen::print_layouts(*k, backends::compile_options(params, *arch, "nvptx").num_warps);
+      codegen::CompileOptions opts = backends::compile_options(params, *arch, "nvptx");
+      codegen::LayoutsPrint p = codegen::print_layouts(*k, opts.num_warps);
       text = p.text;
+      // The pipeline plan after the layouts, when a loop asks for stages or a dot copies an
+      // operand by cp.async.
+      if (std::string pipes = codegen::print_pipelines(*k, opts); !pipes.empty()) text += "\n" + pipes;
       layouts = p.layouts;
       conversions = p.conversions;
     } else {

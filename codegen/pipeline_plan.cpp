@@ -1,0 +1,282 @@
+// The plan of asynchronous copies and software pipelines (codegen/pipeline_plan.h): which
+// tensor-core dot operands are copied by cp.async, which loops copy them ahead, their
+// buffers in shared memory, and why an operand or a loop that asks for stages is not
+// pipelined. Every decision is taken in IR walk order.
+#include "codegen/pipeline_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace tilec::codegen {
+
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+// Every op in pre-order (an op before the ops of its regions).
+void walk(const ir::Block& b, const std::function<void(const Op&)>& f) {
+  for (const auto& op : b.ops) {
+    f(*op);
+    for (const auto& r : op->regions) walk(*r, f);
+  }
+}
+
+// Ops whose value for a later iteration can be computed ahead: pure, moving no data.
+bool pure(const Op& o) {
+  switch (o.kind) {
+#define TILEC_X(E, N) case OpKind::E:
+    TILEC_VIEW_OR_ELEMENTWISE_OPS(TILEC_X)
+#undef TILEC_X
+  case OpKind::ProgramId:
+  case OpKind::NumPrograms:
+    return o.kind != OpKind::Reshape || is_trivial_reshape(o.operands[0]->type.shape, o.results[0]->type.shape);
+  default: return false;
+  }
+}
+
+// The for loop that asks for stages and holds `dot` directly in its body, or null.
+const Op* staged_loop_of(const Op& dot) {
+  const Op* loop = dot.parent->parent;
+  return loop && loop->kind == OpKind::For && loop->attrs.num_stages > 1 ? loop : nullptr;
+}
+
+} // namespace
+
+bool is_positive_zero(const Value* v) {
+  const Op* d = v->def;
+  while (d && (d->kind == OpKind::Splat || d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims ||
+               d->kind == OpKind::Cast))
+    d = d->operands[0]->def;
+  if (!d || d->kind != OpKind::Constant) return false;
+  const ir::ConstValue& c = d->attrs.value;
+  return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
+}
+
+MmaStaging mma_staging(const Op& dot, int idx, bool kmajor) {
+  const ir::Shape& a = dot.operands[0]->type.shape;
+  const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
+  const int64_t mn = idx == 0 ? M : N;
+  return {kmajor, ((kmajor ? K : mn) + 8) * 2, kmajor ? mn : K};
+}
+
+const PipelinePlan::AsyncOperand* PipelinePlan::async_operand(const Op* dot, int idx) const {
+  auto it = async_index_.find({dot, idx});
+  return it == async_index_.end() ? nullptr : &async_[size_t(it->second)];
+}
+
+const PipelinePlan::Pipeline* PipelinePlan::pipeline_of(const Op* loop) const {
+  auto it = pipeline_index_.find(loop);
+  return it == pipeline_index_.end() ? nullptr : &pipelines_[size_t(it->second)];
+}
+
+PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bool tensor_cores)
+    : fn_(fn), layouts_(layouts), access_(ir::param_access(fn)) {
+  std::map<const Value*, int> uses;
+  std::map<const Value*, std::vector<const Op*>> users;
+  std::vector<const Op*> dots; // the tensor-core dots
+  walk(fn.body, [&](const Op& op) {
+    for (const Value* v : op.operands) {
+      ++uses[v];
+      users[v].push_back(&op);
+    }
+    if (op.kind == OpKind::Dot && tensor_cores && dot_on_tensor_cores(op)) dots.push_back(&op);
+    if (op.kind == OpKind::For && op.attrs.num_stages > 1) staged_.push_back(&op);
+  });
+  std::map<std::pair<const Op*, int>, Failure> failed; // lookups only
+
+  // The operands copied by cp.async, then those of them the loop holding their dot copies
+  // ahead: per loop, the slots in walk order and the union of their slices.
+  for (const Op* dot : dots)
+    for (int idx = 0; idx < 2; ++idx) {
+      Failure f;
+      if (!plan_async(*dot, idx, uses, f)) failed[{dot, idx}] = f;
+    }
+  std::map<const Op*, std::set<const Op*>> slices; // per loop
+  std::map<const Op*, std::vector<int>> ahead;     // per loop: its operands, by slot
+  for (size_t i = 0; i < async_.size(); ++i) {
+    const AsyncOperand& x = async_[i];
+    const Op* loop = staged_loop_of(*x.dot);
+    if (!loop) continue;
+    std::set<const Op*> slice;
+    Failure f;
+    if (!plan_ahead(x, slice, f)) {
+      failed[{x.dot, x.idx}] = f;
+      continue;
+    }
+    slices[loop].insert(slice.begin(), slice.end());
+    ahead[loop].push_back(int(i));
+  }
+
+  // The loops' buffers, in walk order from offset 0.
+  for (const Op* loop : staged_) {
+    auto it = ahead.find(loop);
+    if (it == ahead.end()) continue;
+    Pipeline pl;
+    pl.loop = loop;
+    pl.stages = loop->attrs.num_stages;
+    pl.base = buffer_bytes_;
+    for (int i : it->second) {
+      AsyncOperand& x = async_[size_t(i)];
+      x.pipeline = int(pipelines_.size());
+      x.slot = int(pl.operands.size());
+      pl.operands.push_back(i);
+      pl.offsets.push_back(pl.stage_bytes);
+      pl.stage_bytes += x.staging.bytes();
+    }
+    buffer_bytes_ += pl.stages * pl.stage_bytes;
+    const std::set<const Op*>& in_slice = slices[loop];
+    for (const auto& o : loop->region(0).ops) // the slices of all its operands, in body order
+      if (in_slice.count(o.get())) pl.slice.push_back(o.get());
+    // Ops of the slice whose results only the pipelined loads (or other such ops) use are
+    // not emitted in the body any more: the copies issued ahead are their only users.
+    std::set<const Op*> loads;
+    for (int i : pl.operands) loads.insert(async_[size_t(i)].load);
+    for (auto s = pl.slice.rbegin(); s != pl.slice.rend(); ++s) {
+      bool only_ahead = true;
+      for (const Value* r : (*s)->results)
+        for (const Op* u : users[r])
+          only_ahead = only_ahead && (loads.count(u) || (deferred_.count(u) && in_slice.count(u)));
+      if (only_ahead) deferred_.insert(*s);
+    }
+    pipeline_index_[loop] = int(pipelines_.size());
+    pipelines_.push_back(std::move(pl));
+  }
+
+  // Why the loops that ask for stages, and the operands of their dots, are not pipelined.
+  for (const Op* loop : staged_) {
+    std::vector<const Op*> body_dots;
+    for (const auto& o : loop->region(0).ops)
+      if (std::find(dots.begin(), dots.end(), o.get()) != dots.end()) body_dots.push_back(o.get());
+    if (!pipeline_of(loop))
+      not_pipelined_.push_back(
+          {loop, nullptr, 0, nullptr,
+           body_dots.empty() ? tensor_cores ? "has no tensor-core dot directly in its body"
+                                            : "has no tensor-core dot: the tensor cores are off"
+                             : "can copy no operand of the tensor-core dots directly in its body ahead"});
+    for (const Op* dot : body_dots)
+      for (int idx = 0; idx < 2; ++idx) {
+        const AsyncOperand* x = async_operand(dot, idx);
+        if (x && x->pipeline >= 0) continue;
+        const Failure& f = failed.at({dot, idx});
+        not_pipelined_.push_back({loop, dot, idx, f.value, f.why});
+      }
+  }
+}
+
+// An operand of a tensor-core dot that is a load used by nothing but this dot (possibly
+// through a transpose), in its block, with nothing that writes memory between the two,
+// zero where masked off, taken by the dot in the layout it is loaded in, in whole aligned
+// 16-byte chunks with one mask bit per chunk.
+bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value*, int>& uses, Failure& fail) {
+  auto fails = [&](const Value* v, std::string why) {
+    fail = {v, std::move(why)};
+    return false;
+  };
+  auto uses_of = [&](const Value* v) { return uses.count(v) ? uses.at(v) : 0; };
+  const Value* x = dot.operands[size_t(idx)];
+  const Op* view = nullptr;
+  const Op* load = x->def;
+  if (load && load->kind == OpKind::Permute && load->attrs.perm == std::vector<int64_t>{1, 0}) {
+    view = load;
+    load = load->operands[0]->def;
+  }
+  if (!load || load->kind != OpKind::Load) {
+    const Value* v = view ? view->operands[0] : x;
+    return fails(v, v->def ? fmt::format("is a {}, not a load", ir::op_name(v->def->kind)) : "is not a load");
+  }
+  const Value* lv = load->results[0];
+  if (uses_of(x) != 1) return fails(x, "has other users than the dot");
+  if (view && uses_of(lv) != 1) return fails(lv, "has other users than the transpose");
+  if (load->parent != dot.parent) return fails(lv, "is loaded outside the dot's block");
+  if (view && view->parent != dot.parent) return fails(x, "is transposed outside the dot's block");
+  if (load->other() && !is_positive_zero(load->other())) return fails(lv, "is not +0 where masked off");
+  // Nothing between the load and the dot may write memory.
+  bool between = false;
+  for (const auto& o : dot.parent->ops) {
+    if (o.get() == load) between = true;
+    else if (o.get() == &dot) break;
+    else if (between && (o->kind == OpKind::Store || ir::is_atomic(o->kind) || o->kind == OpKind::For ||
+                         o->kind == OpKind::If))
+      return fails(lv, fmt::format("is followed by a {} that may write memory before the dot", ir::op_name(o->kind)));
+  }
+  // The load's own layout, used by nothing else, in whole aligned 16-byte chunks, one mask
+  // bit per chunk; the dot takes the operand in that layout (no conversion planned).
+  LayoutId ll = layouts_.op_layouts(load)[0];
+  LayoutId want = layouts_.op_layouts(&dot)[size_t(idx)];
+  if (layouts_.requests(lv).size() != 1) return fails(lv, "is wanted in more than one layout");
+  if (view && layouts_.requests(x).size() != 1) return fails(x, "is wanted in more than one layout");
+  if ((!view && want != ll) || (view && layouts_.requests(x)[0] != want))
+    return fails(lv, "is taken by the dot in another layout than it is loaded in");
+  LayoutPlan::VectorAccess va = layouts_.vector_access(*load, ll);
+  const int bytes = va.vec * ir::dtype_bytes(lv->type.dtype());
+  if (bytes != 16) return fails(lv, fmt::format("is loaded {} bytes at a time, not 16", bytes));
+  if (!va.aligned) return fails(lv, "is not known to be 16-byte aligned");
+  if (load->mask() && !va.mask_uniform) return fails(lv, "has a mask not known to be constant over each 16 bytes");
+  // Staged along the load's contiguous dimension (through the transpose, if any): k-major
+  // when that dimension is K.
+  int rd = thread_elems(layouts_.layout(ll), lv->type.shape).run_dim;
+  int contig = view ? 1 - rd : rd; // in the dot's [M, K] or [K, N] coordinates
+  bool kmajor = idx == 0 ? contig == 1 : contig == 0;
+  async_index_[{&dot, idx}] = int(async_.size());
+  async_.push_back({&dot, idx, load, view, mma_staging(dot, idx, kmajor), -1, -1});
+  deferred_.insert(load);
+  if (view) deferred_.insert(view);
+  return true;
+}
+
+// The loop of a dot's asynchronous operand pipelines it when the loop asks for stages, the
+// dot and the load sit in its body (not deeper), its step is a positive constant, and the
+// load's address and mask can be computed for a later iteration: from the induction
+// variable, values defined outside the loop, pure ops, and loads of parameters the kernel
+// never writes (a block table, say: it is read ahead too). The K/V data must be read-only
+// as well, since it is copied before the iteration that uses it. `slice`: the body's ops
+// the address and mask need.
+bool PipelinePlan::plan_ahead(const AsyncOperand& x, std::set<const Op*>& slice, Failure& fail) const {
+  auto fails = [&](const Value* v, std::string why) {
+    fail = {v, std::move(why)};
+    return false;
+  };
+  auto read_only = [&](const Value* ptr) {
+    const Value* p = ir::root_param(fn_, ptr);
+    if (!p) return false;
+    size_t i = size_t(std::find(fn_.params.begin(), fn_.params.end(), p) - fn_.params.begin());
+    return access_[i] == ir::ParamAccess::read;
+  };
+  const ir::Block* body = x.dot->parent;
+  const Op* loop = body->parent;
+  if (!read_only(x.load->operands[0])) {
+    const Value* p = ir::root_param(fn_, x.load->operands[0]);
+    return p ? fails(p, "is written by the kernel: it cannot be copied before the iteration that reads it")
+             : fails(x.load->operands[0], "does not point into one parameter the kernel only reads");
+  }
+  const Op* step = loop->operands[2]->def;
+  if (!step || step->kind != OpKind::Constant || step->attrs.value.is_float || step->attrs.value.i <= 0)
+    return fails(loop->operands[2], "is the loop's step, not a positive constant");
+  std::function<bool(const Value*)> ahead = [&](const Value* v) {
+    if (v == body->args[0]) return true;
+    if (std::find(body->args.begin() + 1, body->args.end(), v) != body->args.end())
+      return fails(v, "is loop-carried: the address or mask cannot be computed for a later iteration");
+    const Op* d = v->def;
+    if (!d || d->parent != body || slice.count(d)) return true; // defined outside the loop
+    if (deferred_.count(d))
+      return fails(v, "is copied asynchronously itself: the address or mask cannot be computed ahead");
+    if (d->kind == OpKind::Load && !read_only(d->operands[0]))
+      return fails(v, "is a load of a buffer the kernel writes: it cannot be read ahead");
+    if (!pure(*d) && d->kind != OpKind::Load)
+      return fails(v, fmt::format("is a {}: the address or mask cannot be computed ahead", ir::op_name(d->kind)));
+    for (const Value* o : d->operands)
+      if (!ahead(o)) return false;
+    slice.insert(d);
+    return true;
+  };
+  for (size_t i = 1; i < x.load->operands.size(); ++i)
+    if (!ahead(x.load->operands[i])) return false;
+  return ahead(x.load->operands[0]);
+}
+
+} // namespace tilec::codegen

@@ -1,0 +1,117 @@
+#pragma once
+// Which tensor-core dot operands go from global memory straight to their shared-memory
+// staging (16-byte cp.async), and which loops copy them ahead (software pipelining): planned
+// once per kernel before emission, as LayoutPlan plans the layouts, printed by `tilec ir
+// --stage layouts` (print_pipelines, codegen/layout_print.h) and read by the lowering, which
+// decides nothing about either while it emits (docs/ARCHITECTURE.md, "Software pipelining").
+// Internal to codegen/ and not installed.
+//
+// Every list is in IR walk order (pre-order: an op before the ops of its regions; a dot's A
+// before its B), never in the order ops sit in memory, so slots, offsets and the copies'
+// order are the same in every compile. The maps behind the lookups are never iterated.
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/layout_plan.h"
+#include "ir/ir.h"
+#include "ir/param_access.h"
+
+namespace tilec::codegen {
+
+// How a tensor-core dot stages operand `idx` (0: A [M, K], 1: B [K, N]) in shared memory:
+// `rows` rows of `row_bytes` bytes (padded by 16); k-major: the rows are M (or N) and each
+// holds K elements, else the rows are K.
+struct MmaStaging {
+  bool kmajor = false;
+  int64_t row_bytes = 0, rows = 0;
+  int64_t bytes() const { return (rows * row_bytes + 15) / 16 * 16; }
+};
+MmaStaging mma_staging(const ir::Op& dot, int idx, bool kmajor);
+
+// A tile or scalar that is the constant +0 (integer 0, or float +0.0) through splats,
+// broadcasts, dimension changes and casts.
+bool is_positive_zero(const ir::Value* v);
+
+class PipelinePlan {
+public:
+  // `tensor_cores`: CompileOptions::tensor_cores (off: no dot takes the tensor cores, so
+  // nothing is copied asynchronously).
+  PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bool tensor_cores);
+
+  // A load that feeds a tensor-core dot's operand and nothing else (possibly through a
+  // transpose), in whole aligned 16-byte chunks with one mask bit per chunk: each chunk is one
+  // cp.async into the dot's staging, along the load's contiguous dim. The load and the
+  // transpose are not emitted where they stand.
+  struct AsyncOperand {
+    const ir::Op* dot = nullptr;
+    int idx = 0; // 0: A, 1: B
+    const ir::Op* load = nullptr;
+    const ir::Op* transpose = nullptr; // the permute [1, 0] between the load and the dot, if any
+    MmaStaging staging;
+    int pipeline = -1; // its loop's entry in pipelines(); -1: the dot copies it, one group of its own
+    int slot = -1;     // in the pipeline: its place in each buffer (Pipeline::offsets)
+  };
+  // A for loop whose asynchronous operands are copied stages - 1 iterations ahead, each
+  // iteration's copies one cp.async group into one of `stages` rotating buffers: buffer s at
+  // base + s * stage_bytes of shared memory, below every other use of it.
+  struct Pipeline {
+    const ir::Op* loop = nullptr;
+    int64_t stages = 1;
+    std::vector<int> operands;     // entries of async_operands(), by slot
+    std::vector<int64_t> offsets;  // per slot: where the operand starts within a buffer
+    int64_t base = 0, stage_bytes = 0;
+    // The body's ops the copies' addresses and masks need, in body order: emitted again for
+    // the iteration ahead. Those that nothing else uses are deferred (not emitted in the body).
+    std::vector<const ir::Op*> slice;
+  };
+  // A loop that asks for stages but is not pipelined (dot null), or an operand of a
+  // tensor-core dot directly in such a loop's body that is not copied ahead (whether the
+  // loop is pipelined or not): `value` (null for none) followed by `why` says why.
+  struct NotPipelined {
+    const ir::Op* loop = nullptr;
+    const ir::Op* dot = nullptr;
+    int idx = 0;
+    const ir::Value* value = nullptr;
+    std::string why;
+  };
+
+  const std::vector<AsyncOperand>& async_operands() const { return async_; }
+  const std::vector<Pipeline>& pipelines() const { return pipelines_; }
+  const std::vector<NotPipelined>& not_pipelined() const { return not_pipelined_; }
+  // The for loops with num_stages > 1.
+  const std::vector<const ir::Op*>& staged_loops() const { return staged_; }
+
+  const AsyncOperand* async_operand(const ir::Op* dot, int idx) const;
+  const Pipeline* pipeline_of(const ir::Op* loop) const;
+  // Not emitted where it stands: an asynchronous operand's load or transpose, or an op of a
+  // pipeline's slice that only the copies issued ahead need.
+  bool deferred(const ir::Op* op) const { return deferred_.count(op) != 0; }
+  // Shared memory every pipeline's buffers take, from offset 0; scratch starts above.
+  int64_t buffer_bytes() const { return buffer_bytes_; }
+
+private:
+  struct Failure {
+    const ir::Value* value = nullptr;
+    std::string why;
+  };
+  bool plan_async(const ir::Op& dot, int idx, const std::map<const ir::Value*, int>& uses, Failure& fail);
+  bool plan_ahead(const AsyncOperand& x, std::set<const ir::Op*>& slice, Failure& fail) const;
+
+  const ir::Function& fn_;
+  const LayoutPlan& layouts_;
+  std::vector<ir::ParamAccess> access_;
+  std::vector<AsyncOperand> async_;
+  std::vector<Pipeline> pipelines_;
+  std::vector<NotPipelined> not_pipelined_;
+  std::vector<const ir::Op*> staged_;
+  std::map<std::pair<const ir::Op*, int>, int> async_index_; // lookups only
+  std::map<const ir::Op*, int> pipeline_index_;             // lookups only
+  std::set<const ir::Op*> deferred_;                          // lookups only
+  int64_t buffer_bytes_ = 0;
+};
+
+} // namespace tilec::codegen
