@@ -152,7 +152,7 @@ TEST_CASE("float options that f32 cannot hold are refused and named", "[template
   CHECK_THAT(msg(in), Catch::Contains("times k_scale"));
 }
 
-TEST_CASE("--k-scale and --v-scale are refused for caches that are not fp8 (generated or read from files)",
+TEST_CASE("the fp8 scales (--k-scale, --v-scale) are refused for caches that are not fp8 (generated or read from files)",
           "[templates][paged_attention][paged_exact][errors][npy]") {
   const KernelTemplate& t = paged_attention();
   rt::test::TempDir dir;
