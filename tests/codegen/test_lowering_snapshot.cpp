@@ -24,6 +24,7 @@
 #include "codegen/compile.h"
 #include "codegen/lower.h"
 #include "codegen/target.h"
+#include "tests/codegen/dot_kernel.h"
 #include "dsl/dsl.h"
 #include "fuzz/generator.h"
 
@@ -84,18 +85,7 @@ struct DotCase {
 };
 
 ir::Kernel dot_kernel(const DotCase& c) {
-  KernelBuilder kb("snapshot_dot");
-  auto a = kb.arg(ptr_to(c.dt), "a");
-  auto b = kb.arg(ptr_to(c.dt), "b");
-  auto acc = kb.arg(ptr_to(DType::f32), "c");
-  auto out = kb.arg(ptr_to(DType::f32), "out");
-  auto mi = arange(0, c.m), ni = arange(0, c.n), ki = arange(0, c.k);
-  Tile at = c.trans_a ? trans(load(a + ki.col() * c.m + mi.row())) : load(a + mi.col() * c.k + ki.row());
-  Tile bt = c.trans_b ? trans(load(b + ni.col() * c.k + ki.row())) : load(b + ki.col() * c.n + ni.row());
-  Tile off = mi.col() * c.n + ni.row();
-  Tile r = c.with_acc ? dot(at, bt, load(acc + off)) : dot(at, bt);
-  store(out + off, r);
-  return kb.finish();
+  return codegen::test::dot_kernel("snapshot_dot", c.m, c.n, c.k, c.dt, c.trans_a, c.trans_b, c.with_acc);
 }
 
 struct PipeCase {

@@ -12,6 +12,7 @@
 #include "codegen/compile.h"
 #include "codegen/layout_plan.h"
 #include "codegen/ptx_loops.h"
+#include "tests/codegen/dot_kernel.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "kernels/launcher.h"
@@ -31,21 +32,9 @@ struct DotCase {
   int warps;
 };
 
-// out[M, N] = (c or 0) + A B, A read as [M, K] or as the transpose of a [K, M] array (and B
-// as [K, N] or from [N, K]), so the operands arrive in different layouts.
+// tests/codegen/dot_kernel.h's dot for one case.
 ir::Kernel dot_kernel(const DotCase& c) {
-  KernelBuilder kb("mma_dot");
-  auto a = kb.arg(ptr_to(c.dt), "a");
-  auto b = kb.arg(ptr_to(c.dt), "b");
-  auto acc = kb.arg(ptr_to(DType::f32), "c");
-  auto out = kb.arg(ptr_to(DType::f32), "out");
-  auto mi = arange(0, c.m), ni = arange(0, c.n), ki = arange(0, c.k);
-  Tile at = c.trans_a ? trans(load(a + ki.col() * c.m + mi.row())) : load(a + mi.col() * c.k + ki.row());
-  Tile bt = c.trans_b ? trans(load(b + ni.col() * c.k + ki.row())) : load(b + ki.col() * c.n + ni.row());
-  Tile off = mi.col() * c.n + ni.row();
-  Tile r = c.with_acc ? dot(at, bt, load(acc + off)) : dot(at, bt);
-  store(out + off, r);
-  return kb.finish();
+  return codegen::test::dot_kernel("mma_dot", c.m, c.n, c.k, c.dt, c.trans_a, c.trans_b, c.with_acc);
 }
 
 // The largest difference between `got` and the interpreter's `want` for a dot over K, in units
