@@ -87,9 +87,10 @@ std::vector<kernels::ParamMap> candidates_of(const kernels::KernelTemplate& t, c
     throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
                                 rt::format_key(k.key), format_values(en.rejected.at(0).params),
                                 en.rejected.at(0).reason));
+  const kernels::ParamMap defaults = kernels::resolve_params(t.params, {}, "--set");
   std::vector<kernels::ParamMap> out;
   for (const Values& v : en.candidates) {
-    kernels::ParamMap full = kernels::resolve_params(t.params, {}, "--set");
+    kernels::ParamMap full = defaults;
     for (const auto& [name, x] : v) full[name] = x;
     out.push_back(std::move(full));
   }
@@ -211,7 +212,9 @@ TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std:
     if (!sel || sel->rule != "exact") continue;
     n.best.push_back(sel->entry);
     if (!s.export_dir.empty() && !n.interrupted)
-      for (std::string& m : export_winner(t, sel->entry, k.shape, tg, s.export_dir)) n.exported.push_back(std::move(m));
+      // Keys that share a winner (and its modules) list each manifest once.
+      for (std::string& m : export_winner(t, sel->entry, k.shape, tg, s.export_dir))
+        if (std::find(n.exported.begin(), n.exported.end(), m) == n.exported.end()) n.exported.push_back(std::move(m));
     r.say(fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(k.key), rt::format_config(sel->entry.config),
                       sel->entry.median_ms, sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
   }

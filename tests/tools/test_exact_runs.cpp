@@ -5,6 +5,7 @@
 // `--export` is the modules, the card and the database, nothing else.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +73,15 @@ TEST_CASE("autotune measures configs with other blocks than the default's, and -
   cli("autotune vector_add --space " + space.string() + " --shape n=100003 --backend emulate --no-ptxas -o " +
             small.string(),
         0);
+  // Two keys with one winner share its modules: each manifest is listed once.
+  test::Process two = cli("autotune vector_add --space " + space.string() + " --shape n=1000 --shape n=999 --backend "
+                          "emulate --no-ptxas -o " + (s.dir / "two.toml").string() + " --export " +
+                          (s.dir / "two").string() + " --json", 0);
+  CHECK(test::last_line(two.out).find("\"exported\": [\"") != std::string::npos);
+  {
+    std::string exported = two.out.substr(two.out.find("\"exported\""));
+    CHECK(std::count(exported.begin(), exported.end(), '"') == 2 + 2 * 2); // the key, then sm_90 and host
+  }
   test::Process run = cli("run vector_add --tuned " + small.string() + " --backend emulate", 0);
   CHECK_THAT(run.text(), Catch::Contains("block=256") && Catch::Contains(": ok"));
   cli("bench vector_add --tuned " + small.string() + " --backend emulate --warmup 0 --repeats 1", 0);
