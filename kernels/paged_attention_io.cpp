@@ -220,7 +220,6 @@ KernelTemplate paged_attention_template() {
                {"k-scale", "fp8 k_cache: its values are k / k_scale (required with --inputs; generated: amax/max)"},
                {"v-scale", "fp8 v_cache: its values are v / v_scale (required with --inputs; generated: amax/max)"}};
   t.reads_inputs = true;
-  t.shape_with_inputs = {"window", "causal", "kv_dtype"};
   t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy]";
   t.make_problem = [](const ProblemRequest& r) {
     std::optional<ir::DType> kv_fp8;

@@ -263,7 +263,7 @@ std::map<std::string, rt::NpyArray> read_tensor_inputs(const KernelTemplate& t, 
   if (!fs::is_directory(dir)) throw UserError(fmt::format("--inputs {}: not a folder", dir));
   std::map<std::string, rt::NpyArray> arrays;
   std::map<std::string, std::string> source; // field -> the file that set it
-  auto set_field = [&](const std::string& field, int64_t v, const std::string& file, const std::string& what) {
+  auto set_field = [&](const std::string& field, int64_t v, const std::string& file) {
     auto [it, fresh] = source.emplace(field, file);
     if (fresh) {
       shape[field] = v;
@@ -273,8 +273,7 @@ std::map<std::string, rt::NpyArray> read_tensor_inputs(const KernelTemplate& t, 
       const Param* p = shape_param(t, field);
       throw UserError(fmt::format("--inputs {}: {} gives {}={}, but {} gives {}={}", dir, file, field,
                                   p ? p->value_str(v) : std::to_string(v), it->second, field,
-                                  p ? p->value_str(shape[field]) : std::to_string(shape[field])) +
-                      (what.empty() ? "" : " (" + what + ")"));
+                                  p ? p->value_str(shape[field]) : std::to_string(shape[field])));
     }
   };
   for (const TensorSpec& spec : t.tensors) {
@@ -289,7 +288,7 @@ std::map<std::string, rt::NpyArray> read_tensor_inputs(const KernelTemplate& t, 
     for (size_t i = 0; i < spec.dims.size(); ++i) {
       const std::string& dim = spec.dims[i];
       if (shape_param(t, dim)) {
-        set_field(dim, a.shape[i], file, "");
+        set_field(dim, a.shape[i], file);
       } else if (dim_value(dim, shape, t) != a.shape[i]) {
         throw UserError(fmt::format("{}: dim {} is {}; {} takes {} as [{}]", path, i, a.shape[i], t.name, spec.name,
                                     fmt::join(spec.dims, ", ")));
@@ -316,7 +315,7 @@ std::map<std::string, rt::NpyArray> read_tensor_inputs(const KernelTemplate& t, 
       int64_t pick = std::find(matches.begin(), matches.end(), shape[spec.dtype_field]) != matches.end()
                          ? shape[spec.dtype_field]
                          : matches.front();
-      set_field(spec.dtype_field, pick, file, "");
+      set_field(spec.dtype_field, pick, file);
     }
     arrays.emplace(spec.name, std::move(a));
   }

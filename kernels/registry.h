@@ -157,9 +157,6 @@ struct KernelTemplate {
   // Templates with `tensors` and `reference` take --inputs without it.
   bool reads_inputs = false;
   std::string inputs_help = {};
-  // --shape names that stay parameters of the op when the inputs come from files (paged
-  // attention: window, causal); the files give every other size.
-  std::vector<std::string> shape_with_inputs = {};
   // Writes output 0 of a run as .npy (`--out F.npy`). Empty: shaped by its TensorSpec, else a
   // 1-d array of its dtype.
   std::function<void(const std::string& path, const Problem& p)> write_output = {};
