@@ -27,7 +27,7 @@ unsigned threads(unsigned jobs) { return jobs ? jobs : std::max(1u, std::thread:
 
 // One candidate config of one problem key, as it goes through the stages.
 struct Candidate {
-  kernels::ParamMap config;
+  templates::ParamMap config;
   std::string rejected; // why it was dropped; empty while it survives
 };
 
@@ -48,16 +48,16 @@ void parallel_for(size_t n, unsigned jobs, const Reporter& r, const std::functio
 
 // Builds every candidate's kernels and, when ptxas is there, compiles them for the GPU and
 // drops what ptxas rejects or what spills.
-void compile_candidates(std::vector<Candidate>& cands, const kernels::KernelTemplate& t, const kernels::ParamMap& shape,
+void compile_candidates(std::vector<Candidate>& cands, const templates::KernelTemplate& t, const templates::ParamMap& shape,
                         unsigned jobs, const std::optional<std::string>& arch, Progress& progress, const Reporter& r) {
   std::mutex mutex;
   parallel_for(cands.size(), jobs, r, [&](size_t i) {
     Candidate& c = cands[i];
     try {
-      for (const ir::Kernel& k : kernels::build_kernels(t, c.config, shape)) {
+      for (const ir::Kernel& k : templates::build_kernels(t, c.config, shape)) {
         if (!arch) continue;
         codegen::CompileOptions o = backends::compile_options(c.config, *arch, "nvptx");
-        o.large_buffers = kernels::large_buffers(t, c.config, shape, *k);
+        o.large_buffers = templates::large_buffers(t, c.config, shape, *k);
         codegen::CompiledKernel ck = codegen::compile(*k, o);
         if (!ck.ptxas) continue;
         if (ck.ptxas->spill_stores + ck.ptxas->spill_loads > 0) {
@@ -78,7 +78,7 @@ void compile_candidates(std::vector<Candidate>& cands, const kernels::KernelTemp
 
 // The candidates of `space` for one key, each a full config (defaults under the space's
 // values); UserError naming an example when none fits.
-std::vector<kernels::ParamMap> candidates_of(const kernels::KernelTemplate& t, const SearchSpace& space,
+std::vector<templates::ParamMap> candidates_of(const templates::KernelTemplate& t, const SearchSpace& space,
                                              const KeyToTune& k, const Reporter& r) {
   Enumeration en = enumerate(space, k.shape);
   r.say(fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(k.key), en.candidates.size(),
@@ -87,10 +87,10 @@ std::vector<kernels::ParamMap> candidates_of(const kernels::KernelTemplate& t, c
     throw UserError(fmt::format("{}: no candidate satisfies the constraints for {} (e.g. {}: {})", space.source,
                                 rt::format_key(k.key), format_values(en.rejected.at(0).params),
                                 en.rejected.at(0).reason));
-  const kernels::ParamMap defaults = kernels::resolve_params(t.params, {}, "--set");
-  std::vector<kernels::ParamMap> out;
+  const templates::ParamMap defaults = templates::resolve_params(t.params, {}, "--set");
+  std::vector<templates::ParamMap> out;
   for (const Values& v : en.candidates) {
-    kernels::ParamMap full = defaults;
+    templates::ParamMap full = defaults;
     for (const auto& [name, x] : v) full[name] = x;
     out.push_back(std::move(full));
   }
@@ -99,11 +99,11 @@ std::vector<kernels::ParamMap> candidates_of(const kernels::KernelTemplate& t, c
 
 // Enumerates the space for one key, compiles what the database lacks, checks and times each
 // survivor, and merges each measured config into the database as soon as it is measured.
-void tune_key(const kernels::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
-              kernels::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r) {
-  std::vector<kernels::ParamMap> all = candidates_of(t, space, k, r);
+void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
+              templates::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r) {
+  std::vector<templates::ParamMap> all = candidates_of(t, space, k, r);
   if (!s.shard.whole()) { // the same order on every machine, so the shards partition it
-    std::vector<kernels::ParamMap> mine;
+    std::vector<templates::ParamMap> mine;
     for (size_t i = 0; i < all.size(); ++i)
       if (s.shard.takes(i)) mine.push_back(all[i]);
     r.say(fmt::format("  shard {}/{}: {} of them", s.shard.index + 1, s.shard.count, mine.size()));
@@ -118,7 +118,7 @@ void tune_key(const kernels::KernelTemplate& t, const SearchSpace& space, const 
   slot.key = k.key;
   std::vector<Candidate> todo;
   size_t skipped_here = 0;
-  for (kernels::ParamMap& config : all) {
+  for (templates::ParamMap& config : all) {
     slot.config = rt::TunedConfig(config.begin(), config.end());
     if (!s.force && db.find(slot)) {
       ++skipped_here;
@@ -160,15 +160,15 @@ void tune_key(const kernels::KernelTemplate& t, const SearchSpace& space, const 
 
 // Compiles the winner of a key for every export arch and module variant into `dir`; returns
 // the manifests written.
-std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const rt::TuningEntry& best,
-                                       const kernels::ParamMap& shape, const Target& tg, const std::string& dir) {
+std::vector<std::string> export_winner(const templates::KernelTemplate& t, const rt::TuningEntry& best,
+                                       const templates::ParamMap& shape, const Target& tg, const std::string& dir) {
   std::vector<std::string> written;
-  std::vector<kernels::ParamMap> variants = t.module_variants;
+  std::vector<templates::ParamMap> variants = t.module_variants;
   if (variants.empty()) variants.emplace_back();
-  kernels::ParamMap params(best.config.begin(), best.config.end());
+  templates::ParamMap params(best.config.begin(), best.config.end());
   for (const std::string& arch : tg.export_archs)
-    for (const kernels::ParamMap& variant : variants) {
-      kernels::ParamMap s = shape;
+    for (const templates::ParamMap& variant : variants) {
+      templates::ParamMap s = shape;
       for (const auto& [name, v] : variant) s[name] = v;
       for (const rt::Manifest& m : backends::write_template_modules(t, params, s, arch, dir, true))
         written.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
@@ -178,21 +178,21 @@ std::vector<std::string> export_winner(const kernels::KernelTemplate& t, const r
 
 } // namespace
 
-std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
+std::vector<KeyToTune> make_keys(const templates::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
                                  uint64_t seed, bool problems) {
   std::vector<KeyToTune> keys;
   for (const std::vector<std::string>& set : shapes) {
     KeyToTune k;
-    k.shape = kernels::resolve_params(t.shape, set, "--shape");
-    k.key = kernels::problem_key(t, k.shape);
-    if (problems) k.problem = kernels::make_problem(t, {k.shape, seed, {}, {}});
+    k.shape = templates::resolve_params(t.shape, set, "--shape");
+    k.key = templates::problem_key(t, k.shape);
+    if (problems) k.problem = templates::make_problem(t, {k.shape, seed, {}, {}});
     keys.push_back(std::move(k));
   }
   return keys;
 }
 
-TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
-                const TuneSettings& s, const Target& tg, kernels::Launcher& launcher, const Reporter& r) {
+TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+                const TuneSettings& s, const Target& tg, templates::Launcher& launcher, const Reporter& r) {
   // Read only: nothing is written until a config is measured (a corrupt file is moved aside
   // then, by merge_into_file).
   rt::TuningDb db;
@@ -222,7 +222,7 @@ TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std:
                     n.rejected, n.measured, n.skipped, s.db));
   if (!s.export_dir.empty() && !n.interrupted) {
     // The database and the kernel's card travel with its modules: a deployment ships the folder.
-    rt::KernelCard card = kernels::kernel_card(t);
+    rt::KernelCard card = templates::kernel_card(t);
     card.compiler = s.compiler;
     rt::write_kernel_card(card, s.export_dir);
     fs::path copy = fs::path(s.export_dir) / fs::path(s.db).filename();
@@ -244,7 +244,7 @@ TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std:
   return n;
 }
 
-measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+measure::Plan prepare(const templates::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
                       const PrepareSettings& ps, const Reporter& r) {
   fs::path dir = ps.dir.lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path(); // "plan/": the folder plan, and plan.partial beside it
@@ -274,7 +274,7 @@ measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space
   std::vector<Item> items;
   for (size_t p = 0; p < keys.size(); ++p) {
     plan.problems.push_back({keys[p].key, ps.seed});
-    std::vector<kernels::ParamMap> all = candidates_of(t, space, keys[p], r);
+    std::vector<templates::ParamMap> all = candidates_of(t, space, keys[p], r);
     for (size_t i = 0; i < all.size(); ++i) {
       Item it;
       it.c.problem = p;
@@ -291,7 +291,7 @@ measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space
   std::mutex mutex;
   parallel_for(items.size(), ps.jobs, r, [&](size_t i) {
     Item& it = items[i];
-    const kernels::ParamMap& shape = keys[it.c.problem].shape;
+    const templates::ParamMap& shape = keys[it.c.problem].shape;
     try {
       for (const rt::Manifest& m : backends::write_template_modules(
                t, it.c.config, shape, plan.arch, measure::candidate_dir(partial, plan.arch, it.c), false)) {
@@ -357,23 +357,23 @@ measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space
   return plan;
 }
 
-kernels::ParamMap tuned_params(const kernels::KernelTemplate& t, const std::string& db_path,
-                               const kernels::ParamMap& shape, const std::string& device,
-                               const kernels::ParamMap& fallback, std::string& note) {
+templates::ParamMap tuned_params(const templates::KernelTemplate& t, const std::string& db_path,
+                               const templates::ParamMap& shape, const std::string& device,
+                               const templates::ParamMap& fallback, std::string& note) {
   rt::TuningDb db;
   try {
     db = rt::read_tuning_db(db_path);
   } catch (const rt::TuningDbError& e) {
     throw UserError(fmt::format("--tuned {}", e.what()));
   }
-  rt::ProblemKey key = kernels::problem_key(t, shape);
+  rt::ProblemKey key = templates::problem_key(t, shape);
   auto sel = rt::select_config(db, t.name, device, key, t.size_fields);
   if (!sel) {
     note = fmt::format("nothing tuned for {} on {}; using the default config", rt::format_key(key), device);
     return fallback;
   }
   note = sel->note;
-  kernels::ParamMap params = fallback;
+  templates::ParamMap params = fallback;
   for (const auto& [k, v] : sel->entry.config) params[k] = v;
   return params;
 }

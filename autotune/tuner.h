@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "autotune/space.h"
-#include "kernels/launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/registry.h"
 #include "measure/plan.h"
 #include "runtime/tuning_db.h"
 
@@ -41,15 +41,15 @@ struct Reporter {
 // One problem key to tune: its --shape values, its key and its problem (inputs and reference;
 // empty when only the sizes were checked).
 struct KeyToTune {
-  kernels::ParamMap shape;
+  templates::ParamMap shape;
   rt::ProblemKey key;
-  kernels::Problem problem;
+  templates::Problem problem;
 };
 
 // Every --shape set as a key, with its problem made (and so checked) unless `problems` is
 // false (prepare without the check: the GPU machine makes each problem, and large ones take
 // minutes here).
-std::vector<KeyToTune> make_keys(const kernels::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
+std::vector<KeyToTune> make_keys(const templates::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
                                  uint64_t seed, bool problems = true);
 
 struct TuneSettings {
@@ -70,8 +70,8 @@ struct TuneResult {
 
 // Tunes every key on `launcher` (the target's backend) into settings.db and exports the
 // winners. UserError for a key no candidate fits.
-TuneResult tune(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
-                const TuneSettings& settings, const Target& target, kernels::Launcher& launcher,
+TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+                const TuneSettings& settings, const Target& target, templates::Launcher& launcher,
                 const Reporter& reporter);
 
 struct PrepareSettings {
@@ -86,14 +86,14 @@ struct PrepareSettings {
 // --prepare: every candidate of every key compiled for the GPU arch (ptxas's rejections and
 // spills dropped) and for the emulator, each checked against its reference on the emulator,
 // into a plan that tilec-measure times where the GPU is. Returns the plan written.
-measure::Plan prepare(const kernels::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
+measure::Plan prepare(const templates::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
                       const PrepareSettings& settings, const Reporter& reporter);
 
 // The config `db_path` holds for `shape` on `device` (the nearest tuned key, by t's size
 // fields), over `fallback`; `note` says how it was chosen. UserError for a database that
 // cannot be read.
-kernels::ParamMap tuned_params(const kernels::KernelTemplate& t, const std::string& db_path,
-                               const kernels::ParamMap& shape, const std::string& device,
-                               const kernels::ParamMap& fallback, std::string& note);
+templates::ParamMap tuned_params(const templates::KernelTemplate& t, const std::string& db_path,
+                               const templates::ParamMap& shape, const std::string& device,
+                               const templates::ParamMap& fallback, std::string& note);
 
 } // namespace tilec::autotune

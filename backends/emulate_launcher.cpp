@@ -11,14 +11,14 @@
 
 #include "codegen/compile.h"
 #include "runtime/emulator.h"
-#include "kernels/launcher.h"
-#include "kernels/module_launcher.h"
+#include "templates/launcher.h"
+#include "templates/module_launcher.h"
 #include "backends/launchers.h"
 #include "backends/module_cache.h"
 
 namespace tilec::backends {
 
-using kernels::Launcher;
+using templates::Launcher;
 
 namespace {
 
@@ -34,9 +34,9 @@ public:
   std::shared_ptr<const rt::EmuModule> module(const ir::Function& fn, int num_warps, EmuLowering lowering,
                                               const std::vector<interp::Arg>& args) {
     codegen::CompileOptions o;
-    o.int_arg_divisibility = kernels::int_arg_divisibility(fn, args);
-    o.int_arg_values = kernels::int_arg_values(fn, args);
-    o.large_buffers = kernels::large_buffers(fn, args);
+    o.int_arg_divisibility = templates::int_arg_divisibility(fn, args);
+    o.int_arg_values = templates::int_arg_values(fn, args);
+    o.large_buffers = templates::large_buffers(fn, args);
     o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
     o.num_warps = num_warps;
     rt::Manifest manifest = cached_module(fn, o, "emu");
@@ -57,10 +57,10 @@ private:
 // A kernel argument as the emulator takes it, by the module's parameter type: a buffer typed
 // with its element type, which the module checks against the parameter's as well.
 rt::Arg to_rt_arg(const rt::ParamType& t, const interp::Arg& a, const std::string& kernel, const std::string& param) {
-  if (!t.is_pointer) return kernels::scalar_arg(t.element, a);
+  if (!t.is_pointer) return templates::scalar_arg(t.element, a);
   if (!a.buffer) throw UserError(fmt::format("kernel '{}': parameter '{}' needs a buffer", kernel, param));
   auto address = reinterpret_cast<std::uint64_t>(a.buffer->bytes.data());
-  if (std::optional<rt::ScalarType> element = kernels::buffer_element(*a.buffer))
+  if (std::optional<rt::ScalarType> element = templates::buffer_element(*a.buffer))
     return rt::Arg::buffer(address, a.buffer->bytes.size(), *element);
   return rt::Arg::buffer(address, a.buffer->bytes.size());
 }
@@ -73,7 +73,7 @@ public:
   void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
               const std::vector<interp::Arg>& args) override {
     const ir::Function& fn = *kernel;
-    kernels::check_kernel_args(fn, args); // before compiling: the interpreter's checks, in its words
+    templates::check_kernel_args(fn, args); // before compiling: the interpreter's checks, in its words
     for (int64_t g : grid)
       if (g < 0 || g > std::int64_t(UINT32_MAX))
         throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be from 0 to 2^32 - 1", fn.name, grid[0],
@@ -86,7 +86,7 @@ public:
       names.push_back(args[i].buffer && !args[i].buffer->name.empty() ? args[i].buffer->name : fn.params[i]->name);
     }
     rt::Dim3 dim{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
-    kernels::add_emulated_launch(stats_, module->launch(dim, rt_args, names));
+    templates::add_emulated_launch(stats_, module->launch(dim, rt_args, names));
   }
 
 private:

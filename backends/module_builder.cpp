@@ -8,10 +8,10 @@
 
 namespace tilec::backends {
 
-using kernels::KernelTemplate;
-using kernels::ParamMap;
-using kernels::Param;
-using kernels::all_templates;
+using templates::KernelTemplate;
+using templates::ParamMap;
+using templates::Param;
+using templates::all_templates;
 
 namespace fs = std::filesystem;
 
@@ -92,13 +92,13 @@ std::vector<rt::Manifest> write_template_modules(const KernelTemplate& t, const 
                                                  const ParamMap& shape, const std::string& arch,
                                                  const fs::path& dir, bool unique_names) {
   codegen::CompileOptions opts = compile_options(params, arch);
-  auto spec = kernels::module_spec(t, params, shape);
+  auto spec = templates::module_spec(t, params, shape);
   std::vector<rt::Manifest> out;
-  std::vector<ir::Kernel> ks = kernels::build_kernels(t, params, shape);
+  std::vector<ir::Kernel> ks = templates::build_kernels(t, params, shape);
   for (const ir::Kernel& k : ks) {
-    opts.large_buffers = kernels::large_buffers(t, params, shape, *k);
+    opts.large_buffers = templates::large_buffers(t, params, shape, *k);
     out.push_back(write_one(*k, opts, spec, dir, unique_names ? module_name(*k, spec, arch) : k->name, run_of(ks),
-                            kernels::problem_key(t, shape)));
+                            templates::problem_key(t, shape)));
   }
   return out;
 }
@@ -112,7 +112,7 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
   for (const auto& [name, v] : q.values)
     if (auto* i = std::get_if<int64_t>(&v); i && !params.count(name) && !shape.count(name)) shape[name] = *i;
 
-  std::vector<ir::Kernel> ks = kernels::build_kernels(*t, params, shape);
+  std::vector<ir::Kernel> ks = templates::build_kernels(*t, params, shape);
   for (const ir::Kernel& k : ks) {
     if (k->name != q.kernel) continue;
     rt::ModuleQuery exact = q;
@@ -120,9 +120,9 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
     std::vector<fs::path> where = dirs;
     where.push_back(rt::cache_module_dir());
     if (auto m = rt::find_module(where, exact)) return *m;
-    auto spec = kernels::module_spec(*t, params, shape);
+    auto spec = templates::module_spec(*t, params, shape);
     codegen::CompileOptions opts = compile_options(params, q.arch);
-    opts.large_buffers = kernels::large_buffers(*t, params, shape, *k);
+    opts.large_buffers = templates::large_buffers(*t, params, shape, *k);
     return write_one(*k, opts, spec, rt::cache_module_dir(), module_name(*k, spec, q.arch),
                      run_of(ks));
   }
@@ -133,7 +133,7 @@ rt::Manifest build_module(const rt::ModuleQuery& q, const std::vector<fs::path>&
 void enable_module_builder() {
   rt::set_module_builder(build_module);
   rt::set_kernel_card_provider([](const std::string& kernel) -> std::optional<rt::KernelCard> {
-    if (const KernelTemplate* t = kernels::find_template(kernel)) return kernels::kernel_card(*t);
+    if (const KernelTemplate* t = templates::find_template(kernel)) return templates::kernel_card(*t);
     return std::nullopt;
   });
 }

@@ -14,7 +14,7 @@
 #include "codegen/compile.h"
 #include "codegen/ptx_loops.h"
 #include "dsl/dsl.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 
 using namespace tilec;
 using namespace tilec::dsl;
@@ -65,13 +65,13 @@ int main(int argc, char** argv) {
   fmt::print("{:<28} {:<15} {:>9} {:>6} {:>5} {:>9} {:>9} {:>10} {:>7} {:>8}   ({}; loop = the main loop, per trip)\n",
              "kernel", "dot on", "loop PTX", "inner", "mma", "ldmatrix", "cp.async", "registers", "spills",
              "smem B", arch);
-  const kernels::KernelTemplate* pa = kernels::find_template("paged_attention");
-  kernels::ParamMap shape;
-  for (const kernels::Param& p : pa->shape) shape[p.name] = p.value;
+  const templates::KernelTemplate* pa = templates::find_template("paged_attention");
+  templates::ParamMap shape;
+  for (const templates::Param& p : pa->shape) shape[p.name] = p.value;
   shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = 128;
   shape["block_size"] = 16, shape["dtype"] = 2;
   report("paged_attention bf16 D=128", [&](int64_t stages) {
-    kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1},
+    templates::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1},
                              {"num_stages", stages}};
     return pa->build(params, shape);
   }, 4, arch);

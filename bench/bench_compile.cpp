@@ -12,8 +12,8 @@
 
 #include "bench/bench_common.h"
 #include "codegen/compile.h"
-#include "kernels/paged_attention.h"
-#include "kernels/registry.h"
+#include "templates/paged_attention.h"
+#include "templates/registry.h"
 
 using namespace tilec;
 
@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
   bool ptxas = codegen::find_ptxas().has_value();
   fmt::print("{:<18} {:>10} {:>12} {:>12} {:>12}  (median of {}, {})\n", "kernel", "build ms", "to PTX ms",
              ptxas ? "+ptxas ms" : "(no ptxas)", "registers", repeats, arch);
-  for (const auto& t : kernels::all_templates()) {
-    kernels::ParamMap params, shape;
+  for (const auto& t : templates::all_templates()) {
+    templates::ParamMap params, shape;
     for (const auto& p : t.params) params[p.name] = p.value;
     for (const auto& p : t.shape) shape[p.name] = p.value;
     ir::Kernel k;
@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
                ck.ptxas ? std::to_string(ck.ptxas->registers) : "-");
   }
   // bf16, Hq=32, Hkv=8, D=128, block_n=64, head_group=4, 4 warps: the phases of one compile.
-  const kernels::KernelTemplate* pa = kernels::find_template("paged_attention");
-  kernels::ParamMap params, shape;
+  const templates::KernelTemplate* pa = templates::find_template("paged_attention");
+  templates::ParamMap params, shape;
   for (const auto& p : pa->params) params[p.name] = p.value;
   for (const auto& p : pa->shape) shape[p.name] = p.value;
   params["block_n"] = 64;

@@ -1,8 +1,8 @@
 // Runs the modules `tilec compile` wrote (scripts/build_gpu_modules.sh) on the GPU without the
-// compiler (no LLVM here): each module's kernel makes its own problem (kernels/: inputs,
+// compiler (no LLVM here): each module's kernel makes its own problem (templates/: inputs,
 // argument order, grid and plain C++ reference, the same code `tilec run` checks against)
 // from the sizes the module records ([problem]) and its parameters ([specialization]); the
-// module launcher (kernels/module_launcher.h) runs it on the GPU, the outputs are checked
+// module launcher (templates/module_launcher.h) runs it on the GPU, the outputs are checked
 // against the reference, and the kernel is timed with events (warm-up, then the median of
 // the repeats). One JSON line per module.
 //
@@ -21,9 +21,9 @@
 // its own folder. Exit codes: 0 all right, 1 a wrong result or failing call, 2 bad usage or
 // modules, 3 no CUDA driver or device.
 #include "abi/error.h"
-#include "kernels/launcher.h"
-#include "kernels/module_launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/module_launcher.h"
+#include "templates/registry.h"
 #include "measure/measure.h"
 #include "runtime/cuda.h"
 #include "runtime/loaded_module.h"
@@ -42,17 +42,17 @@
 
 namespace fs = std::filesystem;
 namespace rt = tilec::rt;
-namespace kernels = tilec::kernels;
+namespace templates = tilec::templates;
 namespace measure = tilec::measure;
 
 namespace {
 
 // The template values of a module: `source` values by name (choices by name), else the
 // declared default.
-kernels::ParamMap values_of(const std::vector<kernels::Param>& declared, const std::map<std::string, rt::SpecValue>& a,
+templates::ParamMap values_of(const std::vector<templates::Param>& declared, const std::map<std::string, rt::SpecValue>& a,
                             const std::map<std::string, rt::SpecValue>& b, const fs::path& where) {
-  kernels::ParamMap out;
-  for (const kernels::Param& p : declared) {
+  templates::ParamMap out;
+  for (const templates::Param& p : declared) {
     out[p.name] = p.value;
     for (const auto* source : {&b, &a}) {
       auto it = source->find(p.name);
@@ -72,8 +72,8 @@ kernels::ParamMap values_of(const std::vector<kernels::Param>& declared, const s
 }
 
 struct Result {
-  kernels::Comparison check;
-  kernels::TimingStats timing;
+  templates::Comparison check;
+  templates::TimingStats timing;
   std::optional<std::int64_t> ideal_bytes;
   std::string shape;
 };
@@ -87,22 +87,22 @@ struct RunOptions {
 // The kernel's problem for module `m`, run on `gpu` (else the emulator) with the modules of
 // m's folder, checked, then timed (measure/measure.h, as tilec-measure times).
 Result bench_module(const rt::Manifest& m, bool gpu, int repeats, const RunOptions& ro = {}) {
-  const kernels::KernelTemplate* t = kernels::find_template(m.kernel);
+  const templates::KernelTemplate* t = templates::find_template(m.kernel);
   if (!t) throw rt::ManifestError(fmt::format("{}: no kernel '{}' in this build of tilec's kernels", m.dir.string(), m.kernel));
-  kernels::ProblemRequest req;
-  const kernels::ParamMap params = values_of(t->params, m.specialization, {}, m.dir);
+  templates::ProblemRequest req;
+  const templates::ParamMap params = values_of(t->params, m.specialization, {}, m.dir);
   req.shape = values_of(t->shape, m.problem, m.specialization, m.dir);
   req.seed = 1;
   req.inputs_dir = ro.inputs_dir;
-  if (!ro.inputs_dir.empty() && !kernels::takes_inputs(*t))
+  if (!ro.inputs_dir.empty() && !templates::takes_inputs(*t))
     throw rt::ManifestError(fmt::format("--inputs: kernel '{}' does not read its inputs from files", m.kernel));
   // A module specialized on one of the kernel's float options (softcap = 1) runs with it set.
-  for (const kernels::FloatOption& o : t->options) {
+  for (const templates::FloatOption& o : t->options) {
     auto it = m.specialization.find(o.name);
     if (it != m.specialization.end() && it->second != rt::SpecValue(std::int64_t(0))) req.options[o.name] = 30.0;
   }
-  kernels::Problem p = kernels::make_problem(*t, req);
-  std::unique_ptr<kernels::Launcher> launcher = measure::folder_launcher(m.dir, gpu, gpu ? "cuda" : "emulate");
+  templates::Problem p = templates::make_problem(*t, req);
+  std::unique_ptr<templates::Launcher> launcher = measure::folder_launcher(m.dir, gpu, gpu ? "cuda" : "emulate");
 
   Result r;
   r.shape = p.description;
@@ -111,11 +111,11 @@ Result bench_module(const rt::Manifest& m, bool gpu, int repeats, const RunOptio
   measure::Measurement mm = measure::measure_problem(*t, "", params, p, *launcher, warmup, repeats);
   r.check = mm.cmp;
   if (!mm.rejected.empty() && mm.cmp.ok) throw rt::Error(mm.rejected); // failed to run
-  if (!mm.times.empty()) r.timing = kernels::summarize_times(mm.times, warmup);
+  if (!mm.times.empty()) r.timing = templates::summarize_times(mm.times, warmup);
   if (!ro.save_output.empty()) {
     // The outputs as the last timed run left them (measure_problem restores the initial ones).
-    kernels::run_problem(*t, "", params, p, *launcher);
-    kernels::write_output(*t, ro.save_output, p);
+    templates::run_problem(*t, "", params, p, *launcher);
+    templates::write_output(*t, ro.save_output, p);
   }
   return r;
 }

@@ -7,16 +7,16 @@ set(TILEC_LAYER_RULES
   "dsl:ir abi"
   "interp:ir abi"
   "runtime:abi"
-  "kernels:dsl interp ir runtime abi"
-  "measure:kernels dsl interp ir runtime abi"
+  "templates:dsl interp ir runtime abi"
+  "measure:templates dsl interp ir runtime abi"
   "codegen:ir abi"
-  "backends:kernels codegen runtime interp dsl ir abi"
-  "autotune:measure backends kernels codegen dsl interp ir runtime abi"
-  "fuzz:autotune backends kernels codegen interp ir runtime abi"
-  "tools:measure fuzz autotune backends kernels codegen interp dsl ir runtime abi"
+  "backends:templates codegen runtime interp dsl ir abi"
+  "autotune:measure backends templates codegen dsl interp ir runtime abi"
+  "fuzz:autotune backends templates codegen interp ir runtime abi"
+  "tools:measure fuzz autotune backends templates codegen interp dsl ir runtime abi"
   "examples:runtime abi"
-  "bench:measure kernels backends codegen interp dsl ir runtime abi"
-  "tests:measure tools fuzz autotune backends kernels codegen interp dsl ir runtime abi")
+  "bench:measure templates backends codegen interp dsl ir runtime abi"
+  "tests:measure tools fuzz autotune backends templates codegen interp dsl ir runtime abi")
 
 # Fails configuration, naming the file, the line and the edge, when a source includes a
 # header from a folder its rule does not allow.
@@ -38,7 +38,7 @@ function(tilec_check_layer_rules)
     foreach(file IN LISTS files)
       file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${file})
       # examples/rmsnorm/ is an out-of-tree project (built against an installed tilec, never by
-      # this build): its kernel includes dsl/ and kernels/ as every user kernel does.
+      # this build): its kernel includes dsl/ and templates/ as every user kernel does.
       if(rel MATCHES "^examples/rmsnorm/")
         continue()
       endif()

@@ -2,7 +2,7 @@
 #
 # Builds the executable NAME: the whole `tilec` CLI (list, ir, compile, run, bench, autotune,
 # fuzz) over tilec's own kernels plus those the SOURCES register with TILEC_REGISTER_KERNEL
-# (kernels/registry.h). Like Halide's generator executables, main() comes from a library
+# (templates/registry.h). Like Halide's generator executables, main() comes from a library
 # (tilec::cli_main) and the user's sources are compiled into the executable itself, so their
 # static registrars always run (an object in a static library nobody references would be
 # dropped by the linker, and its kernels with it).

@@ -2,7 +2,7 @@
 #
 # Builds the executable NAME: `tilec-measure` (it times a plan that `tilec autotune --prepare`
 # wrote; docs/AUTOTUNING.md "Compile here, measure there") over tilec's own kernels plus those the SOURCES
-# register with TILEC_REGISTER_KERNEL (kernels/registry.h). It needs no LLVM: the kernels'
+# register with TILEC_REGISTER_KERNEL (templates/registry.h). It needs no LLVM: the kernels'
 # sources build the IR with the DSL, the problems and their references on the host, and the
 # modules come compiled in the plan. As with tilec_add_kernels, main() comes from a library
 # (tilec::measure_main) and the sources are compiled into the executable, so their

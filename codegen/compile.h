@@ -47,7 +47,7 @@ struct CompileOptions {
   std::map<std::string, int64_t> int_arg_values;
   // Pointer parameters, by name, whose buffers may hold more than 2^31 elements: offsets into
   // them are computed in 64 bits (ir::widen_offsets), all others in the kernel's own integer
-  // types. Launchers set it from the buffers they pass (kernels::large_buffers); a module
+  // types. Launchers set it from the buffers they pass (templates::large_buffers); a module
   // records it (offsets = 64 on the parameter) and its launch refuses a larger buffer for
   // any other pointer.
   std::set<std::string> large_buffers;

@@ -7,7 +7,7 @@
 
 namespace tilec::fuzz {
 
-Outcome run_program(const Program& p, kernels::Launcher& launcher) {
+Outcome run_program(const Program& p, templates::Launcher& launcher) {
   const ir::Function& fn = *p.kernel;
   std::vector<interp::Buffer> want = make_buffers(p), got = want;
   try {

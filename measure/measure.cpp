@@ -8,7 +8,7 @@
 
 #include "ir/error.h"
 #include "ir/printer.h"
-#include "kernels/module_launcher.h"
+#include "templates/module_launcher.h"
 #include "runtime/cuda.h"
 #include "runtime/loaded_module.h"
 #include "runtime/module_store.h"
@@ -23,8 +23,8 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 } // namespace
 
-Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
-                            const kernels::ParamMap& params, kernels::Problem& p, kernels::Launcher& launcher,
+Measurement measure_problem(const templates::KernelTemplate& t, const std::string& path,
+                            const templates::ParamMap& params, templates::Problem& p, templates::Launcher& launcher,
                             int warmup, int repeats) {
   Measurement r;
   // Each measurement starts from the problem's own output values, not from what the last
@@ -33,17 +33,17 @@ Measurement measure_problem(const kernels::KernelTemplate& t, const std::string&
   for (int o : p.outputs) initial.push_back(p.buffers[size_t(o)]);
   try {
     launcher.reset_stats();
-    kernels::run_problem(t, path, params, p, launcher);
-    r.cmp = kernels::compare_outputs(p);
-    r.traffic_error = kernels::traffic_error(t, path, params, p, launcher.stats());
+    templates::run_problem(t, path, params, p, launcher);
+    r.cmp = templates::compare_outputs(p);
+    r.traffic_error = templates::traffic_error(t, path, params, p, launcher.stats());
     if (!r.cmp.ok) {
       r.rejected = fmt::format("wrong result (max_abs_err {:.3g}; {})", r.cmp.max_abs_err, r.cmp.first_mismatch);
     } else {
-      for (int i = 0; i < warmup; ++i) kernels::run_problem(t, path, params, p, launcher);
+      for (int i = 0; i < warmup; ++i) templates::run_problem(t, path, params, p, launcher);
       for (int i = 0; i < repeats; ++i) {
         launcher.reset_stats();
         auto t0 = std::chrono::steady_clock::now();
-        kernels::run_problem(t, path, params, p, launcher);
+        templates::run_problem(t, path, params, p, launcher);
         double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         r.last = launcher.stats();
         r.times.push_back(r.last.launches > 0 && r.last.time_ms > 0 ? r.last.time_ms : wall);
@@ -67,8 +67,8 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-rt::TuningEntry tuning_entry(const rt::TuningEntry& slot, const kernels::ParamMap& config, const Measurement& m,
-                             const kernels::Problem& p) {
+rt::TuningEntry tuning_entry(const rt::TuningEntry& slot, const templates::ParamMap& config, const Measurement& m,
+                             const templates::Problem& p) {
   rt::TuningEntry e = slot;
   e.config = rt::TunedConfig(config.begin(), config.end());
   e.median_ms = median(m.times);
@@ -84,15 +84,15 @@ rt::TuningEntry tuning_entry(const rt::TuningEntry& slot, const kernels::ParamMa
   return e;
 }
 
-kernels::ParamMap shape_of_key(const kernels::KernelTemplate& t, const rt::ProblemKey& key) {
+templates::ParamMap shape_of_key(const templates::KernelTemplate& t, const rt::ProblemKey& key) {
   std::vector<std::string> sets;
   for (const auto& [name, v] : key)
     sets.push_back(name + "=" +
                    (std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v)) : std::get<std::string>(v)));
-  return kernels::resolve_params(t.shape, sets, "problem key");
+  return templates::resolve_params(t.shape, sets, "problem key");
 }
 
-std::unique_ptr<kernels::Launcher> folder_launcher(const fs::path& dir, bool gpu, const std::string& backend) {
+std::unique_ptr<templates::Launcher> folder_launcher(const fs::path& dir, bool gpu, const std::string& backend) {
   std::map<std::string, rt::Manifest> here;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec))
@@ -117,14 +117,14 @@ std::unique_ptr<kernels::Launcher> folder_launcher(const fs::path& dir, bool gpu
                                           dir.string(), fn.name, it->second.ir_hash, ir::content_hash(fn)));
     return it->second;
   };
-  return kernels::make_module_launcher(source, gpu, backend);
+  return templates::make_module_launcher(source, gpu, backend);
 }
 
 MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void(const std::string&)>& progress) {
   if (opts.backend != "cuda" && opts.backend != "emulate")
     throw UserError(fmt::format("--backend '{}': expected cuda or emulate", opts.backend));
   Plan plan = read_plan(opts.plan_dir);
-  const kernels::KernelTemplate* t = kernels::find_template(plan.kernel);
+  const templates::KernelTemplate* t = templates::find_template(plan.kernel);
   if (!t)
     throw PlanError(fmt::format("{}: kernel '{}' is not in this build (its kernels: the registry's; a user's "
                                 "kernels need a measuring program built with them: tilec_add_measure in CMake)",
@@ -160,17 +160,17 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
 
   const int warmup = opts.warmup.value_or(plan.warmup), repeats = opts.repeats.value_or(plan.repeats);
   std::optional<size_t> made; // the problem whose inputs and reference are in `problem`
-  kernels::Problem problem;
+  templates::Problem problem;
   size_t done = 0;
   for (const PlanCandidate* c : mine) {
     const PlanProblem& pp = plan.problems[c->problem];
     if (made != c->problem) {
       progress(fmt::format("problem {}: making inputs (seed {}) and the reference on the host", rt::format_key(pp.key),
                            pp.seed));
-      problem = kernels::make_problem(*t, {shape_of_key(*t, pp.key), pp.seed, {}, {}});
+      problem = templates::make_problem(*t, {shape_of_key(*t, pp.key), pp.seed, {}, {}});
       made = c->problem;
     }
-    std::unique_ptr<kernels::Launcher> launcher =
+    std::unique_ptr<templates::Launcher> launcher =
         folder_launcher(candidate_dir(opts.plan_dir, arch, *c), gpu, opts.backend);
     Measurement m = measure_problem(*t, "", c->config, problem, *launcher, warmup, repeats);
     ++done;

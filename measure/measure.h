@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/registry.h"
 #include "measure/plan.h"
 
 namespace tilec::measure {
@@ -22,29 +22,29 @@ namespace tilec::measure {
 struct Measurement {
   std::string rejected;
   std::vector<double> times;
-  kernels::LaunchStats last; // of the last timed run
-  kernels::Comparison cmp;
-  // The check run moved more than the kernel's traffic budget allows (kernels::traffic_error);
+  templates::LaunchStats last; // of the last timed run
+  templates::Comparison cmp;
+  // The check run moved more than the kernel's traffic budget allows (templates::traffic_error);
   // not a rejection: the result is right.
   std::string traffic_error;
 };
-Measurement measure_problem(const kernels::KernelTemplate& t, const std::string& path,
-                            const kernels::ParamMap& params, kernels::Problem& p, kernels::Launcher& launcher,
+Measurement measure_problem(const templates::KernelTemplate& t, const std::string& path,
+                            const templates::ParamMap& params, templates::Problem& p, templates::Launcher& launcher,
                             int warmup, int repeats);
 
 double median(std::vector<double> v);
 
 // A tuning database entry for a measured config (median, min, max, GB/s, counted bytes).
-rt::TuningEntry tuning_entry(const rt::TuningEntry& slot, const kernels::ParamMap& config, const Measurement& m,
-                             const kernels::Problem& p);
+rt::TuningEntry tuning_entry(const rt::TuningEntry& slot, const templates::ParamMap& config, const Measurement& m,
+                             const templates::Problem& p);
 
 // The --shape values of a problem key (choices by name) for `t`; UserError on a name or
 // choice `t` does not declare.
-kernels::ParamMap shape_of_key(const kernels::KernelTemplate& t, const rt::ProblemKey& key);
+templates::ParamMap shape_of_key(const templates::KernelTemplate& t, const rt::ProblemKey& key);
 
 // A launcher over the modules in `dir` (each kernel of a run found by name among the folder's
 // manifests), on the GPU when `gpu` (BackendUnavailable without one), else on the emulator.
-std::unique_ptr<kernels::Launcher> folder_launcher(const std::filesystem::path& dir, bool gpu,
+std::unique_ptr<templates::Launcher> folder_launcher(const std::filesystem::path& dir, bool gpu,
                                                    const std::string& backend);
 
 // How `tilec-measure` runs a plan.

@@ -34,7 +34,7 @@ std::string inline_key(const rt::ProblemKey& key) {
   return "{ " + out + " }";
 }
 
-std::string inline_config(const kernels::ParamMap& config) {
+std::string inline_config(const templates::ParamMap& config) {
   std::string out;
   for (const auto& [k, v] : config) out += fmt::format("{}{} = {}", out.empty() ? "" : ", ", k, v);
   return "{ " + out + " }";
@@ -47,8 +47,8 @@ public:
   int64_t integer(const toml::table& t, std::string_view key, int64_t least = 0) const {
     return TomlReader::integer(t, key, least);
   }
-  kernels::ParamMap config(const toml::table& t) const {
-    kernels::ParamMap out;
+  templates::ParamMap config(const toml::table& t) const {
+    templates::ParamMap out;
     for (const auto& [k, v] : table(t, "config")) {
       if (!v.is_integer()) fail(v, fmt::format("config value '{}' must be an integer", k.str()));
       out[std::string(k.str())] = v.as_integer()->get();

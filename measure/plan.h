@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "abi/error.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 #include "runtime/tuning_db.h"
 
 namespace tilec::measure {
@@ -66,7 +66,7 @@ struct PlanProblem {
 struct PlanCandidate {
   size_t problem = 0;
   size_t index = 0;
-  kernels::ParamMap config;
+  templates::ParamMap config;
   std::string modules; // relative to modules/<arch>/
   std::optional<int> registers;
   bool checked = false;
@@ -75,7 +75,7 @@ struct PlanCandidate {
 
 struct PlanRejected {
   size_t problem = 0;
-  kernels::ParamMap config;
+  templates::ParamMap config;
   std::string reason;
 };
 

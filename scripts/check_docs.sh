@@ -6,7 +6,7 @@
 #   - relative links [text](path), resolved against the file's folder (http(s), mailto and
 #     #anchors ignored; a #fragment is stripped);
 #   - repository paths anywhere in the text: a tracked top-level folder followed by a path
-#     that ends in an extension or a `/` (`kernels/registry.h`, `tests/codegen/`); a `*`
+#     that ends in an extension or a `/` (`templates/registry.h`, `tests/codegen/`); a `*`
 #     is a glob that must match something. Paths of build outputs (`build/...`,
 #     `build-fuzz/...`) and of folders a user chooses (`deploy/`, `out/`) do not start with
 #     a tracked folder, so they are not checked.

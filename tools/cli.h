@@ -1,6 +1,6 @@
 #pragma once
 // The tilec command line as a function, so a program that registers its own kernels
-// (TILEC_REGISTER_KERNEL in kernels/registry.h) gets the whole CLI over them: tilec's own
+// (TILEC_REGISTER_KERNEL in templates/registry.h) gets the whole CLI over them: tilec's own
 // main() is tools/main.cpp, and CMake's tilec_add_kernels links the same one.
 
 namespace tilec::cli {

@@ -103,7 +103,7 @@ void check_db_path(const std::string& db) {
 }
 
 // Where the candidates are timed and for which GPU arch they are checked and exported.
-autotune::Target resolve_target(const AutotuneOptions& o, std::unique_ptr<kernels::Launcher>& launcher) {
+autotune::Target resolve_target(const AutotuneOptions& o, std::unique_ptr<templates::Launcher>& launcher) {
   autotune::Target tg;
   launcher = backend_launcher(o.backend, tg.backend);
   tg.device = rt::host_device_name(tg.backend);
@@ -130,7 +130,7 @@ autotune::Reporter reporter(const Common& common) {
 }
 
 int run_autotune(const Common& common, const AutotuneOptions& o) {
-  const kernels::KernelTemplate& t = find_kernel(o.kernel);
+  const templates::KernelTemplate& t = find_kernel(o.kernel);
   if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
 
   autotune::SpaceNames names{t.name, {}, {}};
@@ -160,7 +160,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     if (fs::exists(o.export_dir, ec) && !fs::is_directory(o.export_dir, ec))
       throw UserError(fmt::format("--export {}: exists and is not a folder", o.export_dir));
   }
-  std::unique_ptr<kernels::Launcher> launcher;
+  std::unique_ptr<templates::Launcher> launcher;
   autotune::Target tg = resolve_target(o, launcher);
   autotune::TuneSettings ts{o.db, o.force, o.shard, o.jobs, o.export_dir, program_name()};
   autotune::TuneResult n;
@@ -195,13 +195,13 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
 
 } // namespace
 
-kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTemplate& t, const std::string& db_path,
-                               const kernels::ParamMap& shape, const std::string& backend,
-                               const kernels::ParamMap& fallback) {
+templates::ParamMap tuned_params(const Common& common, const templates::KernelTemplate& t, const std::string& db_path,
+                               const templates::ParamMap& shape, const std::string& backend,
+                               const templates::ParamMap& fallback) {
   std::string device = rt::host_device_name(backend);
   if (backend == "cuda") device = rt::Context(0).properties().name;
   std::string note;
-  kernels::ParamMap params = autotune::tuned_params(t, db_path, shape, device, fallback, note);
+  templates::ParamMap params = autotune::tuned_params(t, db_path, shape, device, fallback, note);
   say(common, "--tuned " + db_path + ": " + note);
   return params;
 }

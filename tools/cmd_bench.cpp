@@ -47,7 +47,7 @@ Timed timed(const Measurement& m, const std::string& config, int64_t ideal) {
   t.traffic = m.traffic_error;
   if (!t.traffic.empty()) std::cerr << program_name() << ": warning: " << config << ": " << t.traffic << "\n";
   if (!m.rejected.empty()) return t;
-  kernels::TimingStats st = kernels::summarize_times(m.times, 0);
+  templates::TimingStats st = templates::summarize_times(m.times, 0);
   t.median_ms = st.median_ms, t.min_ms = st.min_ms, t.max_ms = st.max_ms;
   if (st.median_ms > 0 && ideal > 0) t.gbps = double(ideal) / (st.median_ms * 1e6);
   t.unique_bytes = m.last.unique_bytes;
@@ -65,17 +65,17 @@ JsonObject timed_json(const Timed& t) {
   return j;
 }
 
-std::string config_str(const kernels::ParamMap& params) {
+std::string config_str(const templates::ParamMap& params) {
   std::string out;
   for (const auto& [k, v] : params) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
   return out;
 }
 
 // The --shape sets to measure: those given, else every key the database measured on this device.
-std::vector<kernels::ParamMap> problems(const kernels::KernelTemplate& t, const BenchOptions& o,
+std::vector<templates::ParamMap> problems(const templates::KernelTemplate& t, const BenchOptions& o,
                                           const rt::TuningDb& db, const std::string& device) {
-  std::vector<kernels::ParamMap> out;
-  for (const auto& set : o.shapes) out.push_back(kernels::resolve_params(t.shape, set, "--shape"));
+  std::vector<templates::ParamMap> out;
+  for (const auto& set : o.shapes) out.push_back(templates::resolve_params(t.shape, set, "--shape"));
   if (!out.empty()) return out;
   std::set<std::string> seen;
   for (const rt::TuningEntry& e : db.entries) {
@@ -84,9 +84,9 @@ std::vector<kernels::ParamMap> problems(const kernels::KernelTemplate& t, const 
     for (const auto& [k, v] : e.key)
       set.push_back(k + "=" + (std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
                                                                    : std::get<std::string>(v)));
-    out.push_back(kernels::resolve_params(t.shape, set, fmt::format("{} key", o.db)));
+    out.push_back(templates::resolve_params(t.shape, set, fmt::format("{} key", o.db)));
   }
-  if (out.empty() && o.db.empty()) out.push_back(kernels::resolve_params(t.shape, {}, "--shape"));
+  if (out.empty() && o.db.empty()) out.push_back(templates::resolve_params(t.shape, {}, "--shape"));
   if (out.empty())
     throw UserError(fmt::format("{} has no {} entries for {}; give --shape NAME=VALUE... to benchmark", o.db,
                                 t.name, device));
@@ -115,20 +115,20 @@ std::string header(const std::string& kernel, const std::string& device, const s
 }
 
 int run_bench(const Common& common, const BenchOptions& o) {
-  const kernels::KernelTemplate& t = find_kernel(o.kernel);
+  const templates::KernelTemplate& t = find_kernel(o.kernel);
   if (o.repeats < 1) throw UserError(fmt::format("--repeats {}: must be at least 1", o.repeats));
   if (o.warmup < 0) throw UserError(fmt::format("--warmup {}: must not be negative", o.warmup));
   std::vector<std::string> also = o.also;
   if (o.decompose) also.push_back("decompose");
   for (const std::string& path : also)
     if (std::none_of(t.paths.begin() + (t.paths.empty() ? 0 : 1), t.paths.end(),
-                     [&](const kernels::RunPath& r) { return r.name == path; }))
+                     [&](const templates::RunPath& r) { return r.name == path; }))
       throw UserError(fmt::format("--also {}: {} has no other path of that name{}", path, t.name,
                                   t.paths.size() > 1 ? fmt::format(" (its paths: {})", t.paths[1].name) : ""));
   if (!o.db.empty() && !std::filesystem::exists(o.db)) throw UserError(fmt::format("--tuned {}: no such file", o.db));
   if (!o.db.empty() && std::filesystem::is_directory(o.db))
     throw UserError(fmt::format("--tuned {}: is a folder, not a tuning database", o.db));
-  kernels::ParamMap defaults = resolve_set(t, o.sets);
+  templates::ParamMap defaults = resolve_set(t, o.sets);
   rt::TuningDb db;
   try {
     if (!o.db.empty()) db = rt::read_tuning_db(o.db);
@@ -137,7 +137,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
   }
 
   std::string backend;
-  std::unique_ptr<kernels::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
   std::string device = rt::host_device_name(backend);
   if (backend == "cuda") device = rt::Context(0).properties().name;
 
@@ -150,15 +150,15 @@ int run_bench(const Common& common, const BenchOptions& o) {
   };
   std::vector<Row> rows;
   bool any_failed = false;
-  for (const kernels::ParamMap& shape : problems(t, o, db, device)) {
-    kernels::build_kernels(t, defaults, shape); // a bad --set is bad input, not a failed config
+  for (const templates::ParamMap& shape : problems(t, o, db, device)) {
+    templates::build_kernels(t, defaults, shape); // a bad --set is bad input, not a failed config
     Row row;
-    row.key = kernels::problem_key(t, shape);
-    kernels::Problem p = kernels::make_problem(t, {shape, o.seed, {}, {}});
+    row.key = templates::problem_key(t, shape);
+    templates::Problem p = templates::make_problem(t, {shape, o.seed, {}, {}});
     row.ideal_bytes = p.ideal_bytes;
     int64_t ideal = p.ideal_bytes.value_or(0);
     auto sel = rt::select_config(db, t.name, device, row.key, t.size_fields);
-    kernels::ParamMap tuned = defaults;
+    templates::ParamMap tuned = defaults;
     if (sel)
       for (const auto& [k, v] : sel->entry.config) tuned[k] = v;
     row.rule = sel ? sel->rule : "default";

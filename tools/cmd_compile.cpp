@@ -79,7 +79,7 @@ Action add_compile(CLI::App& app, Common& common) {
     auto params = a->choice.params();
     auto shape = a->choice.shape();
     auto t_build = std::chrono::steady_clock::now();
-    std::vector<ir::Kernel> kernels = kernels::build_kernels(t, params, shape);
+    std::vector<ir::Kernel> kernels = templates::build_kernels(t, params, shape);
     double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_build).count();
     const ir::Kernel& k = kernels.front();
     for (const ir::Kernel& each : kernels) ir::verify(*each);
@@ -99,7 +99,7 @@ Action add_compile(CLI::App& app, Common& common) {
     }
     auto options_for = [&](const ir::Function& fn) {
       codegen::CompileOptions o = opts;
-      o.large_buffers = kernels::large_buffers(t, params, shape, fn);
+      o.large_buffers = templates::large_buffers(t, params, shape, fn);
       for (const std::string& name : a->large_buffers)
         for (const ir::Value* p : fn.params)
           if (p->name == name && p->type.is_ptr()) o.large_buffers.insert(name);
@@ -107,13 +107,13 @@ Action add_compile(CLI::App& app, Common& common) {
     };
     codegen::CompiledKernel ck = codegen::compile(*k, options_for(*k));
     // What the module is specialized on, as rt::find_module matches it.
-    std::map<std::string, rt::SpecValue> spec = kernels::module_spec(t, params, shape);
-    rt::KernelCard card = kernels::kernel_card(t);
+    std::map<std::string, rt::SpecValue> spec = templates::module_spec(t, params, shape);
+    rt::KernelCard card = templates::kernel_card(t);
     card.compiler = program_name();
     rt::write_kernel_card(card, a->out_dir); // what a host needs to select and load it
     std::vector<std::string> run;
     for (const ir::Kernel& each : kernels) run.push_back(each->name);
-    rt::ProblemKey problem = kernels::problem_key(t, shape);
+    rt::ProblemKey problem = templates::problem_key(t, shape);
     rt::Manifest m = codegen::write_module(*k, ck, options_for(*k), spec, a->out_dir, t.name, run, problem);
     for (size_t i = 1; i < kernels.size(); ++i) { // kernels launched after it (a combine step)
       const ir::Function& c = *kernels[i];

@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "kernels/registry.h"
+#include "templates/registry.h"
 #include "tools/commands.h"
 #include "tools/json.h"
 
@@ -10,7 +10,7 @@ namespace tilec::cli {
 
 namespace {
 
-std::string params_json(const std::vector<kernels::Param>& ps) {
+std::string params_json(const std::vector<templates::Param>& ps) {
   std::string out = "[";
   for (size_t i = 0; i < ps.size(); ++i) {
     JsonObject o;
@@ -28,7 +28,7 @@ Action add_list(CLI::App& app, Common& common) {
   return [&common] {
     std::string kernels = "[";
     bool first = true;
-    for (const auto& t : kernels::all_templates()) {
+    for (const auto& t : templates::all_templates()) {
       say(common, fmt::format("{}  {}", t.name, t.summary));
       for (const auto& p : t.params)
         say(common, fmt::format("    --set   {:<16} {}", fmt::format("{}={}", p.name, p.value_str()), p.help));
@@ -40,7 +40,7 @@ Action add_list(CLI::App& app, Common& common) {
         paths += fmt::format("{}\"{}\"", i ? ", " : "", json_escape(t.paths[i].name));
       }
       for (const auto& o : t.options) say(common, fmt::format("    --{:<22} {}", o.name + " X", o.help));
-      if (kernels::takes_inputs(t)) say(common, fmt::format("    --inputs DIR             {}", kernels::inputs_help(t)));
+      if (templates::takes_inputs(t)) say(common, fmt::format("    --inputs DIR             {}", templates::inputs_help(t)));
       if (!t.make_problem) say(common, "    (no reference: it can be compiled, not run or tuned)");
       JsonObject o;
       o.str("name", t.name).str("summary", t.summary).raw("params", params_json(t.params)).raw("shape", params_json(t.shape));

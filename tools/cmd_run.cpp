@@ -48,14 +48,14 @@ std::string resolve_backend(const std::string& requested) {
 
 // The launcher for a backend; BackendUnavailable (exit 3) when this machine or
 // build cannot run it.
-std::unique_ptr<kernels::Launcher> make_launcher(const std::string& backend) {
-  if (backend == "interpret") return kernels::make_interpret_launcher();
+std::unique_ptr<templates::Launcher> make_launcher(const std::string& backend) {
+  if (backend == "interpret") return templates::make_interpret_launcher();
   if (backend == "emulate") return backends::make_emulate_launcher();
   if (backend == "cuda") return backends::make_cuda_launcher();
   throw rt::BackendUnavailable(fmt::format("unknown backend '{}'", backend));
 }
 
-RunResult stats_of(const kernels::Launcher& l) {
+RunResult stats_of(const templates::Launcher& l) {
   const auto& st = l.stats();
   RunResult r;
   r.time_ms = st.time_ms;
@@ -71,7 +71,7 @@ RunResult stats_of(const kernels::Launcher& l) {
 
 void print_result(const Common& common, const std::string& kernel, const std::string& backend,
                   std::optional<std::string> path, const std::string& what,
-                  const kernels::Comparison& c, const RunResult& r, bool strict_traffic) {
+                  const templates::Comparison& c, const RunResult& r, bool strict_traffic) {
   const char* verdict = !c.ok ? "MISMATCH" : !r.traffic_error.empty() && strict_traffic ? "TOO MUCH TRAFFIC" : "ok";
   say(common, fmt::format("{} [{}] on {}: {}  max_abs_err {:.3g}  max_rel_err {:.3g}  {:.3f} ms", kernel,
                           what, backend, verdict, c.max_abs_err, c.max_rel_err, r.time_ms));
@@ -130,23 +130,23 @@ void check_tuned_db(const std::string& db) {
 }
 
 int run_kernel(const Common& common, const RunOptions& o) {
-  const kernels::KernelTemplate& t = o.choice.kernel();
+  const templates::KernelTemplate& t = o.choice.kernel();
   if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
   if (!o.tuned.empty()) check_tuned_db(o.tuned);
-  kernels::ProblemRequest req{o.choice.shape(), o.seed, {}, o.inputs_dir};
+  templates::ProblemRequest req{o.choice.shape(), o.seed, {}, o.inputs_dir};
   for (const auto& [name, value] : o.options)
     if (value) req.options[name] = *value;
-  kernels::ParamMap params = o.choice.params();
+  templates::ParamMap params = o.choice.params();
   // A bad --set is named before the problem is made (with --inputs, once the files give the sizes).
-  if (o.inputs_dir.empty()) kernels::build_kernels(t, params, req.shape);
-  kernels::Problem p = kernels::make_problem(t, req);
+  if (o.inputs_dir.empty()) templates::build_kernels(t, params, req.shape);
+  templates::Problem p = templates::make_problem(t, req);
   if (!o.inputs_dir.empty()) {
     // The files give the sizes: a --shape value is a check on them, an error where it differs.
     for (const std::string& given : o.choice.shapes) {
       std::string name = given.substr(0, given.find('='));
       auto it = p.shape.find(name);
       if (it != p.shape.end() && it->second != req.shape.at(name)) {
-        const auto& decl = *std::find_if(t.shape.begin(), t.shape.end(), [&](const kernels::Param& q) { return q.name == name; });
+        const auto& decl = *std::find_if(t.shape.begin(), t.shape.end(), [&](const templates::Param& q) { return q.name == name; });
         throw UserError(fmt::format("--shape {} contradicts the inputs in {}, which give {}={}", given, o.inputs_dir,
                                     name, decl.value_str(it->second)));
       }
@@ -154,23 +154,23 @@ int run_kernel(const Common& common, const RunOptions& o) {
   }
   std::string backend = resolve_backend(o.backend);
   if (!o.tuned.empty()) params = tuned_params(common, t, o.tuned, p.shape, backend, params);
-  if (!o.inputs_dir.empty()) kernels::build_kernels(t, params, p.shape); // the config against the files' sizes
+  if (!o.inputs_dir.empty()) templates::build_kernels(t, params, p.shape); // the config against the files' sizes
   auto launcher = make_launcher(backend);
-  kernels::run_problem(t, o.path, params, p, *launcher);
-  if (!o.out_file.empty()) kernels::write_output(t, o.out_file, p);
-  kernels::Comparison c = kernels::compare_outputs(p);
+  templates::run_problem(t, o.path, params, p, *launcher);
+  if (!o.out_file.empty()) templates::write_output(t, o.out_file, p);
+  templates::Comparison c = templates::compare_outputs(p);
   RunResult r = stats_of(*launcher);
   r.ideal_bytes = p.ideal_bytes;
-  r.traffic_error = kernels::traffic_error(t, o.path, params, p, launcher->stats());
+  r.traffic_error = templates::traffic_error(t, o.path, params, p, launcher->stats());
   std::optional<std::string> path;
-  if (!t.paths.empty()) path = o.path.empty() ? kernels::default_path(t) : o.path;
+  if (!t.paths.empty()) path = o.path.empty() ? templates::default_path(t) : o.path;
   print_result(common, t.name, backend, path, p.description, c, r, o.strict_traffic);
   return c.ok && (r.traffic_error.empty() || !o.strict_traffic) ? kOk : kFailed;
 }
 
 } // namespace
 
-std::unique_ptr<kernels::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
+std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
   backend = resolve_backend(requested);
   return make_launcher(backend);
 }

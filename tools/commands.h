@@ -8,8 +8,8 @@
 
 #include "codegen/compile.h"
 #include "runtime/tuning_db.h"
-#include "kernels/launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/registry.h"
 #include "measure/measure.h"
 
 namespace tilec::cli {
@@ -35,14 +35,14 @@ Action add_db(CLI::App& app, Common& common);    // cmd_db.cpp: db merge, db sho
 
 // The launcher of the backend `requested` resolves to (`backend` gets its name);
 // BackendUnavailable (exit 3) when this machine or build cannot run it. In cmd_run.cpp.
-std::unique_ptr<kernels::Launcher> backend_launcher(const std::string& requested, std::string& backend);
+std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend);
 
 // The params `--tuned DB` selects for a problem of `t` with these --shape values on
 // `backend`'s device: the exact key, else the nearest by t.size_fields, else `fallback`;
 // says which (cmd_autotune.cpp).
-kernels::ParamMap tuned_params(const Common& common, const kernels::KernelTemplate& t, const std::string& db,
-                               const kernels::ParamMap& shape, const std::string& backend,
-                               const kernels::ParamMap& fallback);
+templates::ParamMap tuned_params(const Common& common, const templates::KernelTemplate& t, const std::string& db,
+                               const templates::ParamMap& shape, const std::string& backend,
+                               const templates::ParamMap& fallback);
 
 // Checking and timing one config (measure/measure.h), shared with tilec-measure.
 using measure::Measurement;

@@ -14,19 +14,19 @@ void KernelChoice::add_options(CLI::App& app) {
   app.add_option("--shape", shapes, "problem size NAME=VALUE (repeatable)")->take_all();
 }
 
-const kernels::KernelTemplate& KernelChoice::kernel() const { return find_kernel(name); }
+const templates::KernelTemplate& KernelChoice::kernel() const { return find_kernel(name); }
 
-const kernels::KernelTemplate& find_kernel(const std::string& name) {
-  if (const auto* t = kernels::find_template(name)) return *t;
+const templates::KernelTemplate& find_kernel(const std::string& name) {
+  if (const auto* t = templates::find_template(name)) return *t;
   std::vector<std::string> names;
-  for (const auto& t : kernels::all_templates()) names.push_back(t.name);
+  for (const auto& t : templates::all_templates()) names.push_back(t.name);
   throw UserError(fmt::format("unknown kernel '{}' (known: {})", name, fmt::join(names, ", ")));
 }
 
-kernels::ParamMap KernelChoice::params() const { return resolve_set(kernel(), sets); }
+templates::ParamMap KernelChoice::params() const { return resolve_set(kernel(), sets); }
 
-kernels::ParamMap resolve_set(const kernels::KernelTemplate& t, const std::vector<std::string>& sets) {
-  kernels::ParamMap p = kernels::resolve_params(t.params, sets, "--set");
+templates::ParamMap resolve_set(const templates::KernelTemplate& t, const std::vector<std::string>& sets) {
+  templates::ParamMap p = templates::resolve_params(t.params, sets, "--set");
   // Checked here for every command, not only those that compile for a GPU.
   if (auto it = p.find("num_warps"); it != p.end())
     if (std::string why = num_warps_error(it->second); !why.empty()) throw UserError("--set " + why);
@@ -35,16 +35,16 @@ kernels::ParamMap resolve_set(const kernels::KernelTemplate& t, const std::vecto
 
 void add_float_options(CLI::App& app, std::map<std::string, std::optional<double>>& values) {
   std::map<std::string, std::string> help; // name -> "kernel: help; kernel: help"
-  for (const auto& t : kernels::all_templates())
-    for (const kernels::FloatOption& o : t.options) {
+  for (const auto& t : templates::all_templates())
+    for (const templates::FloatOption& o : t.options) {
       std::string& h = help[o.name];
       h += fmt::format("{}{}: {}", h.empty() ? "" : "; ", t.name, o.help);
     }
   for (const auto& [name, text] : help) app.add_option("--" + name, values[name], text);
 }
 
-kernels::ParamMap KernelChoice::shape() const {
-  return kernels::resolve_params(kernel().shape, shapes, "--shape");
+templates::ParamMap KernelChoice::shape() const {
+  return templates::resolve_params(kernel().shape, shapes, "--shape");
 }
 
 } // namespace tilec::cli

@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
-#include "kernels/registry.h"
+#include "templates/registry.h"
 
 namespace tilec::cli {
 
 // The registered kernel named `name`; a UserError listing the known ones if none.
-const kernels::KernelTemplate& find_kernel(const std::string& name);
+const templates::KernelTemplate& find_kernel(const std::string& name);
 
 // `t`'s --set values with the checks every command applies (num_warps a power of two to 32).
-kernels::ParamMap resolve_set(const kernels::KernelTemplate& t, const std::vector<std::string>& sets);
+templates::ParamMap resolve_set(const templates::KernelTemplate& t, const std::vector<std::string>& sets);
 
 // Adds `--NAME X` for each float option a registered kernel declares (KernelTemplate::options;
 // paged_attention's --softmax-scale and --softcap), once per name, bound to values[NAME].
@@ -27,9 +27,9 @@ struct KernelChoice {
 
   void add_options(CLI::App& app);
   // The template named by `name`; a UserError listing the known ones if none.
-  const kernels::KernelTemplate& kernel() const;
-  kernels::ParamMap params() const;
-  kernels::ParamMap shape() const;
+  const templates::KernelTemplate& kernel() const;
+  templates::ParamMap params() const;
+  templates::ParamMap shape() const;
 };
 
 } // namespace tilec::cli

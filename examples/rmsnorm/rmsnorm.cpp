@@ -13,15 +13,15 @@
 #include <string>
 
 #include "dsl/dsl.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 
 namespace rmsnorm_example {
 
 using namespace tilec::dsl;
-using tilec::kernels::KernelTemplate;
-using tilec::kernels::ParamMap;
-using tilec::kernels::Problem;
-using tilec::kernels::ProblemRequest;
+using tilec::templates::KernelTemplate;
+using tilec::templates::ParamMap;
+using tilec::templates::Problem;
+using tilec::templates::ProblemRequest;
 
 // The kernel's parameters, in order: what a host program passes to the compiled module.
 //   rmsnorm(x: ptr<f16>, w: ptr<f16>, out: ptr<f16>, n_cols: i32, stride: i32, eps: f32)
@@ -44,7 +44,7 @@ Kernel rmsnorm(int64_t block) {
 constexpr double kEps = 1e-5;
 
 KernelTemplate rmsnorm_template() {
-  using namespace tilec::kernels; // require_pow2, require_range, fill_uniform, Problem
+  using namespace tilec::templates; // require_pow2, require_range, fill_uniform, Problem
   KernelTemplate t;
   t.name = "rmsnorm";
   t.summary = "RMSNorm of the rows of a [rows, cols] f16 matrix times an f16 weight (f32 math), one row per program";

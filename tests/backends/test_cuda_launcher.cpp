@@ -6,8 +6,8 @@
 #include "backends/launchers.h"
 #include "runtime/cuda.h"
 #include "abi/error.h"
-#include "kernels/launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/registry.h"
 
 #include "tests/runtime/helpers.h"
 
@@ -43,25 +43,25 @@ int count(const std::string& text, const std::string& what) {
 }
 
 struct Run {
-  kernels::Problem problem;
+  templates::Problem problem;
   ir::Kernel kernel;
   int num_warps = 4;
   interp::Grid grid{1, 1, 1};
 };
 
-Run problem(const std::string& name, kernels::ParamMap shape_overrides = {}) {
-  const kernels::KernelTemplate* t = kernels::find_template(name);
+Run problem(const std::string& name, templates::ParamMap shape_overrides = {}) {
+  const templates::KernelTemplate* t = templates::find_template(name);
   REQUIRE(t);
-  kernels::ParamMap params, shape;
+  templates::ParamMap params, shape;
   for (const auto& p : t->params) params[p.name] = p.value;
   for (const auto& p : t->shape) shape[p.name] = p.value;
   for (const auto& [k, v] : shape_overrides) shape[k] = v;
-  return {kernels::make_problem(*t, {shape, 7, {}, {}}), t->build(params, shape), int(params.at("num_warps")),
-          kernels::launch_grid(*t, params, shape)};
+  return {templates::make_problem(*t, {shape, 7, {}, {}}), t->build(params, shape), int(params.at("num_warps")),
+          templates::launch_grid(*t, params, shape)};
 }
 
 // The child cases need the fake: make sure it is the driver they talk to.
-std::unique_ptr<kernels::Launcher> fake_cuda_launcher() {
+std::unique_ptr<templates::Launcher> fake_cuda_launcher() {
   std::string reason;
   REQUIRE(rt::cuda_available(&reason));
   rt::Context ctx(0);
@@ -76,7 +76,7 @@ TEST_CASE("fake cuda child: vector_add runs on device copies of its buffers", "[
   CHECK(launcher->backend() == "cuda");
   Run r = problem("vector_add", {{"n", 5000}});
   launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
-  kernels::Comparison c = kernels::compare_outputs(r.problem);
+  templates::Comparison c = templates::compare_outputs(r.problem);
   CHECK(c.ok);
   CHECK(launcher->stats().launches == 1);
   CHECK(launcher->stats().time_ms == Approx(0.25)); // the fake's event time
@@ -110,14 +110,14 @@ TEST_CASE("fake cuda child: a kernel the fake cannot run still reaches the drive
 TEST_CASE("fake cuda child: time() moves the buffers once", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("vector_add", {{"n", 2048}});
-  kernels::TimingStats t = launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 2, 5);
+  templates::TimingStats t = launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 2, 5);
   CHECK(t.warmup == 2);
   CHECK(t.repeats == 5);
   CHECK(t.median_ms == Approx(0.25));
   CHECK(t.min_ms == Approx(0.25));
   CHECK(t.max_ms == Approx(0.25));
   CHECK(launcher->stats().launches == 0); // time() leaves the stats alone
-  CHECK(kernels::compare_outputs(r.problem).ok);
+  CHECK(templates::compare_outputs(r.problem).ok);
   CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 0, 0), UserError);
 }
 

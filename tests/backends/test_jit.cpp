@@ -10,7 +10,7 @@
 #include "backends/jit.h"
 #include "backends/module_builder.h"
 #include "dsl/dsl.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 #include "runtime/cuda.h"
 #include "tests/runtime/helpers.h"
 
@@ -73,9 +73,9 @@ TEST_CASE("jit: a DSL kernel compiled in-process runs on the program's own buffe
 
 TEST_CASE("an exported module launches through the same call, without the compiler", "[backends][jit]") {
   rt::test::TempDir dir;
-  const kernels::KernelTemplate* t = kernels::find_template("vector_add");
+  const templates::KernelTemplate* t = templates::find_template("vector_add");
   REQUIRE(t);
-  kernels::ParamMap params{{"block", 128}, {"num_warps", 4}}, shape{{"n", 300}};
+  templates::ParamMap params{{"block", 128}, {"num_warps", 4}}, shape{{"n", 300}};
   std::vector<rt::Manifest> ms = backends::write_template_modules(*t, params, shape, "host", dir.path, false);
   REQUIRE(ms.size() == 1);
   rt::LoadedModule m = rt::LoadedModule::load(rt::read_manifest(dir.path / "vector_add.toml"));

@@ -16,9 +16,9 @@
 #include "backends/module_builder.h"
 #include "dsl/dsl.h"
 #include "ir/error.h"
-#include "kernels/launcher.h"
-#include "kernels/module_launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/module_launcher.h"
+#include "templates/registry.h"
 #include "runtime/launch.h"
 #include "runtime/loaded_module.h"
 #include "tests/runtime/helpers.h"
@@ -56,7 +56,7 @@ template <class F> std::string error_of(F&& f) {
 
 // The refusals every launcher makes, in the same words; `prefix` is what its messages start
 // with ("scale_f16: " from the interpreter, "kernel 'scale_f16': " from the others).
-void check_refusals(kernels::Launcher& launcher, const std::string& prefix) {
+void check_refusals(templates::Launcher& launcher, const std::string& prefix) {
   ir::Kernel k = scale_f16();
   Buffer xs("xs", DType::f32, 64), xh("xh", DType::f16, 64), out("out", DType::f16, 64);
   for (size_t i = 0; i < 64; ++i) xs.set(i, 1.0), xh.set(i, 1.0), out.set(i, 5.0);
@@ -115,7 +115,7 @@ TEST_CASE("argument errors read alike: missing parameters by name, extra argumen
 }
 
 TEST_CASE("interpret: wrong dtypes, kinds and counts are refused in the shared words", "[launcher_args]") {
-  auto launcher = kernels::make_interpret_launcher();
+  auto launcher = templates::make_interpret_launcher();
   check_refusals(*launcher, "scale_f16: ");
   // The right arguments run.
   ir::Kernel k = scale_f16();
@@ -135,9 +135,9 @@ TEST_CASE("emulate: f32 buffers for an f16 kernel are refused before anything co
 
 TEST_CASE("module launcher: a folder's modules are launched only on arguments that fit", "[launcher_args]") {
   rt::test::TempDir dir;
-  const kernels::KernelTemplate* t = kernels::find_template("vector_add");
+  const templates::KernelTemplate* t = templates::find_template("vector_add");
   REQUIRE(t);
-  kernels::ParamMap params{{"block", 128}, {"num_warps", 4}}, shape{{"n", 300}};
+  templates::ParamMap params{{"block", 128}, {"num_warps", 4}}, shape{{"n", 300}};
   REQUIRE(backends::write_template_modules(*t, params, shape, "host", dir.path, false).size() == 1);
   ir::Kernel k = t->build(params, shape);
   rt::Manifest manifest = rt::read_manifest(dir.path / "vector_add.toml");
@@ -147,7 +147,7 @@ TEST_CASE("module launcher: a folder's modules are launched only on arguments th
     REQUIRE(fn.name == manifest.kernel);
     return manifest;
   };
-  auto launcher = kernels::make_module_launcher(from_folder, false, "emulate");
+  auto launcher = templates::make_module_launcher(from_folder, false, "emulate");
   Buffer x("x", DType::f32, 300), y("y", DType::f32, 300), out("out", DType::f32, 300);
   Buffer halves("halves", DType::f16, 300);
   for (size_t i = 0; i < 300; ++i) x.set(i, 1.5), y.set(i, 2.0), halves.set(i, 2.0);
@@ -168,16 +168,16 @@ TEST_CASE("module launcher: a folder's modules are launched only on arguments th
   // The buffers go to the module typed: one whose manifest disagrees with the kernel (another
   // dtype's module in the folder) refuses them too, rather than reading f32 as f16.
   manifest.params.at(1).type = rt::ParamType{rt::ScalarType::f16, true};
-  launcher = kernels::make_module_launcher(from_folder, false, "emulate");
+  launcher = templates::make_module_launcher(from_folder, false, "emulate");
   CHECK(launch({Arg::of(x), Arg::of(y), Arg::of(out), Arg::of_int(300)}) ==
         "kernel 'vector_add': parameter 'y' (ptr<f16>) was given a buffer of f32 (1200 bytes)");
 }
 
 TEST_CASE("rt::LoadedModule: typed buffers and scalars are checked, missing ones named", "[launcher_args]") {
   rt::test::TempDir dir;
-  const kernels::KernelTemplate* t = kernels::find_template("vector_add");
+  const templates::KernelTemplate* t = templates::find_template("vector_add");
   REQUIRE(t);
-  kernels::ParamMap params{{"block", 128}, {"num_warps", 4}}, shape{{"n", 300}};
+  templates::ParamMap params{{"block", 128}, {"num_warps", 4}}, shape{{"n", 300}};
   REQUIRE(backends::write_template_modules(*t, params, shape, "host", dir.path, false).size() == 1);
   rt::LoadedModule m = rt::LoadedModule::load(rt::read_manifest(dir.path / "vector_add.toml"));
   std::vector<float> x(300, 1.5f), y(300, 2.0f), out(300, 0.0f);

@@ -20,7 +20,7 @@
 #include "interp/interpreter.h"
 #include "abi/float16.h"
 #include "abi/error.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 
 namespace tilec::codegen::test {
 

@@ -12,7 +12,7 @@
 #include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "dsl/dsl.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -61,9 +61,9 @@ ir::Kernel claim() {
   return kb.finish();
 }
 
-std::vector<std::unique_ptr<kernels::Launcher>> cpu_launchers() {
-  std::vector<std::unique_ptr<kernels::Launcher>> l;
-  l.push_back(kernels::make_interpret_launcher());
+std::vector<std::unique_ptr<templates::Launcher>> cpu_launchers() {
+  std::vector<std::unique_ptr<templates::Launcher>> l;
+  l.push_back(templates::make_interpret_launcher());
   l.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
   l.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
   return l;

@@ -21,7 +21,7 @@
 
 #include "codegen/compile.h"
 #include "dsl/dsl.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 
 using namespace tilec;
 using namespace tilec::dsl;
@@ -31,12 +31,12 @@ namespace {
 
 ir::Kernel paged_attention(const std::vector<std::string>& sets, const std::vector<std::string>& shapes,
                            bool softcap = false) {
-  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
   REQUIRE(t);
-  kernels::ParamMap params = kernels::resolve_params(t->params, sets, "--set");
-  kernels::ParamMap shape = kernels::resolve_params(t->shape, shapes, "--shape");
+  templates::ParamMap params = templates::resolve_params(t->params, sets, "--set");
+  templates::ParamMap shape = templates::resolve_params(t->shape, shapes, "--shape");
   if (softcap) shape["softcap"] = 1;
-  std::vector<ir::Kernel> ks = kernels::build_kernels(*t, params, shape);
+  std::vector<ir::Kernel> ks = templates::build_kernels(*t, params, shape);
   REQUIRE(ks.size() == 1);
   return ks[0];
 }

@@ -12,8 +12,8 @@
 #include "backends/launchers.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "kernels/launcher.h"
-#include "kernels/paged_attention.h"
+#include "templates/launcher.h"
+#include "templates/paged_attention.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -177,11 +177,11 @@ TEST_CASE("fp8 casts take cvt on sm_89+ and the IR conversion before, ptxas acce
 
 TEST_CASE("paged attention's fp8 K/V tiles widen two elements per cvt, straight from the loaded registers",
           "[fp8][codegen][paged_attention]") {
-  kernels::PagedAttentionShape s;
+  templates::PagedAttentionShape s;
   s.hq = 32, s.hkv = 8, s.head_dim = 128, s.dtype = DType::f16, s.kv_fp8 = DType::f8e4m3;
-  kernels::PagedAttentionConfig cfg;
+  templates::PagedAttentionConfig cfg;
   cfg.block_n = 64, cfg.head_group = 4, cfg.num_warps = 4;
-  ir::Kernel k = kernels::paged_attention_fused_kernel(s, cfg);
+  ir::Kernel k = templates::paged_attention_fused_kernel(s, cfg);
   codegen::CompileOptions o;
   o.arch = "sm_90";
   o.num_warps = 4;

@@ -6,21 +6,22 @@
 #include "codegen/module.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
-#include "kernels/kernels.h"
+#include "templates/kernels.h"
 
 using namespace tilec;
 
 TEST_CASE("the IR hash ignores source locations and absolute paths", "[codegen][module]") {
-  ir::Kernel k = kernels::softmax(256);
+  ir::Kernel k = templates::softmax(256);
   std::string text = ir::print(*k);
-  REQUIRE(text.find(" loc(\"kernels/softmax.cpp\":") != std::string::npos);
+  REQUIRE(text.find(" loc(\"templates/softmax.cpp\":") != std::string::npos);
   // The same kernel as if built from another checkout, at an absolute path.
   std::string moved = text;
-  for (size_t at; (at = moved.find("\"kernels/softmax.cpp\"")) != std::string::npos;)
-    moved.replace(at, 21, "\"/home/someone/src/tilec/kernels/softmax.cpp\"");
+  const std::string here = "\"templates/softmax.cpp\"";
+  for (size_t at; (at = moved.find(here)) != std::string::npos;)
+    moved.replace(at, here.size(), "\"/home/someone/src/tilec/templates/softmax.cpp\"");
   ir::Kernel there = ir::parse(moved);
   REQUIRE(ir::print(*there) != text);
   CHECK(codegen::ir_hash(*there) == codegen::ir_hash(*k));
   // A different kernel hashes differently.
-  CHECK(codegen::ir_hash(*kernels::softmax(512)) != codegen::ir_hash(*k));
+  CHECK(codegen::ir_hash(*templates::softmax(512)) != codegen::ir_hash(*k));
 }

@@ -16,10 +16,10 @@
 #include "ir/passes.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
-#include "kernels/registry.h"
-#include "kernels/module_launcher.h"
+#include "templates/registry.h"
+#include "templates/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
 
@@ -133,8 +133,8 @@ TEST_CASE("offsets past 2^31 elements are right on every CPU backend", "[codegen
   for (auto make : {+[] { return ir::Kernel(strided_rows()); }, +[] { return ir::Kernel(carried_rows()); }}) {
     ir::Kernel k = make();
     INFO(k->name);
-    std::vector<std::unique_ptr<kernels::Launcher>> launchers;
-    launchers.push_back(kernels::make_interpret_launcher());
+    std::vector<std::unique_ptr<templates::Launcher>> launchers;
+    launchers.push_back(templates::make_interpret_launcher());
     launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
     launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
     for (auto& l : launchers) {
@@ -196,11 +196,11 @@ TEST_CASE("64-bit offsets cost 64-bit arithmetic only in the large variant", "[c
 
 TEST_CASE("paged attention keeps 32-bit K/V offsets below 2^31 elements and pays little above",
           "[codegen][large][paged_attention]") {
-  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
   REQUIRE(t);
-  kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 2}};
-  kernels::ParamMap shape;
-  for (const kernels::Param& p : t->shape) shape[p.name] = p.value;
+  templates::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 2}};
+  templates::ParamMap shape;
+  for (const templates::Param& p : t->shape) shape[p.name] = p.value;
   shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = 128;
   shape["block_size"] = 16, shape["dtype"] = 2; // bf16
   ir::Kernel k = t->build(params, shape);

@@ -16,7 +16,7 @@
 #include "codegen/layout_print.h"
 #include "ir/builder.h"
 #include "ir/printer.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 #include "tests/tilec_process.h"
 
 using namespace tilec;
@@ -148,10 +148,10 @@ struct Built {
 
 Built build(const std::string& name, const std::vector<std::string>& sets = {},
             const std::vector<std::string>& shapes = {}) {
-  const kernels::KernelTemplate* t = kernels::find_template(name);
+  const templates::KernelTemplate* t = templates::find_template(name);
   REQUIRE(t);
-  kernels::ParamMap params = kernels::resolve_params(t->params, sets, "--set");
-  kernels::ParamMap shape = kernels::resolve_params(t->shape, shapes, "--shape");
+  templates::ParamMap params = templates::resolve_params(t->params, sets, "--set");
+  templates::ParamMap shape = templates::resolve_params(t->shape, shapes, "--shape");
   Built b{t->build(params, shape)};
   if (params.count("num_warps")) b.num_warps = static_cast<int>(params.at("num_warps"));
   return b;
@@ -233,12 +233,12 @@ TEST_CASE("the layouts print places each conversion where the lowering emits it"
 }
 
 TEST_CASE("the layouts print of every template matches its lowering", "[codegen][layouts]") {
-  for (const kernels::KernelTemplate& t : kernels::all_templates()) {
+  for (const templates::KernelTemplate& t : templates::all_templates()) {
     INFO("template " << t.name);
-    kernels::ParamMap params = kernels::resolve_params(t.params, {}, "--set");
-    kernels::ParamMap shape = kernels::resolve_params(t.shape, {}, "--shape");
+    templates::ParamMap params = templates::resolve_params(t.params, {}, "--set");
+    templates::ParamMap shape = templates::resolve_params(t.shape, {}, "--shape");
     int num_warps = params.count("num_warps") ? static_cast<int>(params.at("num_warps")) : 4;
-    for (const ir::Kernel& k : kernels::build_kernels(t, params, shape)) check_layouts(*k, num_warps);
+    for (const ir::Kernel& k : templates::build_kernels(t, params, shape)) check_layouts(*k, num_warps);
   }
 }
 

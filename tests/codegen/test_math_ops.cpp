@@ -15,7 +15,7 @@
 #include "dsl/dsl.h"
 #include "fuzz/compare.h"
 #include "interp/interpreter.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -547,7 +547,7 @@ TEST_CASE("device_assert stops the launch with its message and place on every ba
   interp::Buffer x("x", DType::f32, 256), out("out", DType::f32, 256);
   for (int j = 0; j < 256; ++j) x.set(size_t(j), j == 200 ? 5.0 : 0.5);
   const std::string here = std::string(__FILE__) + ":" + std::to_string(line);
-  auto run = [&](kernels::Launcher& l, double limit) {
+  auto run = [&](templates::Launcher& l, double limit) {
     try {
       l.launch(k, 4, {2, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_float(limit)});
     } catch (const std::exception& e) {
@@ -555,7 +555,7 @@ TEST_CASE("device_assert stops the launch with its message and place on every ba
     }
     return std::string();
   };
-  auto interpreter = kernels::make_interpret_launcher();
+  auto interpreter = templates::make_interpret_launcher();
   CHECK(run(*interpreter, 10.0).empty());
   CHECK_THAT(run(*interpreter, 1.0), Catch::Contains("device_assert failed: x must stay below the limit") &&
                                          Catch::Contains(here) && Catch::Contains("program (1, 0, 0)") &&
@@ -590,14 +590,14 @@ TEST_CASE("device_print prints the same lines in the same order on the CPU backe
   ir::Kernel k = kb.finish();
   interp::Buffer xb("x", DType::f32, 8);
   for (size_t i = 0; i < 8; ++i) xb.set(i, 0.5 * double(i));
-  auto capture = [&](kernels::Launcher& l) {
+  auto capture = [&](templates::Launcher& l) {
     std::vector<std::string> lines;
     set_device_print_sink([&](const std::string& s) { lines.push_back(s); });
     l.launch(k, 4, {2, 1, 1}, {interp::Arg::of(xb)}); // 128 threads: most elements held by several
     set_device_print_sink({});
     return lines;
   };
-  auto interpreter = kernels::make_interpret_launcher();
+  auto interpreter = templates::make_interpret_launcher();
   std::vector<std::string> want = capture(*interpreter);
   REQUIRE(want.size() == 2 * (8 + 1 + 8));
   CHECK(want[0] == "pid (0, 0, 0) idx (0, 0) v: 0");

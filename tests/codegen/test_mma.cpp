@@ -15,9 +15,9 @@
 #include "tests/codegen/dot_kernel.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "kernels/launcher.h"
-#include "kernels/paged_attention.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/paged_attention.h"
+#include "templates/registry.h"
 
 using namespace tilec;
 using namespace tilec::dsl;
@@ -89,7 +89,7 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
     auto args = [&](interp::Buffer& out) {
       return std::vector<interp::Arg>{interp::Arg::of(a), interp::Arg::of(b), interp::Arg::of(acc), interp::Arg::of(out)};
     };
-    kernels::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
+    templates::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
       INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
       interp::Buffer got("out", DType::f32, size_t(c.m * c.n));
@@ -129,11 +129,11 @@ TEST_CASE("dot on the tensor cores: mma.sync and ldmatrix in the PTX, f32 stays 
 
 TEST_CASE("paged attention K/V loop counts on sm_90 (bf16 D128 block_n64 head_group4 4 warps 3 stages)",
           "[codegen][mma][paged_attention]") {
-  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
   REQUIRE(t);
-  kernels::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 3}};
-  kernels::ParamMap shape;
-  for (const kernels::Param& p : t->shape) shape[p.name] = p.value;
+  templates::ParamMap params{{"block_n", 64}, {"head_group", 4}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 3}};
+  templates::ParamMap shape;
+  for (const templates::Param& p : t->shape) shape[p.name] = p.value;
   shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = 128;
   shape["block_size"] = 16, shape["dtype"] = 2; // bf16
   codegen::CompileOptions o;
@@ -241,7 +241,7 @@ TEST_CASE("pipelined loads (num_stages) agree with the interpreter for every tri
                                         interp::Arg::of_int(count), interp::Arg::of(out)};
       };
       interp::Buffer want("out", DType::f32, size_t(c.m * c.n));
-      kernels::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
+      templates::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
       for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
         INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
         interp::Buffer got("out", DType::f32, size_t(c.m * c.n));
@@ -282,12 +282,12 @@ TEST_CASE("loads whose address needs a carried value or whose buffer the kernel 
     CHECK(ck.stats.pipeline_stage_bytes == 16 * (64 + 8) * 2); // B: 16 rows of k, 64 halves each
     interp::Buffer ab("a", DType::f16, 16 * 64), bb("b", DType::f16, 64 * 64);
     fill(ab, rng), fill(bb, rng);
-    auto run = [&](kernels::Launcher& l) {
+    auto run = [&](templates::Launcher& l) {
       interp::Buffer a2 = ab, out2("out", DType::f32, 16 * 64);
       l.launch(k, 1, {1, 1, 1}, {interp::Arg::of(a2), interp::Arg::of(bb), interp::Arg::of(out2)});
       return out2;
     };
-    interp::Buffer want = run(*kernels::make_interpret_launcher());
+    interp::Buffer want = run(*templates::make_interpret_launcher());
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
       interp::Buffer got = run(*backends::make_emulate_launcher(lowering));
       double worst = 0;
@@ -330,14 +330,14 @@ TEST_CASE("a barrier in a loop of no trips or in one branch does not fence a pip
     fill(ab, rng), fill(bb, rng);
     for (int64_t trips : {0, 1, 2}) {
       INFO("inner " << trips);
-      auto run = [&](kernels::Launcher& l) {
+      auto run = [&](templates::Launcher& l) {
         interp::Buffer o("out", DType::f32, 16 * 64), s("side", DType::f32, 64);
         l.launch(k, 4, {1, 1, 1},
                  {interp::Arg::of(ab), interp::Arg::of(bb), interp::Arg::of_int(trips), interp::Arg::of(o),
                   interp::Arg::of(s)});
         return o;
       };
-      interp::Buffer want = run(*kernels::make_interpret_launcher());
+      interp::Buffer want = run(*templates::make_interpret_launcher());
       for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
         INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
         interp::Buffer got = run(*backends::make_emulate_launcher(lowering)); // a race throws

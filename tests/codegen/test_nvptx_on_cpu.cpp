@@ -10,8 +10,8 @@
 #include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "interp/interpreter.h"
-#include "kernels/launcher.h"
-#include "kernels/registry.h"
+#include "templates/launcher.h"
+#include "templates/registry.h"
 #include "runtime/emulator.h"
 #include "tests/codegen/codegen_test_util.h"
 
@@ -21,9 +21,9 @@ using ir::OpKind;
 
 namespace {
 
-kernels::ParamMap defaults(const std::vector<kernels::Param>& ps) {
-  kernels::ParamMap m;
-  for (const kernels::Param& p : ps) m[p.name] = p.value;
+templates::ParamMap defaults(const std::vector<templates::Param>& ps) {
+  templates::ParamMap m;
+  for (const templates::Param& p : ps) m[p.name] = p.value;
   return m;
 }
 
@@ -48,21 +48,21 @@ ir::Kernel narrowing(DType to, int64_t block) {
 
 TEST_CASE("nvptx lowering on the emulator: every kernel's default problem on every path", "[codegen][nvptx][emulator]") {
   int checked = 0;
-  for (const kernels::KernelTemplate& t : kernels::all_templates()) {
+  for (const templates::KernelTemplate& t : templates::all_templates()) {
     if (!t.make_problem) continue;
-    kernels::ParamMap params = defaults(t.params), shape = defaults(t.shape);
+    templates::ParamMap params = defaults(t.params), shape = defaults(t.shape);
     std::vector<std::string> paths;
-    for (const kernels::RunPath& p : t.paths) paths.push_back(p.name);
+    for (const templates::RunPath& p : t.paths) paths.push_back(p.name);
     if (paths.empty()) paths.push_back("");
     for (const std::string& path : paths) {
-      INFO(t.name << " path " << (path.empty() ? kernels::default_path(t) : path));
-      kernels::Problem p = kernels::make_problem(t, {shape, 3, {}, {}});
+      INFO(t.name << " path " << (path.empty() ? templates::default_path(t) : path));
+      templates::Problem p = templates::make_problem(t, {shape, 3, {}, {}});
       auto emu = backends::make_emulate_launcher(backends::EmuLowering::nvptx);
-      kernels::run_problem(t, path, params, p, *emu);
-      kernels::Comparison c = kernels::compare_outputs(p);
+      templates::run_problem(t, path, params, p, *emu);
+      templates::Comparison c = templates::compare_outputs(p);
       INFO(c.first_mismatch);
       CHECK(c.ok);
-      std::string traffic = kernels::traffic_error(t, path, params, p, emu->stats());
+      std::string traffic = templates::traffic_error(t, path, params, p, emu->stats());
       INFO(traffic);
       CHECK(traffic.empty());
       ++checked;
@@ -89,7 +89,7 @@ TEST_CASE("nvptx lowering on the emulator: f32 -> bf16 and f16 round to nearest 
     std::memcpy(x.bytes.data(), values.data(), values.size() * 4);
     interp::Buffer want("out", to, size_t(n)), got("out", to, size_t(n));
     interp::Grid grid{(n + 127) / 128, 1, 1};
-    kernels::make_interpret_launcher()->launch(k, 4, grid,
+    templates::make_interpret_launcher()->launch(k, 4, grid,
                                                {interp::Arg::of(x), interp::Arg::of(want), interp::Arg::of_int(n)});
     backends::make_emulate_launcher(backends::EmuLowering::nvptx)
         ->launch(k, 4, grid, {interp::Arg::of(x), interp::Arg::of(got), interp::Arg::of_int(n)});

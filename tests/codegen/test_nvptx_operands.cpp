@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "codegen/compile.h"
-#include "kernels/paged_attention.h"
-#include "kernels/registry.h"
+#include "templates/paged_attention.h"
+#include "templates/registry.h"
 
 using namespace tilec;
 
@@ -66,18 +66,18 @@ TEST_CASE("nvptx: shuffle masks, rounding modes and state spaces in every kernel
       check_operands(fn.name + " for " + arch, codegen::compile(fn, o).ptx, seen);
     }
   };
-  for (const kernels::KernelTemplate& t : kernels::all_templates()) {
-    kernels::ParamMap params = kernels::resolve_params(t.params, {}, "--set");
-    kernels::ParamMap shape = kernels::resolve_params(t.shape, {}, "--shape");
-    for (const ir::Kernel& k : kernels::build_kernels(t, params, shape))
+  for (const templates::KernelTemplate& t : templates::all_templates()) {
+    templates::ParamMap params = templates::resolve_params(t.params, {}, "--set");
+    templates::ParamMap shape = templates::resolve_params(t.shape, {}, "--shape");
+    for (const ir::Kernel& k : templates::build_kernels(t, params, shape))
       compile_each(*k, params.count("num_warps") ? int(params.at("num_warps")) : 4);
   }
   for (const char* dtype : {"f16", "bf16"}) {
-    const kernels::KernelTemplate& pa = *kernels::find_template("paged_attention");
-    kernels::ParamMap params = kernels::resolve_params(pa.params, {"num_splits=2"}, "--set");
-    kernels::ParamMap shape = kernels::resolve_params(pa.shape, {std::string("dtype=") + dtype}, "--shape");
+    const templates::KernelTemplate& pa = *templates::find_template("paged_attention");
+    templates::ParamMap params = templates::resolve_params(pa.params, {"num_splits=2"}, "--set");
+    templates::ParamMap shape = templates::resolve_params(pa.shape, {std::string("dtype=") + dtype}, "--shape");
     size_t rounding = 0; // conversions of the output from f32, over the run's kernels
-    for (const ir::Kernel& k : kernels::build_kernels(pa, params, shape)) {
+    for (const ir::Kernel& k : templates::build_kernels(pa, params, shape)) {
       compile_each(*k, 4);
       codegen::CompileOptions o;
       o.arch = "sm_90";

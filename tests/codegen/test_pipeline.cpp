@@ -9,7 +9,7 @@
 #include "codegen/compile.h"
 #include "codegen/ptx_loops.h"
 #include "dsl/dsl.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -32,7 +32,7 @@ size_t ptx_instructions(const std::string& ptx) {
 
 struct Case {
   std::string name;
-  kernels::ParamMap params, shape;
+  templates::ParamMap params, shape;
 };
 
 // libdevice's sin, erf and pow inlined by tilec's pipeline (O3's inliner does it there).
@@ -83,7 +83,7 @@ void compare(const std::string& what, const ir::Function& fn, int num_warps, con
 TEST_CASE("tilec's LLVM pipeline gives PTX no larger and registers no more than stock O3", "[codegen][ptxas]") {
   if (!codegen::test::have_ptxas()) return;
   std::vector<Case> cases;
-  for (const kernels::KernelTemplate& t : kernels::all_templates()) cases.push_back({t.name, {}, {}});
+  for (const templates::KernelTemplate& t : templates::all_templates()) cases.push_back({t.name, {}, {}});
   // The paged-attention configuration the compile benchmark uses, and a split-KV one (which
   // adds the combine kernel).
   cases.push_back({"paged_attention",
@@ -93,15 +93,15 @@ TEST_CASE("tilec's LLVM pipeline gives PTX no larger and registers no more than 
                    {{"block_n", 32}, {"head_group", 4}, {"num_splits", 4}},
                    {{"hq", 32}, {"hkv", 8}, {"head_dim", 128}, {"dtype", 1}}});
   for (const Case& c : cases) {
-    const kernels::KernelTemplate* t = kernels::find_template(c.name);
+    const templates::KernelTemplate* t = templates::find_template(c.name);
     REQUIRE(t);
-    kernels::ParamMap params, shape;
+    templates::ParamMap params, shape;
     for (const auto& p : t->params) params[p.name] = p.value;
     for (const auto& p : t->shape) shape[p.name] = p.value;
     for (const auto& [k, v] : c.params) params[k] = v;
     for (const auto& [k, v] : c.shape) shape[k] = v;
     int warps = int(params.count("num_warps") ? params.at("num_warps") : 4);
-    for (const ir::Kernel& k : kernels::build_kernels(*t, params, shape))
+    for (const ir::Kernel& k : templates::build_kernels(*t, params, shape))
       for (const char* arch : {"sm_80", "sm_90"}) compare(k->name, *k, warps, arch);
   }
   ir::Kernel math = libdevice_kernel();
@@ -110,11 +110,11 @@ TEST_CASE("tilec's LLVM pipeline gives PTX no larger and registers no more than 
 
 namespace {
 
-codegen::LoweringStats lowering_stats(const std::string& name, const kernels::ParamMap& set,
-                                      const kernels::ParamMap& shape_set) {
-  const kernels::KernelTemplate* t = kernels::find_template(name);
+codegen::LoweringStats lowering_stats(const std::string& name, const templates::ParamMap& set,
+                                      const templates::ParamMap& shape_set) {
+  const templates::KernelTemplate* t = templates::find_template(name);
   REQUIRE(t);
-  kernels::ParamMap params, shape;
+  templates::ParamMap params, shape;
   for (const auto& p : t->params) params[p.name] = p.value;
   for (const auto& p : t->shape) shape[p.name] = p.value;
   for (const auto& [k, v] : set) params[k] = v;
@@ -123,7 +123,7 @@ codegen::LoweringStats lowering_stats(const std::string& name, const kernels::Pa
   o.arch = "sm_90";
   o.num_warps = int(params.at("num_warps"));
   o.run_ptxas = false;
-  return codegen::compile(*kernels::build_kernels(*t, params, shape).front(), o).stats;
+  return codegen::compile(*templates::build_kernels(*t, params, shape).front(), o).stats;
 }
 
 } // namespace

@@ -9,7 +9,7 @@
 #include "codegen/compile.h"
 #include "codegen/layout_print.h"
 #include "dsl/dsl.h"
-#include "kernels/registry.h"
+#include "templates/registry.h"
 #include "tests/tilec_process.h"
 
 using namespace tilec;
@@ -18,10 +18,10 @@ using namespace tilec::dsl;
 namespace {
 
 ir::Kernel paged_attention(const std::vector<std::string>& sets, const std::vector<std::string>& shapes) {
-  const kernels::KernelTemplate* t = kernels::find_template("paged_attention");
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
   REQUIRE(t);
-  kernels::ParamMap params = kernels::resolve_params(t->params, sets, "--set");
-  kernels::ParamMap shape = kernels::resolve_params(t->shape, shapes, "--shape");
+  templates::ParamMap params = templates::resolve_params(t->params, sets, "--set");
+  templates::ParamMap shape = templates::resolve_params(t->shape, shapes, "--shape");
   return t->build(params, shape);
 }
 
@@ -43,7 +43,7 @@ bool has(const std::string& text, const std::string& re) { return std::regex_sea
 // registers. Regenerate with (one line)
 //   build/tools/tilec ir paged_attention --stage layouts --shape dtype=bf16 head_dim=128
 //     --set block_n=64 num_stages=2 | sed -n '/^\/\/ pipelines/,$p'
-// A change to kernels/paged_attention.cpp that adds or removes ops renumbers the values: check
+// A change to templates/paged_attention.cpp that adds or removes ops renumbers the values: check
 // that only the numbers moved.
 const char* const kPagedAttentionPlan =
     R"(// pipelines of @paged_attention for num_warps=4: 1 of 1 loop with stages pipelined, 2 operands copied by cp.async
@@ -195,10 +195,10 @@ TEST_CASE("the pipeline plan places the loops' buffers in walk order and says wh
 }
 
 TEST_CASE("the pipeline plan prints nothing for a kernel without stages or cp.async", "[codegen][pipeline][layouts]") {
-  const kernels::KernelTemplate* t = kernels::find_template("softmax");
+  const templates::KernelTemplate* t = templates::find_template("softmax");
   REQUIRE(t);
-  kernels::ParamMap params = kernels::resolve_params(t->params, {}, "--set");
-  kernels::ParamMap shape = kernels::resolve_params(t->shape, {}, "--shape");
+  templates::ParamMap params = templates::resolve_params(t->params, {}, "--set");
+  templates::ParamMap shape = templates::resolve_params(t->shape, {}, "--shape");
   CHECK(codegen::print_pipelines(*t->build(params, shape), options()).empty());
   // Copied by cp.async, one group per dot, with no loop asking for stages.
   std::string one = codegen::print_pipelines(*paged_attention({"num_stages=1"}, {"dtype=f16"}), options());

@@ -10,7 +10,7 @@
 #include "backends/launchers.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -150,7 +150,7 @@ TEST_CASE("Philox rounds compile to 32-bit high multiplies on the GPU", "[random
 
 TEST_CASE("a scalar argument of the wrong kind is an error on every backend, not a conversion", "[codegen][errors]") {
   interp::Buffer x("x", DType::f32, 128), out("out", DType::f32, 128);
-  auto launch = [&](kernels::Launcher& l, interp::Arg p, interp::Arg seed) {
+  auto launch = [&](templates::Launcher& l, interp::Arg p, interp::Arg seed) {
     try {
       l.launch(dropout_kernel(), 4, {1, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), p, seed, interp::Arg::of_int(128)});
     } catch (const std::exception& e) {
@@ -158,9 +158,9 @@ TEST_CASE("a scalar argument of the wrong kind is an error on every backend, not
     }
     return std::string();
   };
-  auto interpreter = kernels::make_interpret_launcher();
+  auto interpreter = templates::make_interpret_launcher();
   auto emulator = backends::make_emulate_launcher();
-  for (kernels::Launcher* l : {interpreter.get(), emulator.get()}) {
+  for (templates::Launcher* l : {interpreter.get(), emulator.get()}) {
     CHECK(launch(*l, interp::Arg::of_float(0.5), interp::Arg::of_int(1)).empty());
     CHECK_THAT(launch(*l, interp::Arg::of_int(1), interp::Arg::of_int(1)), Catch::Contains("integer 1, not a float"));
     CHECK_THAT(launch(*l, interp::Arg::of_float(0.5), interp::Arg::of_float(3.0)),

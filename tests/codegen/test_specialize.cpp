@@ -8,12 +8,12 @@
 #include "codegen/module.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 #include "ir/param_access.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
-#include "kernels/module_launcher.h"
+#include "templates/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
 
@@ -72,9 +72,9 @@ TEST_CASE("a runtime stride that is a multiple of 16 gives vector loads", "[code
   CHECK(count(spec, "ld.global.nc.v4") + count(spec, "ld.global.v4") >= 1);
   CHECK(scalar16(spec) == 0);
   CHECK(scalar16(plain) >= 8);
-  CHECK(kernels::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(128)}) ==
+  CHECK(templates::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(128)}) ==
         std::map<std::string, int64_t>{{"stride", 16}});
-  CHECK(kernels::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(100)}).empty());
+  CHECK(templates::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(100)}).empty());
 }
 
 TEST_CASE("launches specialize on the stride they pass and stay correct either way", "[codegen][specialize][emulator]") {
@@ -86,7 +86,7 @@ TEST_CASE("launches specialize on the stride they pass and stay correct either w
     auto args = [&](interp::Buffer& o) {
       return std::vector<interp::Arg>{interp::Arg::of(x), interp::Arg::of(o), interp::Arg::of_int(stride)};
     };
-    kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
+    templates::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
     backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, args(got));
     CHECK(got.bytes == want.bytes);
   }
@@ -175,7 +175,7 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
   // Interpreter and emulator refuse an argument that breaks the promise, in the same words.
   interp::Buffer x("x", DType::f16, 4 * 100), out("out", DType::f16, 256);
   std::vector<interp::Arg> bad = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(100)};
-  CHECK_THROWS_WITH(kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, bad),
+  CHECK_THROWS_WITH(templates::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, bad),
                     Catch::Contains("parameter 'stride' (i32) was given 100, not a multiple of 8"));
   CHECK_THROWS_WITH(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, bad),
                     Catch::Contains("parameter 'stride' (i32) was given 100, not a multiple of 8"));
@@ -194,9 +194,9 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
 TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride gives vector loads",
           "[codegen][specialize]") {
   ir::Kernel k = column_strided_copy();
-  CHECK(kernels::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(1)}) ==
+  CHECK(templates::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(1)}) ==
         std::map<std::string, int64_t>{{"cstride", 1}});
-  CHECK(kernels::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(2)}).empty());
+  CHECK(templates::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(2)}).empty());
   codegen::CompileOptions o;
   o.num_warps = 1;
   std::string plain = codegen::compile(*k, o).ptx;
@@ -216,7 +216,7 @@ TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride g
     auto args = [&](interp::Buffer& out) {
       return std::vector<interp::Arg>{interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(cs)};
     };
-    kernels::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
+    templates::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
       got.bytes.assign(got.bytes.size(), std::byte{0});
       backends::make_emulate_launcher(lowering)->launch(k, 1, {1, 1, 1}, args(got));
@@ -246,7 +246,7 @@ TEST_CASE("a launch with zero programs is a no-op on every CPU backend, a negati
   const interp::Buffer before = out;
   std::vector<interp::Arg> args = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(64)};
   for (interp::Grid g : {interp::Grid{0, 1, 1}, interp::Grid{3, 0, 1}, interp::Grid{1, 1, 0}}) {
-    CHECK_NOTHROW(kernels::make_interpret_launcher()->launch(k, 1, g, args));
+    CHECK_NOTHROW(templates::make_interpret_launcher()->launch(k, 1, g, args));
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx})
       CHECK_NOTHROW(backends::make_emulate_launcher(lowering)->launch(k, 1, g, args));
     CHECK(out.bytes == before.bytes);

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "dsl/dsl.h"
-#include "kernels/kernels.h"
+#include "templates/kernels.h"
 
 using namespace tilec;
 using namespace tilec::dsl;
@@ -39,7 +39,7 @@ std::string here(int line) { return std::string(__FILE__) + ":" + std::to_string
 } // namespace
 
 TEST_CASE("vector_add builds the expected ops", "[dsl]") {
-  auto k = kernels::vector_add(128);
+  auto k = templates::vector_add(128);
   REQUIRE(k->params.size() == 4);
   CHECK(k->params[0]->name == "x");
   CHECK(k->params[0]->type.str() == "ptr<f32>");
@@ -54,7 +54,7 @@ TEST_CASE("vector_add builds the expected ops", "[dsl]") {
 }
 
 TEST_CASE("only variables reassigned in a loop are carried", "[dsl]") {
-  auto k = kernels::matmul(16, 16, 8);
+  auto k = templates::matmul(16, 16, 8);
   auto* loop = first_op(k->body, ir::OpKind::For);
   REQUIRE(loop);
   CHECK(loop->results.size() == 1); // acc, and nothing else

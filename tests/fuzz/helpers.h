@@ -4,12 +4,12 @@
 #include <functional>
 
 #include "fuzz/program.h"
-#include "kernels/launcher.h"
+#include "templates/launcher.h"
 
 namespace tilec::fuzz::test {
 
 // Runs the interpreter, then lets `plant` change the buffers: a backend with a known bug.
-class PlantedBugLauncher final : public kernels::Launcher {
+class PlantedBugLauncher final : public templates::Launcher {
 public:
   using Plant = std::function<void(const ir::Function&, const std::vector<interp::Arg>&)>;
   explicit PlantedBugLauncher(Plant plant) : plant_(std::move(plant)) {}

@@ -88,7 +88,7 @@ TEST_CASE("fuzz: exp, log and float sums make outputs inexact, integer work does
 }
 
 TEST_CASE("fuzz: the runner finds a planted disagreement", "[fuzz]") {
-  auto same = kernels::make_interpret_launcher();
+  auto same = templates::make_interpret_launcher();
   PlantedBugLauncher broken(perturb_first_output);
   for (uint64_t s = 1; s <= 5; ++s) {
     Program p = generate(s);

@@ -13,7 +13,7 @@
 #include "runtime/module_store.h"
 #include "runtime/tilec_tuning.h"
 #include "backends/module_builder.h"
-#include "kernels/paged_attention.h"
+#include "templates/paged_attention.h"
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;
@@ -29,19 +29,19 @@ struct NoBuilder {
   ~NoBuilder() { rt::set_module_builder({}); }
 };
 
-const kernels::KernelTemplate& paged() { return *kernels::find_template("paged_attention"); }
+const templates::KernelTemplate& paged() { return *templates::find_template("paged_attention"); }
 
-kernels::ParamMap shape_of(std::vector<std::string> set) {
-  return kernels::resolve_params(paged().shape, set, "--shape");
+templates::ParamMap shape_of(std::vector<std::string> set) {
+  return templates::resolve_params(paged().shape, set, "--shape");
 }
-kernels::ParamMap params_of(std::vector<std::string> set) {
-  return kernels::resolve_params(paged().params, set, "--set");
+templates::ParamMap params_of(std::vector<std::string> set) {
+  return templates::resolve_params(paged().params, set, "--set");
 }
 
 // The tuning key `tilec autotune` would store for these --shape values.
-rt::ProblemKey key_of(const kernels::ParamMap& shape) {
+rt::ProblemKey key_of(const templates::ParamMap& shape) {
   rt::ProblemKey key;
-  for (const kernels::Param& p : paged().shape)
+  for (const templates::Param& p : paged().shape)
     key[p.name] = p.choices.empty() ? rt::KeyValue(shape.at(p.name)) : rt::KeyValue(p.value_str(shape.at(p.name)));
   return key;
 }
@@ -167,7 +167,7 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
   CHECK(rt::load_tuned(db, "paged_attention", "cpu-emulator", key_of(shape), "host", {dir.path},
                        {{"softcap", int64_t(0)}})
             .modules.size() == 2);
-  rt::write_kernel_card(kernels::kernel_card(paged()), dir.path); // as autotune --export does
+  rt::write_kernel_card(templates::kernel_card(paged()), dir.path); // as autotune --export does
 
   // A different batch and context length: the nearest key's config, the same modules.
   rt::TunedModules t = rt::load_tuned(db, "paged_attention", "cpu-emulator", other, "host", {dir.path});
@@ -187,7 +187,7 @@ TEST_CASE("load_tuned: the database's config, its modules from an exported folde
 
 TEST_CASE("a kernel card carries the template's defaults and reads back", "[runtime][modules]") {
   rt::test::TempDir dir;
-  rt::KernelCard card = kernels::kernel_card(paged());
+  rt::KernelCard card = templates::kernel_card(paged());
   CHECK(card.defaults ==
         rt::TunedConfig{{"block_n", 32}, {"head_group", 0}, {"num_splits", 1}, {"num_stages", 2}, {"num_warps", 4}});
   CHECK(card.size_fields == paged().size_fields);
@@ -196,8 +196,8 @@ TEST_CASE("a kernel card carries the template's defaults and reads back", "[runt
   CHECK(rt::find_kernel_card("paged_attention", {dir.path}) == card);
   // The default config's modules are specialized on exactly these values.
   auto shape = shape_of({"hq=12", "hkv=3"});
-  kernels::PagedAttentionConfig d = kernels::paged_attention_config(kernels::resolve_params(paged().params, {}, "--set"));
-  auto spec = kernels::paged_attention_module_spec(kernels::paged_attention_shape(shape), d);
+  templates::PagedAttentionConfig d = templates::paged_attention_config(templates::resolve_params(paged().params, {}, "--set"));
+  auto spec = templates::paged_attention_module_spec(templates::paged_attention_shape(shape), d);
   for (const auto& [name, v] : card.defaults) CHECK(spec.at(name) == rt::SpecValue(v));
   // A malformed card is reported with its file.
   { std::ofstream(dir.path / "bad.kernel.toml") << "kernel = \"bad\"\n[defaults]\nblock = \"x\"\n"; }
@@ -243,7 +243,7 @@ TEST_CASE("C API: tilec_tuned_modules lists the manifests or says what is missin
   auto shape = shape_of(kShape);
   auto params = params_of({"block_n=8", "head_group=2", "num_splits=1", "num_warps=4"});
   backends::write_template_modules(paged(), params, shape, "host", dir.path, true);
-  rt::write_kernel_card(kernels::kernel_card(paged()), dir.path); // as autotune --export does
+  rt::write_kernel_card(templates::kernel_card(paged()), dir.path); // as autotune --export does
   rt::TuningDb db;
   db.entries.push_back(tuned_entry(key_of(shape), rt::TunedConfig(params.begin(), params.end())));
   fs::path db_path = dir.path / "tuning.toml";
@@ -268,7 +268,7 @@ TEST_CASE("C API: tilec_tuned_modules lists the manifests or says what is missin
   CHECK_THAT(std::string(note), Catch::Contains("no module paged_attention for sm_80") &&
                                     Catch::Contains("tilec compile paged_attention --arch sm_80"));
   // Modules a user's own CLI exported (tilec_add_kernels): the hint names that program.
-  rt::KernelCard mine = kernels::kernel_card(paged());
+  rt::KernelCard mine = templates::kernel_card(paged());
   mine.compiler = "my_kernels_cli";
   rt::write_kernel_card(mine, dir.path);
   n = tilec_tuned_modules(h, "paged_attention", "cpu-emulator", key.c_str(), "sm_80", dir.path.c_str(), nullptr,
@@ -311,7 +311,7 @@ TEST_CASE("two processes building the same module into one cache both get a whol
   rt::ModuleQuery q;
   q.kernel = "paged_attention";
   q.arch = "host";
-  q.values = rt::spec_of(key, kernels::kernel_card(paged()).defaults);
+  q.values = rt::spec_of(key, templates::kernel_card(paged()).defaults);
   q.values["softcap"] = int64_t(0);
   CHECK(rt::find_module({rt::cache_module_dir()}, q, &problems));
   CHECK(problems.empty());

@@ -18,7 +18,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/npy.h"
-#include "kernels/paged_attention.h"
+#include "templates/paged_attention.h"
 #include "tests/tilec_process.h"
 
 namespace fs = std::filesystem;
@@ -50,12 +50,12 @@ const fs::path& fixtures() {
     std::ofstream(d / "empty.toml");
 
     // A valid paged-attention input folder, then broken copies of it.
-    tilec::kernels::PagedAttentionShape s;
+    tilec::templates::PagedAttentionShape s;
     s.batch = 2, s.hq = 2, s.hkv = 1, s.head_dim = 16, s.block_size = 4, s.max_blocks = 2, s.num_blocks = 4;
-    tilec::kernels::PagedAttentionInputs in = tilec::kernels::make_paged_attention_inputs(s, 1, 8);
+    tilec::templates::PagedAttentionInputs in = tilec::templates::make_paged_attention_inputs(s, 1, 8);
     auto make = [&](const char* name) {
       fs::path p = d / name;
-      tilec::kernels::write_paged_attention_inputs(p.string(), in);
+      tilec::templates::write_paged_attention_inputs(p.string(), in);
       return p;
     };
     make("inputs_ok");
@@ -89,16 +89,16 @@ const fs::path& fixtures() {
     }
     {
       // Sq = 3 query rows (causal) and a sequence of 2 tokens.
-      tilec::kernels::PagedAttentionShape s3 = s;
+      tilec::templates::PagedAttentionShape s3 = s;
       s3.sq = 3;
-      tilec::kernels::PagedAttentionInputs in3 = tilec::kernels::make_paged_attention_inputs(s3, 1, 2);
-      tilec::kernels::write_paged_attention_inputs((d / "inputs_sq3_ctx2").string(), in3);
+      tilec::templates::PagedAttentionInputs in3 = tilec::templates::make_paged_attention_inputs(s3, 1, 2);
+      tilec::templates::write_paged_attention_inputs((d / "inputs_sq3_ctx2").string(), in3);
     }
     {
-      tilec::kernels::PagedAttentionShape s8 = s;
+      tilec::templates::PagedAttentionShape s8 = s;
       s8.kv_fp8 = tilec::ir::DType::f8e5m2;
-      tilec::kernels::write_paged_attention_inputs((d / "inputs_fp8").string(),
-                                                   tilec::kernels::make_paged_attention_inputs(s8, 1, 4));
+      tilec::templates::write_paged_attention_inputs((d / "inputs_fp8").string(),
+                                                   tilec::templates::make_paged_attention_inputs(s8, 1, 4));
     }
     {
       fs::path z = make("inputs_zero_batch");

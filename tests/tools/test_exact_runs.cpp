@@ -11,8 +11,8 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "kernels/paged_attention.h"
-#include "kernels/registry.h"
+#include "templates/paged_attention.h"
+#include "templates/registry.h"
 #include "runtime/module_store.h"
 #include "runtime/npy.h"
 #include "tests/runtime/helpers.h"
@@ -98,10 +98,10 @@ TEST_CASE("autotune measures configs with other blocks than the default's, and -
 TEST_CASE("run --inputs takes paged attention's sizes from the files and checks the config against them",
           "[tools][inputs][exact]") {
   Scratch s;
-  kernels::PagedAttentionShape shape;
+  templates::PagedAttentionShape shape;
   shape.batch = 2, shape.hq = 12, shape.hkv = 4, shape.head_dim = 32, shape.block_size = 8, shape.max_blocks = 3;
   shape.num_blocks = 6;
-  kernels::write_paged_attention_inputs((s.dir / "in").string(), kernels::make_paged_attention_inputs(shape, 3, 20));
+  templates::write_paged_attention_inputs((s.dir / "in").string(), templates::make_paged_attention_inputs(shape, 3, 20));
   const std::string in = (s.dir / "in").string();
   // Hq/Hkv = 3 in the files (the default sizes' 8/2 = 4 would refuse head_group=3).
   test::Process ok = cli("run paged_attention --backend emulate --inputs " + in + " --set head_group=3 --json", 0);
@@ -177,8 +177,8 @@ TEST_CASE("a CLI started under another name speaks in that name", "[tools][exact
 }
 
 TEST_CASE("a size checked as a power of two is named with --shape", "[tools][exact]") {
-  kernels::ParamMap shape{{"block_size", 12}};
-  CHECK_THROWS_WITH(kernels::require_pow2(shape, "block_size", 1, 256, "--shape"),
+  templates::ParamMap shape{{"block_size", 12}};
+  CHECK_THROWS_WITH(templates::require_pow2(shape, "block_size", 1, 256, "--shape"),
                     Catch::StartsWith("--shape block_size=12: must be a power of two"));
-  CHECK_THROWS_WITH(kernels::require_pow2({{"block", 3}}, "block", 1, 256), Catch::StartsWith("--set block=3"));
+  CHECK_THROWS_WITH(templates::require_pow2({{"block", 3}}, "block", 1, 256), Catch::StartsWith("--set block=3"));
 }

@@ -1,0 +1,58 @@
+#pragma once
+// Where kernels run: one interface over the interpreter, the emulator and the
+// GPU, so templates and recipes (like the paged-attention decomposition, a
+// sequence of primitive launches) are written once for every backend.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "interp/interpreter.h"
+#include "ir/ir.h"
+
+namespace tilec::templates {
+
+// What the launches so far measured; a figure a backend cannot know stays empty.
+struct LaunchStats {
+  int launches = 0;
+  double time_ms = 0.0;
+  std::optional<int64_t> bytes_loaded, bytes_stored, unique_bytes;
+  // Warp-wide requests (the emulator: rt::EmuRequestStats): their count, the sectors they
+  // touch, the distinct bytes they move, and the fewest sectors those bytes could take.
+  std::optional<int64_t> requests, sectors, request_bytes, ideal_sectors;
+};
+
+// Kernel times of repeated launches (after warm-up launches that are not counted).
+struct TimingStats {
+  int warmup = 0, repeats = 0;
+  double median_ms = 0.0, min_ms = 0.0, max_ms = 0.0, mean_ms = 0.0;
+};
+// Summarizes per-launch times; UserError when `ms` is empty.
+TimingStats summarize_times(std::vector<double> ms, int warmup);
+
+class Launcher {
+public:
+  virtual ~Launcher() = default;
+  virtual std::string backend() const = 0;
+  // Runs `kernel` over `grid` with `args` (buffers are host buffers; the
+  // launcher moves data to and from its device as needed) and adds to stats().
+  virtual void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
+                      const std::vector<interp::Arg>& args) = 0;
+  // Times `repeats` launches after `warmup` untimed ones, for the autotuner and benchmarks.
+  // Leaves stats() unchanged; the host buffers end up as after the last launch (so a kernel
+  // that accumulates into its output accumulates every time). This default calls launch();
+  // a device backend overrides it to move the buffers once rather than per launch.
+  virtual TimingStats time(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
+                           const std::vector<interp::Arg>& args, int warmup, int repeats);
+  const LaunchStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+protected:
+  LaunchStats stats_;
+};
+
+// The tile-IR interpreter as a launcher.
+std::unique_ptr<Launcher> make_interpret_launcher();
+// The launchers that run generated code (emulate, cuda) are in backends/launchers.h.
+
+} // namespace tilec::templates

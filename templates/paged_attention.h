@@ -1,0 +1,185 @@
+#pragma once
+// Paged attention for LLM decoding (docs/ARCHITECTURE.md "Paged attention"): the
+// problem, its inputs, validation, a plain C++ reference, and the two ways to
+// compute it — the fused block-table-walking kernel and the seed's
+// decomposition into primitive tensor ops.
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "interp/interpreter.h"
+#include "templates/launcher.h"
+#include "templates/registry.h"
+
+namespace tilec::templates {
+
+// Why `head_dim` cannot be served ("" when it can): the one rule for --shape and .npy inputs.
+std::string head_dim_error(int64_t head_dim);
+
+// Sizes and runtime parameters of one paged-attention call.
+struct PagedAttentionShape {
+  int64_t batch = 2, hq = 8, hkv = 2, sq = 1, head_dim = 64;
+  int64_t block_size = 16;  // tokens per page
+  int64_t max_blocks = 16;  // block-table columns per sequence
+  int64_t num_blocks = 0;   // pages in the cache (0: batch * max_blocks)
+  ir::DType dtype = ir::DType::f32; // of q and out, and of k_cache and v_cache unless kv_fp8
+  // An fp8 KV cache (f8e4m3 or f8e5m2, as vLLM's kv_cache_dtype=fp8): its elements are
+  // value / scale, so attention runs on k_cache * k_scale and v_cache * v_scale.
+  std::optional<ir::DType> kv_fp8;
+  double k_scale = 0.0, v_scale = 0.0; // 0: chosen by make_paged_attention_inputs
+  bool alibi = false;
+  double softmax_scale = 0.0;         // 0: 1/sqrt(head_dim)
+  std::optional<double> softcap;      // none: no softcap
+  // Query row i (0 <= i < Sq) of sequence b sits at position p_i = context_lens[b] - Sq + i.
+  int64_t window = 0;  // > 0: row i sees only keys j >= p_i - window + 1 (sliding window)
+  bool causal = false; // row i sees only keys j <= p_i (needs context_lens[b] >= Sq)
+
+  int64_t group() const { return hq / hkv; }
+  ir::DType cache_dtype() const { return kv_fp8 ? *kv_fp8 : dtype; }
+  // The window every computation applies (the kernels, the decomposition, the reference):
+  // `window`, or 0 (none) when it is at least as long as any context can be — the capacity,
+  // or 2^31 - 1, the longest context_lens holds — where it hides no key. What remains is below
+  // 2^31 - 1, so the fused kernel's 32-bit arithmetic holds it exactly (a window of 2^32 + 1
+  // once wrapped to 1 there).
+  int64_t effective_window() const {
+    return window >= std::min<int64_t>(capacity(), std::numeric_limits<int32_t>::max()) ? 0 : window;
+  }
+  // The keys of sequence b (with context length len) that some query row sees: [first, len).
+  int64_t first_key(int64_t len) const {
+    const int64_t w = effective_window();
+    return w > 0 ? std::max<int64_t>(0, len - sq - w + 1) : 0;
+  }
+  int64_t capacity() const { return max_blocks * block_size; }
+  // Elements of each cache (num_blocks 0: batch * max_blocks pages).
+  int64_t cache_elements() const { return (num_blocks ? num_blocks : batch * max_blocks) * block_size * hkv * head_dim; }
+  // Whether generated inputs fill only the pages sequences use (make_paged_attention_inputs):
+  // caches of more than kSparseCacheBytes each.
+  static constexpr int64_t kSparseCacheBytes = int64_t(1) << 28;
+  bool sparse_cache() const;
+  double scale() const;
+};
+
+// The op's inputs as host buffers, named as their .npy files (docs/ARCHITECTURE.md):
+// q [B, Hq, Sq, D], k_cache/v_cache [num_blocks, block_size, Hkv, D],
+// block_table [B, max_blocks] and context_lens [B] (u32 data held as i32),
+// alibi_slopes [Hq] f32 when shape.alibi. The caches are in shape.cache_dtype().
+struct PagedAttentionInputs {
+  PagedAttentionShape shape;
+  interp::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
+};
+
+// Random inputs (values in [-1, 1]; an fp8 cache holds them divided by its scale, which is
+// amax / the format's largest finite value unless the shape sets one): context lengths ragged in [0, capacity] (`ctx` >= 0 fixes them all; with
+// ctx = -1 and more than one sequence, the lengths differ and at least one ends inside a
+// page), block tables pointing at distinct pages in random order. The unused block-table
+// slots past each sequence's live pages point at random valid pages, or with
+// `poison_unused` hold values no kernel may follow (-1 and num_blocks and beyond), as the
+// default problem of `tilec run` has them: a kernel that reads a page it should not fails
+// the emulator's bounds check. A cache of more than kSparseCacheBytes (sparse_cache()) is
+// filled only on the pages live block-table entries name, which are its last ones; the rest
+// stay zero and, in a lazily mapped buffer, take no memory.
+PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& s, uint64_t seed, int64_t ctx = -1,
+                                                 bool poison_unused = false);
+// `in`'s block table with the entries past each sequence's live pages set to 0, for the
+// decomposition, which gathers every entry (what they point at is masked out).
+interp::Buffer block_table_unused_cleared(const PagedAttentionInputs& in);
+
+// Checks shapes, dtypes and values before any launch; UserError naming the
+// input and the numbers. `decompose` additionally requires every block-table
+// entry (not just the live ones) to be < num_blocks, since it reads them all.
+void validate_paged_attention(const PagedAttentionInputs& in, bool decompose);
+
+// The magnitudes a run's rounding errors scale with (paged_attention_tolerance), over every
+// (query row, key) pair the masks let through. `score`: the largest sum of the magnitudes of
+// the terms that form a score and of the score itself, each of which the kernels round in f32:
+// scale * k_scale * sum_d |q_d k_d| (the dot product's terms), |softcap(x)| (tanh's error is
+// relative, as the GPU computes it too), |alibi term| and |score|. `value`: the largest
+// dequantized |v| of a key some row sees. `keys`: the most keys one query row sees.
+struct PagedAttentionMagnitudes {
+  double score = 0.0, value = 0.0;
+  int64_t keys = 0;
+};
+
+// out [B, Hq, Sq, D] in f32, computed in double. `magnitudes`, when given, receives what the
+// computation saw.
+interp::Buffer paged_attention_reference(const PagedAttentionInputs& in,
+                                         PagedAttentionMagnitudes* magnitudes = nullptr);
+
+// The comparison tolerance |got - want| <= atol + rtol * |want| of a run against the
+// reference, from q's dtype and the magnitudes the reference saw (the rule is in
+// paged_attention.cpp; docs/PAGED_ATTENTION.md).
+struct PagedAttentionTolerance {
+  double atol = 0.0, rtol = 0.0;
+};
+PagedAttentionTolerance paged_attention_tolerance(const PagedAttentionShape& s, const PagedAttentionMagnitudes& m);
+
+// The fused kernel's tunables (docs/ARCHITECTURE.md / configs/paged_attention.toml).
+struct PagedAttentionConfig {
+  int64_t block_n = 32;    // tokens per step of the block-table walk
+  int64_t head_group = 0;  // query heads per program (0: all Hq/Hkv heads of a KV head)
+  int64_t num_warps = 4;
+  int64_t num_splits = 1;  // split-KV partitions (flash-decoding), combined by a second kernel
+  int64_t num_stages = 2;  // software-pipeline stages of the K/V copies (f16/bf16 caches)
+};
+
+// out [B, Hq, Sq, D] in q's dtype.
+interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in,
+                                         const PagedAttentionConfig& cfg, Launcher& launcher);
+// `block_table`, when given, replaces in.block_table (block_table_unused_cleared(in)): the
+// caches are used in place, never copied.
+interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher,
+                                              const interp::Buffer* block_table = nullptr);
+
+// Bytes the op must move at least: q + out + K and V of the live tokens + the
+// block-table entries and context lengths it reads (+ alibi slopes).
+int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in);
+
+// What a correct run of the fused kernel (and its combine kernel) moves, in bytes of
+// warp-wide requests as the emulator counts them (LaunchStats::request_bytes), buffer by
+// buffer: the walk of every program replayed on the host (paged_attention_io.cpp explains
+// each term). The template's traffic budget is its total plus 2%.
+struct PagedAttentionTraffic {
+  int64_t q = 0, alibi_slopes = 0, context_lens = 0, block_table = 0, k_cache = 0, v_cache = 0, out = 0;
+  int64_t partials = 0; // num_splits > 1: partial_o, partial_m, partial_l written and read back
+  int64_t total() const { return q + alibi_slopes + context_lens + block_table + k_cache + v_cache + out + partials; }
+};
+PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& cfg);
+
+} // namespace tilec::templates
+
+namespace tilec::templates {
+// The fused kernel for a problem shape and config (for `tilec ir`, codegen tests).
+ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// The kernel that combines `splits` f32 partials per row (num_splits > 1).
+ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, ir::DType dtype);
+// What the fused kernel (and its combine kernel) is specialized on, by the names of the
+// template's --shape and --set values plus softcap (0/1): the manifest's [specialization].
+std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
+                                                                 const PagedAttentionConfig& cfg);
+} // namespace tilec::templates
+
+namespace tilec::templates {
+
+KernelTemplate paged_attention_template();
+
+// The problem described by `tilec run paged_attention --shape ...` values
+// (max_blocks 0: just enough pages for ctx; ctx -1: random lengths). A "softcap" entry
+// (not a --shape name; module builders pass it) set to 1 specializes for a softcap.
+PagedAttentionShape paged_attention_shape(const ParamMap& shape);
+PagedAttentionConfig paged_attention_config(const ParamMap& params);
+
+// Reads q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy
+// [alibi_slopes.npy] from `dir` (the op's input names). q/k/v may be <f4, <f2, or
+// <u2 holding bfloat16 bits; the caches also |u1 holding fp8 bits when `kv_fp8` names their
+// format (and only then); the tables <u4 or <i4. Shapes come from the files; the fp8 scales
+// are the caller's to set.
+PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double softmax_scale,
+                                                 std::optional<double> softcap,
+                                                 std::optional<ir::DType> kv_fp8 = std::nullopt);
+// Writes the inputs as .npy files into `dir` (creating it).
+void write_paged_attention_inputs(const std::string& dir, const PagedAttentionInputs& in);
+// Writes `out` ([B, Hq, Sq, D], in q's dtype) as a .npy file.
+void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
+                                  const interp::Buffer& out);
+
+} // namespace tilec::templates
