@@ -1,23 +1,23 @@
 #pragma once
 // Kernel parameter types as a module's manifest spells them: "f32", "i32", "ptr<f16>".
-// The runtime's own copy of the element types, so it needs nothing from the IR.
+// Their element types are the IR's dtypes (abi/dtype.h), under the runtime's name.
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "abi/dtype.h"
+
 namespace tilec::rt {
 
-enum class ScalarType { i1, i8, i16, i32, i64, f16, bf16, f32, f8e4m3, f8e5m2, u8, u16, u32, u64 };
+using ScalarType = DType;
 
-std::string_view scalar_type_name(ScalarType t);
-std::optional<ScalarType> parse_scalar_type(std::string_view name);
+inline std::string_view scalar_type_name(ScalarType t) { return dtype_name(t); }
+inline std::optional<ScalarType> parse_scalar_type(std::string_view name) { return parse_dtype(name); }
 // Bytes a scalar of this type occupies as a kernel argument (i1 takes one byte).
-std::size_t scalar_type_bytes(ScalarType t);
+inline std::size_t scalar_type_bytes(ScalarType t) { return std::size_t(dtype_bytes(t)); }
 // u8, u16, u32 or u64.
-inline bool is_unsigned(ScalarType t) {
-  return t == ScalarType::u8 || t == ScalarType::u16 || t == ScalarType::u32 || t == ScalarType::u64;
-}
+using tilec::is_unsigned;
 // i8..i64 or u8..u64 (i1 is a boolean, not an integer here).
 inline bool is_integer(ScalarType t) {
   return t == ScalarType::i8 || t == ScalarType::i16 || t == ScalarType::i32 || t == ScalarType::i64 ||

@@ -14,56 +14,6 @@ void internal_fail(const std::string& msg, std::source_location where) {
 
 namespace ir {
 
-std::string_view dtype_name(DType t) {
-  switch (t) {
-  case DType::i1: return "i1";
-  case DType::i8: return "i8";
-  case DType::i16: return "i16";
-  case DType::i32: return "i32";
-  case DType::i64: return "i64";
-  case DType::f16: return "f16";
-  case DType::bf16: return "bf16";
-  case DType::f32: return "f32";
-  case DType::f8e4m3: return "f8e4m3";
-  case DType::f8e5m2: return "f8e5m2";
-  case DType::u8: return "u8";
-  case DType::u16: return "u16";
-  case DType::u32: return "u32";
-  case DType::u64: return "u64";
-  }
-  internal_fail("bad dtype");
-}
-
-std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType t : kAllDTypes)
-    if (dtype_name(t) == name) return t;
-  return std::nullopt;
-}
-
-int dtype_bits(DType t) {
-  switch (t) {
-  case DType::i1: return 1;
-  case DType::i8:
-  case DType::u8:
-  case DType::f8e4m3:
-  case DType::f8e5m2: return 8;
-  case DType::i16:
-  case DType::u16:
-  case DType::f16:
-  case DType::bf16: return 16;
-  case DType::i32:
-  case DType::u32:
-  case DType::f32: return 32;
-  case DType::i64:
-  case DType::u64: return 64;
-  }
-  internal_fail("bad dtype");
-}
-
-int dtype_bytes(DType t) { return t == DType::i1 ? 1 : dtype_bits(t) / 8; }
-
-bool is_float(DType t) { return t == DType::f16 || t == DType::bf16 || t == DType::f32 || is_fp8(t); }
-
 float round_to_dtype(float x, DType t) {
   switch (t) {
   case DType::f16: return f16_bits_to_f32(f32_to_f16_bits(x));

@@ -6,27 +6,23 @@
 #include <string_view>
 #include <vector>
 
+#include "abi/dtype.h"
+
 namespace tilec::ir {
 
-// f8e4m3 and f8e5m2 are 8-bit floats (abi/float8.h): stored as bytes, computed in f32.
-// Unsigned integers come last so the others keep their numbers (hashes, stored caches).
-enum class DType : uint8_t { i1, i8, i16, i32, i64, f16, bf16, f32, f8e4m3, f8e5m2, u8, u16, u32, u64 };
-inline constexpr DType kAllDTypes[] = {DType::i1,     DType::i8,     DType::i16, DType::i32, DType::i64,
-                                       DType::f16,    DType::bf16,   DType::f32, DType::f8e4m3,
-                                       DType::f8e5m2, DType::u8,     DType::u16, DType::u32, DType::u64};
-
-std::string_view dtype_name(DType t);
-std::optional<DType> parse_dtype(std::string_view name);
-int dtype_bits(DType t);
-int dtype_bytes(DType t); // i1 is stored as one byte
-bool is_float(DType t);
-inline bool is_fp8(DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; }
+// The dtypes are tilec::DType (abi/dtype.h), one enum with the runtime's element types.
+using tilec::DType;
+using tilec::dtype_bits;
+using tilec::dtype_bytes;
+using tilec::dtype_name;
+using tilec::is_float;
+using tilec::is_fp8;
+using tilec::is_int;
+using tilec::is_unsigned;
+using tilec::kAllDTypes;
+using tilec::parse_dtype;
 // `x` rounded to a float dtype (nearest even; fp8 saturates, abi/float8.h); f32 unchanged.
 float round_to_dtype(float x, DType t);
-inline bool is_int(DType t) { return !is_float(t); }
-// u8..u64: held zero-extended; their division, remainder, comparisons, min/max, `>>` (the
-// DSL's), conversions and reductions read the bits as unsigned (ir/SEMANTICS.md).
-inline bool is_unsigned(DType t) { return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::u64; }
 
 // An element: a value of some dtype, or a pointer to one (pointers are 64-bit).
 struct ElemType {
