@@ -282,12 +282,14 @@ Stream::Stream(const Context& ctx) : ctx_(&ctx) {
   CU_CHECK(cuStreamCreate, &stream_, CU_STREAM_DEFAULT);
 }
 
+Stream Stream::borrow(const Context& ctx, CUstream_st* handle) { return Stream(&ctx, handle); }
+
 Stream::~Stream() {
-  if (stream_) release_in(*ctx_, [&](const DriverApi& api) { api.cuStreamDestroy(stream_); });
+  if (stream_ && owned_) release_in(*ctx_, [&](const DriverApi& api) { api.cuStreamDestroy(stream_); });
 }
 
 Stream::Stream(Stream&& other) noexcept
-    : ctx_(other.ctx_), stream_(std::exchange(other.stream_, nullptr)) {}
+    : ctx_(other.ctx_), stream_(std::exchange(other.stream_, nullptr)), owned_(other.owned_) {}
 
 void Stream::synchronize() const {
   ScopedContext guard(*ctx_);

@@ -99,6 +99,9 @@ private:
 class Stream {
 public:
   explicit Stream(const Context& ctx);
+  // A stream someone else made (a host's CUstream, e.g. PyTorch's current stream) in `ctx`:
+  // launches go on it, and it is not destroyed with this object.
+  static Stream borrow(const Context& ctx, CUstream_st* handle);
   ~Stream();
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&&) = delete;
@@ -107,8 +110,10 @@ public:
   CUstream_st* handle() const { return stream_; }
 
 private:
+  Stream(const Context* ctx, CUstream_st* handle) : ctx_(ctx), stream_(handle), owned_(false) {}
   const Context* ctx_;
   CUstream_st* stream_ = nullptr;
+  bool owned_ = true;
 };
 
 class Event {

@@ -193,7 +193,8 @@ KernelCard read_kernel_card(const fs::path& file) {
   auto fail = [&](const std::string& what) { return ManifestError(fmt::format("{}: {}", file.string(), what)); };
   std::ifstream in(file, std::ios::binary);
   if (!in) throw fail("cannot open");
-  toml::table doc = parse_toml<ManifestError>(std::string(std::istreambuf_iterator<char>(in), {}), file.string());
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  toml::table doc = parse_toml<ManifestError>(text, file.string());
   KernelCard card;
   auto kernel = doc["kernel"].value<std::string>();
   if (!kernel || kernel->empty()) throw fail("missing key 'kernel' (a non-empty string)");
@@ -225,6 +226,7 @@ KernelCard read_kernel_card(const fs::path& file) {
       }
     }
   }
+  card.run = parse_op_run(text, file.string());
   return card;
 }
 
@@ -247,6 +249,7 @@ std::string format_kernel_card(const KernelCard& card) {
   doc.insert("defaults", defaults);
   doc.insert("spec_defaults", spec);
   out << doc << "\n";
+  if (card.run) out << format_op_run(*card.run);
   return out.str();
 }
 

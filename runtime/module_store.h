@@ -20,6 +20,7 @@
 
 #include "abi/error.h"
 #include "abi/manifest.h"
+#include "runtime/op_run.h"
 #include "runtime/tuning_db.h"
 
 namespace tilec::rt {
@@ -87,6 +88,7 @@ Manifest load_module(const ModuleQuery& q, const std::vector<std::filesystem::pa
 //   block_n = 32
 //   [spec_defaults]   # specialization values outside key and config, unless the caller gives them
 //   softcap = 0
+//   [run]             # optional: the whole run as data (runtime/op_run.h), what rt::OpStore executes
 struct KernelCard {
   std::string kernel;
   TunedConfig defaults;
@@ -95,6 +97,9 @@ struct KernelCard {
   // The program that compiles this kernel (tilec, or a user's own CLI built with
   // tilec_add_kernels): what a missing module's hint tells to run.
   std::string compiler = "tilec";
+  // Each launch of one run, its grid, buffers and workspace (runtime/op_run.h); empty for a
+  // kernel whose card does not describe its run.
+  std::optional<OpRun> run;
   bool operator==(const KernelCard&) const = default;
 };
 // Both throw ManifestError naming the file and what is wrong.

@@ -14,6 +14,7 @@
 #include "ir/printer.h"
 #include "templates/launcher.h"
 #include "templates/paged_attention.h"
+#include "templates/paged_attention_launch.h"
 #include "runtime/npy.h"
 #include <filesystem>
 #include <utility>
@@ -85,8 +86,12 @@ namespace {
 // The registry: tilec's kernels first, then the registered ones. A function-local static, so
 // registrations from other translation units' static initializers find it constructed.
 std::vector<KernelTemplate>& registry() {
-  static std::vector<KernelTemplate> all = {paged_attention_template(), vector_add_template(), softmax_template(),
-                                            matmul_template()};
+  static std::vector<KernelTemplate> all = [] {
+    std::vector<KernelTemplate> t = {paged_attention_template(), vector_add_template(), softmax_template(),
+                                     matmul_template()};
+    t.front().run = std::string(paged_attention_run()); // templates/paged_attention_launch.cpp
+    return t;
+  }();
   return all;
 }
 
@@ -190,6 +195,7 @@ rt::KernelCard kernel_card(const KernelTemplate& t) {
   card.size_fields = t.size_fields;
   if (!t.module_variants.empty())
     for (const auto& [name, v] : t.module_variants.front()) card.spec_defaults[name] = v;
+  if (!t.run.empty()) card.run = rt::parse_op_run(t.run, t.name + " (KernelTemplate::run)");
   return card;
 }
 

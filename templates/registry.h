@@ -174,6 +174,10 @@ struct KernelTemplate {
   // --shape values): `autotune --export` writes the winner's modules once per variant
   // (paged attention: softcap=0 and softcap=1). Empty: one set of modules.
   std::vector<ParamMap> module_variants = {};
+  // The whole run as data (runtime/op_run.h), TOML text holding a [run] table: kernel_card
+  // writes it into the card, so hosts in any language run the op through the C ABI
+  // (runtime/tilec.h). Empty: the card describes no run (a host launches the modules itself).
+  std::string run = {};
 };
 
 // The --shape values of a problem, choices by name: its key in the tuning database, and what

@@ -1,0 +1,176 @@
+#include "runtime/op_run.h"
+
+#include "abi/toml_reader.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <set>
+
+namespace tilec::rt {
+namespace {
+
+using Reader = TomlReader<ManifestError>;
+
+// An expression: a TOML string, or an integer written as one.
+SizeExpr expr(const Reader& r, const toml::node& n, const std::string& path) {
+  std::string text;
+  if (n.is_string()) text = n.as_string()->get();
+  else if (n.is_integer()) text = std::to_string(n.as_integer()->get());
+  else r.fail(n, fmt::format("key '{}' must be an expression (a string) or an integer, got {}", path, toml_kind(n)));
+  try {
+    return SizeExpr::parse(text);
+  } catch (const ExprError& e) {
+    r.fail(n, fmt::format("key '{}': {}", path, e.what()));
+  }
+}
+
+SizeExpr optional_expr(const Reader& r, const toml::table& t, std::string_view key, const std::string& path) {
+  const toml::node* n = t.get(key);
+  return n ? expr(r, *n, path + "." + std::string(key)) : SizeExpr();
+}
+
+ScalarType scalar_type(const Reader& r, const toml::table& t, std::string_view key, const std::string& path) {
+  std::string name = r.string(t, key, path + "." + std::string(key), &t);
+  auto type = parse_scalar_type(name);
+  if (!type) r.fail(t.get(key), fmt::format("key '{}.{}' is '{}', not an element type", path, key, name));
+  return *type;
+}
+
+// Each entry of the array of tables `run.<name>`, with its path ("run.tensor[2]").
+template <class F> void each(const Reader& r, const toml::table& run, const char* name, F&& f) {
+  const toml::node* n = run.get(name);
+  if (!n) return;
+  if (!n->is_array()) r.fail(n, fmt::format("key 'run.{}' must be an array of tables ([[run.{}]])", name, name));
+  const toml::array& a = *n->as_array();
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::string path = fmt::format("run.{}[{}]", name, i);
+    f(r.table(a[i], path), path);
+  }
+}
+
+OpRun read_run(const Reader& r, const toml::table& run) {
+  OpRun out;
+  std::set<std::string> names; // one namespace: a module parameter binds to a name
+  auto name_of = [&](const toml::table& t, const std::string& path) {
+    std::string name = r.string(t, "name", path + ".name", &t);
+    if (!names.insert(name).second) r.fail(t.get("name"), fmt::format("key '{}.name': '{}' is declared twice", path, name));
+    return name;
+  };
+  each(r, run, "size", [&](const toml::table& t, const std::string& path) {
+    OpSize s{name_of(t, path), optional_expr(r, t, "default", path)};
+    if (const toml::node* k = t.get("key")) {
+      if (!k->is_boolean()) r.fail(k, fmt::format("key '{}.key' must be true or false", path));
+      s.key = k->as_boolean()->get();
+    }
+    out.sizes.push_back(std::move(s));
+  });
+  each(r, run, "let", [&](const toml::table& t, const std::string& path) {
+    std::string name = name_of(t, path);
+    out.lets.push_back({name, expr(r, r.need(t, "value"), path + ".value")});
+  });
+  each(r, run, "tensor", [&](const toml::table& t, const std::string& path) {
+    OpTensor x;
+    x.name = name_of(t, path);
+    std::string role = r.string(t, "role", path + ".role", &t);
+    if (role != "input" && role != "output")
+      r.fail(t.get("role"), fmt::format("key '{}.role' is '{}', not \"input\" or \"output\"", path, role));
+    x.output = role == "output";
+    const toml::node& dims = r.need(t, "dims");
+    if (!dims.is_array()) r.fail(dims, fmt::format("key '{}.dims' must be an array of expressions", path));
+    for (size_t i = 0; i < dims.as_array()->size(); ++i)
+      x.dims.push_back(expr(r, *dims.as_array()->get(i), fmt::format("{}.dims[{}]", path, i)));
+    x.dtype = expr(r, r.need(t, "dtype"), path + ".dtype");
+    if (const toml::node* a = t.get("accept")) {
+      if (!a->is_array()) r.fail(a, fmt::format("key '{}.accept' must be an array of element types", path));
+      for (const toml::node& e : *a->as_array()) {
+        auto type = e.is_string() ? parse_scalar_type(e.as_string()->get()) : std::nullopt;
+        if (!type) r.fail(e, fmt::format("key '{}.accept' holds something that is not an element type", path));
+        x.accept.push_back(*type);
+      }
+    }
+    x.when = optional_expr(r, t, "when", path);
+    out.tensors.push_back(std::move(x));
+  });
+  each(r, run, "scalar", [&](const toml::table& t, const std::string& path) {
+    OpScalar s{name_of(t, path), scalar_type(r, t, "type", path), optional_expr(r, t, "when", path)};
+    if (s.type != ScalarType::f32 && !is_integer(s.type))
+      r.fail(t.get("type"), fmt::format("key '{}.type': a scalar is f32 or an integer type", path));
+    out.scalars.push_back(std::move(s));
+  });
+  each(r, run, "workspace", [&](const toml::table& t, const std::string& path) {
+    OpWorkspace w{name_of(t, path), scalar_type(r, t, "dtype", path), expr(r, r.need(t, "elements"), path + ".elements"),
+                  optional_expr(r, t, "when", path)};
+    out.workspace.push_back(std::move(w));
+  });
+  if (const toml::node* spec = run.get("spec")) {
+    const toml::table& t = r.table(*spec, "run.spec");
+    for (auto&& [k, v] : t) out.spec.emplace_back(std::string(k.str()), expr(r, v, "run.spec." + std::string(k.str())));
+  }
+  each(r, run, "launch", [&](const toml::table& t, const std::string& path) {
+    OpLaunch l;
+    l.kernel = r.string(t, "kernel", path + ".kernel", &t);
+    const toml::node& grid = r.need(t, "grid");
+    if (!grid.is_array() || grid.as_array()->size() != 3)
+      r.fail(grid, fmt::format("key '{}.grid' must be an array of three expressions (x, y, z)", path));
+    for (size_t i = 0; i < 3; ++i) l.grid[i] = expr(r, *grid.as_array()->get(i), fmt::format("{}.grid[{}]", path, i));
+    l.when = optional_expr(r, t, "when", path);
+    out.launches.push_back(std::move(l));
+  });
+  if (out.launches.empty()) r.fail(&run, "the [run] table has no [[run.launch]]");
+  return out;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string expr_text(const SizeExpr& e) { return quote(e.text()); }
+
+} // namespace
+
+std::optional<OpRun> parse_op_run(std::string_view text, const std::string& source) {
+  Reader r(source);
+  toml::table doc = parse_toml<ManifestError>(text, source);
+  const toml::node* run = doc.get("run");
+  if (!run) return std::nullopt;
+  return read_run(r, r.table(*run, "run"));
+}
+
+std::string format_op_run(const OpRun& run) {
+  std::string out = "\n# the run as data: each launch in order, its grid and buffers (runtime/op_run.h)\n";
+  auto when = [](const SizeExpr& w) { return w.empty() ? std::string() : fmt::format("when = {}\n", expr_text(w)); };
+  for (const OpSize& s : run.sizes)
+    out += fmt::format("\n[[run.size]]\nname = {}\n{}{}", quote(s.name),
+                       s.default_value.empty() ? "" : fmt::format("default = {}\n", expr_text(s.default_value)),
+                       s.key ? "" : "key = false\n");
+  for (const OpLet& l : run.lets) out += fmt::format("\n[[run.let]]\nname = {}\nvalue = {}\n", quote(l.name), expr_text(l.value));
+  for (const OpTensor& t : run.tensors) {
+    std::string dims, accept;
+    for (const SizeExpr& d : t.dims) dims += (dims.empty() ? "" : ", ") + expr_text(d);
+    for (ScalarType a : t.accept) accept += (accept.empty() ? "" : ", ") + quote(std::string(scalar_type_name(a)));
+    out += fmt::format("\n[[run.tensor]]\nname = {}\nrole = \"{}\"\ndims = [{}]\ndtype = {}\n{}{}", quote(t.name),
+                       t.output ? "output" : "input", dims, expr_text(t.dtype),
+                       accept.empty() ? "" : fmt::format("accept = [{}]\n", accept), when(t.when));
+  }
+  for (const OpScalar& s : run.scalars)
+    out += fmt::format("\n[[run.scalar]]\nname = {}\ntype = \"{}\"\n{}", quote(s.name), scalar_type_name(s.type), when(s.when));
+  for (const OpWorkspace& w : run.workspace)
+    out += fmt::format("\n[[run.workspace]]\nname = {}\ndtype = \"{}\"\nelements = {}\n{}", quote(w.name),
+                       scalar_type_name(w.dtype), expr_text(w.elements), when(w.when));
+  if (!run.spec.empty()) {
+    out += "\n[run.spec]\n";
+    for (const auto& [name, e] : run.spec) out += fmt::format("{} = {}\n", name, expr_text(e));
+  }
+  for (const OpLaunch& l : run.launches)
+    out += fmt::format("\n[[run.launch]]\nkernel = {}\ngrid = [{}, {}, {}]\n{}", quote(l.kernel), expr_text(l.grid[0]),
+                       expr_text(l.grid[1]), expr_text(l.grid[2]), when(l.when));
+  return out;
+}
+
+} // namespace tilec::rt

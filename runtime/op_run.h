@@ -1,0 +1,120 @@
+#pragma once
+// A run described as data: everything a host needs to run a whole op (all its launches) for
+// given sizes, without code of its own for that op. tilec writes it into the op's kernel
+// card (<kernel>.kernel.toml, runtime/module_store.h) as the [run] table; rt::OpStore
+// (runtime/op_store.h) and the C ABI (runtime/tilec.h) execute it. Every value below that is
+// not a name is an expression over the sizes, the config and the lets (runtime/size_expr.h).
+//
+//   [[run.size]]          # in order: given by the caller, implied by a tensor's shape or dtype
+//   name = "ctx"          # (a dim or dtype that is just this name), else `default`
+//   default = "max_blocks * block_size"
+//   key = true            # part of the tuning key (default); false: a helper value
+//
+//   [[run.let]]           # in order, after the config is selected
+//   name = "group"
+//   value = "head_group == 0 ? hq / hkv : head_group"
+//
+//   [[run.tensor]]        # the caller's arrays, row-major and contiguous
+//   name = "q"
+//   role = "input"        # or "output"
+//   dims = ["batch", "hq", "sq", "head_dim"]
+//   dtype = "dtype"       # an expression naming the element type
+//   accept = ["u32"]      # optional: other element types taken as they are (same width)
+//   when = "alibi"        # optional: the tensor is given exactly when this is nonzero
+//
+//   [[run.scalar]]        # the caller's scalars, passed as the module's parameter of that name
+//   name = "softmax_scale"
+//   type = "f32"
+//   when = "softcap"      # optional, as for tensors
+//
+//   [[run.workspace]]     # scratch the run needs, carved from one workspace (256-byte aligned)
+//   name = "partial_o"
+//   dtype = "f32"
+//   elements = "batch * hq * sq * num_splits * head_dim"
+//   when = "num_splits > 1"
+//
+//   [run.spec]            # the specialization every module of the run is looked up with
+//   head_dim = "head_dim"
+//
+//   [[run.launch]]        # in order; each module parameter binds by name to a tensor, a
+//   kernel = "paged_attention"   # workspace buffer, a scalar, a size, a config value or a let
+//   grid = ["batch", "hkv * (hq / hkv / group)", "num_splits"]
+//   when = "num_splits > 1"      # optional
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abi/types.h"
+#include "runtime/size_expr.h"
+
+namespace tilec::rt {
+
+struct OpSize {
+  std::string name;
+  SizeExpr default_value; // empty: the caller or a tensor must give it
+  bool key = true;
+  bool operator==(const OpSize&) const = default;
+};
+
+struct OpLet {
+  std::string name;
+  SizeExpr value;
+  bool operator==(const OpLet&) const = default;
+};
+
+struct OpTensor {
+  std::string name;
+  bool output = false;
+  std::vector<SizeExpr> dims;
+  SizeExpr dtype;
+  std::vector<ScalarType> accept;
+  SizeExpr when; // empty: always
+  bool operator==(const OpTensor&) const = default;
+};
+
+struct OpScalar {
+  std::string name;
+  ScalarType type = ScalarType::f32;
+  SizeExpr when;
+  bool operator==(const OpScalar&) const = default;
+};
+
+struct OpWorkspace {
+  std::string name;
+  ScalarType dtype = ScalarType::f32;
+  SizeExpr elements;
+  SizeExpr when;
+  bool operator==(const OpWorkspace&) const = default;
+};
+
+struct OpLaunch {
+  std::string kernel;
+  std::array<SizeExpr, 3> grid;
+  SizeExpr when;
+  bool operator==(const OpLaunch&) const = default;
+};
+
+struct OpRun {
+  std::vector<OpSize> sizes;
+  std::vector<OpLet> lets;
+  std::vector<OpTensor> tensors;
+  std::vector<OpScalar> scalars;
+  std::vector<OpWorkspace> workspace;
+  std::vector<std::pair<std::string, SizeExpr>> spec;
+  std::vector<OpLaunch> launches;
+  bool operator==(const OpRun&) const = default;
+};
+
+// Reads the [run] table of TOML text (a kernel card, or what a template declares); nullopt when
+// there is none. ManifestError naming `source`, the line:column and the key, an expression that
+// does not parse included.
+std::optional<OpRun> parse_op_run(std::string_view text, const std::string& source);
+// The [run] table as TOML text, which read_op_run reads back.
+std::string format_op_run(const OpRun& run);
+
+// The workspace offset alignment (bytes): every buffer carved from a workspace starts at one.
+inline constexpr std::size_t kWorkspaceAlign = 256;
+
+} // namespace tilec::rt
