@@ -145,8 +145,12 @@ Layout dot_layout(int64_t m, int64_t n, int num_warps) {
   return Layout{b, {0, 1}};
 }
 
+bool mma_warps_along_m(int64_t m, int64_t n, int num_warps) {
+  return m >= 16 * num_warps && m % (16 * num_warps) == 0 && n >= 8 && n % 8 == 0;
+}
+
 bool mma_layout_fits(int64_t m, int64_t n, int num_warps) {
-  return m >= 1 && n >= 8 * num_warps && n % (8 * num_warps) == 0;
+  return mma_warps_along_m(m, n, num_warps) || (m >= 1 && n >= 8 * num_warps && n % (8 * num_warps) == 0);
 }
 
 Layout mma_layout(int64_t m, int64_t n, int num_warps) {
@@ -155,7 +159,7 @@ Layout mma_layout(int64_t m, int64_t n, int num_warps) {
   b.order = {1, 0};
   b.size_per_thread = {1, 2};
   b.threads_per_warp = {8, 4};
-  b.warps_per_block = {1, num_warps};
+  b.warps_per_block = mma_warps_along_m(m, n, num_warps) ? std::vector<int>{num_warps, 1} : std::vector<int>{1, num_warps};
   return Layout{b, {0, 1}};
 }
 

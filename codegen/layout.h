@@ -71,11 +71,16 @@ Layout default_layout(const ir::Shape& shape, int elem_bytes, int num_warps);
 // accumulator, K at least 2) when CompileOptions::tensor_cores is on; else on CUDA cores.
 bool dot_on_tensor_cores(const ir::Op& dot);
 Layout dot_layout(int64_t m, int64_t n, int num_warps);
-// The layout of an mma.sync.m16n8k16 accumulator [M, N] whose warps split N: lane (g, t) =
-// (lane / 4, lane % 4) of warp w holds rows g, g + 8, g + 16, ... and columns 2t, 2t + 1 of
-// the 8-column tiles w, w + W, w + 2W, ...: blocked<[1, 2], [8, 4], [1, W]>. Below 16 rows
-// the pattern wraps (rows g mod M), so the rows the padded MMA computes past M are replicas.
-// Fits when N is a multiple of 8 W.
+// The layout of an mma.sync.m16n8k16 accumulator [M, N]. Lane (g, t) = (lane / 4, lane % 4)
+// holds columns 2t, 2t + 1 of 8-column tiles and rows 8 apart:
+// - warps along M (M >= 16 W, a multiple of it; N a multiple of 8): warp w holds rows
+//   8w + g + 8W k of every column tile, blocked<[1, 2], [8, 4], [W, 1]>. Its 16-row MMA tiles
+//   pair rows r and r + 8W (tile rows g and g + 8): each warp owns whole rows, so row
+//   reductions stay in the warp and no warp loads another's A rows (FlashAttention-2's split).
+// - warps along N otherwise (N a multiple of 8 W): warp w holds rows g, g + 8, g + 16, ... of
+//   the 8-column tiles w, w + W, w + 2W, ...: blocked<[1, 2], [8, 4], [1, W]>. Below 16 rows
+//   the pattern wraps (rows g mod M), so the rows the padded MMA computes past M are replicas.
+bool mma_warps_along_m(int64_t m, int64_t n, int num_warps);
 bool mma_layout_fits(int64_t m, int64_t n, int num_warps);
 Layout mma_layout(int64_t m, int64_t n, int num_warps);
 

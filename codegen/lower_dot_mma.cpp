@@ -59,6 +59,9 @@ struct MmaDot {
   bool direct;   // the result and the accumulator in the MMA accumulator's own layout
   bool zero_acc; // the accumulator is +0: not staged, the fragments start at zero
   int64_t off_z; // 16 zero bytes in shared memory, for the rows past M or N ldmatrix addresses
+  // Rows of A between tile rows g and g + 8 of a 16-row MMA tile: 8, or 8 W when the result's
+  // layout lays warps along M (mma_layout: warp w's tiles pair rows r and r + 8W).
+  int64_t half = 8;
   // Set after the operands are staged:
   bool a_ldm = false, b_ldm = false; // fragments through ldmatrix
   llvm::Value* g = nullptr;          // lane / 4
@@ -171,6 +174,7 @@ void Lowering::emit_dot_mma(const Op& op) {
   dot.mi = b_.CreateLShr(lane_, 3);
   dot.mr = b_.CreateAnd(lane_, 7);
   if (direct) {
+    if (mma_warps_along_m(M, N, int(opts_.num_warps))) dot.half = 8 * opts_.num_warps;
     Elems out = mma_direct(op, dot, ls[2]);
     if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // no barrier of its own follows the reads
     smem_dirty_ = true;
@@ -280,7 +284,7 @@ std::array<llvm::Value*, 4> Lowering::mma_frag_a(const MmaDot& dot, llvm::Value*
   auto a_at = [&](llvm::Value* m, llvm::Value* k) { return dot.a_at(b_, m, k); };
   if (dot.a_ldm) {
     std::vector<std::pair<int64_t, int64_t>> mats;
-    for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});
+    for (int i : need) mats.push_back({(i & 1) * dot.half, (i >> 1) * 8});
     // Rows past M read zeros, or (direct) repeat rows mod M.
     auto v = mma_ldmatrix(dot, mats, dot.a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read", dot.direct);
     for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j];
@@ -289,7 +293,7 @@ std::array<llvm::Value*, 4> Lowering::mma_frag_a(const MmaDot& dot, llvm::Value*
   // Rows g >= M.
   llvm::Value* row_out = M < 8 && !dot.direct ? b_.CreateICmpUGE(dot.g, b_.getInt32(uint32_t(M))) : nullptr;
   for (int i : need) {
-    llvm::Value* row = b_.CreateAdd(b_.CreateAdd(m0, dot.g), b_.getInt32(uint32_t((i & 1) * 8)));
+    llvm::Value* row = b_.CreateAdd(b_.CreateAdd(m0, dot.g), b_.getInt32(uint32_t((i & 1) * dot.half)));
     if (dot.direct && M < 8) row = b_.CreateAnd(row, b_.getInt32(uint32_t(M - 1))); // replicas of rows mod M
     llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, dot.t2), b_.getInt32(uint32_t((i >> 1) * 8)));
     llvm::Value* k_out = K < 16 ? b_.CreateICmpUGE(k, b_.getInt32(uint32_t(K))) : nullptr;
@@ -338,26 +342,38 @@ Elems Lowering::mma_step(const MmaDot& dot, const std::array<llvm::Value*, 4>& a
   return next;
 }
 
-// Warp w computes the 8-column tiles w, w + W, ... of every row tile, two at a time (one B
-// ldmatrix serves both): exactly the elements mma_layout gives its lanes. A thread's
-// element at offset (8 pm, 8 W pn + e) from its base is row tile pm / 2, fragment
-// register 2 (pm % 2) + e of its pn-th column tile; below 16 rows only pm = 0 exists.
+// Each warp computes exactly the elements mma_layout gives its lanes. Warps along N: warp w
+// computes the 8-column tiles w, w + W, ... of every row tile, two at a time (one B ldmatrix
+// serves both); a thread's element at offset (8 pm, 8 W pn + e) from its base is row tile
+// pm / 2, fragment register 2 (pm % 2) + e of its pn-th column tile (below 16 rows only pm = 0
+// exists). Warps along M: warp w computes every column tile of its row tiles, whose rows are
+// 8w + 16W tm + (g | g + 8W); its element at offset (8W pm, 8 pn + e) is row tile pm / 2,
+// register 2 (pm % 2) + e of column tile pn.
 Elems Lowering::mma_direct(const Op& op, const MmaDot& dot, LayoutId l) {
   const Value* res = op.results[0];
   const int64_t tiles_n = dot.Np / 8, W = opts_.num_warps;
+  const bool along_m = dot.half != 8;
   const ThreadElems& te = elems_of(l, res->type.shape);
-  std::map<std::array<int64_t, 3>, size_t> elem;
-  for (size_t j = 0; j < size_t(te.count); ++j)
-    elem[{te.offset[j][0] / 8, te.offset[j][1] / (8 * W), te.offset[j][1] % 2}] = j;
+  std::map<std::array<int64_t, 3>, size_t> elem; // (8-row group, column tile, e) -> element
+  for (size_t j = 0; j < size_t(te.count); ++j) {
+    const int64_t row = te.offset[j][0], col = te.offset[j][1];
+    elem[{along_m ? row / (8 * W) : row / 8, along_m ? col / 8 : col / (8 * W), col % 2}] = j;
+  }
   internal_assert(int64_t(elem.size()) == te.count, "the MMA layout's elements map to fragments");
   const Elems* acc = dot.zero_acc ? nullptr : &get(op.operands[2], l);
   Elems out(size_t(te.count), nullptr);
-  const int64_t tpw = tiles_n / W; // column tiles per warp
-  llvm::Value* nw = b_.CreateMul(warp_, b_.getInt32(8));
-  for (int64_t tm = 0; tm < dot.Mp / 16; ++tm)
+  // Row tiles and column tiles per warp, where a warp's first row and column start, and the
+  // distance between its consecutive row tiles and column tiles.
+  const int64_t row_tiles = along_m ? dot.Mp / (16 * W) : dot.Mp / 16, tpw = along_m ? tiles_n : tiles_n / W;
+  const int64_t row_step = along_m ? 16 * W : 16, col_step = along_m ? 8 : 8 * W;
+  llvm::Value* w8 = b_.CreateMul(warp_, b_.getInt32(8));
+  llvm::Value* m_base = along_m ? w8 : b_.getInt32(0);
+  llvm::Value* n_base = along_m ? b_.getInt32(0) : w8;
+  for (int64_t tm = 0; tm < row_tiles; ++tm)
     for (int64_t j = 0; j < tpw; j += 2) {
       const int nt = int(std::min<int64_t>(2, tpw - j));
-      llvm::Value* n0 = b_.CreateAdd(nw, b_.getInt32(uint32_t(j * 8 * W)));
+      llvm::Value* m0 = b_.CreateAdd(m_base, b_.getInt32(uint32_t(tm * row_step)));
+      llvm::Value* n0 = b_.CreateAdd(n_base, b_.getInt32(uint32_t(j * col_step)));
       auto slot = [&](int q, int r) -> const size_t* {
         auto it = elem.find({tm * 2 + r / 2, j + q, r % 2});
         return it == elem.end() ? nullptr : &it->second;
@@ -369,8 +385,8 @@ Elems Lowering::mma_direct(const Op& op, const MmaDot& dot, LayoutId l) {
           c.push_back(acc && s ? (*acc)[*s] : llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
         }
       Elems d = k_loop("mma", dot.Kp, 16, c, [&](llvm::Value* kk, const Elems& cur) {
-        std::array<llvm::Value*, 4> af = mma_frag_a(dot, b_.getInt32(uint32_t(tm * 16)), kk);
-        std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, nt, 8 * W);
+        std::array<llvm::Value*, 4> af = mma_frag_a(dot, m0, kk);
+        std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, nt, col_step);
         return mma_step(dot, af, bfs, nt, cur);
       });
       for (int q = 0; q < nt; ++q)
