@@ -5,7 +5,8 @@
 # again built with AddressSanitizer and UBSan (scripts/sanitize.sh, in ./build-asan), that
 # second time with the emulator's threads in reverse order running the GPU's own nvptx
 # lowering rewritten for the CPU. So every test runs in both thread orders and on both
-# lowerings, once each, and under the sanitizers once.
+# lowerings, once each, and under the sanitizers once. After the first ctest pass it runs the
+# hosts in Python and Rust (scripts/test_hosts.sh).
 # With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run instead of
 # skipping the PTX checks. TILEC_QUICK=1 runs the plain suite only, in both orders (for a
 # fast local loop).
@@ -23,6 +24,11 @@ build=${TILEC_BUILD_DIR:-build}
 elapsed() { echo "    ($((SECONDS - start)) s so far)"; }
 echo "==> testing"
 ctest --test-dir "$build" --output-on-failure -j2
+elapsed
+# Hosts in other languages through the C ABI (runtime/tilec.h): the Python package's tests and
+# the Rust example, on the folder ctest's hosts_deploy fixture exported (the C host ran in ctest).
+echo "==> hosts: the Python package (pytest) and the Rust example (scripts/test_hosts.sh)"
+./scripts/test_hosts.sh "$build"
 elapsed
 # The emulator running a block's threads in reverse order (a missing barrier that one order
 # hides shows in the other; the shared-memory race check catches it in both), and every
