@@ -96,6 +96,9 @@ public:
 
   // Steps 1-4 above; OpArgumentError naming the argument, ModuleNotFound naming the module.
   OpCall prepare(const OpArgs& args) const;
+  // Steps 1 and 2 alone: every size, the config and the lets (call.values), nothing checked
+  // and no module looked up. What a test evaluates the run's expressions with.
+  OpCall resolve(const OpArgs& args) const { return prepare(args, true); }
   // The shape and dtype tensor `tensor` must have for `args` (whose outputs may be missing):
   // what a binding allocates an output with.
   std::pair<std::vector<std::int64_t>, ScalarType> tensor_shape(const OpArgs& args, const std::string& tensor) const;
