@@ -1,6 +1,6 @@
 #pragma once
 // How every launcher words an argument that does not fit its kernel's parameters: the
-// interpreter (interp/), the launchers over compiled code (templates/module_launcher.h,
+// interpreter (interp/), the launchers over compiled code (launch/module_launcher.h,
 // backends/launchers.h) and the runtime's check against a manifest (runtime/launch.h). One
 // mistake reads the same on every backend:
 //

@@ -100,7 +100,7 @@ std::vector<templates::ParamMap> candidates_of(const templates::KernelTemplate& 
 // Enumerates the space for one key, compiles what the database lacks, checks and times each
 // survivor, and merges each measured config into the database as soon as it is measured.
 void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
-              templates::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r) {
+              launch::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r) {
   std::vector<templates::ParamMap> all = candidates_of(t, space, k, r);
   if (!s.shard.whole()) { // the same order on every machine, so the shards partition it
     std::vector<templates::ParamMap> mine;
@@ -192,7 +192,7 @@ std::vector<KeyToTune> make_keys(const templates::KernelTemplate& t, const std::
 }
 
 TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
-                const TuneSettings& s, const Target& tg, templates::Launcher& launcher, const Reporter& r) {
+                const TuneSettings& s, const Target& tg, launch::Launcher& launcher, const Reporter& r) {
   // Read only: nothing is written until a config is measured (a corrupt file is moved aside
   // then, by merge_into_file).
   rt::TuningDb db;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "autotune/space.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/registry.h"
 #include "measure/plan.h"
 #include "runtime/tuning_db.h"
@@ -71,7 +71,7 @@ struct TuneResult {
 // Tunes every key on `launcher` (the target's backend) into settings.db and exports the
 // winners. UserError for a key no candidate fits.
 TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, std::vector<KeyToTune>& keys,
-                const TuneSettings& settings, const Target& target, templates::Launcher& launcher,
+                const TuneSettings& settings, const Target& target, launch::Launcher& launcher,
                 const Reporter& reporter);
 
 struct PrepareSettings {

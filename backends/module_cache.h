@@ -5,7 +5,6 @@
 #include <string>
 
 #include "codegen/compile.h"
-#include "interp/interpreter.h"
 #include "ir/ir.h"
 #include "runtime/launch.h"
 #include "abi/manifest.h"

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "bench/bench_common.h"
+#include "interp/interpreter.h"
 #include "templates/registry.h"
 
 using namespace tilec;
@@ -19,8 +20,8 @@ int main(int argc, char** argv) {
     for (const auto& p : t.shape) shape[p.name] = p.value;
     ir::Kernel k = t.build(params, shape);
     templates::Problem p = templates::make_problem(t, {shape, 1, {}, {}});
-    auto args = p.interp_args();
-    interp::Grid grid = templates::launch_grid(t, params, p.shape);
+    auto args = p.launch_args();
+    launch::Grid grid = templates::launch_grid(t, params, p.shape);
     auto tm = bench::time_repeated(repeats, [&] { interp::interpret(*k, grid, args); });
     fmt::print("{:<12} {:>10.2f} {:>10.2f} {:>10.2f}\n", t.name, tm.median_ms, tm.min_ms, tm.max_ms);
   }

@@ -2,7 +2,7 @@
 // compiler (no LLVM here): each module's kernel makes its own problem (templates/: inputs,
 // argument order, grid and plain C++ reference, the same code `tilec run` checks against)
 // from the sizes the module records ([problem]) and its parameters ([specialization]); the
-// module launcher (templates/module_launcher.h) runs it on the GPU, the outputs are checked
+// module launcher (launch/module_launcher.h) runs it on the GPU, the outputs are checked
 // against the reference, and the kernel is timed with events (warm-up, then the median of
 // the repeats). One JSON line per module.
 //
@@ -21,8 +21,8 @@
 // its own folder. Exit codes: 0 all right, 1 a wrong result or failing call, 2 bad usage or
 // modules, 3 no CUDA driver or device.
 #include "abi/error.h"
-#include "templates/launcher.h"
-#include "templates/module_launcher.h"
+#include "launch/launcher.h"
+#include "launch/module_launcher.h"
 #include "templates/registry.h"
 #include "measure/measure.h"
 #include "runtime/cuda.h"
@@ -42,6 +42,7 @@
 
 namespace fs = std::filesystem;
 namespace rt = tilec::rt;
+namespace launch = tilec::launch;
 namespace templates = tilec::templates;
 namespace measure = tilec::measure;
 
@@ -73,7 +74,7 @@ templates::ParamMap values_of(const std::vector<templates::Param>& declared, con
 
 struct Result {
   templates::Comparison check;
-  templates::TimingStats timing;
+  launch::TimingStats timing;
   std::optional<std::int64_t> ideal_bytes;
   std::string shape;
 };
@@ -102,7 +103,7 @@ Result bench_module(const rt::Manifest& m, bool gpu, int repeats, const RunOptio
     if (it != m.specialization.end() && it->second != rt::SpecValue(std::int64_t(0))) req.options[o.name] = 30.0;
   }
   templates::Problem p = templates::make_problem(*t, req);
-  std::unique_ptr<templates::Launcher> launcher = measure::folder_launcher(m.dir, gpu, gpu ? "cuda" : "emulate");
+  std::unique_ptr<launch::Launcher> launcher = measure::folder_launcher(m.dir, gpu, gpu ? "cuda" : "emulate");
 
   Result r;
   r.shape = p.description;
@@ -111,7 +112,7 @@ Result bench_module(const rt::Manifest& m, bool gpu, int repeats, const RunOptio
   measure::Measurement mm = measure::measure_problem(*t, "", params, p, *launcher, warmup, repeats);
   r.check = mm.cmp;
   if (!mm.rejected.empty() && mm.cmp.ok) throw rt::Error(mm.rejected); // failed to run
-  if (!mm.times.empty()) r.timing = templates::summarize_times(mm.times, warmup);
+  if (!mm.times.empty()) r.timing = launch::summarize_times(mm.times, warmup);
   if (!ro.save_output.empty()) {
     // The outputs as the last timed run left them (measure_problem restores the initial ones).
     templates::run_problem(*t, "", params, p, *launcher);

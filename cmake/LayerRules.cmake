@@ -1,22 +1,24 @@
 # The folders of tilec and the folders each may include headers from (besides its own).
-# Dependencies point one way; the runtime side (abi, runtime) never sees the compiler.
+# Dependencies point one way; the runtime side (abi, runtime) never sees the compiler, and only
+# the code that interprets (fuzz, tools, bench, tests) sees the interpreter.
 # docs/ARCHITECTURE.md explains each edge; change both together.
 set(TILEC_LAYER_RULES
   "abi:"
   "ir:abi"
   "dsl:ir abi"
-  "interp:ir abi"
   "runtime:abi"
-  "templates:dsl interp ir runtime abi"
-  "measure:templates dsl interp ir runtime abi"
+  "launch:ir runtime abi"
+  "interp:launch ir abi"
+  "templates:dsl launch ir runtime abi"
+  "measure:templates dsl launch ir runtime abi"
   "codegen:ir abi"
-  "backends:templates codegen runtime interp dsl ir abi"
-  "autotune:measure backends templates codegen dsl interp ir runtime abi"
-  "fuzz:autotune backends templates codegen interp ir runtime abi"
-  "tools:measure fuzz autotune backends templates codegen interp dsl ir runtime abi"
+  "backends:templates codegen launch runtime dsl ir abi"
+  "autotune:measure backends templates codegen dsl launch ir runtime abi"
+  "fuzz:autotune backends templates codegen interp launch ir runtime abi"
+  "tools:measure fuzz autotune backends templates codegen interp launch dsl ir runtime abi"
   "examples:runtime abi"
-  "bench:measure templates backends codegen interp dsl ir runtime abi"
-  "tests:measure tools fuzz autotune backends templates codegen interp dsl ir runtime abi")
+  "bench:measure templates backends codegen interp launch dsl ir runtime abi"
+  "tests:measure tools fuzz autotune backends templates codegen interp launch dsl ir runtime abi")
 
 # Fails configuration, naming the file, the line and the edge, when a source includes a
 # header from a folder its rule does not allow.

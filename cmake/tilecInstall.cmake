@@ -11,7 +11,7 @@
 #     PREFIX/lib/tilec/tilec_emu.dynlist          the symbols its link flag exports
 #
 # Three export sets, one per component of the package: tilecRuntimeTargets (abi, runtime),
-# tilecMeasureTargets (ir, dsl, interp, templates, measure, measure_main, tilec-measure; no LLVM
+# tilecMeasureTargets (ir, dsl, launch, interp, templates, measure, measure_main, tilec-measure; no LLVM
 # either) and tilecCompilerTargets (the rest), so a consumer without LLVM can use
 # find_package(tilec COMPONENTS runtime measure). A runtime-only build (TILEC_RUNTIME_ONLY)
 # installs the first two.
@@ -24,14 +24,14 @@ mark_as_advanced(TILEC_INSTALL_CMAKEDIR)
 
 # name in the build -> name after tilec:: (folder order: runtime side first)
 set(tilec_runtime_targets tilec_abi tilec_runtime)
-set(tilec_measure_libraries tilec_ir tilec_dsl tilec_interp tilec_templates tilec_measure tilec_measure_main)
+set(tilec_measure_libraries tilec_ir tilec_dsl tilec_launch tilec_interp tilec_templates tilec_measure tilec_measure_main)
 set(tilec_compiler_libraries "")
 if(NOT TILEC_RUNTIME_ONLY)
   set(tilec_compiler_libraries tilec_codegen tilec_backends tilec_autotune tilec_fuzz tilec_cli tilec_cli_main)
-  # What a program that builds kernels links: the DSL, the IR and its interpreter, the kernels
-  # and their registry, codegen (LLVM), the backends and the runtime.
+  # What a program that builds kernels links: the DSL, the IR and its interpreter, the launch
+  # layer, the kernels and their registry, codegen (LLVM), the backends and the runtime.
   add_library(tilec_compiler INTERFACE)
-  target_link_libraries(tilec_compiler INTERFACE tilec_dsl tilec_ir tilec_interp tilec_templates tilec_codegen
+  target_link_libraries(tilec_compiler INTERFACE tilec_dsl tilec_ir tilec_launch tilec_interp tilec_templates tilec_codegen
                         tilec_backends tilec_autotune tilec_runtime)
 endif()
 
@@ -106,7 +106,7 @@ if(TILEC_HEADER_ONLY_DEPS)
                  "(install libfmt-dev and libtomlplusplus-dev to install this build)")
   return()
 endif()
-set(tilec_header_folders abi runtime ir dsl interp templates measure)
+set(tilec_header_folders abi runtime ir dsl launch interp templates measure)
 if(NOT TILEC_RUNTIME_ONLY)
   list(APPEND tilec_header_folders codegen backends autotune fuzz tools)
 endif()

@@ -189,7 +189,7 @@ int64_t ordered_bits(double v, ir::DType t) {
   return bits & sign ? -(bits & (sign - 1)) : bits;
 }
 
-std::string describe(const interp::Buffer& b, size_t i) {
+std::string describe(const launch::Buffer& b, size_t i) {
   if (ir::is_int(b.dtype)) return fmt::format("{}", b.get_int(i));
   double v = b.get(i);
   return fmt::format("{} ({:#x})", v, raw_bits(v, b.dtype));
@@ -203,7 +203,7 @@ int64_t ulp_distance(double a, double b, ir::DType t) {
   return d < 0 ? -d : d;
 }
 
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, std::optional<ir::DType> inexact_in,
+BufferDiff compare_buffers(const launch::Buffer& want, const launch::Buffer& got, std::optional<ir::DType> inexact_in,
                            bool any_zero_sign) {
   BufferDiff r;
   internal_assert(want.dtype == got.dtype && want.count() == got.count(), "compared buffers match in type and size");

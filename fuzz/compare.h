@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "interp/interpreter.h"
+#include "launch/args.h"
 #include "ir/ir.h"
 
 namespace tilec::fuzz {
@@ -53,7 +53,7 @@ struct BufferDiff {
 // Compares `got` with the interpreter's `want` element by element under the rules above:
 // bitwise, or with `inexact_in` within ulp_bound(*inexact_in) ulps of that dtype (both values
 // rounded to it); `any_zero_sign`: +0 equals -0.
-BufferDiff compare_buffers(const interp::Buffer& want, const interp::Buffer& got, std::optional<ir::DType> inexact_in,
+BufferDiff compare_buffers(const launch::Buffer& want, const launch::Buffer& got, std::optional<ir::DType> inexact_in,
                            bool any_zero_sign = false);
 
 } // namespace tilec::fuzz

@@ -111,14 +111,14 @@ int64_t random_int(Rng& r, ir::DType t) {
 
 } // namespace
 
-std::vector<interp::Buffer> make_buffers(const Program& p) {
+std::vector<launch::Buffer> make_buffers(const Program& p) {
   const ir::Function& fn = *p.kernel;
-  std::vector<interp::Buffer> bufs(fn.params.size());
+  std::vector<launch::Buffer> bufs(fn.params.size());
   for (size_t i = 0; i < fn.params.size(); ++i) {
     const ir::Value* v = fn.params[i];
     if (!v->type.is_ptr()) continue;
     ir::DType t = v->type.dtype();
-    interp::Buffer b(v->name, t, static_cast<size_t>(p.params.at(i).count));
+    launch::Buffer b(v->name, t, static_cast<size_t>(p.params.at(i).count));
     Rng r(p.seed * 0x100000001b3ull + i + 1);
     for (size_t k = 0; k < b.count(); ++k) {
       if (ir::is_float(t)) b.set(k, random_float(r, t));
@@ -129,14 +129,14 @@ std::vector<interp::Buffer> make_buffers(const Program& p) {
   return bufs;
 }
 
-std::vector<interp::Arg> make_args(const Program& p, std::vector<interp::Buffer>& buffers) {
+std::vector<launch::Arg> make_args(const Program& p, std::vector<launch::Buffer>& buffers) {
   const ir::Function& fn = *p.kernel;
-  std::vector<interp::Arg> args;
+  std::vector<launch::Arg> args;
   for (size_t i = 0; i < fn.params.size(); ++i) {
     const ir::Type& t = fn.params[i]->type;
-    if (t.is_ptr()) args.push_back(interp::Arg::of(buffers.at(i)));
-    else if (ir::is_float(t.dtype())) args.push_back(interp::Arg::of_float(p.params.at(i).scalar));
-    else args.push_back(interp::Arg::of_int(static_cast<int64_t>(p.params.at(i).scalar)));
+    if (t.is_ptr()) args.push_back(launch::Arg::of(buffers.at(i)));
+    else if (ir::is_float(t.dtype())) args.push_back(launch::Arg::of_float(p.params.at(i).scalar));
+    else args.push_back(launch::Arg::of_int(static_cast<int64_t>(p.params.at(i).scalar)));
   }
   return args;
 }

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "interp/interpreter.h"
+#include "launch/args.h"
 #include "ir/ir.h"
 
 namespace tilec::fuzz {
@@ -31,7 +31,7 @@ struct ParamValue {
 struct Program {
   ir::Kernel kernel;
   std::vector<ParamValue> params; // one per kernel parameter
-  interp::Grid grid{1, 1, 1};
+  launch::Grid grid{1, 1, 1};
   int num_warps = 4;
   uint64_t seed = 0; // the generator's seed; the inputs derive from it
 };
@@ -44,9 +44,9 @@ Program from_text(std::string_view text, std::string_view source_name = "<input>
 // The initial contents of every buffer parameter (deterministic in the seed): random values
 // of the buffer's dtype with edge cases mixed in (extremes, zeros of both signs, infinities,
 // NaN, subnormals). One per parameter; scalar parameters get an empty placeholder.
-std::vector<interp::Buffer> make_buffers(const Program& p);
+std::vector<launch::Buffer> make_buffers(const Program& p);
 // The kernel arguments over `buffers` (from make_buffers or a copy of it).
-std::vector<interp::Arg> make_args(const Program& p, std::vector<interp::Buffer>& buffers);
+std::vector<launch::Arg> make_args(const Program& p, std::vector<launch::Buffer>& buffers);
 
 // A deterministic 64-bit generator (splitmix64), the same on every platform.
 class Rng {

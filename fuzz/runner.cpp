@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 
 #include "fuzz/compare.h"
+#include "interp/interpreter.h"
 #include "abi/error.h"
 
 namespace tilec::fuzz {
 
-Outcome run_program(const Program& p, templates::Launcher& launcher) {
+Outcome run_program(const Program& p, launch::Launcher& launcher) {
   const ir::Function& fn = *p.kernel;
-  std::vector<interp::Buffer> want = make_buffers(p), got = want;
+  std::vector<launch::Buffer> want = make_buffers(p), got = want;
   try {
     interp::interpret(fn, p.grid, make_args(p, want));
   } catch (const UserError& e) {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "fuzz/program.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 
 namespace tilec::fuzz {
 
@@ -19,6 +19,6 @@ struct Outcome {
   std::string message; // what differs or failed; empty when they agree
 };
 
-Outcome run_program(const Program& p, templates::Launcher& launcher);
+Outcome run_program(const Program& p, launch::Launcher& launcher);
 
 } // namespace tilec::fuzz

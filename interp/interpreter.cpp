@@ -11,14 +11,15 @@
 #include <set>
 #include <utility>
 
-#include "abi/arg_errors.h"
 #include "abi/float16.h"
 #include "abi/atomic_ops.h"
 #include "abi/device_print.h"
 #include "abi/float8.h"
+#include "ir/convert.h"
 #include "ir/float_ops.h"
 #include "ir/int_ops.h"
 #include "ir/passes.h"
+#include "launch/specialize.h"
 
 namespace tilec::interp {
 
@@ -28,31 +29,17 @@ using ir::ElemType;
 using ir::Op;
 using ir::OpKind;
 using ir::Value;
+using ir::float_to_int;
+using ir::round_exact;
+using launch::Arg;
+using launch::Buffer;
+using launch::Grid;
+using launch::read_float;
+using launch::read_int;
+using launch::write_float;
+using launch::write_int;
 
 namespace {
-
-// Integers are kept sign-extended from their width, unsigned ones zero-extended (u64 as its
-// bits), i1 as 0 or 1.
-int64_t wrap(int64_t x, DType t) {
-  switch (t) {
-  case DType::u8:
-    return static_cast<uint8_t>(x);
-  case DType::u16:
-    return static_cast<uint16_t>(x);
-  case DType::u32:
-    return static_cast<uint32_t>(x);
-  case DType::i1:
-    return x != 0;
-  case DType::i8:
-    return static_cast<int8_t>(x);
-  case DType::i16:
-    return static_cast<int16_t>(x);
-  case DType::i32:
-    return static_cast<int32_t>(x);
-  default:
-    return x;
-  }
-}
 
 template <class Narrow> void narrow_all(std::vector<int64_t>& v) {
   for (int64_t& x : v)
@@ -91,17 +78,6 @@ void round_all(std::vector<float>& v, DType t) {
     x = round_to(x, t);
 }
 
-// Rounds `v` (an int64 or a double, both exact in long double) to `t` once. For
-// f16/bf16 it goes through an f32 rounded to odd, which keeps the second
-// rounding from differing from a direct one.
-float round_exact(long double v, DType t) {
-  float x = static_cast<float>(v);
-  if (t == DType::f32 || std::isnan(x)) return x;
-  if (static_cast<long double>(x) != v && !(std::bit_cast<uint32_t>(x) & 1))
-    x = std::nextafter(x, v > x ? INFINITY : -INFINITY);
-  return round_to(x, t);
-}
-
 // The bits of a float element of dtype `t` as the interpreter holds it (an f32 that came from
 // `t`; NaN payloads kept), and back.
 uint64_t float_bits(float x, DType t) {
@@ -127,23 +103,6 @@ float float_from_bits(uint64_t b, DType t) {
   }
 }
 
-// Truncates toward zero. Out of range is undefined in the IR; here it
-// saturates (as PTX's cvt.rzi does) and NaN gives 0, so it is never C++ UB.
-int64_t float_to_int(long double x, DType t) {
-  if (t == DType::i1) return x != 0;
-  if (std::isnan(x)) return 0;
-  if (ir::is_unsigned(t)) {
-    long double limit = std::ldexp(1.0L, ir::dtype_bits(t));
-    if (x <= -1) return 0;
-    if (x >= limit) return wrap(-1, t); // all ones
-    return static_cast<int64_t>(static_cast<uint64_t>(x));
-  }
-  long double limit = std::ldexp(1.0L, ir::dtype_bits(t) - 1);
-  if (x >= limit) return static_cast<int64_t>(static_cast<uint64_t>(limit) - 1);
-  if (x < -limit) return static_cast<int64_t>(0 - static_cast<uint64_t>(limit));
-  return static_cast<int64_t>(x);
-}
-
 // Two's complement arithmetic without signed-overflow UB.
 int64_t wrapping_add(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
@@ -153,99 +112,6 @@ int64_t wrapping_sub(int64_t a, int64_t b) {
 }
 int64_t wrapping_mul(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-}
-
-// Element codec of buffer storage, shared by the kernel's memory ops and Buffer::get/set.
-template <class T> T read_as(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T> void write_as(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-int64_t read_int(const std::byte* p, DType t) {
-  switch (t) {
-  case DType::i1:
-    return read_as<uint8_t>(p) != 0;
-  case DType::i8:
-    return read_as<int8_t>(p);
-  case DType::i16:
-    return read_as<int16_t>(p);
-  case DType::i32:
-    return read_as<int32_t>(p);
-  case DType::i64:
-    return read_as<int64_t>(p);
-  case DType::u8:
-    return read_as<uint8_t>(p);
-  case DType::u16:
-    return read_as<uint16_t>(p);
-  case DType::u32:
-    return read_as<uint32_t>(p);
-  case DType::u64:
-    return static_cast<int64_t>(read_as<uint64_t>(p));
-  default:
-    internal_fail("read_int of a float dtype");
-  }
-}
-
-float read_float(const std::byte* p, DType t) {
-  switch (t) {
-  case DType::f16:
-    return f16_bits_to_f32(read_as<uint16_t>(p));
-  case DType::bf16:
-    return bf16_bits_to_f32(read_as<uint16_t>(p));
-  case DType::f8e4m3:
-    return f8e4m3_bits_to_f32(read_as<uint8_t>(p));
-  case DType::f8e5m2:
-    return f8e5m2_bits_to_f32(read_as<uint8_t>(p));
-  case DType::f32:
-    return read_as<float>(p);
-  default:
-    internal_fail("read_float of an integer dtype");
-  }
-}
-
-void write_int(std::byte* p, DType t, int64_t x) {
-  switch (t) {
-  case DType::i1:
-    return write_as<uint8_t>(p, x != 0);
-  case DType::i8:
-    return write_as<int8_t>(p, static_cast<int8_t>(x));
-  case DType::i16:
-    return write_as<int16_t>(p, static_cast<int16_t>(x));
-  case DType::i32:
-    return write_as<int32_t>(p, static_cast<int32_t>(x));
-  case DType::i64:
-  case DType::u64:
-    return write_as<int64_t>(p, x);
-  case DType::u8:
-    return write_as<uint8_t>(p, static_cast<uint8_t>(x));
-  case DType::u16:
-    return write_as<uint16_t>(p, static_cast<uint16_t>(x));
-  case DType::u32:
-    return write_as<uint32_t>(p, static_cast<uint32_t>(x));
-  default:
-    internal_fail("write_int of a float dtype");
-  }
-}
-
-void write_float(std::byte* p, DType t, float x) {
-  switch (t) {
-  case DType::f16:
-    return write_as<uint16_t>(p, f32_to_f16_bits(x));
-  case DType::bf16:
-    return write_as<uint16_t>(p, f32_to_bf16_bits(x));
-  case DType::f8e4m3:
-    return write_as<uint8_t>(p, f32_to_f8e4m3_bits(x));
-  case DType::f8e5m2:
-    return write_as<uint8_t>(p, f32_to_f8e5m2_bits(x));
-  case DType::f32:
-    return write_as<float>(p, x);
-  default:
-    internal_fail("write_float of an integer dtype");
-  }
 }
 
 // The storage of one SSA value: flat row-major arrays. Which ones are used
@@ -394,68 +260,10 @@ private:
 
 } // namespace
 
-std::string scalar_arg_error(DType t, const Arg& a) {
-  if (ir::is_float(t) && !a.is_float) return fmt::format("the integer {}, not a float (pass Arg::of_float)", a.i);
-  if (!ir::is_float(t) && a.is_float) return fmt::format("the float {}, not an integer (pass Arg::of_int)", a.f);
-  return "";
-}
-
-namespace {
-
-// An argument as a count mismatch names an extra one: "buffer 'xs' of f32", "the integer 7".
-std::string describe_arg(const Arg& a) {
-  if (a.buffer) return rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype));
-  return a.is_float ? fmt::format("the float {}", a.f) : fmt::format("the integer {}", a.i);
-}
-
-// The wording of abi/arg_errors.h, which every launcher shares.
-std::string argument_count_error(const ir::Function& fn, const std::vector<Arg>& args) {
-  std::vector<rt::ParamName> params;
-  for (const Value* p : fn.params) params.push_back({p->name, p->type.str()});
-  std::vector<std::string> extra;
-  for (size_t k = fn.params.size(); k < args.size(); ++k) extra.push_back(describe_arg(args[k]));
-  auto fits = [&](size_t i, size_t k) {
-    const ir::Type& t = fn.params[i]->type;
-    const Arg& a = args[k];
-    if (t.is_ptr()) return a.buffer && a.buffer->dtype == t.dtype();
-    return !a.buffer && a.is_float == ir::is_float(t.dtype());
-  };
-  return rt::argument_count_mismatch(params, args.size(), extra, fits);
-}
-
-} // namespace
-
-std::string argument_error(const ir::Function& fn, const std::vector<Arg>& args) {
-  if (args.size() != fn.params.size()) return argument_count_error(fn, args);
-  for (size_t k = 0; k < args.size(); ++k) {
-    const Value* p = fn.params[k];
-    const Arg& a = args[k];
-    const std::string type = p->type.str();
-    if (!p->type.is_scalar()) return rt::param_phrase(p->name, type) + " is a tile; parameters must be scalars or pointers";
-    DType t = p->type.dtype();
-    if (p->type.is_ptr()) {
-      if (!a.buffer) return rt::param_given(p->name, type, "a scalar, not a buffer");
-      if (a.buffer->dtype != t)
-        return rt::param_given(p->name, type, rt::buffer_of(a.buffer->name, ir::dtype_name(a.buffer->dtype)));
-    } else if (a.buffer) {
-      return rt::param_given(p->name, type, fmt::format("buffer '{}', not a scalar", a.buffer->name));
-    } else if (std::string why = scalar_arg_error(t, a); !why.empty()) {
-      return rt::param_given(p->name, type, why);
-    } else if (!ir::is_float(t)) {
-      if (wrap(a.i, t) != a.i) return rt::param_given(p->name, type, fmt::format("{}, which does not fit", a.i));
-      if (p->multiple_of && a.i % p->multiple_of != 0)
-        return rt::param_given(p->name, type,
-                               fmt::format("{}, not a multiple of {} as the kernel declares (multiple_of)", a.i,
-                                           p->multiple_of));
-    }
-  }
-  return "";
-}
-
 namespace {
 
 void Machine::bind(const std::vector<Arg>& args) {
-  if (std::string why = argument_error(fn_, args); !why.empty()) fail(why);
+  if (std::string why = launch::argument_error(fn_, args); !why.empty()) fail(why);
   for (size_t k = 0; k < args.size(); ++k) {
     const Value* p = fn_.params[k];
     const Arg& a = args[k];
@@ -511,7 +319,7 @@ void Machine::exec(const Op& op) {
     if (ir::is_float(t))
       out(op.result()).f.assign(n, round_exact(c.f, t));
     else
-      out(op.result()).i.assign(n, wrap(c.i, t));
+      out(op.result()).i.assign(n, ir::wrap_int(c.i, t));
     return;
   }
   case OpKind::Splat: {
@@ -582,7 +390,7 @@ void Machine::exec(const Op& op) {
     for (size_t k = 0; k < n; ++k) {
       uint64_t bits = ir::is_float(from) ? float_bits(a.f[k], from) : ir::low_bits(a.i[k], ir::dtype_bits(from));
       if (ir::is_float(to)) r.f[k] = float_from_bits(bits, to);
-      else r.i[k] = wrap(static_cast<int64_t>(bits), to);
+      else r.i[k] = ir::wrap_int(static_cast<int64_t>(bits), to);
     }
     return;
   }
@@ -1016,37 +824,6 @@ void Machine::exec_for(const Op& op) {
 
 } // namespace
 
-void Buffer::check_index(size_t i) const {
-  if (i >= count())
-    throw UserError(fmt::format("buffer '{}' has {} elements, no element {}", name, count(), i));
-}
-
-double Buffer::get(size_t i) const {
-  check_index(i);
-  const std::byte* p = bytes.data() + i * ir::dtype_bytes(dtype);
-  if (dtype == DType::u64) return static_cast<double>(static_cast<uint64_t>(read_int(p, dtype)));
-  return ir::is_float(dtype) ? read_float(p, dtype) : static_cast<double>(read_int(p, dtype));
-}
-
-void Buffer::set(size_t i, double v) {
-  check_index(i);
-  std::byte* p = bytes.data() + i * ir::dtype_bytes(dtype);
-  if (ir::is_float(dtype))
-    write_float(p, dtype, round_exact(v, dtype));
-  else
-    write_int(p, dtype, float_to_int(v, dtype));
-}
-
-int64_t Buffer::get_int(size_t i) const {
-  check_index(i);
-  return read_int(bytes.data() + i * ir::dtype_bytes(dtype), dtype);
-}
-
-void Buffer::set_int(size_t i, int64_t v) {
-  check_index(i);
-  write_int(bytes.data() + i * ir::dtype_bytes(dtype), dtype, v);
-}
-
 void interpret(const ir::Function& fn, Grid grid, const std::vector<Arg>& args) {
   for (int a = 0; a < 3; ++a)
     if (grid[a] < 0 || grid[a] > std::numeric_limits<int32_t>::max())
@@ -1054,10 +831,7 @@ void interpret(const ir::Function& fn, Grid grid, const std::vector<Arg>& args) 
           fmt::format("{}: grid dimension {} is {}, outside [0, 2^31)", fn.name, a, grid[a]));
   // Offsets into buffers past 2^31 elements are computed in 64 bits, as every backend
   // compiles them (ir::widen_offsets; ir/SEMANTICS.md).
-  std::set<std::string> large;
-  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i)
-    if (fn.params[i]->type.is_ptr() && args[i].buffer && args[i].buffer->count() > (size_t(1) << 31))
-      large.insert(fn.params[i]->name);
+  std::set<std::string> large = launch::specialize(fn, args).large_buffers;
   ir::Kernel widened;
   if (!large.empty()) {
     widened = ir::clone(fn);

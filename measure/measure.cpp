@@ -8,7 +8,7 @@
 
 #include "ir/error.h"
 #include "ir/printer.h"
-#include "templates/module_launcher.h"
+#include "launch/module_launcher.h"
 #include "runtime/cuda.h"
 #include "runtime/loaded_module.h"
 #include "runtime/module_store.h"
@@ -24,12 +24,12 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 } // namespace
 
 Measurement measure_problem(const templates::KernelTemplate& t, const std::string& path,
-                            const templates::ParamMap& params, templates::Problem& p, templates::Launcher& launcher,
+                            const templates::ParamMap& params, templates::Problem& p, launch::Launcher& launcher,
                             int warmup, int repeats) {
   Measurement r;
   // Each measurement starts from the problem's own output values, not from what the last
   // config left there: a config that writes nothing must not pass on another's results.
-  std::vector<interp::Buffer> initial;
+  std::vector<launch::Buffer> initial;
   for (int o : p.outputs) initial.push_back(p.buffers[size_t(o)]);
   try {
     launcher.reset_stats();
@@ -92,7 +92,7 @@ templates::ParamMap shape_of_key(const templates::KernelTemplate& t, const rt::P
   return templates::resolve_params(t.shape, sets, "problem key");
 }
 
-std::unique_ptr<templates::Launcher> folder_launcher(const fs::path& dir, bool gpu, const std::string& backend) {
+std::unique_ptr<launch::Launcher> folder_launcher(const fs::path& dir, bool gpu, const std::string& backend) {
   std::map<std::string, rt::Manifest> here;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec))
@@ -104,7 +104,7 @@ std::unique_ptr<templates::Launcher> folder_launcher(const fs::path& dir, bool g
       here.emplace(m.kernel, std::move(m));
     }
   if (ec) throw rt::ManifestError(fmt::format("{}: {}", dir.string(), ec.message()));
-  auto source = [here = std::move(here), dir](const ir::Function& fn, int, const std::vector<interp::Arg>&) {
+  auto source = [here = std::move(here), dir](const ir::Function& fn, int, const launch::Specialization&) {
     auto it = here.find(fn.name);
     if (it == here.end())
       throw rt::ManifestError(fmt::format("{}: no module of kernel '{}', which this run launches", dir.string(),
@@ -117,7 +117,7 @@ std::unique_ptr<templates::Launcher> folder_launcher(const fs::path& dir, bool g
                                           dir.string(), fn.name, it->second.ir_hash, ir::content_hash(fn)));
     return it->second;
   };
-  return templates::make_module_launcher(source, gpu, backend);
+  return launch::make_module_launcher(source, gpu, backend);
 }
 
 MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void(const std::string&)>& progress) {
@@ -170,7 +170,7 @@ MeasureSummary measure_plan(const MeasureOptions& opts, const std::function<void
       problem = templates::make_problem(*t, {shape_of_key(*t, pp.key), pp.seed, {}, {}});
       made = c->problem;
     }
-    std::unique_ptr<templates::Launcher> launcher =
+    std::unique_ptr<launch::Launcher> launcher =
         folder_launcher(candidate_dir(opts.plan_dir, arch, *c), gpu, opts.backend);
     Measurement m = measure_problem(*t, "", c->config, problem, *launcher, warmup, repeats);
     ++done;

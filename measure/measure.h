@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/registry.h"
 #include "measure/plan.h"
 
@@ -22,14 +22,14 @@ namespace tilec::measure {
 struct Measurement {
   std::string rejected;
   std::vector<double> times;
-  templates::LaunchStats last; // of the last timed run
+  launch::LaunchStats last; // of the last timed run
   templates::Comparison cmp;
   // The check run moved more than the kernel's traffic budget allows (templates::traffic_error);
   // not a rejection: the result is right.
   std::string traffic_error;
 };
 Measurement measure_problem(const templates::KernelTemplate& t, const std::string& path,
-                            const templates::ParamMap& params, templates::Problem& p, templates::Launcher& launcher,
+                            const templates::ParamMap& params, templates::Problem& p, launch::Launcher& launcher,
                             int warmup, int repeats);
 
 double median(std::vector<double> v);
@@ -44,7 +44,7 @@ templates::ParamMap shape_of_key(const templates::KernelTemplate& t, const rt::P
 
 // A launcher over the modules in `dir` (each kernel of a run found by name among the folder's
 // manifests), on the GPU when `gpu` (BackendUnavailable without one), else on the emulator.
-std::unique_ptr<templates::Launcher> folder_launcher(const std::filesystem::path& dir, bool gpu,
+std::unique_ptr<launch::Launcher> folder_launcher(const std::filesystem::path& dir, bool gpu,
                                                    const std::string& backend);
 
 // How `tilec-measure` runs a plan.

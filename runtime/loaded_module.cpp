@@ -57,9 +57,10 @@ void LoadedModule::launch(Dim3 grid, std::span<const Arg> args, const Stream* st
   std::get<1>(impl_->code)->launch(grid, args, stream);
 }
 
-std::optional<EmuLaunchStats> LoadedModule::launch_counted(Dim3 grid, std::span<const Arg> args) const {
+std::optional<EmuLaunchStats> LoadedModule::launch_counted(Dim3 grid, std::span<const Arg> args,
+                                                           std::span<const std::string> buffer_names) const {
   if (impl_->code.index() != 0) return std::nullopt;
-  return std::get<0>(impl_->code)->launch(grid, args);
+  return std::get<0>(impl_->code)->launch(grid, args, buffer_names);
 }
 
 } // namespace tilec::rt

@@ -42,8 +42,10 @@ public:
     launch(grid, std::span<const Arg>(args.begin(), args.size()), stream);
   }
   // On the emulator: launches and returns what the emulator counted (time, bytes moved, warp
-  // requests). A GPU module is not launched: std::nullopt (time it with events instead).
-  std::optional<EmuLaunchStats> launch_counted(Dim3 grid, std::span<const Arg> args) const;
+  // requests); `buffer_names`, when given, name the arguments in its errors and stats
+  // (EmuModule::launch). A GPU module is not launched: std::nullopt (time it with events instead).
+  std::optional<EmuLaunchStats> launch_counted(Dim3 grid, std::span<const Arg> args,
+                                               std::span<const std::string> buffer_names = {}) const;
 
 private:
   struct Impl;

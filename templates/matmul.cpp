@@ -58,12 +58,12 @@ KernelTemplate matmul_template() {
     return pr;
   };
   t.grid = [](const ParamMap& p, const ParamMap& s) {
-    return interp::Grid{cdiv(s.at("m"), p.at("block_m")), cdiv(s.at("n"), p.at("block_n")), 1};
+    return launch::Grid{cdiv(s.at("m"), p.at("block_m")), cdiv(s.at("n"), p.at("block_n")), 1};
   };
   t.reference = [](Problem& pr) {
     const int64_t m = pr.shape.at("m"), n = pr.shape.at("n"), k = pr.shape.at("k");
-    const interp::Buffer &a = pr.buffers[0], &b = pr.buffers[1];
-    interp::Buffer want("c", ir::DType::f32, size_t(m * n));
+    const launch::Buffer &a = pr.buffers[0], &b = pr.buffers[1];
+    launch::Buffer want("c", ir::DType::f32, size_t(m * n));
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;

@@ -131,8 +131,8 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
 
 } // namespace prim
 
-interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher,
-                                              const interp::Buffer* block_table) {
+launch::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, launch::Launcher& launcher,
+                                              const launch::Buffer* block_table) {
   if (block_table) {
     // The inputs as given, then every entry of the replacement (the decomposition reads all).
     validate_paged_attention(in, /*decompose=*/false);
@@ -148,7 +148,7 @@ interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, La
   const PagedAttentionShape& s = in.shape;
   prim::Recipe recipe = prim::paged_attention_recipe(s);
   // The recipe's Input nodes carry each operand's shape.
-  std::vector<const interp::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache,
+  std::vector<const launch::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache,
                                                  block_table ? block_table : &in.block_table, &in.context_lens};
   if (s.alibi) operands.push_back(&in.alibi_slopes);
   std::vector<prim::Tensor> binds(operands.size());
@@ -156,7 +156,7 @@ interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, La
     if (n.op == prim::PrimOp::Input)
       binds.at(n.bind) = prim::borrow_buffer(*operands.at(n.bind), n.shape);
   prim::Tensor out = prim::contiguous(launcher, prim::execute(recipe, binds, launcher));
-  interp::Buffer result("out", out.dtype(), static_cast<size_t>(out.numel()));
+  launch::Buffer result("out", out.dtype(), static_cast<size_t>(out.numel()));
   const size_t bytes = result.bytes.size(),
                start = static_cast<size_t>(out.offset) * ir::dtype_bytes(out.dtype());
   std::copy(out.buffer->bytes.begin() + start, out.buffer->bytes.begin() + start + bytes,

@@ -36,6 +36,6 @@ void require_i32_strides(const Tensor& t, const char* op);
 std::string dname(ir::DType t);
 
 // The launch's argument for a tensor's buffer.
-interp::Arg buffer_arg(const Tensor& t);
+launch::Arg buffer_arg(const Tensor& t);
 
 } // namespace tilec::templates::prim::detail

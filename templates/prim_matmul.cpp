@@ -85,7 +85,7 @@ ir::Kernel matmul_kernel(const MatmulSpec& s) {
 
 } // namespace
 
-Tensor matmul(Launcher& l, const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
+Tensor matmul(launch::Launcher& l, const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
   if (a.rank() < 2 || b.rank() < 2 || a.shape[a.rank() - 1] != b.shape[b.rank() - 2])
     throw UserError(fmt::format("MatMul: shapes {} and {} are not [..., M, K] and [..., K, N]",
                                 ir::shape_str(a.shape), ir::shape_str(b.shape)));
@@ -132,18 +132,18 @@ Tensor matmul(Launcher& l, const Tensor& a, const Tensor& b, std::optional<DType
   if (m == 0 || n == 0) return c;
   ir::Kernel kernel = detail::cached_kernel(spec.key(), [&] { return matmul_kernel(spec); });
 
-  std::vector<interp::Arg> args = {detail::buffer_arg(av), detail::buffer_arg(bv),
+  std::vector<launch::Arg> args = {detail::buffer_arg(av), detail::buffer_arg(bv),
                                    detail::buffer_arg(c)};
   for (int64_t v : {m, n, kk})
-    args.push_back(interp::Arg::of_int(v));
+    args.push_back(launch::Arg::of_int(v));
   for (int64_t d : bshape)
-    args.push_back(interp::Arg::of_int(d));
+    args.push_back(launch::Arg::of_int(d));
   auto push = [&](const Tensor& t, const std::vector<int64_t>& batch_strides) {
-    args.push_back(interp::Arg::of_int(t.offset));
+    args.push_back(launch::Arg::of_int(t.offset));
     for (int64_t s : batch_strides)
-      args.push_back(interp::Arg::of_int(s));
-    args.push_back(interp::Arg::of_int(t.strides[t.rank() - 2]));
-    args.push_back(interp::Arg::of_int(t.strides[t.rank() - 1]));
+      args.push_back(launch::Arg::of_int(s));
+    args.push_back(launch::Arg::of_int(t.strides[t.rank() - 2]));
+    args.push_back(launch::Arg::of_int(t.strides[t.rank() - 1]));
   };
   push(av, sa);
   push(bv, sb);

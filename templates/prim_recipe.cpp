@@ -208,7 +208,7 @@ std::string Recipe::str() const {
   return out;
 }
 
-Tensor execute(const Recipe& recipe, const std::vector<Tensor>& binds, Launcher& l) {
+Tensor execute(const Recipe& recipe, const std::vector<Tensor>& binds, launch::Launcher& l) {
   const size_t n = recipe.nodes.size();
   if (recipe.output < 0 || recipe.output >= static_cast<int>(n))
     throw UserError("recipe: no output node");

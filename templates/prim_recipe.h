@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ir/types.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/paged_attention.h"
 #include "templates/primitives.h"
 
@@ -92,7 +92,7 @@ private:
 
 // Runs the nodes in order, `binds[i]` standing for Input i, and returns the
 // output. Intermediates are released after their last use.
-Tensor execute(const Recipe& recipe, const std::vector<Tensor>& binds, Launcher& launcher);
+Tensor execute(const Recipe& recipe, const std::vector<Tensor>& binds, launch::Launcher& launcher);
 
 // The seed's PagedAttn decomposition (gather → dense SDPA → variable-length
 // mask) for one problem shape, node for node, with Cast nodes added where

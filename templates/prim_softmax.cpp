@@ -91,7 +91,7 @@ ir::Kernel softmax_kernel(const SoftmaxSpec& s) {
 
 } // namespace
 
-Tensor softmax_last_dim(Launcher& l, const Tensor& x, std::optional<DType> out_dtype,
+Tensor softmax_last_dim(launch::Launcher& l, const Tensor& x, std::optional<DType> out_dtype,
                         int64_t block) {
   if (x.rank() < 1 || x.rank() > kMaxRank || !ir::is_float(x.dtype()))
     throw UserError(
@@ -116,15 +116,15 @@ Tensor softmax_last_dim(Launcher& l, const Tensor& x, std::optional<DType> out_d
   SoftmaxSpec spec{x.dtype(), dt, static_cast<int>(lead.size()), block};
   ir::Kernel kernel = detail::cached_kernel(spec.key(), [&] { return softmax_kernel(spec); });
 
-  std::vector<interp::Arg> args = {detail::buffer_arg(x), detail::buffer_arg(out),
-                                   interp::Arg::of_int(n_cols)};
+  std::vector<launch::Arg> args = {detail::buffer_arg(x), detail::buffer_arg(out),
+                                   launch::Arg::of_int(n_cols)};
   for (int64_t d : lead)
-    args.push_back(interp::Arg::of_int(d));
+    args.push_back(launch::Arg::of_int(d));
   auto push = [&](const Tensor& t, const std::vector<int64_t>& strides) {
-    args.push_back(interp::Arg::of_int(t.offset));
+    args.push_back(launch::Arg::of_int(t.offset));
     for (int64_t s : strides)
-      args.push_back(interp::Arg::of_int(s));
-    args.push_back(interp::Arg::of_int(t.strides.back()));
+      args.push_back(launch::Arg::of_int(s));
+    args.push_back(launch::Arg::of_int(t.strides.back()));
   };
   push(x, xs);
   push(out, os);

@@ -61,24 +61,24 @@ Tensor empty(DType dtype, const Shape& shape, std::string name) {
   for (int64_t d : shape)
     if (d < 0)
       throw UserError(fmt::format("tensor '{}': negative size in {}", name, ir::shape_str(shape)));
-  auto buf = std::make_shared<interp::Buffer>(std::move(name), dtype,
+  auto buf = std::make_shared<launch::Buffer>(std::move(name), dtype,
                                               static_cast<size_t>(ir::num_elements(shape)));
   return {std::move(buf), shape, row_major_strides(shape), 0};
 }
 
-Tensor from_buffer(interp::Buffer buffer, const Shape& shape) {
+Tensor from_buffer(launch::Buffer buffer, const Shape& shape) {
   if (static_cast<int64_t>(buffer.count()) != ir::num_elements(shape))
     throw UserError(fmt::format("buffer '{}' has {} elements, shape {} needs {}", buffer.name,
                                 buffer.count(), ir::shape_str(shape), ir::num_elements(shape)));
-  return {std::make_shared<interp::Buffer>(std::move(buffer)), shape, row_major_strides(shape), 0};
+  return {std::make_shared<launch::Buffer>(std::move(buffer)), shape, row_major_strides(shape), 0};
 }
 
-Tensor borrow_buffer(const interp::Buffer& buffer, const Shape& shape) {
+Tensor borrow_buffer(const launch::Buffer& buffer, const Shape& shape) {
   if (static_cast<int64_t>(buffer.count()) != ir::num_elements(shape))
     throw UserError(fmt::format("buffer '{}' has {} elements, shape {} needs {}", buffer.name,
                                 buffer.count(), ir::shape_str(shape), ir::num_elements(shape)));
   // A shared_ptr that owns nothing: the caller keeps the buffer alive.
-  std::shared_ptr<interp::Buffer> view(std::shared_ptr<void>(), const_cast<interp::Buffer*>(&buffer));
+  std::shared_ptr<launch::Buffer> view(std::shared_ptr<void>(), const_cast<launch::Buffer*>(&buffer));
   return {std::move(view), shape, row_major_strides(shape), 0};
 }
 
@@ -243,8 +243,8 @@ std::string dname(DType t) {
   return std::string(ir::dtype_name(t));
 }
 
-interp::Arg buffer_arg(const Tensor& t) {
-  return interp::Arg::of(*t.buffer);
+launch::Arg buffer_arg(const Tensor& t) {
+  return launch::Arg::of(*t.buffer);
 }
 
 } // namespace detail
@@ -414,7 +414,7 @@ ir::Kernel elementwise_kernel(const EwSpec& s) {
 
 // Runs `op` writing `out`; every input but gather's index has out's shape
 // (gather's source differs in dim 0 only and is addressed through the index).
-void launch_elementwise(Launcher& l, Ew op, const Tensor& out, const std::vector<Tensor>& ins,
+void launch_elementwise(launch::Launcher& l, Ew op, const Tensor& out, const std::vector<Tensor>& ins,
                         double scalar = 0.0) {
   if (out.numel() == 0) return;
   const bool gather = op == Ew::gather;
@@ -439,16 +439,16 @@ void launch_elementwise(Launcher& l, Ew op, const Tensor& out, const std::vector
     spec.ins.push_back(t.dtype());
   ir::Kernel kernel = detail::cached_kernel(spec.key(), [&] { return elementwise_kernel(spec); });
 
-  std::vector<interp::Arg> args = {detail::buffer_arg(out)};
+  std::vector<launch::Arg> args = {detail::buffer_arg(out)};
   for (const Tensor& t : ins)
     args.push_back(detail::buffer_arg(t));
-  args.push_back(interp::Arg::of_int(out.numel()));
+  args.push_back(launch::Arg::of_int(out.numel()));
   for (int64_t d : shape)
-    args.push_back(interp::Arg::of_int(d));
+    args.push_back(launch::Arg::of_int(d));
   auto push_strided = [&](int64_t offset, const std::vector<int64_t>& strides) {
-    args.push_back(interp::Arg::of_int(offset));
+    args.push_back(launch::Arg::of_int(offset));
     for (int64_t s : strides)
-      args.push_back(interp::Arg::of_int(s));
+      args.push_back(launch::Arg::of_int(s));
   };
   push_strided(out.offset, out_strides);
   for (size_t i = 0, j = 0; i < ins.size(); ++i) {
@@ -459,24 +459,24 @@ void launch_elementwise(Launcher& l, Ew op, const Tensor& out, const std::vector
   }
   if (has_scalar(op)) {
     if (ir::is_float(compute_dtype(spec.ins))) {
-      args.push_back(interp::Arg::of_float(scalar));
+      args.push_back(launch::Arg::of_float(scalar));
     } else {
       if (!std::isfinite(scalar) || scalar != std::trunc(scalar))
         throw UserError(fmt::format("{}: the scalar {} is not an integer, as {} data needs",
                                     ew_name(op), scalar, ir::dtype_name(out.dtype())));
-      args.push_back(interp::Arg::of_int(static_cast<int64_t>(scalar)));
+      args.push_back(launch::Arg::of_int(static_cast<int64_t>(scalar)));
     }
   }
   l.launch(kernel, kNumWarps, {cdiv(out.numel(), kElementBlock), 1, 1}, args);
 }
 
-Tensor copy_as(Launcher& l, const Tensor& x, DType dtype, const char* what) {
+Tensor copy_as(launch::Launcher& l, const Tensor& x, DType dtype, const char* what) {
   Tensor out = empty(dtype, x.shape, what);
   launch_elementwise(l, Ew::copy, out, {x});
   return out;
 }
 
-Tensor binary(Launcher& l, Ew op, const Tensor& a, const Tensor& b) {
+Tensor binary(launch::Launcher& l, Ew op, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype())
     throw UserError(fmt::format("{}: operands are {} and {}; the primitives take one dtype",
                                 ew_name(op), ir::dtype_name(a.dtype()), ir::dtype_name(b.dtype())));
@@ -490,29 +490,29 @@ Tensor binary(Launcher& l, Ew op, const Tensor& a, const Tensor& b) {
 
 // --- the ops
 
-Tensor reshape(Launcher& l, const Tensor& x, const Shape& shape) {
+Tensor reshape(launch::Launcher& l, const Tensor& x, const Shape& shape) {
   if (auto v = reshape_view(x, shape)) return *v;
   Tensor dense = copy_as(l, x, x.dtype(), "reshape");
   return *reshape_view(dense, shape);
 }
 
-Tensor contiguous(Launcher& l, const Tensor& x) {
+Tensor contiguous(launch::Launcher& l, const Tensor& x) {
   return x.is_contiguous() ? x : copy_as(l, x, x.dtype(), "contiguous");
 }
 
-Tensor permute_copy(Launcher& l, const Tensor& x, const std::vector<int64_t>& perm) {
+Tensor permute_copy(launch::Launcher& l, const Tensor& x, const std::vector<int64_t>& perm) {
   return copy_as(l, permute(x, perm), x.dtype(), "permute");
 }
 
-Tensor broadcast_to_copy(Launcher& l, const Tensor& x, const Shape& shape) {
+Tensor broadcast_to_copy(launch::Launcher& l, const Tensor& x, const Shape& shape) {
   return copy_as(l, broadcast_to(x, shape), x.dtype(), "broadcast_to");
 }
 
-Tensor cast(Launcher& l, const Tensor& x, DType dtype) {
+Tensor cast(launch::Launcher& l, const Tensor& x, DType dtype) {
   return copy_as(l, x, dtype, "cast");
 }
 
-Tensor index_select(Launcher& l, const Tensor& x, const Tensor& index, int64_t dim) {
+Tensor index_select(launch::Launcher& l, const Tensor& x, const Tensor& index, int64_t dim) {
   if (dim != 0)
     throw UserError(fmt::format("IndexSelect: only dim 0 is supported, got dim {}", dim));
   if (x.rank() < 1) throw UserError("IndexSelect: the source is a scalar");
@@ -534,14 +534,14 @@ Tensor index_select(Launcher& l, const Tensor& x, const Tensor& index, int64_t d
   return out;
 }
 
-Tensor mul_scalar(Launcher& l, const Tensor& x, double s) {
+Tensor mul_scalar(launch::Launcher& l, const Tensor& x, double s) {
   if (x.dtype() == DType::i1) throw UserError("MulScalar: i1 data has no multiplication");
   Tensor out = empty(x.dtype(), x.shape, "mul_scalar");
   launch_elementwise(l, Ew::mul_scalar, out, {x}, s);
   return out;
 }
 
-Tensor tanh(Launcher& l, const Tensor& x) {
+Tensor tanh(launch::Launcher& l, const Tensor& x) {
   if (!ir::is_float(x.dtype()))
     throw UserError(fmt::format("Tanh: needs float data, got {}", ir::dtype_name(x.dtype())));
   Tensor out = empty(x.dtype(), x.shape, "tanh");
@@ -549,20 +549,20 @@ Tensor tanh(Launcher& l, const Tensor& x) {
   return out;
 }
 
-Tensor add(Launcher& l, const Tensor& a, const Tensor& b) {
+Tensor add(launch::Launcher& l, const Tensor& a, const Tensor& b) {
   return binary(l, Ew::add, a, b);
 }
-Tensor sub(Launcher& l, const Tensor& a, const Tensor& b) {
+Tensor sub(launch::Launcher& l, const Tensor& a, const Tensor& b) {
   return binary(l, Ew::sub, a, b);
 }
-Tensor mul(Launcher& l, const Tensor& a, const Tensor& b) {
+Tensor mul(launch::Launcher& l, const Tensor& a, const Tensor& b) {
   return binary(l, Ew::mul, a, b);
 }
-Tensor ge(Launcher& l, const Tensor& a, const Tensor& b) {
+Tensor ge(launch::Launcher& l, const Tensor& a, const Tensor& b) {
   return binary(l, Ew::ge, a, b);
 }
 
-Tensor masked_fill(Launcher& l, const Tensor& x, const Tensor& mask, double value) {
+Tensor masked_fill(launch::Launcher& l, const Tensor& x, const Tensor& mask, double value) {
   if (mask.dtype() != DType::i1)
     throw UserError(
         fmt::format("MaskedFill: the mask must be i1, got {}", ir::dtype_name(mask.dtype())));
@@ -571,7 +571,7 @@ Tensor masked_fill(Launcher& l, const Tensor& x, const Tensor& mask, double valu
   return out;
 }
 
-Tensor iota(Launcher& l, DType dtype, const Shape& shape) {
+Tensor iota(launch::Launcher& l, DType dtype, const Shape& shape) {
   Tensor out = empty(dtype, shape, "iota");
   launch_elementwise(l, Ew::iota, out, {});
   return out;

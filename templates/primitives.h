@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "interp/interpreter.h"
+#include "launch/args.h"
 #include "ir/types.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 
 namespace tilec::templates::prim {
 
@@ -35,7 +35,7 @@ inline constexpr int kMaxRank = 5;
 // offset + Σ c_d · strides[d]. A stride of 0 repeats an element (broadcast).
 // Views share their buffer; every op that computes makes a fresh, contiguous one.
 struct Tensor {
-  std::shared_ptr<interp::Buffer> buffer;
+  std::shared_ptr<launch::Buffer> buffer;
   ir::Shape shape;
   std::vector<int64_t> strides;
   int64_t offset = 0;
@@ -52,10 +52,10 @@ std::vector<int64_t> row_major_strides(const ir::Shape& shape);
 // A fresh contiguous tensor (zero-filled) over a new buffer called `name`.
 Tensor empty(ir::DType dtype, const ir::Shape& shape, std::string name);
 // Takes `buffer` as a contiguous tensor of `shape`; its element count must match.
-Tensor from_buffer(interp::Buffer buffer, const ir::Shape& shape);
+Tensor from_buffer(launch::Buffer buffer, const ir::Shape& shape);
 // The same over `buffer` itself, not a copy: it must outlive the tensor, and the primitives
 // only read it (an input of a recipe).
-Tensor borrow_buffer(const interp::Buffer& buffer, const ir::Shape& shape);
+Tensor borrow_buffer(const launch::Buffer& buffer, const ir::Shape& shape);
 
 // Numpy broadcasting: the common shape of a and b (UserError naming `what`
 // and both shapes when there is none), and whether `from` broadcasts to `to`.
@@ -72,37 +72,37 @@ std::optional<Tensor> reshape_view(const Tensor& x, const ir::Shape& shape);
 
 // --- ops that launch (each returns a fresh contiguous tensor unless noted)
 // A view when reshape_view allows it (no launch), else a contiguous copy.
-Tensor reshape(Launcher& l, const Tensor& x, const ir::Shape& shape);
+Tensor reshape(launch::Launcher& l, const Tensor& x, const ir::Shape& shape);
 // x itself when already contiguous, else a copy.
-Tensor contiguous(Launcher& l, const Tensor& x);
-Tensor permute_copy(Launcher& l, const Tensor& x, const std::vector<int64_t>& perm);
-Tensor broadcast_to_copy(Launcher& l, const Tensor& x, const ir::Shape& shape);
+Tensor contiguous(launch::Launcher& l, const Tensor& x);
+Tensor permute_copy(launch::Launcher& l, const Tensor& x, const std::vector<int64_t>& perm);
+Tensor broadcast_to_copy(launch::Launcher& l, const Tensor& x, const ir::Shape& shape);
 // IR cast semantics (floats round to nearest even, float->int truncates, ->i1 is != 0).
-Tensor cast(Launcher& l, const Tensor& x, ir::DType dtype);
+Tensor cast(launch::Launcher& l, const Tensor& x, ir::DType dtype);
 // out[i, …] = x[index[i], …]; index is a 1-d i32 tensor, every entry in
 // [0, x.shape[0]) (checked before launch). Only dim 0 is supported.
-Tensor index_select(Launcher& l, const Tensor& x, const Tensor& index, int64_t dim = 0);
+Tensor index_select(launch::Launcher& l, const Tensor& x, const Tensor& index, int64_t dim = 0);
 // [..., M, K] · [..., K, N] -> [..., M, N] with numpy-broadcast batch dims (at
 // most 3), any strides, products and sums in f32. Float operands; the result
 // is `out_dtype`, else a's dtype when a and b agree, else f32.
-Tensor matmul(Launcher& l, const Tensor& a, const Tensor& b,
+Tensor matmul(launch::Launcher& l, const Tensor& a, const Tensor& b,
               std::optional<ir::DType> out_dtype = std::nullopt);
 // Elementwise; floats compute in f32 and round once to the result dtype.
-Tensor mul_scalar(Launcher& l, const Tensor& x, double s);
-Tensor tanh(Launcher& l, const Tensor& x); // float dtypes
+Tensor mul_scalar(launch::Launcher& l, const Tensor& x, double s);
+Tensor tanh(launch::Launcher& l, const Tensor& x); // float dtypes
 // a and b of one dtype, numpy-broadcast to a common shape.
-Tensor add(Launcher& l, const Tensor& a, const Tensor& b);
-Tensor sub(Launcher& l, const Tensor& a, const Tensor& b);
-Tensor mul(Launcher& l, const Tensor& a, const Tensor& b);
-Tensor ge(Launcher& l, const Tensor& a, const Tensor& b); // an i1 tensor
+Tensor add(launch::Launcher& l, const Tensor& a, const Tensor& b);
+Tensor sub(launch::Launcher& l, const Tensor& a, const Tensor& b);
+Tensor mul(launch::Launcher& l, const Tensor& a, const Tensor& b);
+Tensor ge(launch::Launcher& l, const Tensor& a, const Tensor& b); // an i1 tensor
 // value where mask (i1, broadcast to x) else x.
-Tensor masked_fill(Launcher& l, const Tensor& x, const Tensor& mask, double value);
+Tensor masked_fill(launch::Launcher& l, const Tensor& x, const Tensor& mask, double value);
 // out[i] = row-major flat index i, converted to dtype.
-Tensor iota(Launcher& l, ir::DType dtype, const ir::Shape& shape);
+Tensor iota(launch::Launcher& l, ir::DType dtype, const ir::Shape& shape);
 // Softmax over the last dim in f32, any row length, one program per row; a
 // row that is all -inf gives all zeros. `block` (0: chosen from the row
 // length) is the columns one step of the row loop covers.
-Tensor softmax_last_dim(Launcher& l, const Tensor& x,
+Tensor softmax_last_dim(launch::Launcher& l, const Tensor& x,
                         std::optional<ir::DType> out_dtype = std::nullopt, int64_t block = 0);
 
 // Kernels the primitives have built in this process (each built once per

@@ -12,7 +12,7 @@
 
 #include "templates/kernels.h"
 #include "ir/printer.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/paged_attention.h"
 #include "templates/paged_attention_launch.h"
 #include "runtime/npy.h"
@@ -26,16 +26,16 @@ std::string Param::value_str(int64_t v) const {
   return std::to_string(v);
 }
 
-int Problem::add_buffer(interp::Buffer b) {
+int Problem::add_buffer(launch::Buffer b) {
   buffers.push_back(std::move(b));
   return static_cast<int>(buffers.size()) - 1;
 }
 
-std::vector<interp::Arg> Problem::interp_args() {
-  std::vector<interp::Arg> out;
+std::vector<launch::Arg> Problem::launch_args() {
+  std::vector<launch::Arg> out;
   for (const ArgSpec& a : args) {
-    if (a.buffer >= 0) out.push_back(interp::Arg::of(buffers.at(a.buffer)));
-    else out.push_back(a.is_float ? interp::Arg::of_float(a.f) : interp::Arg::of_int(a.i));
+    if (a.buffer >= 0) out.push_back(launch::Arg::of(buffers.at(a.buffer)));
+    else out.push_back(a.is_float ? launch::Arg::of_float(a.f) : launch::Arg::of_int(a.i));
   }
   return out;
 }
@@ -46,7 +46,7 @@ std::optional<int64_t> ideal_traffic_budget(const Problem& p, double tolerance) 
 }
 
 std::string traffic_error(const KernelTemplate& t, const std::string& path, const ParamMap& params, const Problem& p,
-                          const LaunchStats& stats) {
+                          const launch::LaunchStats& stats) {
   if (!t.traffic_budget || !stats.request_bytes) return "";
   if (!path.empty() && path != default_path(t)) return "";
   std::optional<int64_t> budget = t.traffic_budget(p, params);
@@ -62,8 +62,8 @@ std::string traffic_error(const KernelTemplate& t, const std::string& path, cons
 Comparison compare_outputs(const Problem& p) {
   Comparison c;
   for (size_t k = 0; k < p.outputs.size(); ++k) {
-    const interp::Buffer& got = p.buffers.at(p.outputs[k]);
-    const interp::Buffer& want = p.expected.at(k);
+    const launch::Buffer& got = p.buffers.at(p.outputs[k]);
+    const launch::Buffer& want = p.expected.at(k);
     for (size_t i = 0; i < want.count(); ++i) {
       double g = got.get(i), w = want.get(i);
       double err = std::abs(g - w);
@@ -202,7 +202,7 @@ rt::KernelCard kernel_card(const KernelTemplate& t) {
 std::string default_path(const KernelTemplate& t) { return t.paths.empty() ? "kernel" : t.paths.front().name; }
 
 void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, Problem& p,
-                 Launcher& launcher) {
+                 launch::Launcher& launcher) {
   if (!path.empty() && path != default_path(t)) {
     auto it = std::find_if(t.paths.begin(), t.paths.end(), [&](const RunPath& r) { return r.name == path; });
     if (it == t.paths.end()) {
@@ -215,15 +215,15 @@ void run_problem(const KernelTemplate& t, const std::string& path, const ParamMa
   if (!t.paths.empty()) return t.paths.front().run(p, params, p.shape, launcher);
   auto warps = params.find("num_warps");
   launcher.launch(t.build(params, p.shape), warps == params.end() ? 4 : int(warps->second),
-                  launch_grid(t, params, p.shape), p.interp_args());
+                  launch_grid(t, params, p.shape), p.launch_args());
 }
 
-interp::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
+launch::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
   if (!t.grid)
     throw UserError(fmt::format("{} declares no launch grid (KernelTemplate::grid, a function of the config and the "
                                 "sizes), so it cannot be run",
                                 t.name));
-  interp::Grid g = t.grid(params, shape);
+  launch::Grid g = t.grid(params, shape);
   for (int64_t d : g)
     if (d < 0 || d > int64_t(UINT32_MAX))
       throw UserError(fmt::format("{}: grid ({}, {}, {}) for this config and these sizes: each axis must be from 0 to "
@@ -333,7 +333,7 @@ std::map<std::string, rt::NpyArray> read_tensor_inputs(const KernelTemplate& t, 
 void fill_from_files(const KernelTemplate& t, const std::string& dir, Problem& p,
                      std::map<std::string, rt::NpyArray>& arrays) {
   for (auto& [name, a] : arrays) {
-    auto it = std::find_if(p.buffers.begin(), p.buffers.end(), [&](const interp::Buffer& b) { return b.name == name; });
+    auto it = std::find_if(p.buffers.begin(), p.buffers.end(), [&](const launch::Buffer& b) { return b.name == name; });
     if (it == p.buffers.end())
       throw InternalError(fmt::format("{}: declares the tensor {} but its problem has no buffer of that name", t.name,
                                       name));
@@ -352,7 +352,7 @@ void fill_from_files(const KernelTemplate& t, const std::string& dir, Problem& p
 
 void write_output(const KernelTemplate& t, const std::string& path, const Problem& p) {
   if (t.write_output) return t.write_output(path, p);
-  const interp::Buffer& out = p.buffers.at(size_t(p.outputs.at(0)));
+  const launch::Buffer& out = p.buffers.at(size_t(p.outputs.at(0)));
   std::vector<int64_t> dims{int64_t(out.count())};
   for (const TensorSpec& s : t.tensors)
     if (s.output && s.name == out.name) {
@@ -470,7 +470,7 @@ std::string npy_descr(ir::DType t) {
   }
 }
 
-void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi) {
+void fill_uniform(launch::Buffer& b, uint64_t seed, double lo, double hi) {
   const bool is_float = ir::is_float(b.dtype);
   if (b.count() < kParallelFillElements) {
     std::mt19937_64 rng(seed);

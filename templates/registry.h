@@ -12,7 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "interp/interpreter.h"
+#include "launch/args.h"
+#include "launch/launcher.h"
 #include "ir/ir.h"
 #include "abi/manifest.h"
 #include "runtime/module_store.h"
@@ -45,10 +46,10 @@ struct ArgSpec {
 // The launch grid does (KernelTemplate::grid), so a problem is made once per set of sizes and
 // every config of a search runs on it with its own grid.
 struct Problem {
-  std::vector<interp::Buffer> buffers;
+  std::vector<launch::Buffer> buffers;
   std::vector<ArgSpec> args;
   std::vector<int> outputs;              // buffers the kernel writes
-  std::vector<interp::Buffer> expected;  // the reference's values of `outputs`
+  std::vector<launch::Buffer> expected;  // the reference's values of `outputs`
   double atol = 1e-6;                    // |got - want| <= atol + rtol * |want|
   double rtol = 1e-5;
   std::optional<int64_t> ideal_bytes;    // the least a run must move (for GB/s); empty: unknown
@@ -61,12 +62,12 @@ struct Problem {
   // PagedAttentionInputs here); empty for kernels that launch `args` on `grid`.
   std::any context;
 
-  int add_buffer(interp::Buffer b);
+  int add_buffer(launch::Buffer b);
   void arg_buffer(int index) { args.push_back({index}); }
   void arg_int(int64_t v) { args.push_back({-1, v, static_cast<double>(v), false}); }
   void arg_float(double v) { args.push_back({-1, static_cast<int64_t>(v), v, true}); }
   // The interpreter's view of `args`, pointing into `buffers`.
-  std::vector<interp::Arg> interp_args();
+  std::vector<launch::Arg> launch_args();
 };
 
 struct Comparison {
@@ -90,14 +91,11 @@ struct ProblemRequest {
   std::string inputs_dir;
 };
 
-class Launcher;
-struct LaunchStats;
-
 // One way to compute a problem's outputs on a launcher (paged attention: "fused", the
 // block-table walk, and "decompose", the seed's primitive recipe).
 struct RunPath {
   std::string name, help;
-  std::function<void(Problem& p, const ParamMap& params, const ParamMap& shape, Launcher& l)> run;
+  std::function<void(Problem& p, const ParamMap& params, const ParamMap& shape, launch::Launcher& l)> run;
 };
 
 // One array of a problem as files see it: `NAME.npy` under `--inputs DIR`, or the file
@@ -131,7 +129,7 @@ struct KernelTemplate {
   // The launch grid of the default path for a config and the problem's sizes: every command
   // (run, --tuned, bench, autotune, --prepare, tilec-measure) launches each config on its own
   // grid. Required to run a template that declares no `paths`.
-  std::function<interp::Grid(const ParamMap& params, const ParamMap& shape)> grid = {};
+  std::function<launch::Grid(const ParamMap& params, const ParamMap& shape)> grid = {};
   // Fills p.expected (one buffer per p.outputs) from p's input buffers; may also set atol/rtol
   // and ideal_bytes. With `tensors`, `--inputs DIR` reads the inputs from .npy files and
   // `--out` writes the output with its shape, with no I/O code of the template's own.
@@ -196,19 +194,19 @@ std::optional<int64_t> ideal_traffic_budget(const Problem& p, double tolerance =
 // Why the run of `path` (empty: the default) moved more than t.traffic_budget allows; empty
 // when it did not, or when the budget, the path or the launcher's counts do not apply.
 std::string traffic_error(const KernelTemplate& t, const std::string& path, const ParamMap& params, const Problem& p,
-                          const LaunchStats& stats);
+                          const launch::LaunchStats& stats);
 // Runs `path` (empty: the default) of `t` on `p` with config `params`, at p.shape's sizes and
 // on the config's own grid (t.grid); UserError naming the template's paths when there is no
 // such path. The outputs land in p.buffers.
 void run_problem(const KernelTemplate& t, const std::string& path, const ParamMap& params, Problem& p,
-                 Launcher& launcher);
+                 launch::Launcher& launcher);
 // The problem of `request`; UserError when it gives options or inputs the template does not
 // take. request.shape may leave out sizes (their defaults); p.shape holds all of them. With
 // --inputs and `tensors`, the sizes and dtypes come from the files.
 Problem make_problem(const KernelTemplate& t, const ProblemRequest& request);
 // The grid of the default path for a config at these sizes (t.grid); UserError when the
 // template has none.
-interp::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
+launch::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
 // Writes output 0 of a run as .npy: t.write_output, else shaped by its TensorSpec at p.shape's
 // sizes, else a 1-d array of its dtype.
 void write_output(const KernelTemplate& t, const std::string& path, const Problem& p);
@@ -253,7 +251,7 @@ std::string npy_descr(ir::DType t);
 // of std::mt19937_64 below kParallelFillElements elements, a per-element hash on every core
 // from there up.
 inline constexpr size_t kParallelFillElements = size_t(1) << 24;
-void fill_uniform(interp::Buffer& b, uint64_t seed, double lo, double hi);
+void fill_uniform(launch::Buffer& b, uint64_t seed, double lo, double hi);
 
 // Integer ceil(a / b).
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -58,11 +58,11 @@ KernelTemplate softmax_template() {
     pr.rtol = 1e-5;
     return pr;
   };
-  t.grid = [](const ParamMap&, const ParamMap& s) { return interp::Grid{s.at("rows"), 1, 1}; };
+  t.grid = [](const ParamMap&, const ParamMap& s) { return launch::Grid{s.at("rows"), 1, 1}; };
   t.reference = [](Problem& pr) {
     const int64_t rows = pr.shape.at("rows"), cols = pr.shape.at("cols");
-    const interp::Buffer& x = pr.buffers[0];
-    interp::Buffer want("out", ir::DType::f32, size_t(rows * cols));
+    const launch::Buffer& x = pr.buffers[0];
+    launch::Buffer want("out", ir::DType::f32, size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
       double m = -INFINITY, sum = 0;
       for (int64_t c = 0; c < cols; ++c) m = std::max(m, x.get(r * cols + c));

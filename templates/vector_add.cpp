@@ -45,10 +45,10 @@ KernelTemplate vector_add_template() {
     pr.rtol = 0;
     return pr;
   };
-  t.grid = [](const ParamMap& p, const ParamMap& s) { return interp::Grid{cdiv(s.at("n"), p.at("block")), 1, 1}; };
+  t.grid = [](const ParamMap& p, const ParamMap& s) { return launch::Grid{cdiv(s.at("n"), p.at("block")), 1, 1}; };
   t.reference = [](Problem& pr) {
-    const interp::Buffer &x = pr.buffers[0], &y = pr.buffers[1];
-    interp::Buffer want("out", ir::DType::f32, x.count());
+    const launch::Buffer &x = pr.buffers[0], &y = pr.buffers[1];
+    launch::Buffer want("out", ir::DType::f32, x.count());
     for (size_t i = 0; i < x.count(); ++i) want.set(i, float(x.get(i)) + float(y.get(i)));
     pr.expected = {std::move(want)};
   };

@@ -103,7 +103,7 @@ void check_db_path(const std::string& db) {
 }
 
 // Where the candidates are timed and for which GPU arch they are checked and exported.
-autotune::Target resolve_target(const AutotuneOptions& o, std::unique_ptr<templates::Launcher>& launcher) {
+autotune::Target resolve_target(const AutotuneOptions& o, std::unique_ptr<launch::Launcher>& launcher) {
   autotune::Target tg;
   launcher = backend_launcher(o.backend, tg.backend);
   tg.device = rt::host_device_name(tg.backend);
@@ -160,7 +160,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     if (fs::exists(o.export_dir, ec) && !fs::is_directory(o.export_dir, ec))
       throw UserError(fmt::format("--export {}: exists and is not a folder", o.export_dir));
   }
-  std::unique_ptr<templates::Launcher> launcher;
+  std::unique_ptr<launch::Launcher> launcher;
   autotune::Target tg = resolve_target(o, launcher);
   autotune::TuneSettings ts{o.db, o.force, o.shard, o.jobs, o.export_dir, program_name()};
   autotune::TuneResult n;

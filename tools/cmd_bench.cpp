@@ -47,7 +47,7 @@ Timed timed(const Measurement& m, const std::string& config, int64_t ideal) {
   t.traffic = m.traffic_error;
   if (!t.traffic.empty()) std::cerr << program_name() << ": warning: " << config << ": " << t.traffic << "\n";
   if (!m.rejected.empty()) return t;
-  templates::TimingStats st = templates::summarize_times(m.times, 0);
+  launch::TimingStats st = launch::summarize_times(m.times, 0);
   t.median_ms = st.median_ms, t.min_ms = st.min_ms, t.max_ms = st.max_ms;
   if (st.median_ms > 0 && ideal > 0) t.gbps = double(ideal) / (st.median_ms * 1e6);
   t.unique_bytes = m.last.unique_bytes;
@@ -137,7 +137,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
   }
 
   std::string backend;
-  std::unique_ptr<templates::Launcher> launcher = backend_launcher(o.backend, backend);
+  std::unique_ptr<launch::Launcher> launcher = backend_launcher(o.backend, backend);
   std::string device = rt::host_device_name(backend);
   if (backend == "cuda") device = rt::Context(0).properties().name;
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "backends/launchers.h"
-#include "interp/interpreter.h"
+#include "interp/launcher.h"
 #include "ir/verifier.h"
 #include "runtime/cuda.h"
 #include "abi/error.h"
@@ -48,14 +48,14 @@ std::string resolve_backend(const std::string& requested) {
 
 // The launcher for a backend; BackendUnavailable (exit 3) when this machine or
 // build cannot run it.
-std::unique_ptr<templates::Launcher> make_launcher(const std::string& backend) {
-  if (backend == "interpret") return templates::make_interpret_launcher();
+std::unique_ptr<launch::Launcher> make_launcher(const std::string& backend) {
+  if (backend == "interpret") return interp::make_interpret_launcher();
   if (backend == "emulate") return backends::make_emulate_launcher();
   if (backend == "cuda") return backends::make_cuda_launcher();
   throw rt::BackendUnavailable(fmt::format("unknown backend '{}'", backend));
 }
 
-RunResult stats_of(const templates::Launcher& l) {
+RunResult stats_of(const launch::Launcher& l) {
   const auto& st = l.stats();
   RunResult r;
   r.time_ms = st.time_ms;
@@ -170,7 +170,7 @@ int run_kernel(const Common& common, const RunOptions& o) {
 
 } // namespace
 
-std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
+std::unique_ptr<launch::Launcher> backend_launcher(const std::string& requested, std::string& backend) {
   backend = resolve_backend(requested);
   return make_launcher(backend);
 }

@@ -8,7 +8,7 @@
 
 #include "codegen/compile.h"
 #include "runtime/tuning_db.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/registry.h"
 #include "measure/measure.h"
 
@@ -35,7 +35,7 @@ Action add_db(CLI::App& app, Common& common);    // cmd_db.cpp: db merge, db sho
 
 // The launcher of the backend `requested` resolves to (`backend` gets its name);
 // BackendUnavailable (exit 3) when this machine or build cannot run it. In cmd_run.cpp.
-std::unique_ptr<templates::Launcher> backend_launcher(const std::string& requested, std::string& backend);
+std::unique_ptr<launch::Launcher> backend_launcher(const std::string& requested, std::string& backend);
 
 // The params `--tuned DB` selects for a problem of `t` with these --shape values on
 // `backend`'s device: the exact key, else the nearest by t.size_fields, else `fallback`;

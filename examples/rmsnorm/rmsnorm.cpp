@@ -61,7 +61,7 @@ KernelTemplate rmsnorm_template() {
   };
   // One program per row, whatever the config: the grid is a function of the config and the
   // sizes, and every command (run, autotune, bench, --tuned) launches each config on its own.
-  t.grid = [](const ParamMap&, const ParamMap& s) { return tilec::interp::Grid{s.at("rows"), 1, 1}; };
+  t.grid = [](const ParamMap&, const ParamMap& s) { return tilec::launch::Grid{s.at("rows"), 1, 1}; };
   // A compiled module serves any rows and any cols up to its block: it is specialized on the
   // parameters only, so `autotune --export` writes one module per config, not per shape.
   t.module_spec = [](const ParamMap& p, const ParamMap&) {
@@ -102,8 +102,8 @@ KernelTemplate rmsnorm_template() {
   // The reference, in double, from the f16 values the kernel reads (generated or from files).
   t.reference = [](Problem& pr) {
     const int64_t rows = pr.shape.at("rows"), cols = pr.shape.at("cols");
-    const tilec::interp::Buffer &xb = pr.buffers[0], &wb = pr.buffers[1];
-    tilec::interp::Buffer want("out", DType::f32, size_t(rows * cols));
+    const tilec::launch::Buffer &xb = pr.buffers[0], &wb = pr.buffers[1];
+    tilec::launch::Buffer want("out", DType::f32, size_t(rows * cols));
     for (int64_t i = 0; i < rows; ++i) {
       double sum_sq = 0;
       for (int64_t c = 0; c < cols; ++c) sum_sq += xb.get(i * cols + c) * xb.get(i * cols + c);

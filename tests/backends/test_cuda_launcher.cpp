@@ -6,7 +6,7 @@
 #include "backends/launchers.h"
 #include "runtime/cuda.h"
 #include "abi/error.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/registry.h"
 
 #include "tests/runtime/helpers.h"
@@ -46,7 +46,7 @@ struct Run {
   templates::Problem problem;
   ir::Kernel kernel;
   int num_warps = 4;
-  interp::Grid grid{1, 1, 1};
+  launch::Grid grid{1, 1, 1};
 };
 
 Run problem(const std::string& name, templates::ParamMap shape_overrides = {}) {
@@ -61,7 +61,7 @@ Run problem(const std::string& name, templates::ParamMap shape_overrides = {}) {
 }
 
 // The child cases need the fake: make sure it is the driver they talk to.
-std::unique_ptr<templates::Launcher> fake_cuda_launcher() {
+std::unique_ptr<launch::Launcher> fake_cuda_launcher() {
   std::string reason;
   REQUIRE(rt::cuda_available(&reason));
   rt::Context ctx(0);
@@ -75,7 +75,7 @@ TEST_CASE("fake cuda child: vector_add runs on device copies of its buffers", "[
   auto launcher = fake_cuda_launcher();
   CHECK(launcher->backend() == "cuda");
   Run r = problem("vector_add", {{"n", 5000}});
-  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
+  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.launch_args());
   templates::Comparison c = templates::compare_outputs(r.problem);
   CHECK(c.ok);
   CHECK(launcher->stats().launches == 1);
@@ -84,7 +84,7 @@ TEST_CASE("fake cuda child: vector_add runs on device copies of its buffers", "[
   CHECK_FALSE(launcher->stats().bytes_stored);
   CHECK_FALSE(launcher->stats().unique_bytes);
   // A second launch of the same kernel uses the loaded module.
-  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
+  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.launch_args());
   CHECK(launcher->stats().launches == 2);
   CHECK(launcher->stats().time_ms == Approx(0.5));
 }
@@ -92,25 +92,25 @@ TEST_CASE("fake cuda child: vector_add runs on device copies of its buffers", "[
 TEST_CASE("fake cuda child: one device buffer per distinct host buffer", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("vector_add", {{"n", 3000}});
-  auto args = r.problem.interp_args();
+  auto args = r.problem.launch_args();
   args[1] = args[0]; // out = x + x
   launcher->launch(r.kernel, r.num_warps, r.grid, args);
-  const interp::Buffer& x = *args[0].buffer;
-  const interp::Buffer& out = *args[2].buffer;
+  const launch::Buffer& x = *args[0].buffer;
+  const launch::Buffer& out = *args[2].buffer;
   for (size_t i = 0; i < 3000; i += 499) CHECK(out.get(i) == 2 * x.get(i));
 }
 
 TEST_CASE("fake cuda child: a kernel the fake cannot run still reaches the driver", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("softmax", {{"rows", 5}, {"cols", 100}});
-  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.interp_args());
+  launcher->launch(r.kernel, r.num_warps, r.grid, r.problem.launch_args());
   CHECK(launcher->stats().launches == 1);
 }
 
 TEST_CASE("fake cuda child: time() moves the buffers once", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("vector_add", {{"n", 2048}});
-  templates::TimingStats t = launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 2, 5);
+  launch::TimingStats t = launcher->time(r.kernel, r.num_warps, r.grid, r.problem.launch_args(), 2, 5);
   CHECK(t.warmup == 2);
   CHECK(t.repeats == 5);
   CHECK(t.median_ms == Approx(0.25));
@@ -118,20 +118,20 @@ TEST_CASE("fake cuda child: time() moves the buffers once", "[.][fake_cuda_child
   CHECK(t.max_ms == Approx(0.25));
   CHECK(launcher->stats().launches == 0); // time() leaves the stats alone
   CHECK(templates::compare_outputs(r.problem).ok);
-  CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.grid, r.problem.interp_args(), 0, 0), UserError);
+  CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.grid, r.problem.launch_args(), 0, 0), UserError);
 }
 
 TEST_CASE("fake cuda child: argument errors are user errors", "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("vector_add", {{"n", 100}});
-  auto args = r.problem.interp_args();
+  auto args = r.problem.launch_args();
   args.pop_back();
   CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
                     "kernel 'vector_add': expects 4 arguments, got 3: missing parameter 'n' (i32)");
-  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, {-1, 1, 1}, r.problem.interp_args()),
+  CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, {-1, 1, 1}, r.problem.launch_args()),
                     Catch::Contains("grid (-1, 1, 1) must be from 0"));
   // No programs: a no-op (the fake driver, like the real one, refuses a zero grid).
-  CHECK_NOTHROW(launcher->launch(r.kernel, r.num_warps, {0, 1, 1}, r.problem.interp_args()));
+  CHECK_NOTHROW(launcher->launch(r.kernel, r.num_warps, {0, 1, 1}, r.problem.launch_args()));
 }
 
 // Checked before the kernel compiles, loads or allocates anything on the device.
@@ -139,18 +139,18 @@ TEST_CASE("fake cuda child: a buffer of another dtype or a missing argument is r
           "[.][fake_cuda_child]") {
   auto launcher = fake_cuda_launcher();
   Run r = problem("vector_add", {{"n", 100}});
-  auto args = r.problem.interp_args();
-  interp::Buffer halves("halves", ir::DType::f16, 100);
-  args[1] = interp::Arg::of(halves);
+  auto args = r.problem.launch_args();
+  launch::Buffer halves("halves", ir::DType::f16, 100);
+  args[1] = launch::Arg::of(halves);
   CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
                     "kernel 'vector_add': parameter 'y' (ptr<f32>) was given buffer 'halves' of f16");
   CHECK_THROWS_AS(launcher->time(r.kernel, r.num_warps, r.grid, args, 1, 1), UserError);
-  args = r.problem.interp_args();
+  args = r.problem.launch_args();
   args.erase(args.begin() + 2);
   CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
                     "kernel 'vector_add': expects 4 arguments, got 3: missing parameter 'out' (ptr<f32>)");
-  args = r.problem.interp_args();
-  args.back() = interp::Arg::of_float(100);
+  args = r.problem.launch_args();
+  args.back() = launch::Arg::of_float(100);
   CHECK_THROWS_WITH(launcher->launch(r.kernel, r.num_warps, r.grid, args),
                     Catch::EndsWith("parameter 'n' (i32) was given the float 100, not an integer (pass Arg::of_int)"));
   CHECK(launcher->stats().launches == 0);

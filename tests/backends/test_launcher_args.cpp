@@ -15,9 +15,10 @@
 #include "backends/launchers.h"
 #include "backends/module_builder.h"
 #include "dsl/dsl.h"
+#include "interp/launcher.h"
 #include "ir/error.h"
-#include "templates/launcher.h"
-#include "templates/module_launcher.h"
+#include "launch/launcher.h"
+#include "launch/module_launcher.h"
 #include "templates/registry.h"
 #include "runtime/launch.h"
 #include "runtime/loaded_module.h"
@@ -25,8 +26,8 @@
 
 namespace fs = std::filesystem;
 using namespace tilec;
-using interp::Arg;
-using interp::Buffer;
+using launch::Arg;
+using launch::Buffer;
 using ir::DType;
 
 namespace {
@@ -56,7 +57,7 @@ template <class F> std::string error_of(F&& f) {
 
 // The refusals every launcher makes, in the same words; `prefix` is what its messages start
 // with ("scale_f16: " from the interpreter, "kernel 'scale_f16': " from the others).
-void check_refusals(templates::Launcher& launcher, const std::string& prefix) {
+void check_refusals(launch::Launcher& launcher, const std::string& prefix) {
   ir::Kernel k = scale_f16();
   Buffer xs("xs", DType::f32, 64), xh("xh", DType::f16, 64), out("out", DType::f16, 64);
   for (size_t i = 0; i < 64; ++i) xs.set(i, 1.0), xh.set(i, 1.0), out.set(i, 5.0);
@@ -115,7 +116,7 @@ TEST_CASE("argument errors read alike: missing parameters by name, extra argumen
 }
 
 TEST_CASE("interpret: wrong dtypes, kinds and counts are refused in the shared words", "[launcher_args]") {
-  auto launcher = templates::make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   check_refusals(*launcher, "scale_f16: ");
   // The right arguments run.
   ir::Kernel k = scale_f16();
@@ -142,12 +143,12 @@ TEST_CASE("module launcher: a folder's modules are launched only on arguments th
   ir::Kernel k = t->build(params, shape);
   rt::Manifest manifest = rt::read_manifest(dir.path / "vector_add.toml");
   int sourced = 0;
-  auto from_folder = [&](const ir::Function& fn, int, const std::vector<Arg>&) {
+  auto from_folder = [&](const ir::Function& fn, int, const launch::Specialization&) {
     ++sourced;
     REQUIRE(fn.name == manifest.kernel);
     return manifest;
   };
-  auto launcher = templates::make_module_launcher(from_folder, false, "emulate");
+  auto launcher = launch::make_module_launcher(from_folder, false, "emulate");
   Buffer x("x", DType::f32, 300), y("y", DType::f32, 300), out("out", DType::f32, 300);
   Buffer halves("halves", DType::f16, 300);
   for (size_t i = 0; i < 300; ++i) x.set(i, 1.5), y.set(i, 2.0), halves.set(i, 2.0);
@@ -168,7 +169,7 @@ TEST_CASE("module launcher: a folder's modules are launched only on arguments th
   // The buffers go to the module typed: one whose manifest disagrees with the kernel (another
   // dtype's module in the folder) refuses them too, rather than reading f32 as f16.
   manifest.params.at(1).type = rt::ParamType{rt::ScalarType::f16, true};
-  launcher = templates::make_module_launcher(from_folder, false, "emulate");
+  launcher = launch::make_module_launcher(from_folder, false, "emulate");
   CHECK(launch({Arg::of(x), Arg::of(y), Arg::of(out), Arg::of_int(300)}) ==
         "kernel 'vector_add': parameter 'y' (ptr<f16>) was given a buffer of f32 (1200 bytes)");
 }

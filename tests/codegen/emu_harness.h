@@ -20,14 +20,14 @@
 #include "interp/interpreter.h"
 #include "abi/float16.h"
 #include "abi/error.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 
 namespace tilec::codegen::test {
 
 // Compiles `fn` for the emu target and runs it over `grid` on `args` (buffers
 // are modified in place) in the product emulator (runtime/emulator.h), through
 // the emulate launcher. Returns "" or what went wrong.
-inline std::string run_emulated(const ir::Function& fn, interp::Grid grid, const std::vector<interp::Arg>& args,
+inline std::string run_emulated(const ir::Function& fn, launch::Grid grid, const std::vector<launch::Arg>& args,
                                 int num_warps = 4) {
   auto launcher = backends::make_emulate_launcher();
   ir::Kernel k(std::shared_ptr<ir::Function>(), const_cast<ir::Function*>(&fn)); // not owned
@@ -39,7 +39,7 @@ inline std::string run_emulated(const ir::Function& fn, interp::Grid grid, const
   return "";
 }
 
-inline void fill_random(interp::Buffer& b, uint32_t seed, double lo, double hi) {
+inline void fill_random(launch::Buffer& b, uint32_t seed, double lo, double hi) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> d(lo, hi);
   for (size_t i = 0; i < b.count(); ++i) {
@@ -48,13 +48,13 @@ inline void fill_random(interp::Buffer& b, uint32_t seed, double lo, double hi) 
   }
 }
 
-using MakeArgs = std::function<std::vector<interp::Arg>(std::vector<interp::Buffer>&)>;
+using MakeArgs = std::function<std::vector<launch::Arg>(std::vector<launch::Buffer>&)>;
 
 // Runs `fn` in the interpreter and, compiled for the emu target, in the test
 // emulator, each on its own copy of `init`; every buffer must agree within
 // tol * (1 + |reference|).
-inline void check_against_interpreter(const ir::Function& fn, interp::Grid grid,
-                                      const std::vector<interp::Buffer>& init, const MakeArgs& make_args,
+inline void check_against_interpreter(const ir::Function& fn, launch::Grid grid,
+                                      const std::vector<launch::Buffer>& init, const MakeArgs& make_args,
                                       double tol, int num_warps = 4, std::vector<size_t> skip = {}) {
   auto ref = init;
   interp::interpret(fn, grid, make_args(ref));

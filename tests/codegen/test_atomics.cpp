@@ -12,7 +12,8 @@
 #include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "dsl/dsl.h"
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -61,9 +62,9 @@ ir::Kernel claim() {
   return kb.finish();
 }
 
-std::vector<std::unique_ptr<templates::Launcher>> cpu_launchers() {
-  std::vector<std::unique_ptr<templates::Launcher>> l;
-  l.push_back(templates::make_interpret_launcher());
+std::vector<std::unique_ptr<launch::Launcher>> cpu_launchers() {
+  std::vector<std::unique_ptr<launch::Launcher>> l;
+  l.push_back(interp::make_interpret_launcher());
   l.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
   l.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
   return l;
@@ -81,11 +82,11 @@ TEST_CASE("atomics under contention leave what the op's definition says", "[code
       ir::Kernel k = contended(kind, t);
       for (auto& l : cpu_launchers()) {
         INFO(ir::op_name(kind) << " " << ir::dtype_name(t) << " on " << l->backend());
-        interp::Buffer mem("mem", t, kSlots), vals("vals", t, size_t(total)), olds("olds", t, size_t(total));
+        launch::Buffer mem("mem", t, kSlots), vals("vals", t, size_t(total)), olds("olds", t, size_t(total));
         // Integer-valued floats: sums are exact in any order.
         for (int64_t s = 0; s < kSlots; ++s) mem.set(size_t(s), double(s * 3 - 10));
         for (int64_t n = 0; n < total; ++n) vals.set(size_t(n), double((n * 37) % 101 - 50));
-        l->launch(k, 4, {kPrograms, 1, 1}, {interp::Arg::of(mem), interp::Arg::of(vals), interp::Arg::of(olds)});
+        l->launch(k, 4, {kPrograms, 1, 1}, {launch::Arg::of(mem), launch::Arg::of(vals), launch::Arg::of(olds)});
         std::map<int64_t, std::vector<double>> seen; // per slot: the values applied, and the olds returned
         std::map<int64_t, std::vector<double>> returned;
         for (int64_t n = 0; n < total; ++n) {
@@ -130,9 +131,9 @@ TEST_CASE("atomic_cas lets one lane per element win", "[codegen][atomic][emulato
   const int64_t total = kLanes * kPrograms;
   for (auto& l : cpu_launchers()) {
     INFO(l->backend());
-    interp::Buffer mem("mem", DType::i32, kSlots), olds("olds", DType::i32, size_t(total));
+    launch::Buffer mem("mem", DType::i32, kSlots), olds("olds", DType::i32, size_t(total));
     for (int64_t s = 0; s < kSlots; ++s) mem.set_int(size_t(s), -1);
-    l->launch(k, 4, {kPrograms, 1, 1}, {interp::Arg::of(mem), interp::Arg::of(olds)});
+    l->launch(k, 4, {kPrograms, 1, 1}, {launch::Arg::of(mem), launch::Arg::of(olds)});
     for (int64_t s = 0; s < kSlots; ++s) {
       const int64_t winner = mem.get_int(size_t(s));
       REQUIRE(winner >= 0);
@@ -168,7 +169,7 @@ TEST_CASE("float atomic max/min ignore NaN and cas compares bits", "[codegen][at
   const std::vector<float> mem0 = {1.0f, nan, 3.0f, -0.0f}, val = {nan, 2.0f, 1.0f, 0.0f};
   for (auto& l : cpu_launchers()) {
     INFO(l->backend());
-    interp::Buffer mx_b("mx", DType::f32, 4), mn_b("mn", DType::f32, 4), cs_b("cs", DType::f32, 4),
+    launch::Buffer mx_b("mx", DType::f32, 4), mn_b("mn", DType::f32, 4), cs_b("cs", DType::f32, 4),
         v_b("vals", DType::f32, 4);
     for (size_t j = 0; j < 4; ++j) {
       mx_b.set(j, mem0[j]);
@@ -177,7 +178,7 @@ TEST_CASE("float atomic max/min ignore NaN and cas compares bits", "[codegen][at
       v_b.set(j, val[j]);
     }
     l->launch(k, 1, {1, 1, 1},
-              {interp::Arg::of(mx_b), interp::Arg::of(mn_b), interp::Arg::of(cs_b), interp::Arg::of(v_b)});
+              {launch::Arg::of(mx_b), launch::Arg::of(mn_b), launch::Arg::of(cs_b), launch::Arg::of(v_b)});
     // A NaN value leaves memory alone; a NaN in memory is replaced.
     CHECK(mx_b.get(0) == 1.0);
     CHECK(mx_b.get(1) == 2.0);

@@ -147,8 +147,8 @@ TEST_CASE("tiled matmul with a K loop and dot", "[codegen]") {
 }
 
 TEST_CASE("vector add, softmax and matmul agree with the interpreter when emulated", "[codegen][emu]") {
-  using interp::Arg;
-  using interp::Buffer;
+  using launch::Arg;
+  using launch::Buffer;
   {
     const int64_t n = 1000;
     std::vector<Buffer> bufs{{"x", DType::f32, n}, {"y", DType::f32, n}, {"out", DType::f32, n}};

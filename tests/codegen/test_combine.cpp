@@ -66,7 +66,7 @@ ir::Kernel combine_kernel() {
 TEST_CASE("reduce and associative_scan with a user's combine function match C++ on every CPU backend",
           "[codegen][ops][scan][combine]") {
   ir::Kernel k = combine_kernel();
-  interp::Buffer bi("xi", DType::i32, R * C), bf("xf", DType::f32, R * C), bh("xh", DType::bf16, R * C);
+  launch::Buffer bi("xi", DType::i32, R * C), bf("xf", DType::f32, R * C), bh("xh", DType::bf16, R * C);
   std::mt19937 rng(5);
   for (int64_t j = 0; j < R * C; ++j) {
     // m odd (so products do not collapse to 0), c anything: packed affine maps.
@@ -79,10 +79,10 @@ TEST_CASE("reduce and associative_scan with a user's combine function match C++ 
     for (int warps : {1, 4, 8}) {
       if (backend == 0 && warps != 4) continue;
       INFO("backend " << backend << " (interpreter, emu lowering, nvptx lowering), warps " << warps);
-      interp::Buffer oib("oi", DType::i32, 2 * R * C + R + C), ofb("of", DType::f32, R * C + C),
+      launch::Buffer oib("oi", DType::i32, 2 * R * C + R + C), ofb("of", DType::f32, R * C + C),
           ohb("oh", DType::bf16, R + R * C);
-      std::vector<interp::Arg> a = {interp::Arg::of(bi),  interp::Arg::of(bf),  interp::Arg::of(bh),
-                                    interp::Arg::of(oib), interp::Arg::of(ofb), interp::Arg::of(ohb)};
+      std::vector<launch::Arg> a = {launch::Arg::of(bi),  launch::Arg::of(bf),  launch::Arg::of(bh),
+                                    launch::Arg::of(oib), launch::Arg::of(ofb), launch::Arg::of(ohb)};
       if (backend == 0) interp::interpret(*k, {1, 1, 1}, a);
       else
         backends::make_emulate_launcher(backend == 1 ? backends::EmuLowering::emu : backends::EmuLowering::nvptx)

@@ -12,7 +12,7 @@
 #include "backends/launchers.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "templates/paged_attention.h"
 #include "tests/codegen/codegen_test_util.h"
 
@@ -115,20 +115,20 @@ TEST_CASE("fp8 casts agree bit for bit: interpreter, emu lowering, PTX's cvt on 
     const int64_t n = int64_t(probes.size());
     ir::Kernel k = convert_kernel(t);
     auto fresh = [&] {
-      std::vector<interp::Buffer> b = {interp::Buffer("bytes", t, size_t(n)), interp::Buffer("values", DType::f32, size_t(n)),
-                                       interp::Buffer("decoded", DType::f32, size_t(n)), interp::Buffer("encoded", t, size_t(n))};
+      std::vector<launch::Buffer> b = {launch::Buffer("bytes", t, size_t(n)), launch::Buffer("values", DType::f32, size_t(n)),
+                                       launch::Buffer("decoded", DType::f32, size_t(n)), launch::Buffer("encoded", t, size_t(n))};
       for (int64_t j = 0; j < n; ++j) {
         std::memset(b[0].bytes.data() + j, int(j % 256), 1);
         std::memcpy(b[1].bytes.data() + 4 * j, &probes[size_t(j)], 4);
       }
       return b;
     };
-    auto args = [&](std::vector<interp::Buffer>& b) {
-      return std::vector<interp::Arg>{interp::Arg::of(b[0]), interp::Arg::of(b[1]), interp::Arg::of(b[2]),
-                                      interp::Arg::of(b[3]), interp::Arg::of_int(n)};
+    auto args = [&](std::vector<launch::Buffer>& b) {
+      return std::vector<launch::Arg>{launch::Arg::of(b[0]), launch::Arg::of(b[1]), launch::Arg::of(b[2]),
+                                      launch::Arg::of(b[3]), launch::Arg::of_int(n)};
     };
-    const interp::Grid grid{(n + 255) / 256, 1, 1};
-    auto check = [&](std::vector<interp::Buffer>& b, const char* who) {
+    const launch::Grid grid{(n + 255) / 256, 1, 1};
+    auto check = [&](std::vector<launch::Buffer>& b, const char* who) {
       INFO(who << ", " << ir::dtype_name(t));
       int bad = 0;
       for (int64_t j = 0; j < n; ++j) {

@@ -12,14 +12,15 @@
 #include "codegen/ptx_loops.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
+#include "interp/launcher.h"
 #include "ir/parser.h"
 #include "ir/passes.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 #include "templates/registry.h"
-#include "templates/module_launcher.h"
+#include "launch/module_launcher.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
 
@@ -61,14 +62,14 @@ ir::Kernel carried_rows() {
 constexpr int64_t kStride = int64_t(1) << 30;
 
 // x holds kRows rows of kCols bytes at multiples of kStride: 3 GiB of address space.
-interp::Buffer big_input() {
-  interp::Buffer x("x", DType::i8, size_t(kRows * kStride));
+launch::Buffer big_input() {
+  launch::Buffer x("x", DType::i8, size_t(kRows * kStride));
   for (int64_t r = 0; r < kRows; ++r)
     for (int64_t c = 0; c < kCols; ++c) x.set_int(size_t(r * kStride + c), (r * 31 + c * 7) % 127 - 60);
   return x;
 }
 
-void check_rows(const interp::Buffer& out) {
+void check_rows(const launch::Buffer& out) {
   for (int64_t r = 0; r < kRows; ++r)
     for (int64_t c = 0; c < kCols; ++c) {
       INFO("row " << r << " col " << c);
@@ -129,18 +130,18 @@ TEST_CASE("a loop-carried offset into a large buffer is carried in i64", "[ir][l
 }
 
 TEST_CASE("offsets past 2^31 elements are right on every CPU backend", "[codegen][large][emulator]") {
-  interp::Buffer x = big_input();
+  launch::Buffer x = big_input();
   for (auto make : {+[] { return ir::Kernel(strided_rows()); }, +[] { return ir::Kernel(carried_rows()); }}) {
     ir::Kernel k = make();
     INFO(k->name);
-    std::vector<std::unique_ptr<templates::Launcher>> launchers;
-    launchers.push_back(templates::make_interpret_launcher());
+    std::vector<std::unique_ptr<launch::Launcher>> launchers;
+    launchers.push_back(interp::make_interpret_launcher());
     launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
     launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
     for (auto& l : launchers) {
       INFO(l->backend());
-      interp::Buffer out("out", DType::i8, size_t(kRows * kCols));
-      l->launch(k, 1, {1, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(kStride)});
+      launch::Buffer out("out", DType::i8, size_t(kRows * kCols));
+      l->launch(k, 1, {1, 1, 1}, {launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_int(kStride)});
       check_rows(out);
     }
   }
@@ -163,7 +164,7 @@ TEST_CASE("a module with 32-bit offsets refuses a buffer past 2^31 elements", "[
   // The manifest says so and reads back.
   CHECK(rt::read_manifest(dir.path / "large" / "m.toml").params[0].offsets64);
 
-  interp::Buffer x = big_input();
+  launch::Buffer x = big_input();
   std::vector<std::int8_t> out(size_t(kRows * kCols));
   std::vector<rt::Arg> args = {
       rt::Arg::buffer(reinterpret_cast<std::uint64_t>(x.bytes.data()), x.bytes.size(), rt::ScalarType::i8),

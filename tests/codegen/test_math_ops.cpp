@@ -15,7 +15,8 @@
 #include "dsl/dsl.h"
 #include "fuzz/compare.h"
 #include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -62,11 +63,11 @@ ir::Kernel math_kernel(DType ft) {
 }
 constexpr int kFloatOuts = 9, kIntOuts = 8;
 
-std::vector<interp::Buffer> inputs(DType ft) {
-  std::vector<interp::Buffer> b = {interp::Buffer("x", ft, kN), interp::Buffer("y", ft, kN), interp::Buffer("z", ft, kN),
-                                   interp::Buffer("a", DType::i32, kN), interp::Buffer("b", DType::i32, kN),
-                                   interp::Buffer("fout", ft, kN * kFloatOuts),
-                                   interp::Buffer("iout", DType::i32, kN * kIntOuts)};
+std::vector<launch::Buffer> inputs(DType ft) {
+  std::vector<launch::Buffer> b = {launch::Buffer("x", ft, kN), launch::Buffer("y", ft, kN), launch::Buffer("z", ft, kN),
+                                   launch::Buffer("a", DType::i32, kN), launch::Buffer("b", DType::i32, kN),
+                                   launch::Buffer("fout", ft, kN * kFloatOuts),
+                                   launch::Buffer("iout", DType::i32, kN * kIntOuts)};
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> f(-8, 8);
   const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 0.5, -2.0, 1e-3};
@@ -79,9 +80,9 @@ std::vector<interp::Buffer> inputs(DType ft) {
   return b;
 }
 
-std::vector<interp::Arg> args(std::vector<interp::Buffer>& b) {
-  std::vector<interp::Arg> r;
-  for (auto& x : b) r.push_back(interp::Arg::of(x));
+std::vector<launch::Arg> args(std::vector<launch::Buffer>& b) {
+  std::vector<launch::Arg> r;
+  for (auto& x : b) r.push_back(launch::Arg::of(x));
   return r;
 }
 
@@ -159,7 +160,7 @@ TEST_CASE("the GPU's sin, cos, erf and pow (libdevice, run on the CPU) are withi
   store(out + 2 * n + i, erf(xv * 0.05));
   store(out + 3 * n + i, pow(abs(xv) * 0.01, yv));
   ir::Kernel k = kb.finish();
-  interp::Buffer xb("x", DType::f32, n), yb("y", DType::f32, n), ob("out", DType::f32, 4 * n);
+  launch::Buffer xb("x", DType::f32, n), yb("y", DType::f32, n), ob("out", DType::f32, 4 * n);
   std::mt19937_64 rng(21);
   for (int64_t j = 0; j < n; ++j) {
     // sin/cos: mostly [-100, 100]; an eighth up to 1e6 and a sixteenth up to 1e30, past
@@ -169,7 +170,7 @@ TEST_CASE("the GPU's sin, cos, erf and pow (libdevice, run on the CPU) are withi
     yb.set(size_t(j), std::uniform_real_distribution<double>(-8, 8)(rng));
   }
   backends::make_emulate_launcher(backends::EmuLowering::nvptx)
-      ->launch(k, 4, {n / 256, 1, 1}, {interp::Arg::of(xb), interp::Arg::of(yb), interp::Arg::of(ob)});
+      ->launch(k, 4, {n / 256, 1, 1}, {launch::Arg::of(xb), launch::Arg::of(yb), launch::Arg::of(ob)});
   int64_t worst[4] = {0, 0, 0, 0};
   for (int64_t j = 0; j < n; ++j) {
     const float xf = float(xb.get(size_t(j))), yf = float(yb.get(size_t(j)));
@@ -241,10 +242,10 @@ ir::Kernel quantize_kernel() {
 TEST_CASE("bitcast keeps every bit (NaN payloads, -0) on every CPU backend", "[codegen][ops]") {
   constexpr int64_t n = 256;
   auto fresh = [] {
-    std::vector<interp::Buffer> b = {interp::Buffer("x", DType::f32, n), interp::Buffer("h", DType::f16, n),
-                                     interp::Buffer("e", DType::f8e5m2, n), interp::Buffer("xb", DType::i32, n),
-                                     interp::Buffer("hb", DType::i16, n), interp::Buffer("eb", DType::i8, n),
-                                     interp::Buffer("x2", DType::f32, n)};
+    std::vector<launch::Buffer> b = {launch::Buffer("x", DType::f32, n), launch::Buffer("h", DType::f16, n),
+                                     launch::Buffer("e", DType::f8e5m2, n), launch::Buffer("xb", DType::i32, n),
+                                     launch::Buffer("hb", DType::i16, n), launch::Buffer("eb", DType::i8, n),
+                                     launch::Buffer("x2", DType::f32, n)};
     std::mt19937 rng(3);
     for (int64_t j = 0; j < n; ++j) {
       uint32_t u = j < 4 ? std::array<uint32_t, 4>{0x7fc00001u, 0xffa00000u, 0x80000000u, 0x7f800000u}[size_t(j)]
@@ -256,9 +257,9 @@ TEST_CASE("bitcast keeps every bit (NaN payloads, -0) on every CPU backend", "[c
     }
     return b;
   };
-  auto args = [](std::vector<interp::Buffer>& b) {
-    std::vector<interp::Arg> r;
-    for (auto& x : b) r.push_back(interp::Arg::of(x));
+  auto args = [](std::vector<launch::Buffer>& b) {
+    std::vector<launch::Arg> r;
+    for (auto& x : b) r.push_back(launch::Arg::of(x));
     return r;
   };
   ir::Kernel k = bitcast_kernel();
@@ -284,13 +285,13 @@ TEST_CASE("bitcast keeps every bit (NaN payloads, -0) on every CPU backend", "[c
 TEST_CASE("an int8 quantizer with round, clamp and bitcast matches plain C++", "[codegen][ops]") {
   constexpr int64_t n = 1024;
   const float scale = 0.05f;
-  interp::Buffer x("x", DType::f32, n), q("q", DType::i8, n), neg("neg", DType::i8, n);
+  launch::Buffer x("x", DType::f32, n), q("q", DType::i8, n), neg("neg", DType::i8, n);
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> d(-8, 8);
   for (int64_t j = 0; j < n; ++j) x.set(size_t(j), j == 0 ? -0.0 : j == 1 ? 0.075 : j == 2 ? 0.125 : d(rng)); // ties
   backends::make_emulate_launcher()->launch(quantize_kernel(), 4, {n / 256, 1, 1},
-                                            {interp::Arg::of(x), interp::Arg::of(q), interp::Arg::of(neg),
-                                             interp::Arg::of_float(scale)});
+                                            {launch::Arg::of(x), launch::Arg::of(q), launch::Arg::of(neg),
+                                             launch::Arg::of_float(scale)});
   for (int64_t j = 0; j < n; ++j) {
     float v = float(x.get(size_t(j)));
     float r = std::nearbyint(v / scale); // ties to even
@@ -314,7 +315,7 @@ TEST_CASE("argmax and argmin: first index on ties, NaN ignored, both axes, every
   store(out + 2 * R + C + c, argmin(vi, 0));
   ir::Kernel k = kb.finish();
 
-  interp::Buffer xb("x", DType::f32, R * C), xib("xi", DType::i32, R * C);
+  launch::Buffer xb("x", DType::f32, R * C), xib("xi", DType::i32, R * C);
   std::mt19937 rng(5);
   for (int64_t j = 0; j < R * C; ++j) {
     xb.set(size_t(j), double(rng() % 7)); // many ties
@@ -336,8 +337,8 @@ TEST_CASE("argmax and argmin: first index on ties, NaN ignored, both axes, every
   };
   for (auto lowering : {0, 1, 2}) {
     INFO("backend " << lowering << " (interpreter, emu lowering, nvptx lowering)");
-    interp::Buffer o("out", DType::i32, 2 * R + 2 * C);
-    std::vector<interp::Arg> a = {interp::Arg::of(xb), interp::Arg::of(xib), interp::Arg::of(o)};
+    launch::Buffer o("out", DType::i32, 2 * R + 2 * C);
+    std::vector<launch::Arg> a = {launch::Arg::of(xb), launch::Arg::of(xib), launch::Arg::of(o)};
     if (lowering == 0) interp::interpret(*k, {1, 1, 1}, a);
     else
       backends::make_emulate_launcher(lowering == 1 ? backends::EmuLowering::emu : backends::EmuLowering::nvptx)
@@ -371,11 +372,11 @@ TEST_CASE("RoPE with in-kernel sin/cos and GELU with erf match plain C++", "[cod
   store(gelu + t.col() * D + d.row(), 0.5 * v * (1.0 + erf(v * 0.7071067811865476)));
   ir::Kernel k = kb.finish();
 
-  interp::Buffer xb("x", DType::f32, T * D), rb("rope", DType::f32, T * D), gb("gelu", DType::f32, T * D);
+  launch::Buffer xb("x", DType::f32, T * D), rb("rope", DType::f32, T * D), gb("gelu", DType::f32, T * D);
   std::mt19937 rng(2);
   std::uniform_real_distribution<double> u(-3, 3);
   for (int64_t j = 0; j < T * D; ++j) xb.set(size_t(j), u(rng));
-  backends::make_emulate_launcher()->launch(k, 4, {1, 1, 1}, {interp::Arg::of(xb), interp::Arg::of(rb), interp::Arg::of(gb)});
+  backends::make_emulate_launcher()->launch(k, 4, {1, 1, 1}, {launch::Arg::of(xb), launch::Arg::of(rb), launch::Arg::of(gb)});
   for (int64_t tt = 0; tt < T; ++tt)
     for (int64_t ii = 0; ii < H; ++ii) {
       double th = double(tt) * std::pow(10000.0, -2.0 * double(ii) / D);
@@ -413,7 +414,7 @@ TEST_CASE("cumsum, cumprod, cummax, cummin and reduce_prod along either axis mat
   store(of + 2 * R * C + r, reduce_prod(vf, 1));
   ir::Kernel k = kb.finish();
 
-  interp::Buffer bi("xi", DType::i32, R * C), bf("xf", DType::f32, R * C);
+  launch::Buffer bi("xi", DType::i32, R * C), bf("xf", DType::f32, R * C);
   std::mt19937 rng(8);
   for (int64_t j = 0; j < R * C; ++j) {
     bi.set_int(size_t(j), int64_t(rng() % 2001) - 1000);
@@ -437,8 +438,8 @@ TEST_CASE("cumsum, cumprod, cummax, cummin and reduce_prod along either axis mat
   for (int backend : {0, 1, 2})
     for (int warps : {1, 4, 8}) {
       INFO("backend " << backend << " (interpreter, emu lowering, nvptx lowering), warps " << warps);
-      interp::Buffer oib("oi", DType::i32, 8 * R * C), ofb("of", DType::f32, 2 * R * C + R);
-      std::vector<interp::Arg> a = {interp::Arg::of(bi), interp::Arg::of(bf), interp::Arg::of(oib), interp::Arg::of(ofb)};
+      launch::Buffer oib("oi", DType::i32, 8 * R * C), ofb("of", DType::f32, 2 * R * C + R);
+      std::vector<launch::Arg> a = {launch::Arg::of(bi), launch::Arg::of(bf), launch::Arg::of(oib), launch::Arg::of(ofb)};
       if (backend == 0) {
         if (warps != 4) continue;
         interp::interpret(*k, {1, 1, 1}, a);
@@ -504,7 +505,7 @@ TEST_CASE("a top-p (nucleus) sampler with cumsum and argmax matches plain C++", 
   store(pick + r, argmax(where(keep, x, -1.0), 1));
   ir::Kernel k = kb.finish();
 
-  interp::Buffer pb("probs", DType::f32, R * V), kb_("kept", DType::i32, R), pk("pick", DType::i32, R);
+  launch::Buffer pb("probs", DType::f32, R * V), kb_("kept", DType::i32, R), pk("pick", DType::i32, R);
   std::mt19937 rng(4);
   for (int64_t rr = 0; rr < R; ++rr) {
     std::vector<double> w(V);
@@ -513,8 +514,8 @@ TEST_CASE("a top-p (nucleus) sampler with cumsum and argmax matches plain C++", 
     std::sort(w.rbegin(), w.rend());
     for (int64_t j = 0; j < V; ++j) pb.set(size_t(rr * V + j), w[size_t(j)] / sum);
   }
-  backends::make_emulate_launcher()->launch(k, 4, {1, 1, 1}, {interp::Arg::of(pb), interp::Arg::of(kb_), interp::Arg::of(pk),
-                                                              interp::Arg::of_float(p)});
+  backends::make_emulate_launcher()->launch(k, 4, {1, 1, 1}, {launch::Arg::of(pb), launch::Arg::of(kb_), launch::Arg::of(pk),
+                                                              launch::Arg::of_float(p)});
   for (int64_t rr = 0; rr < R; ++rr) {
     float mass = 0;
     int want = 0;
@@ -544,18 +545,18 @@ TEST_CASE("device_assert stops the launch with its message and place on every ba
           "[codegen][ops][assert]") {
   int line = 0;
   ir::Kernel k = asserting_kernel(&line);
-  interp::Buffer x("x", DType::f32, 256), out("out", DType::f32, 256);
+  launch::Buffer x("x", DType::f32, 256), out("out", DType::f32, 256);
   for (int j = 0; j < 256; ++j) x.set(size_t(j), j == 200 ? 5.0 : 0.5);
   const std::string here = std::string(__FILE__) + ":" + std::to_string(line);
-  auto run = [&](templates::Launcher& l, double limit) {
+  auto run = [&](launch::Launcher& l, double limit) {
     try {
-      l.launch(k, 4, {2, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_float(limit)});
+      l.launch(k, 4, {2, 1, 1}, {launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_float(limit)});
     } catch (const std::exception& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  auto interpreter = templates::make_interpret_launcher();
+  auto interpreter = interp::make_interpret_launcher();
   CHECK(run(*interpreter, 10.0).empty());
   CHECK_THAT(run(*interpreter, 1.0), Catch::Contains("device_assert failed: x must stay below the limit") &&
                                          Catch::Contains(here) && Catch::Contains("program (1, 0, 0)") &&
@@ -588,16 +589,16 @@ TEST_CASE("device_print prints the same lines in the same order on the CPU backe
   device_print("pid", program_id(0));
   device_print("big", v > 2.0f);
   ir::Kernel k = kb.finish();
-  interp::Buffer xb("x", DType::f32, 8);
+  launch::Buffer xb("x", DType::f32, 8);
   for (size_t i = 0; i < 8; ++i) xb.set(i, 0.5 * double(i));
-  auto capture = [&](templates::Launcher& l) {
+  auto capture = [&](launch::Launcher& l) {
     std::vector<std::string> lines;
     set_device_print_sink([&](const std::string& s) { lines.push_back(s); });
-    l.launch(k, 4, {2, 1, 1}, {interp::Arg::of(xb)}); // 128 threads: most elements held by several
+    l.launch(k, 4, {2, 1, 1}, {launch::Arg::of(xb)}); // 128 threads: most elements held by several
     set_device_print_sink({});
     return lines;
   };
-  auto interpreter = templates::make_interpret_launcher();
+  auto interpreter = interp::make_interpret_launcher();
   std::vector<std::string> want = capture(*interpreter);
   REQUIRE(want.size() == 2 * (8 + 1 + 8));
   CHECK(want[0] == "pid (0, 0, 0) idx (0, 0) v: 0");

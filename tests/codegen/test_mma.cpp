@@ -15,7 +15,8 @@
 #include "tests/codegen/dot_kernel.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "templates/paged_attention.h"
 #include "templates/registry.h"
 
@@ -39,14 +40,14 @@ ir::Kernel dot_kernel(const DotCase& c) {
 
 // The largest difference between `got` and the interpreter's `want` for a dot over K, in units
 // of what reordering its K + 1 f32 additions may cost (ir/SEMANTICS.md): at most 1 when they agree.
-double dot_error(const interp::Buffer& want, const interp::Buffer& got, int64_t K) {
+double dot_error(const launch::Buffer& want, const launch::Buffer& got, int64_t K) {
   const double bound = double(K + 1) * std::ldexp(1.0, -23) * (double(K) + 1.0);
   double worst = 0;
   for (size_t i = 0; i < want.count(); ++i) worst = std::max(worst, std::abs(want.get(i) - got.get(i)) / bound);
   return worst;
 }
 
-void fill(interp::Buffer& buf, std::mt19937& rng) {
+void fill(launch::Buffer& buf, std::mt19937& rng) {
   std::uniform_real_distribution<double> d(-1, 1);
   for (size_t i = 0; i < buf.count(); ++i) buf.set(i, d(rng)); // rounded to the buffer's dtype
 }
@@ -82,17 +83,17 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
       });
       CHECK(in_mma_layout == (c.n % (8 * c.warps) == 0));
     }
-    interp::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
-    interp::Buffer acc("c", DType::f32, size_t(c.m * c.n));
+    launch::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
+    launch::Buffer acc("c", DType::f32, size_t(c.m * c.n));
     fill(a, rng), fill(b, rng), fill(acc, rng);
-    interp::Buffer want("out", DType::f32, size_t(c.m * c.n));
-    auto args = [&](interp::Buffer& out) {
-      return std::vector<interp::Arg>{interp::Arg::of(a), interp::Arg::of(b), interp::Arg::of(acc), interp::Arg::of(out)};
+    launch::Buffer want("out", DType::f32, size_t(c.m * c.n));
+    auto args = [&](launch::Buffer& out) {
+      return std::vector<launch::Arg>{launch::Arg::of(a), launch::Arg::of(b), launch::Arg::of(acc), launch::Arg::of(out)};
     };
-    templates::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
+    interp::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
       INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-      interp::Buffer got("out", DType::f32, size_t(c.m * c.n));
+      launch::Buffer got("out", DType::f32, size_t(c.m * c.n));
       backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
       // Products of f16/bf16 values are exact in f32; only the order of the K additions
       // differs (ir/SEMANTICS.md bounds it): at most K ulps of the largest partial sum.
@@ -227,8 +228,8 @@ TEST_CASE("pipelined loads (num_stages) agree with the interpreter for every tri
     if (c.stages > 1) CHECK(ck.stats.pipeline_stages == c.stages);
     // Rows of B: a shuffled set of pages, so a wrong page read ahead gives a wrong answer.
     const int64_t pages = kMaxSteps * c.bk / kPage;
-    interp::Buffer a("a", c.dt, size_t(c.m * kMaxSteps * c.bk)), b("b", c.dt, size_t(2 * pages * kPage * c.n));
-    interp::Buffer table("table", DType::i32, size_t(c.row_pages ? pages : kMaxSteps));
+    launch::Buffer a("a", c.dt, size_t(c.m * kMaxSteps * c.bk)), b("b", c.dt, size_t(2 * pages * kPage * c.n));
+    launch::Buffer table("table", DType::i32, size_t(c.row_pages ? pages : kMaxSteps));
     fill(a, rng), fill(b, rng);
     std::vector<int64_t> ids(table.count());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i) + (c.row_pages ? pages : kMaxSteps);
@@ -236,15 +237,15 @@ TEST_CASE("pipelined loads (num_stages) agree with the interpreter for every tri
     for (size_t i = 0; i < ids.size(); ++i) table.set_int(i, ids[i]);
     for (int64_t count : {int64_t(0), int64_t(1), int64_t(2), kMaxSteps - 1, kMaxSteps}) {
       INFO("count " << count);
-      auto args = [&](interp::Buffer& out) {
-        return std::vector<interp::Arg>{interp::Arg::of(a), interp::Arg::of(b), interp::Arg::of(table),
-                                        interp::Arg::of_int(count), interp::Arg::of(out)};
+      auto args = [&](launch::Buffer& out) {
+        return std::vector<launch::Arg>{launch::Arg::of(a), launch::Arg::of(b), launch::Arg::of(table),
+                                        launch::Arg::of_int(count), launch::Arg::of(out)};
       };
-      interp::Buffer want("out", DType::f32, size_t(c.m * c.n));
-      templates::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
+      launch::Buffer want("out", DType::f32, size_t(c.m * c.n));
+      interp::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
       for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
         INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-        interp::Buffer got("out", DType::f32, size_t(c.m * c.n));
+        launch::Buffer got("out", DType::f32, size_t(c.m * c.n));
         backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
         CHECK(dot_error(want, got, count * c.bk) <= 1.0);
       }
@@ -280,16 +281,16 @@ TEST_CASE("loads whose address needs a carried value or whose buffer the kernel 
     // Only b is copied ahead; a keeps its place.
     CHECK(ck.stats.pipelined_loops == 1);
     CHECK(ck.stats.pipeline_stage_bytes == 16 * (64 + 8) * 2); // B: 16 rows of k, 64 halves each
-    interp::Buffer ab("a", DType::f16, 16 * 64), bb("b", DType::f16, 64 * 64);
+    launch::Buffer ab("a", DType::f16, 16 * 64), bb("b", DType::f16, 64 * 64);
     fill(ab, rng), fill(bb, rng);
-    auto run = [&](templates::Launcher& l) {
-      interp::Buffer a2 = ab, out2("out", DType::f32, 16 * 64);
-      l.launch(k, 1, {1, 1, 1}, {interp::Arg::of(a2), interp::Arg::of(bb), interp::Arg::of(out2)});
+    auto run = [&](launch::Launcher& l) {
+      launch::Buffer a2 = ab, out2("out", DType::f32, 16 * 64);
+      l.launch(k, 1, {1, 1, 1}, {launch::Arg::of(a2), launch::Arg::of(bb), launch::Arg::of(out2)});
       return out2;
     };
-    interp::Buffer want = run(*templates::make_interpret_launcher());
+    launch::Buffer want = run(*interp::make_interpret_launcher());
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
-      interp::Buffer got = run(*backends::make_emulate_launcher(lowering));
+      launch::Buffer got = run(*backends::make_emulate_launcher(lowering));
       double worst = 0;
       for (size_t i = 0; i < want.count(); ++i)
         worst = std::max(worst, std::abs(want.get(i) - got.get(i)) / (1 + std::abs(want.get(i))));
@@ -326,21 +327,21 @@ TEST_CASE("a barrier in a loop of no trips or in one branch does not fence a pip
     });
     store(out + mi.col() * 64 + ni.row(), acc);
     ir::Kernel k = kb.finish();
-    interp::Buffer ab("a", DType::bf16, 16 * 64), bb("b", DType::bf16, 64 * 64);
+    launch::Buffer ab("a", DType::bf16, 16 * 64), bb("b", DType::bf16, 64 * 64);
     fill(ab, rng), fill(bb, rng);
     for (int64_t trips : {0, 1, 2}) {
       INFO("inner " << trips);
-      auto run = [&](templates::Launcher& l) {
-        interp::Buffer o("out", DType::f32, 16 * 64), s("side", DType::f32, 64);
+      auto run = [&](launch::Launcher& l) {
+        launch::Buffer o("out", DType::f32, 16 * 64), s("side", DType::f32, 64);
         l.launch(k, 4, {1, 1, 1},
-                 {interp::Arg::of(ab), interp::Arg::of(bb), interp::Arg::of_int(trips), interp::Arg::of(o),
-                  interp::Arg::of(s)});
+                 {launch::Arg::of(ab), launch::Arg::of(bb), launch::Arg::of_int(trips), launch::Arg::of(o),
+                  launch::Arg::of(s)});
         return o;
       };
-      interp::Buffer want = run(*templates::make_interpret_launcher());
+      launch::Buffer want = run(*interp::make_interpret_launcher());
       for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
         INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-        interp::Buffer got = run(*backends::make_emulate_launcher(lowering)); // a race throws
+        launch::Buffer got = run(*backends::make_emulate_launcher(lowering)); // a race throws
         CHECK(dot_error(want, got, 64) <= 1.0);
       }
     }

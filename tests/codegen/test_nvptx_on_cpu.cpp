@@ -10,7 +10,8 @@
 #include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "templates/registry.h"
 #include "runtime/emulator.h"
 #include "tests/codegen/codegen_test_util.h"
@@ -85,14 +86,14 @@ TEST_CASE("nvptx lowering on the emulator: f32 -> bf16 and f16 round to nearest 
   for (DType to : {DType::bf16, DType::f16}) {
     INFO(ir::dtype_name(to));
     ir::Kernel k = narrowing(to, 128);
-    interp::Buffer x("x", DType::f32, size_t(n));
+    launch::Buffer x("x", DType::f32, size_t(n));
     std::memcpy(x.bytes.data(), values.data(), values.size() * 4);
-    interp::Buffer want("out", to, size_t(n)), got("out", to, size_t(n));
-    interp::Grid grid{(n + 127) / 128, 1, 1};
-    templates::make_interpret_launcher()->launch(k, 4, grid,
-                                               {interp::Arg::of(x), interp::Arg::of(want), interp::Arg::of_int(n)});
+    launch::Buffer want("out", to, size_t(n)), got("out", to, size_t(n));
+    launch::Grid grid{(n + 127) / 128, 1, 1};
+    interp::make_interpret_launcher()->launch(k, 4, grid,
+                                               {launch::Arg::of(x), launch::Arg::of(want), launch::Arg::of_int(n)});
     backends::make_emulate_launcher(backends::EmuLowering::nvptx)
-        ->launch(k, 4, grid, {interp::Arg::of(x), interp::Arg::of(got), interp::Arg::of_int(n)});
+        ->launch(k, 4, grid, {launch::Arg::of(x), launch::Arg::of(got), launch::Arg::of_int(n)});
     int differ = 0;
     for (int64_t i = 0; i < n; ++i) {
       std::uint16_t a, b;

@@ -255,8 +255,8 @@ double dtype_tol(DType t) {
 } // namespace
 
 TEST_CASE("elementwise, cast and reduce kernels agree with the interpreter when emulated", "[codegen][emu]") {
-  using interp::Arg;
-  using interp::Buffer;
+  using launch::Arg;
+  using launch::Buffer;
   for (DType t : ir::kAllDTypes) {
     INFO("dtype " << ir::dtype_name(t));
     const int64_t n = 8 * 32 * 2 - 5, size = 64 * 4096; // a slot of 4096 per op

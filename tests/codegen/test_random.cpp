@@ -10,7 +10,8 @@
 #include "backends/launchers.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;
@@ -80,12 +81,12 @@ TEST_CASE("randint4x and rand give the same bits on every CPU backend as the ref
   ir::Kernel k = random_kernel();
   const int64_t base = 2147483000; // offsets wrap past 2^31 inside the run
   auto fresh = [] {
-    return std::vector<interp::Buffer>{interp::Buffer("words", DType::i32, kN * 4), interp::Buffer("u", DType::f32, kN),
-                                       interp::Buffer("g", DType::f32, kN)};
+    return std::vector<launch::Buffer>{launch::Buffer("words", DType::i32, kN * 4), launch::Buffer("u", DType::f32, kN),
+                                       launch::Buffer("g", DType::f32, kN)};
   };
-  auto args = [&](std::vector<interp::Buffer>& b) {
-    return std::vector<interp::Arg>{interp::Arg::of(b[0]), interp::Arg::of(b[1]), interp::Arg::of(b[2]),
-                                    interp::Arg::of_int(int64_t(kSeed)), interp::Arg::of_int(base)};
+  auto args = [&](std::vector<launch::Buffer>& b) {
+    return std::vector<launch::Arg>{launch::Arg::of(b[0]), launch::Arg::of(b[1]), launch::Arg::of(b[2]),
+                                    launch::Arg::of_int(int64_t(kSeed)), launch::Arg::of_int(base)};
   };
   auto ref = fresh();
   interp::interpret(*k, {kN / 256, 1, 1}, args(ref));
@@ -121,12 +122,12 @@ TEST_CASE("a dropout kernel with rand matches a plain C++ dropout", "[random][co
   const int64_t n = 1000;
   const float p = 0.3f;
   const int32_t seed = 42;
-  interp::Buffer x("x", DType::f32, size_t(n));
+  launch::Buffer x("x", DType::f32, size_t(n));
   for (int64_t j = 0; j < n; ++j) x.set(size_t(j), std::sin(double(j)) * 3);
-  interp::Buffer out("out", DType::f32, size_t(n));
+  launch::Buffer out("out", DType::f32, size_t(n));
   backends::make_emulate_launcher()->launch(dropout_kernel(), 4, {(n + 127) / 128, 1, 1},
-                                            {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_float(p),
-                                             interp::Arg::of_int(seed), interp::Arg::of_int(n)});
+                                            {launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_float(p),
+                                             launch::Arg::of_int(seed), launch::Arg::of_int(n)});
   int kept = 0;
   for (int64_t j = 0; j < n; ++j) {
     float u = uniform(philox({uint32_t(j), 0, 0, 0}, {uint32_t(seed), 0})[0]);
@@ -149,21 +150,21 @@ TEST_CASE("Philox rounds compile to 32-bit high multiplies on the GPU", "[random
 }
 
 TEST_CASE("a scalar argument of the wrong kind is an error on every backend, not a conversion", "[codegen][errors]") {
-  interp::Buffer x("x", DType::f32, 128), out("out", DType::f32, 128);
-  auto launch = [&](templates::Launcher& l, interp::Arg p, interp::Arg seed) {
+  launch::Buffer x("x", DType::f32, 128), out("out", DType::f32, 128);
+  auto launch = [&](launch::Launcher& l, launch::Arg p, launch::Arg seed) {
     try {
-      l.launch(dropout_kernel(), 4, {1, 1, 1}, {interp::Arg::of(x), interp::Arg::of(out), p, seed, interp::Arg::of_int(128)});
+      l.launch(dropout_kernel(), 4, {1, 1, 1}, {launch::Arg::of(x), launch::Arg::of(out), p, seed, launch::Arg::of_int(128)});
     } catch (const std::exception& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  auto interpreter = templates::make_interpret_launcher();
+  auto interpreter = interp::make_interpret_launcher();
   auto emulator = backends::make_emulate_launcher();
-  for (templates::Launcher* l : {interpreter.get(), emulator.get()}) {
-    CHECK(launch(*l, interp::Arg::of_float(0.5), interp::Arg::of_int(1)).empty());
-    CHECK_THAT(launch(*l, interp::Arg::of_int(1), interp::Arg::of_int(1)), Catch::Contains("integer 1, not a float"));
-    CHECK_THAT(launch(*l, interp::Arg::of_float(0.5), interp::Arg::of_float(3.0)),
+  for (launch::Launcher* l : {interpreter.get(), emulator.get()}) {
+    CHECK(launch(*l, launch::Arg::of_float(0.5), launch::Arg::of_int(1)).empty());
+    CHECK_THAT(launch(*l, launch::Arg::of_int(1), launch::Arg::of_int(1)), Catch::Contains("integer 1, not a float"));
+    CHECK_THAT(launch(*l, launch::Arg::of_float(0.5), launch::Arg::of_float(3.0)),
                Catch::Contains("float 3, not an integer"));
   }
 }

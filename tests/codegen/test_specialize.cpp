@@ -8,12 +8,14 @@
 #include "codegen/module.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 #include "ir/param_access.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
-#include "templates/module_launcher.h"
+#include "launch/module_launcher.h"
+#include "launch/specialize.h"
 #include "runtime/emulator.h"
 #include "tests/runtime/helpers.h"
 
@@ -72,21 +74,21 @@ TEST_CASE("a runtime stride that is a multiple of 16 gives vector loads", "[code
   CHECK(count(spec, "ld.global.nc.v4") + count(spec, "ld.global.v4") >= 1);
   CHECK(scalar16(spec) == 0);
   CHECK(scalar16(plain) >= 8);
-  CHECK(templates::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(128)}) ==
+  CHECK(launch::specialize(*k, {launch::Arg(), launch::Arg(), launch::Arg::of_int(128)}).divisibility ==
         std::map<std::string, int64_t>{{"stride", 16}});
-  CHECK(templates::int_arg_divisibility(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(100)}).empty());
+  CHECK(launch::specialize(*k, {launch::Arg(), launch::Arg(), launch::Arg::of_int(100)}).divisibility.empty());
 }
 
 TEST_CASE("launches specialize on the stride they pass and stay correct either way", "[codegen][specialize][emulator]") {
   ir::Kernel k = strided_copy();
   for (int64_t stride : {64, 100, 128}) {
     INFO("stride " << stride);
-    interp::Buffer x("x", DType::f16, size_t(4 * stride)), want("out", DType::f16, 256), got("out", DType::f16, 256);
+    launch::Buffer x("x", DType::f16, size_t(4 * stride)), want("out", DType::f16, 256), got("out", DType::f16, 256);
     for (size_t i = 0; i < x.count(); ++i) x.set(i, double(i % 97) / 8);
-    auto args = [&](interp::Buffer& o) {
-      return std::vector<interp::Arg>{interp::Arg::of(x), interp::Arg::of(o), interp::Arg::of_int(stride)};
+    auto args = [&](launch::Buffer& o) {
+      return std::vector<launch::Arg>{launch::Arg::of(x), launch::Arg::of(o), launch::Arg::of_int(stride)};
     };
-    templates::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
+    interp::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
     backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, args(got));
     CHECK(got.bytes == want.bytes);
   }
@@ -173,13 +175,13 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
   CHECK(count(ptx, "ld.global.nc.v4") >= 1);
   CHECK(count(ptx, "ld.global.nc.u16") + count(ptx, "ld.global.nc.b16") == 0);
   // Interpreter and emulator refuse an argument that breaks the promise, in the same words.
-  interp::Buffer x("x", DType::f16, 4 * 100), out("out", DType::f16, 256);
-  std::vector<interp::Arg> bad = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(100)};
-  CHECK_THROWS_WITH(templates::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, bad),
+  launch::Buffer x("x", DType::f16, 4 * 100), out("out", DType::f16, 256);
+  std::vector<launch::Arg> bad = {launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_int(100)};
+  CHECK_THROWS_WITH(interp::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, bad),
                     Catch::Contains("parameter 'stride' (i32) was given 100, not a multiple of 8"));
   CHECK_THROWS_WITH(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, bad),
                     Catch::Contains("parameter 'stride' (i32) was given 100, not a multiple of 8"));
-  std::vector<interp::Arg> good = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(72)};
+  std::vector<launch::Arg> good = {launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_int(72)};
   CHECK_NOTHROW(backends::make_emulate_launcher()->launch(k, 1, {1, 1, 1}, good));
   // The DSL refuses a promise on anything but an integer parameter.
   KernelBuilder kb("bad_promise");
@@ -194,9 +196,9 @@ TEST_CASE("multiple_of: a stride the kernel promises is a multiple of 8 gives ve
 TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride gives vector loads",
           "[codegen][specialize]") {
   ir::Kernel k = column_strided_copy();
-  CHECK(templates::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(1)}) ==
+  CHECK(launch::specialize(*k, {launch::Arg(), launch::Arg(), launch::Arg::of_int(1)}).values ==
         std::map<std::string, int64_t>{{"cstride", 1}});
-  CHECK(templates::int_arg_values(*k, {interp::Arg(), interp::Arg(), interp::Arg::of_int(2)}).empty());
+  CHECK(launch::specialize(*k, {launch::Arg(), launch::Arg(), launch::Arg::of_int(2)}).values.empty());
   codegen::CompileOptions o;
   o.num_warps = 1;
   std::string plain = codegen::compile(*k, o).ptx;
@@ -211,12 +213,12 @@ TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride g
   // Launches specialize on it and stay correct for any stride.
   for (int64_t cs : {1, 2, 3}) {
     INFO("cstride " << cs);
-    interp::Buffer x("x", DType::f16, size_t(4 * 64 * 3)), want("out", DType::f16, 256), got("out", DType::f16, 256);
+    launch::Buffer x("x", DType::f16, size_t(4 * 64 * 3)), want("out", DType::f16, 256), got("out", DType::f16, 256);
     for (size_t i = 0; i < x.count(); ++i) x.set(i, double(i % 89) / 4);
-    auto args = [&](interp::Buffer& out) {
-      return std::vector<interp::Arg>{interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(cs)};
+    auto args = [&](launch::Buffer& out) {
+      return std::vector<launch::Arg>{launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_int(cs)};
     };
-    templates::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
+    interp::make_interpret_launcher()->launch(k, 1, {1, 1, 1}, args(want));
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
       got.bytes.assign(got.bytes.size(), std::byte{0});
       backends::make_emulate_launcher(lowering)->launch(k, 1, {1, 1, 1}, args(got));
@@ -241,12 +243,12 @@ TEST_CASE("an integer argument equal to 1 is compiled in: a unit column stride g
 TEST_CASE("a launch with zero programs is a no-op on every CPU backend, a negative grid is an error",
           "[codegen][emulator][launch]") {
   ir::Kernel k = strided_copy();
-  interp::Buffer x("x", DType::f16, 4 * 64), out("out", DType::f16, 256);
+  launch::Buffer x("x", DType::f16, 4 * 64), out("out", DType::f16, 256);
   for (size_t i = 0; i < out.count(); ++i) out.set(i, 7.0);
-  const interp::Buffer before = out;
-  std::vector<interp::Arg> args = {interp::Arg::of(x), interp::Arg::of(out), interp::Arg::of_int(64)};
-  for (interp::Grid g : {interp::Grid{0, 1, 1}, interp::Grid{3, 0, 1}, interp::Grid{1, 1, 0}}) {
-    CHECK_NOTHROW(templates::make_interpret_launcher()->launch(k, 1, g, args));
+  const launch::Buffer before = out;
+  std::vector<launch::Arg> args = {launch::Arg::of(x), launch::Arg::of(out), launch::Arg::of_int(64)};
+  for (launch::Grid g : {launch::Grid{0, 1, 1}, launch::Grid{3, 0, 1}, launch::Grid{1, 1, 0}}) {
+    CHECK_NOTHROW(interp::make_interpret_launcher()->launch(k, 1, g, args));
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx})
       CHECK_NOTHROW(backends::make_emulate_launcher(lowering)->launch(k, 1, g, args));
     CHECK(out.bytes == before.bytes);

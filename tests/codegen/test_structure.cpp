@@ -175,8 +175,8 @@ TEST_CASE("dot at several shapes and dtypes", "[codegen]") {
 }
 
 TEST_CASE("structure kernels agree with the interpreter when emulated", "[codegen][emu]") {
-  using interp::Arg;
-  using interp::Buffer;
+  using launch::Arg;
+  using launch::Buffer;
   {
     std::vector<Buffer> bufs{{"x", DType::f32, 32 * 32}, {"out", DType::f32, 32 * 32}};
     fill_random(bufs[0], 21, -1, 1);

@@ -62,7 +62,7 @@ ir::Kernel unsigned_kernel(ElemType u) {
 template <class U> void check_unsigned(DType dt) {
   ir::Kernel k = unsigned_kernel({dt, false});
   std::mt19937_64 rng(uint64_t(dt) * 7 + 1);
-  interp::Buffer a("a", dt, kN), b("b", dt, kN);
+  launch::Buffer a("a", dt, kN), b("b", dt, kN);
   const U top = std::numeric_limits<U>::max();
   for (int64_t j = 0; j < kN; ++j) {
     U x = U(rng()), y = U(rng());
@@ -77,10 +77,10 @@ template <class U> void check_unsigned(DType dt) {
   const int bits = int(sizeof(U) * 8);
   for (int backend : {0, 1, 2}) {
     INFO(ir::dtype_name(dt) << " on backend " << backend << " (interpreter, emu lowering, nvptx lowering)");
-    interp::Buffer out("out", dt, kOuts * kN), fout("fout", DType::f32, 2 * kN), iout("iout", DType::i64, kN),
+    launch::Buffer out("out", dt, kOuts * kN), fout("fout", DType::f32, 2 * kN), iout("iout", DType::i64, kN),
         red("red", dt, 3 + kN);
-    std::vector<interp::Arg> args = {interp::Arg::of(a),    interp::Arg::of(b),    interp::Arg::of(out),
-                                     interp::Arg::of(fout), interp::Arg::of(iout), interp::Arg::of(red)};
+    std::vector<launch::Arg> args = {launch::Arg::of(a),    launch::Arg::of(b),    launch::Arg::of(out),
+                                     launch::Arg::of(fout), launch::Arg::of(iout), launch::Arg::of(red)};
     if (backend == 0) interp::interpret(*k, {1, 1, 1}, args);
     else
       backends::make_emulate_launcher(backend == 1 ? backends::EmuLowering::emu : backends::EmuLowering::nvptx)
@@ -153,7 +153,7 @@ TEST_CASE("u32 atomic max and min compare as unsigned, device_print prints unsig
   atomic_min(acc + 1 + arange(0, 64) * 0, v);
   device_print("big", load(big)); // a scalar: printed once per program
   ir::Kernel k = kb.finish();
-  interp::Buffer xb("x", DType::u32, 256), bb("big", DType::u64, 1);
+  launch::Buffer xb("x", DType::u32, 256), bb("big", DType::u64, 1);
   uint32_t mx = 0, mn = UINT32_MAX;
   std::mt19937 rng(3);
   for (int j = 0; j < 256; ++j) {
@@ -165,12 +165,12 @@ TEST_CASE("u32 atomic max and min compare as unsigned, device_print prints unsig
   bb.set_int(0, int64_t(UINT64_MAX - 1));
   for (int backend : {0, 1, 2}) {
     INFO("backend " << backend);
-    interp::Buffer ab("acc", DType::u32, 2);
+    launch::Buffer ab("acc", DType::u32, 2);
     ab.set_int(0, 0);
     ab.set_int(1, int64_t(UINT32_MAX));
     std::vector<std::string> lines;
     set_device_print_sink([&](const std::string& l) { lines.push_back(l); });
-    std::vector<interp::Arg> args = {interp::Arg::of(xb), interp::Arg::of(ab), interp::Arg::of(bb)};
+    std::vector<launch::Arg> args = {launch::Arg::of(xb), launch::Arg::of(ab), launch::Arg::of(bb)};
     if (backend == 0) interp::interpret(*k, {4, 1, 1}, args);
     else
       backends::make_emulate_launcher(backend == 1 ? backends::EmuLowering::emu : backends::EmuLowering::nvptx)

@@ -4,17 +4,18 @@
 #include <functional>
 
 #include "fuzz/program.h"
-#include "templates/launcher.h"
+#include "interp/interpreter.h"
+#include "launch/launcher.h"
 
 namespace tilec::fuzz::test {
 
 // Runs the interpreter, then lets `plant` change the buffers: a backend with a known bug.
-class PlantedBugLauncher final : public templates::Launcher {
+class PlantedBugLauncher final : public launch::Launcher {
 public:
-  using Plant = std::function<void(const ir::Function&, const std::vector<interp::Arg>&)>;
+  using Plant = std::function<void(const ir::Function&, const std::vector<launch::Arg>&)>;
   explicit PlantedBugLauncher(Plant plant) : plant_(std::move(plant)) {}
   std::string backend() const override { return "planted-bug"; }
-  void launch(const ir::Kernel& kernel, int, interp::Grid grid, const std::vector<interp::Arg>& args) override {
+  void launch(const ir::Kernel& kernel, int, launch::Grid grid, const std::vector<launch::Arg>& args) override {
     interp::interpret(*kernel, grid, args);
     plant_(*kernel, args);
   }

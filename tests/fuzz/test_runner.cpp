@@ -10,6 +10,7 @@
 #include "fuzz/compare.h"
 #include "fuzz/fuzz.h"
 #include "fuzz/shrink.h"
+#include "interp/launcher.h"
 #include "ir/passes.h"
 #include "tests/fuzz/helpers.h"
 
@@ -29,10 +30,10 @@ Program program_with(ir::OpKind k, uint64_t from = 1) {
 }
 
 // Adds one to element 0 of the first output buffer.
-void perturb_first_output(const ir::Function& fn, const std::vector<interp::Arg>& args) {
+void perturb_first_output(const ir::Function& fn, const std::vector<launch::Arg>& args) {
   for (size_t i = 0; i < fn.params.size(); ++i)
     if (fn.params[i]->name.rfind("out", 0) == 0) {
-      interp::Buffer& b = *args[i].buffer;
+      launch::Buffer& b = *args[i].buffer;
       if (ir::is_float(b.dtype)) b.set(0, b.get(0) == 0 || !std::isfinite(b.get(0)) ? 1 : b.get(0) * 1.5);
       else b.set_int(0, b.get_int(0) == 0 ? 1 : 0);
       return;
@@ -51,7 +52,7 @@ TEST_CASE("fuzz: floats compare bitwise or within the ulp bound", "[fuzz]") {
   CHECK(ulp_distance(1.0, 1.0 + 0x1p-7, DType::bf16) == 1);
   CHECK(ulp_distance(-0x1p-149, 0x1p-149, DType::f32) == 2);
 
-  interp::Buffer a("out", DType::f32, 3), b("out", DType::f32, 3);
+  launch::Buffer a("out", DType::f32, 3), b("out", DType::f32, 3);
   a.set(0, NAN), b.set(0, -NAN);
   a.set(1, 0.0), b.set(1, 0.0);
   a.set(2, 1.0), b.set(2, 1.0);
@@ -67,7 +68,7 @@ TEST_CASE("fuzz: floats compare bitwise or within the ulp bound", "[fuzz]") {
   b.set(2, 1.0 + 300 * 0x1p-23);
   CHECK_THAT(compare_buffers(a, b, DType::f32).first, Catch::Contains("300 ulps apart; bound 256"));
 
-  interp::Buffer i("idx", DType::i64, 1), j("idx", DType::i64, 1);
+  launch::Buffer i("idx", DType::i64, 1), j("idx", DType::i64, 1);
   i.set_int(0, INT64_MAX), j.set_int(0, INT64_MAX - 1);
   CHECK(compare_buffers(i, j, DType::f32).mismatches == 1); // integers are always bitwise
 }
@@ -88,7 +89,7 @@ TEST_CASE("fuzz: exp, log and float sums make outputs inexact, integer work does
 }
 
 TEST_CASE("fuzz: the runner finds a planted disagreement", "[fuzz]") {
-  auto same = templates::make_interpret_launcher();
+  auto same = interp::make_interpret_launcher();
   PlantedBugLauncher broken(perturb_first_output);
   for (uint64_t s = 1; s <= 5; ++s) {
     Program p = generate(s);
@@ -101,7 +102,7 @@ TEST_CASE("fuzz: the runner finds a planted disagreement", "[fuzz]") {
 }
 
 TEST_CASE("fuzz: a backend that throws disagrees, a program the interpreter rejects is invalid", "[fuzz]") {
-  PlantedBugLauncher throws([](const ir::Function&, const std::vector<interp::Arg>&) {
+  PlantedBugLauncher throws([](const ir::Function&, const std::vector<launch::Arg>&) {
     throw UserError("planted failure");
   });
   Program p = generate(3);
@@ -115,7 +116,7 @@ TEST_CASE("fuzz: a backend that throws disagrees, a program the interpreter reje
 
 TEST_CASE("fuzz: the shrinker reduces a program that hits a planted bug", "[fuzz]") {
   // The planted bug: any kernel with a rem op gets a wrong first output.
-  PlantedBugLauncher broken([](const ir::Function& fn, const std::vector<interp::Arg>& args) {
+  PlantedBugLauncher broken([](const ir::Function& fn, const std::vector<launch::Arg>& args) {
     if (has_op(fn, ir::OpKind::Rem)) perturb_first_output(fn, args);
   });
   Program p = program_with(ir::OpKind::Rem);
@@ -129,7 +130,7 @@ TEST_CASE("fuzz: the shrinker reduces a program that hits a planted bug", "[fuzz
   CHECK(count_ops(small) < count_ops(p));
   CHECK(count_ops(small) <= 40); // the address computations are kept as generated
   CHECK(st.accepted > 0);
-  CHECK(small.grid == interp::Grid{1, 1, 1});
+  CHECK(small.grid == launch::Grid{1, 1, 1});
 
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "tilec_fuzz_test_regressions";
   std::filesystem::remove_all(dir);
@@ -146,7 +147,7 @@ TEST_CASE("fuzz: the shrinker reduces a program that hits a planted bug", "[fuzz
 // pipelined loop, its result unused). Removing all dead code then hides the failure, so the
 // shrinker keeps it and removes what it can op by op.
 TEST_CASE("fuzz: the shrinker reduces a program whose failure needs dead code", "[fuzz]") {
-  PlantedBugLauncher broken([](const ir::Function& fn, const std::vector<interp::Arg>& args) {
+  PlantedBugLauncher broken([](const ir::Function& fn, const std::vector<launch::Arg>& args) {
     if (has_op(fn, ir::OpKind::Rem)) perturb_first_output(fn, args);
   });
   Program p = program_with(ir::OpKind::Rem);
@@ -202,7 +203,7 @@ TEST_CASE("fuzz: an inexact bf16 value stored as f32 is compared in bf16 ulps", 
   CHECK_FALSE(in[0].has_value());
   CHECK(in[1] == DType::bf16);
   CHECK(in[2] == DType::f32);
-  interp::Buffer a("y", DType::f32, 1), b("y", DType::f32, 1);
+  launch::Buffer a("y", DType::f32, 1), b("y", DType::f32, 1);
   a.set(0, 492.0), b.set(0, 496.0); // one bf16 ulp apart at 492
   CHECK(compare_buffers(a, b, in[1]).mismatches == 0);
   CHECK(compare_buffers(a, b, in[2]).mismatches == 1);

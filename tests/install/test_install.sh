@@ -48,7 +48,7 @@ for f in bin/tilec bin/tilec-measure $lib/libtilec_measure.a $lib/libtilec_measu
          $lib/cmake/tilec/tilecRuntimeTargets.cmake $lib/cmake/tilec/tilecCompilerTargets.cmake \
          $lib/cmake/tilec/tilecKernels.cmake $lib/pkgconfig/tilec-runtime.pc $lib/tilec/tilec_emu.dynlist \
          include/tilec/abi/emu_abi.h include/tilec/ir/ir.h include/tilec/ir/ops.def include/tilec/dsl/dsl.h \
-         include/tilec/templates/registry.h include/tilec/runtime/emulator.h include/tilec/runtime/cuda_entry_points.def \
+         include/tilec/templates/registry.h include/tilec/launch/args.h include/tilec/launch/module_launcher.h include/tilec/runtime/emulator.h include/tilec/runtime/cuda_entry_points.def \
          include/tilec/tools/cli.h; do
   [[ -e $p/$f ]] || fail "the install has no $f"
 done
@@ -184,7 +184,9 @@ setting() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 cmake -G Ninja -S "$src" -B "$tmp/rt_build" -DTILEC_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE="$(setting CMAKE_BUILD_TYPE)" \
   -DTILEC_WERROR="$(setting TILEC_WERROR)" -DTILEC_SANITIZE=OFF "${launcher[@]}" \
   >"$tmp/rt_configure.log" 2>&1 || { cat "$tmp/rt_configure.log"; fail "a runtime-only tilec does not configure"; }
-cmake --build "$tmp/rt_build" --target tilec-measure tilec_measure_main -j "$jobs" >"$tmp/rt_build.log" 2>&1 ||
+# What the measure component installs: tilec-measure and its libraries, and the interpreter
+# (LLVM-free too, though tilec-measure does not link it).
+cmake --build "$tmp/rt_build" --target tilec-measure tilec_measure_main tilec_interp -j "$jobs" >"$tmp/rt_build.log" 2>&1 ||
   { tail -30 "$tmp/rt_build.log"; fail "building the runtime-only tilec"; }
 cmake --install "$tmp/rt_build" --prefix "$tmp/rt_prefix" >"$tmp/rt_install.log" 2>&1 ||
   { cat "$tmp/rt_install.log"; fail "installing the runtime-only tilec"; }

@@ -50,9 +50,9 @@ struct KernelDef {
   Value* at(Value* p, Value* offsets) { return b.addptr(b.splat(p, offsets->type.shape), offsets); }
 };
 
-inline Buffer random_buffer(std::string name, DType t, size_t n, std::mt19937& rng, double lo,
+inline launch::Buffer random_buffer(std::string name, DType t, size_t n, std::mt19937& rng, double lo,
                             double hi) {
-  Buffer buf(std::move(name), t, n);
+  launch::Buffer buf(std::move(name), t, n);
   std::uniform_real_distribution<double> d(lo, hi);
   for (size_t i = 0; i < n; ++i)
     buf.set(i, ir::is_float(t) ? d(rng) : std::floor(d(rng)));

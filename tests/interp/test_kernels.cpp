@@ -9,6 +9,7 @@
 
 using namespace tilec;
 using namespace tilec::interp;
+using namespace tilec::launch;
 using namespace tilec::interp::test;
 
 namespace {

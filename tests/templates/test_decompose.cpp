@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "interp/launcher.h"
 #include "templates/paged_attention.h"
 #include "templates/prim_recipe.h"
 
@@ -48,10 +49,10 @@ Tolerance tolerance(DType t) {
 }
 
 // Runs the decomposition and checks it against the reference; returns the output.
-interp::Buffer check_against_reference(const PagedAttentionInputs& in) {
-  auto launcher = make_interpret_launcher();
-  interp::Buffer got = run_paged_attention_decomposed(in, *launcher);
-  interp::Buffer want = paged_attention_reference(in);
+launch::Buffer check_against_reference(const PagedAttentionInputs& in) {
+  auto launcher = interp::make_interpret_launcher();
+  launch::Buffer got = run_paged_attention_decomposed(in, *launcher);
+  launch::Buffer want = paged_attention_reference(in);
   REQUIRE(got.dtype == in.shape.dtype);
   REQUIRE(got.count() == want.count());
   Tolerance tol = tolerance(in.shape.dtype);
@@ -155,7 +156,7 @@ TEST_CASE("the recipe drops what the config does not use and computes in f32",
 }
 
 TEST_CASE("views launch nothing: launches per config", "[templates][decompose]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   PagedAttentionInputs in =
       make_paged_attention_inputs(small_shape(DType::f32, 2, 3, true, 30.0), /*seed=*/1);
   run_paged_attention_decomposed(in, *launcher);
@@ -198,7 +199,7 @@ TEST_CASE("ragged context lengths: empty, one token, page boundary, full capacit
     const std::vector<int64_t> lens = {0, 1, 8, 16, 5, 12}; // 8 and 12 end exactly on a page
     for (size_t b = 0; b < lens.size(); ++b)
       in.context_lens.set_int(b, lens[b]);
-    interp::Buffer out = check_against_reference(in);
+    launch::Buffer out = check_against_reference(in);
     // context_len 0: every output row of that sequence is exactly zero.
     const size_t row = size_t(s.hq * s.sq * s.head_dim);
     for (size_t i = 0; i < row; ++i)
@@ -208,7 +209,7 @@ TEST_CASE("ragged context lengths: empty, one token, page boundary, full capacit
 
 TEST_CASE("the decomposition validates first: it reads every block-table entry",
           "[templates][decompose]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   PagedAttentionInputs in =
       make_paged_attention_inputs(small_shape(DType::f32, 1, 1, false, std::nullopt), 3);
   in.context_lens.set_int(0, 1);

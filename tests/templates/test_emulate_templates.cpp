@@ -9,6 +9,7 @@
 #include "backends/launchers.h"
 #include "tests/templates/test_util.h"
 #include "dsl/dsl.h"
+#include "interp/launcher.h"
 #include "runtime/emulator.h"
 #include "templates/kernels.h"
 #include "templates/paged_attention.h"
@@ -34,8 +35,8 @@ void check_template(const std::string& name, const ParamMap& params, const Param
   Problem ref = make_problem(*t, {shape, seed, {}, {}});
   Problem emu = ref;
   int warps = int(params.at("num_warps"));
-  make_interpret_launcher()->launch(k, warps, launch_grid(*t, params, ref.shape), ref.interp_args());
-  backends::make_emulate_launcher()->launch(k, warps, launch_grid(*t, params, emu.shape), emu.interp_args());
+  interp::make_interpret_launcher()->launch(k, warps, launch_grid(*t, params, ref.shape), ref.launch_args());
+  backends::make_emulate_launcher()->launch(k, warps, launch_grid(*t, params, emu.shape), emu.launch_args());
   std::string desc = name;
   for (auto& [n, v] : params) desc += " " + n + "=" + std::to_string(v);
   for (auto& [n, v] : shape) desc += " " + n + "=" + std::to_string(v);
@@ -44,8 +45,8 @@ void check_template(const std::string& name, const ParamMap& params, const Param
   INFO(c.first_mismatch);
   CHECK(c.ok);
   for (int o : emu.outputs) {
-    const interp::Buffer& a = ref.buffers[size_t(o)];
-    const interp::Buffer& b = emu.buffers[size_t(o)];
+    const launch::Buffer& a = ref.buffers[size_t(o)];
+    const launch::Buffer& b = emu.buffers[size_t(o)];
     double worst = 0;
     for (size_t i = 0; i < a.count(); ++i) worst = std::max(worst, std::abs(a.get(i) - b.get(i)));
     CHECK(worst <= 1e-5);
@@ -98,7 +99,7 @@ TEST_CASE("emulate matches the interpreter on fused paged attention", "[emulator
     cfg.num_splits = c.splits;
     INFO("dtype " << ir::dtype_name(c.dtype) << " hq " << c.hq << " hkv " << c.hkv << " sq " << c.sq << " splits "
                   << c.splits);
-    auto interp = make_interpret_launcher(), emu = backends::make_emulate_launcher();
+    auto interp = interp::make_interpret_launcher(), emu = backends::make_emulate_launcher();
     auto want = run_paged_attention_fused(in, cfg, *interp);
     auto got = run_paged_attention_fused(in, cfg, *emu);
     CHECK(max_err(got, want) <= (c.dtype == ir::DType::f32 ? 1e-5 : 2e-3));
@@ -116,7 +117,7 @@ void check_vector_add_bytes(int64_t block, int64_t warps) {
     ParamMap params{{"block", block}, {"num_warps", warps}}, shape{{"n", n}};
     Problem p = make_problem(*t, {shape, 3, {}, {}});
     auto emu = backends::make_emulate_launcher();
-    emu->launch(t->build(params, shape), int(warps), launch_grid(*t, params, p.shape), p.interp_args());
+    emu->launch(t->build(params, shape), int(warps), launch_grid(*t, params, p.shape), p.launch_args());
     INFO("n = " << n << ", block " << block << ", num_warps " << warps);
     CHECK(compare_outputs(p).ok);
     CHECK(emu->stats().bytes_loaded.value_or(-1) == 8 * n);
@@ -145,11 +146,11 @@ TEST_CASE("emulate: an unmasked load past the end names the kernel and buffer", 
   auto offs = program_id(0) * 128 + arange(0, 128);
   store(out + offs, load(x + offs));
   ir::Kernel k = kb.finish();
-  interp::Buffer xs("inputs", ir::DType::f32, 100), outs("outputs", ir::DType::f32, 128);
+  launch::Buffer xs("inputs", ir::DType::f32, 100), outs("outputs", ir::DType::f32, 128);
   auto emu = backends::make_emulate_launcher();
   std::string e;
   try {
-    emu->launch(k, 4, {1, 1, 1}, {interp::Arg::of(xs), interp::Arg::of(outs)});
+    emu->launch(k, 4, {1, 1, 1}, {launch::Arg::of(xs), launch::Arg::of(outs)});
   } catch (const rt::EmulationError& err) {
     e = err.what();
   }
@@ -180,7 +181,7 @@ TEST_CASE("emulate: paged attention moves about the ideal bytes", "[emulator][te
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   CHECK(max_err(got, paged_attention_reference(in)) <= 4e-3);
   int64_t ideal = paged_attention_ideal_bytes(in);
-  const LaunchStats& st = emu->stats();
+  const launch::LaunchStats& st = emu->stats();
   WARN("paged attention f16 batch=2 hq=8 hkv=2 d=64 page=16 ctx=256: ideal " << ideal << " bytes, unique "
        << st.unique_bytes.value_or(-1) << ", loaded " << st.bytes_loaded.value_or(-1) << ", stored "
        << st.bytes_stored.value_or(-1) << "; emulated in " << st.time_ms << " ms (" << ms << " ms with compile)");

@@ -10,7 +10,8 @@
 #include <optional>
 #include <random>
 
-#include "templates/launcher.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
 #include "templates/primitives.h"
 
 using namespace tilec;
@@ -87,7 +88,7 @@ Tensor random_view(std::mt19937_64& rng, DType t, const Shape& shape, bool broad
 
 // The result of computing `v` in double and storing it as `t`.
 double as_dtype(double v, DType t) {
-  interp::Buffer b("r", t, 1);
+  launch::Buffer b("r", t, 1);
   b.set(0, v);
   return b.get(0);
 }
@@ -179,7 +180,7 @@ TEST_CASE("views relabel strides without copying", "[templates][primitives]") {
 
 TEST_CASE("copies: contiguous, permute, broadcast_to, reshape and cast",
           "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(11);
   for (int rank = 1; rank <= prim::kMaxRank; ++rank) {
     for (DType t : kAll) {
@@ -238,7 +239,7 @@ TEST_CASE("copies: contiguous, permute, broadcast_to, reshape and cast",
 }
 
 TEST_CASE("reshape is a view when it can be and a copy when not", "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(5);
   Tensor x = random_view(rng, DType::f32, {3, 4, 5});
   x = prim::contiguous(*launcher, x);
@@ -259,7 +260,7 @@ TEST_CASE("reshape is a view when it can be and a copy when not", "[templates][p
 }
 
 TEST_CASE("index_select gathers rows of dim 0 through an i32 index", "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(7);
   for (int rank = 1; rank <= prim::kMaxRank; ++rank) {
     for (DType t : kAll) {
@@ -297,7 +298,7 @@ TEST_CASE("index_select gathers rows of dim 0 through an i32 index", "[templates
 
 TEST_CASE("matmul: batched, strided, broadcast batch dims, f32 accumulation",
           "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(3);
   for (int batch_rank = 0; batch_rank <= 3; ++batch_rank) {
     for (DType t : kFloats) {
@@ -343,7 +344,7 @@ TEST_CASE("matmul: batched, strided, broadcast batch dims, f32 accumulation",
 }
 
 TEST_CASE("mul_scalar and tanh", "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(13);
   for (int rank = 1; rank <= prim::kMaxRank; ++rank) {
     for (DType t : kNumbers) {
@@ -366,7 +367,7 @@ TEST_CASE("mul_scalar and tanh", "[templates][primitives]") {
 }
 
 TEST_CASE("add, sub, mul and ge with broadcasting", "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(17);
   for (int rank = 1; rank <= prim::kMaxRank; ++rank) {
     for (DType t : kNumbers) {
@@ -408,7 +409,7 @@ TEST_CASE("add, sub, mul and ge with broadcasting", "[templates][primitives]") {
 }
 
 TEST_CASE("masked_fill and iota", "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(19);
   for (int rank = 1; rank <= prim::kMaxRank; ++rank) {
     for (DType t : kNumbers) {
@@ -445,7 +446,7 @@ TEST_CASE("masked_fill and iota", "[templates][primitives]") {
 
 TEST_CASE("softmax_last_dim: any row length, strided rows, all -inf rows give zeros",
           "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   std::mt19937_64 rng(23);
   auto reference = [](const Tensor& x, const Index& i) {
     Index j = i;
@@ -484,7 +485,7 @@ TEST_CASE("softmax_last_dim: any row length, strided rows, all -inf rows give ze
 }
 
 TEST_CASE("primitive kernels are built once per specialization", "[templates][primitives]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   auto has = [](const std::string& key) {
     auto keys = prim::built_kernel_keys();
     return std::count(keys.begin(), keys.end(), key) == 1;

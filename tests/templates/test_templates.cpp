@@ -9,6 +9,7 @@
 #include "backends/launchers.h"
 #include "tests/templates/test_util.h"
 #include "codegen/compile.h"
+#include "interp/launcher.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "templates/paged_attention.h"
@@ -28,7 +29,7 @@ ParamMap defaults(const std::vector<Param>& ps) {
 // Runs path `path` of `t` on the emulator over the problem of (params, shape, seed) and checks
 // it against the reference and the template's traffic budget; returns the problem and the
 // launcher's figures.
-std::pair<Problem, LaunchStats> check_emulated(const KernelTemplate& t, const std::string& path,
+std::pair<Problem, launch::LaunchStats> check_emulated(const KernelTemplate& t, const std::string& path,
                                                const ParamMap& params, const ParamMap& shape, uint64_t seed,
                                                backends::EmuLowering lowering = backends::default_emu_lowering()) {
   Problem p = make_problem(t, {shape, seed, {}, {}});
@@ -55,7 +56,7 @@ TEST_CASE("every template's tile IR reads back to an identical print", "[templat
 
 TEST_CASE("templates match their references on random ragged shapes (interpreter)", "[templates]") {
   std::mt19937 rng(42);
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   for (const auto& t : all_templates()) {
     if (!t.make_problem) continue;
     for (int trial = 0; trial < 4; ++trial) {
@@ -226,7 +227,7 @@ TEST_CASE("a run over its traffic budget is an error naming the numbers, other p
   t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   Problem p;
   p.ideal_bytes = 1000;
-  LaunchStats st;
+  launch::LaunchStats st;
   st.request_bytes = 1020;
   CHECK(traffic_error(t, "", {}, p, st).empty()); // within 2%
   st.request_bytes = 1100;
@@ -372,7 +373,7 @@ TEST_CASE("paged attention over an fp8 KV cache matches a reference that dequant
         CHECK(in.k_cache.bytes.size() == in.k_cache.count()); // one byte per element
       }
   // And on the interpreter.
-  auto interpreter = make_interpret_launcher();
+  auto interpreter = interp::make_interpret_launcher();
   for (int64_t kv : {1, 2})
     for (const char* path : {"", "decompose"}) {
       ParamMap shape = defaults(t->shape), params = defaults(t->params);

@@ -3,12 +3,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "interp/interpreter.h"
+#include "launch/args.h"
 
 namespace tilec::templates::test {
 
 // Max |got - want| over the buffers; a NaN in `got` counts as infinite.
-inline double max_err(const interp::Buffer& got, const interp::Buffer& want) {
+inline double max_err(const launch::Buffer& got, const launch::Buffer& want) {
   REQUIRE(got.count() == want.count());
   double e = 0;
   for (size_t i = 0; i < got.count(); ++i) {

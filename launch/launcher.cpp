@@ -1,14 +1,13 @@
-#include "templates/launcher.h"
+#include "launch/launcher.h"
 
 #include "ir/error.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <numeric>
 
-namespace tilec::templates {
+namespace tilec::launch {
 
 TimingStats summarize_times(std::vector<double> ms, int warmup) {
   if (ms.empty()) throw UserError("no launch times to summarize: repeats must be at least 1");
@@ -24,8 +23,8 @@ TimingStats summarize_times(std::vector<double> ms, int warmup) {
   return t;
 }
 
-TimingStats Launcher::time(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
-                           const std::vector<interp::Arg>& args, int warmup, int repeats) {
+TimingStats Launcher::time(const ir::Kernel& kernel, int num_warps, Grid grid,
+                           const std::vector<Arg>& args, int warmup, int repeats) {
   if (warmup < 0 || repeats < 1)
     throw UserError(fmt::format("timing needs warmup >= 0 and repeats >= 1, got warmup {} and repeats {}", warmup,
                                 repeats));
@@ -41,22 +40,4 @@ TimingStats Launcher::time(const ir::Kernel& kernel, int num_warps, interp::Grid
   return summarize_times(std::move(ms), warmup);
 }
 
-namespace {
-
-class InterpretLauncher final : public Launcher {
-public:
-  std::string backend() const override { return "interpret"; }
-  void launch(const ir::Kernel& kernel, int, interp::Grid grid,
-              const std::vector<interp::Arg>& args) override {
-    auto t0 = std::chrono::steady_clock::now();
-    interp::interpret(*kernel, grid, args);
-    stats_.time_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    stats_.launches++;
-  }
-};
-
-} // namespace
-
-std::unique_ptr<Launcher> make_interpret_launcher() { return std::make_unique<InterpretLauncher>(); }
-
-} // namespace tilec::templates
+} // namespace tilec::launch

@@ -1,10 +1,11 @@
-#include "templates/module_launcher.h"
+#include "launch/module_launcher.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "abi/arg_errors.h"
@@ -12,19 +13,76 @@
 #include "abi/float8.h"
 #include "ir/error.h"
 #include "runtime/cuda.h"
+#include "runtime/emulator.h"
+#include "runtime/launch.h"
 #include "runtime/loaded_module.h"
 
-namespace tilec::templates {
+namespace tilec::launch {
 
 namespace {
+
+// Adds one emulated launch's counts to `stats` (its time, bytes and warp requests).
+void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
+  stats.launches++;
+  stats.time_ms += st.time_ms;
+  stats.bytes_loaded = stats.bytes_loaded.value_or(0) + st.bytes_loaded;
+  stats.bytes_stored = stats.bytes_stored.value_or(0) + st.bytes_stored;
+  stats.unique_bytes = stats.unique_bytes.value_or(0) + st.unique_bytes;
+  stats.requests = stats.requests.value_or(0) + st.requests;
+  stats.sectors = stats.sectors.value_or(0) + st.sectors;
+  stats.request_bytes = stats.request_bytes.value_or(0) + st.request_bytes;
+  stats.ideal_sectors = stats.ideal_sectors.value_or(0) + st.ideal_sectors;
+}
+
+// A scalar argument as a module's parameter type takes it (f16/bf16/fp8 as their bits).
+rt::Arg scalar_arg(rt::ScalarType type, const Arg& a) {
+  if (std::string why = scalar_arg_error(type, a); !why.empty())
+    throw UserError(fmt::format("a {} scalar argument was given {}", rt::scalar_type_name(type), why));
+  switch (type) {
+  case rt::ScalarType::i1: return rt::Arg(a.i != 0);
+  case rt::ScalarType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
+  case rt::ScalarType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
+  case rt::ScalarType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
+  case rt::ScalarType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
+  case rt::ScalarType::u8: return rt::Arg(static_cast<std::uint8_t>(a.i));
+  case rt::ScalarType::u16: return rt::Arg(static_cast<std::uint16_t>(a.i));
+  case rt::ScalarType::u32: return rt::Arg(static_cast<std::uint32_t>(a.i));
+  case rt::ScalarType::u64: return rt::Arg(static_cast<std::uint64_t>(a.i));
+  case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
+  case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::f8e4m3: return rt::Arg::fp8_bits(type, f32_to_f8e4m3_bits(static_cast<float>(a.f)));
+  case rt::ScalarType::f8e5m2: return rt::Arg::fp8_bits(type, f32_to_f8e5m2_bits(static_cast<float>(a.f)));
+  }
+  internal_fail("unknown scalar type");
+}
+
+// The modules loaded in this process, by folder and manifest (the module cache names each
+// module's files by a hash of its kernel, IR, arch, warp count and specialization): the one
+// cache of every module launcher (the emulate and cuda backends', measure's). A module stays
+// loaded while a launcher that used it lives, and is unloaded with the last one.
+std::shared_ptr<const rt::LoadedModule> loaded_module(const rt::Manifest& m) {
+  static auto* mutex = new std::mutex;
+  static auto* modules = new std::map<std::string, std::weak_ptr<const rt::LoadedModule>>;
+  std::string key = m.dir.string() + "\n" + rt::format_manifest(m);
+  std::lock_guard lock(*mutex);
+  if (auto live = (*modules)[key].lock()) return live;
+  std::erase_if(*modules, [](const auto& entry) { return entry.second.expired(); });
+  auto fresh = std::make_shared<const rt::LoadedModule>(rt::LoadedModule::load(m));
+  (*modules)[key] = fresh;
+  return fresh;
+}
 
 // A launch made ready: the loaded module, the device copies of the host buffers on the GPU
 // (one per distinct buffer), and the arguments pointing at them.
 struct Prepared {
   const rt::LoadedModule* module = nullptr;
   rt::Dim3 grid;
-  std::vector<std::pair<interp::Buffer*, rt::Buffer>> device;
+  std::vector<std::pair<Buffer*, rt::Buffer>> device;
   std::vector<rt::Arg> args;
+  // On the emulator: each argument's name in its errors and stats, the host buffer's when it
+  // has one, else the parameter's.
+  std::vector<std::string> names;
 
   void download() const {
     for (const auto& [host, copy] : device) copy.download(host->bytes.data(), host->bytes.size());
@@ -40,8 +98,8 @@ public:
 
   std::string backend() const override { return backend_; }
 
-  void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
-              const std::vector<interp::Arg>& args) override {
+  void launch(const ir::Kernel& kernel, int num_warps, Grid grid,
+              const std::vector<Arg>& args) override {
     Prepared p = prepare(*kernel, num_warps, grid, args);
     double ms = 0;
     if (stream_) {
@@ -53,7 +111,7 @@ public:
       ms = stop.elapsed_ms(start);
       p.download();
     } else {
-      add_emulated_launch(stats_, *p.module->launch_counted(p.grid, p.args));
+      add_emulated_launch(stats_, *p.module->launch_counted(p.grid, p.args, p.names));
       return;
     }
     stats_.launches++;
@@ -62,7 +120,7 @@ public:
 
   // On the GPU the buffers move once: up before the warm-up launches, down after the last
   // timed one; the launches are timed with events.
-  TimingStats time(const ir::Kernel& kernel, int num_warps, interp::Grid grid, const std::vector<interp::Arg>& args,
+  TimingStats time(const ir::Kernel& kernel, int num_warps, Grid grid, const std::vector<Arg>& args,
                    int warmup, int repeats) override {
     if (!stream_) return Launcher::time(kernel, num_warps, grid, args, warmup, repeats);
     if (warmup < 0 || repeats < 1)
@@ -90,31 +148,25 @@ public:
   }
 
 private:
-  const rt::LoadedModule& loaded(const ir::Function& fn, int num_warps, const std::vector<interp::Arg>& args) {
-    rt::Manifest m = source_(fn, num_warps, args);
-    std::string key = (m.dir / m.kernel).string() + "|" + m.ir_hash + "|" + m.arch;
-    auto it = modules_.find(key);
-    if (it == modules_.end()) it = modules_.emplace(key, rt::LoadedModule::load(m)).first;
-    return it->second;
-  }
-
-  Prepared prepare(const ir::Function& fn, int num_warps, interp::Grid grid, const std::vector<interp::Arg>& args) {
+  Prepared prepare(const ir::Function& fn, int num_warps, Grid grid, const std::vector<Arg>& args) {
     check_kernel_args(fn, args); // before compiling, loading or allocating anything
     for (int64_t g : grid)
       if (g < 0 || g > std::int64_t(UINT32_MAX))
         throw UserError(fmt::format("kernel '{}': grid ({}, {}, {}) must be from 0 to 2^32 - 1", fn.name, grid[0],
                                     grid[1], grid[2]));
     Prepared p;
-    p.module = &loaded(fn, num_warps, args);
+    std::shared_ptr<const rt::LoadedModule> module = loaded_module(source_(fn, num_warps, specialize(fn, args)));
+    if (std::find(held_.begin(), held_.end(), module) == held_.end()) held_.push_back(module);
+    p.module = module.get();
     const rt::Manifest& m = p.module->manifest();
     if (m.params.size() != args.size())
       throw UserError(fmt::format("module {} of kernel '{}' takes {} arguments, the launch gives {}", m.dir.string(),
                                   fn.name, m.params.size(), args.size()));
     p.grid = {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])};
     if (stream_) { // the device copies must fit the device: say so before allocating any
-      std::vector<const interp::Buffer*> seen;
+      std::vector<const Buffer*> seen;
       std::size_t bytes = 0;
-      for (const interp::Arg& a : args)
+      for (const Arg& a : args)
         if (a.buffer && std::find(seen.begin(), seen.end(), a.buffer) == seen.end()) {
           seen.push_back(a.buffer);
           bytes += a.buffer->bytes.size();
@@ -126,19 +178,17 @@ private:
     }
     for (size_t i = 0; i < args.size(); ++i) {
       const rt::ParamType& type = m.params[i].type;
+      if (!stream_)
+        p.names.push_back(args[i].buffer && !args[i].buffer->name.empty() ? args[i].buffer->name : m.params[i].name);
       if (!type.is_pointer) {
         p.args.push_back(scalar_arg(type.element, args[i]));
         continue;
       }
-      interp::Buffer* host = args[i].buffer;
+      Buffer* host = args[i].buffer;
       if (!host)
         throw UserError(fmt::format("kernel '{}': parameter '{}' needs a buffer", fn.name, m.params[i].name));
       // Typed, so the module checks the element type against its parameter too.
-      auto typed = [&](std::uint64_t address) {
-        std::optional<rt::ScalarType> element = buffer_element(*host);
-        return element ? rt::Arg::buffer(address, host->bytes.size(), *element)
-                       : rt::Arg::buffer(address, host->bytes.size());
-      };
+      auto typed = [&](std::uint64_t address) { return rt::Arg::buffer(address, host->bytes.size(), host->dtype); };
       if (!stream_) { // the emulator reads and writes the host buffer itself
         p.args.push_back(typed(reinterpret_cast<std::uintptr_t>(host->bytes.data())));
         continue;
@@ -159,85 +209,13 @@ private:
   ModuleSource source_;
   std::string backend_;
   std::optional<rt::Stream> stream_;
-  std::map<std::string, rt::LoadedModule> modules_;
+  std::vector<std::shared_ptr<const rt::LoadedModule>> held_; // what this launcher keeps loaded
 };
 
 } // namespace
-
-void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
-  stats.launches++;
-  stats.time_ms += st.time_ms;
-  stats.bytes_loaded = stats.bytes_loaded.value_or(0) + st.bytes_loaded;
-  stats.bytes_stored = stats.bytes_stored.value_or(0) + st.bytes_stored;
-  stats.unique_bytes = stats.unique_bytes.value_or(0) + st.unique_bytes;
-  stats.requests = stats.requests.value_or(0) + st.requests;
-  stats.sectors = stats.sectors.value_or(0) + st.sectors;
-  stats.request_bytes = stats.request_bytes.value_or(0) + st.request_bytes;
-  stats.ideal_sectors = stats.ideal_sectors.value_or(0) + st.ideal_sectors;
-}
-
-void check_kernel_args(const ir::Function& fn, const std::vector<interp::Arg>& args) {
-  if (std::string why = interp::argument_error(fn, args); !why.empty())
-    throw UserError(fmt::format("kernel '{}': {}", fn.name, why));
-}
-
-std::optional<rt::ScalarType> buffer_element(const interp::Buffer& b) {
-  return rt::parse_scalar_type(ir::dtype_name(b.dtype));
-}
-
-rt::Arg scalar_arg(rt::ScalarType type, const interp::Arg& a) {
-  if (auto t = ir::parse_dtype(rt::scalar_type_name(type)))
-    if (std::string why = interp::scalar_arg_error(*t, a); !why.empty())
-      throw UserError(fmt::format("a {} scalar argument was given {}", rt::scalar_type_name(type), why));
-  switch (type) {
-  case rt::ScalarType::i1: return rt::Arg(a.i != 0);
-  case rt::ScalarType::i8: return rt::Arg(static_cast<std::int8_t>(a.i));
-  case rt::ScalarType::i16: return rt::Arg(static_cast<std::int16_t>(a.i));
-  case rt::ScalarType::i32: return rt::Arg(static_cast<std::int32_t>(a.i));
-  case rt::ScalarType::i64: return rt::Arg(static_cast<std::int64_t>(a.i));
-  case rt::ScalarType::u8: return rt::Arg(static_cast<std::uint8_t>(a.i));
-  case rt::ScalarType::u16: return rt::Arg(static_cast<std::uint16_t>(a.i));
-  case rt::ScalarType::u32: return rt::Arg(static_cast<std::uint32_t>(a.i));
-  case rt::ScalarType::u64: return rt::Arg(static_cast<std::uint64_t>(a.i));
-  case rt::ScalarType::f32: return rt::Arg(static_cast<float>(a.f));
-  case rt::ScalarType::f16: return rt::Arg::f16_bits(f32_to_f16_bits(static_cast<float>(a.f)));
-  case rt::ScalarType::bf16: return rt::Arg::bf16_bits(f32_to_bf16_bits(static_cast<float>(a.f)));
-  case rt::ScalarType::f8e4m3: return rt::Arg::fp8_bits(type, f32_to_f8e4m3_bits(static_cast<float>(a.f)));
-  case rt::ScalarType::f8e5m2: return rt::Arg::fp8_bits(type, f32_to_f8e5m2_bits(static_cast<float>(a.f)));
-  }
-  internal_fail("unknown scalar type");
-}
-
-std::map<std::string, int64_t> int_arg_divisibility(const ir::Function& fn, const std::vector<interp::Arg>& args) {
-  std::map<std::string, int64_t> r;
-  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i) {
-    const ir::Type& t = fn.params[i]->type;
-    if (t.is_ptr() || !ir::is_int(t.dtype()) || t.dtype() == ir::DType::i1 || args[i].buffer) continue;
-    if (args[i].i % 16 == 0) r[fn.params[i]->name] = 16;
-  }
-  return r;
-}
-
-std::map<std::string, int64_t> int_arg_values(const ir::Function& fn, const std::vector<interp::Arg>& args) {
-  std::map<std::string, int64_t> r;
-  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i) {
-    const ir::Type& t = fn.params[i]->type;
-    if (t.is_ptr() || !ir::is_int(t.dtype()) || t.dtype() == ir::DType::i1 || args[i].buffer) continue;
-    if (args[i].i == 1) r[fn.params[i]->name] = 1;
-  }
-  return r;
-}
-
-std::set<std::string> large_buffers(const ir::Function& fn, const std::vector<interp::Arg>& args) {
-  std::set<std::string> r;
-  for (size_t i = 0; i < fn.params.size() && i < args.size(); ++i)
-    if (fn.params[i]->type.is_ptr() && args[i].buffer && args[i].buffer->count() > rt::kMaxElements32)
-      r.insert(fn.params[i]->name);
-  return r;
-}
 
 std::unique_ptr<Launcher> make_module_launcher(ModuleSource source, bool gpu, std::string backend) {
   return std::make_unique<ModuleLauncher>(std::move(source), gpu, std::move(backend));
 }
 
-} // namespace tilec::templates
+} // namespace tilec::launch

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "interp/interpreter.h"
 #include "ir/ir.h"
+#include "launch/args.h"
 
-namespace tilec::templates {
+namespace tilec::launch {
 
 // What the launches so far measured; a figure a backend cannot know stays empty.
 struct LaunchStats {
@@ -36,14 +36,14 @@ public:
   virtual std::string backend() const = 0;
   // Runs `kernel` over `grid` with `args` (buffers are host buffers; the
   // launcher moves data to and from its device as needed) and adds to stats().
-  virtual void launch(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
-                      const std::vector<interp::Arg>& args) = 0;
+  virtual void launch(const ir::Kernel& kernel, int num_warps, Grid grid,
+                      const std::vector<Arg>& args) = 0;
   // Times `repeats` launches after `warmup` untimed ones, for the autotuner and benchmarks.
   // Leaves stats() unchanged; the host buffers end up as after the last launch (so a kernel
   // that accumulates into its output accumulates every time). This default calls launch();
   // a device backend overrides it to move the buffers once rather than per launch.
-  virtual TimingStats time(const ir::Kernel& kernel, int num_warps, interp::Grid grid,
-                           const std::vector<interp::Arg>& args, int warmup, int repeats);
+  virtual TimingStats time(const ir::Kernel& kernel, int num_warps, Grid grid,
+                           const std::vector<Arg>& args, int warmup, int repeats);
   const LaunchStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
@@ -51,8 +51,8 @@ protected:
   LaunchStats stats_;
 };
 
-// The tile-IR interpreter as a launcher.
-std::unique_ptr<Launcher> make_interpret_launcher();
-// The launchers that run generated code (emulate, cuda) are in backends/launchers.h.
+// The launchers: the tile-IR interpreter's in interp/launcher.h, the one over compiled modules
+// in launch/module_launcher.h, and those that compile as they go (emulate, cuda) in
+// backends/launchers.h.
 
-} // namespace tilec::templates
+} // namespace tilec::launch
