@@ -112,14 +112,21 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
     ahead[loop].push_back(int(i));
   }
 
-  // The loops' buffers, in walk order from offset 0.
+  // The loops' buffers: a loop's start where the buffers of the pipelined loop around it end
+  // (offset 0 for an outermost one), so loops one after another share the same memory (the
+  // next one's first copies wait for a barrier after the last reads of the previous one).
+  std::map<const Op*, int64_t> buffers_end; // per pipelined loop
   for (const Op* loop : staged_) {
     auto it = ahead.find(loop);
     if (it == ahead.end()) continue;
     Pipeline pl;
     pl.loop = loop;
     pl.stages = loop->attrs.num_stages;
-    pl.base = buffer_bytes_;
+    for (const Op* up = loop->parent ? loop->parent->parent : nullptr; up; up = up->parent ? up->parent->parent : nullptr)
+      if (auto e = buffers_end.find(up); e != buffers_end.end()) {
+        pl.base = e->second;
+        break;
+      }
     for (int i : it->second) {
       AsyncOperand& x = async_[size_t(i)];
       x.pipeline = int(pipelines_.size());
@@ -128,7 +135,8 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       pl.offsets.push_back(pl.stage_bytes);
       pl.stage_bytes += x.staging.bytes();
     }
-    buffer_bytes_ += pl.stages * pl.stage_bytes;
+    buffers_end[loop] = pl.base + pl.stages * pl.stage_bytes;
+    buffer_bytes_ = std::max(buffer_bytes_, buffers_end[loop]);
     const std::set<const Op*>& in_slice = slices[loop];
     for (const auto& o : loop->region(0).ops) // the slices of all its operands, in body order
       if (in_slice.count(o.get())) pl.slice.push_back(o.get());

@@ -69,6 +69,9 @@ public:
   ~Tile();
 
   ir::Value* value() const { return v_; }
+  // Whether the handle holds a value (a default-constructed Tile holds none): lets a kernel
+  // leave out an optional term, `Tile bias = has_bias ? load(...) : Tile(); if (bias) ...`.
+  explicit operator bool() const { return v_ != nullptr; }
   const ir::Type& type() const;
   const Shape& shape() const { return type().shape; }
   DType dtype() const { return type().dtype(); }

@@ -127,11 +127,12 @@ private:
         if (!eat(")")) fail(fmt::format("expected ')' closing {}(", name));
       }
       if (name == "cdiv" && args.size() != 2) fail("cdiv takes two arguments");
+      if (name == "pow2" && args.size() != 1) fail("pow2 takes one argument");
       if ((name == "min" || name == "max") && args.empty()) fail(name + " takes at least one argument");
       if (name == "present" && (args.size() != 1 || args[0]->kind != Kind::name))
         fail("present takes one name: present(alibi_slopes)");
-      if (name != "cdiv" && name != "min" && name != "max" && name != "present")
-        fail(fmt::format("no function '{}' (cdiv, min, max, present)", name));
+      if (name != "cdiv" && name != "pow2" && name != "min" && name != "max" && name != "present")
+        fail(fmt::format("no function '{}' (cdiv, pow2, min, max, present)", name));
       return make(Kind::call, name, std::move(args));
     }
     fail(fmt::format("unexpected '{}'", c));
@@ -185,6 +186,13 @@ private:
       if (b <= 0) fail(fmt::format("cdiv({}, {}): the divisor must be positive", a, b));
       if (a < 0) fail(fmt::format("cdiv({}, {}): the dividend must not be negative", a, b));
       return a / b + (a % b != 0);
+    }
+    if (n.text == "pow2") {
+      std::int64_t a = integer(*n.kids[0], "pow2");
+      if (a > (std::int64_t(1) << 62)) fail(fmt::format("pow2({}): past 64 bits", a));
+      std::int64_t p = 1;
+      while (p < a) p *= 2;
+      return p;
     }
     std::int64_t best = integer(*n.kids[0], n.text);
     for (size_t k = 1; k < n.kids.size(); ++k) {

@@ -6,7 +6,8 @@
 //   head_group == 0 ? hq / hkv : head_group kv_dtype == "same" ? dtype : kv_dtype
 //
 // Values are 64-bit integers or strings (a dtype's name). Operators, loosest first: `c ? a : b`,
-// `||`, `&&`, `== != < <= > >=`, `+ -`, `* / %`, unary `- !`; calls `cdiv(a, b)`, `min(a, ...)`,
+// `||`, `&&`, `== != < <= > >=`, `+ -`, `* / %`, unary `- !`; calls `cdiv(a, b)`, `pow2(a)` (the
+// least power of two >= a; 1 for a <= 1), `min(a, ...)`,
 // `max(a, ...)`, `present(name)` (whether the caller gave the optional tensor or scalar `name`).
 // Integers are decimal; strings are double-quoted. `/` and `%` truncate toward zero (C's);
 // a division by zero or a result past 64 bits is an error naming the expression, never UB.

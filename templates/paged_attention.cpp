@@ -36,11 +36,11 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   PagedAttentionShape& s = in.shape;
   if (s.num_blocks == 0) s.num_blocks = s.batch * s.max_blocks;
   size_t cache = size_t(s.num_blocks * s.block_size * s.hkv * s.head_dim);
-  in.q = interp::Buffer("q", s.dtype, size_t(s.batch * s.hq * s.sq * s.head_dim));
-  in.k_cache = interp::Buffer("k_cache", s.cache_dtype(), cache);
-  in.v_cache = interp::Buffer("v_cache", s.cache_dtype(), cache);
-  in.block_table = interp::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
-  in.context_lens = interp::Buffer("context_lens", ir::DType::i32, size_t(s.batch));
+  in.q = launch::Buffer("q", s.dtype, size_t(s.batch * s.hq * s.sq * s.head_dim));
+  in.k_cache = launch::Buffer("k_cache", s.cache_dtype(), cache);
+  in.v_cache = launch::Buffer("v_cache", s.cache_dtype(), cache);
+  in.block_table = launch::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
+  in.context_lens = launch::Buffer("context_lens", ir::DType::i32, size_t(s.batch));
   // A large cache (a serving engine's, most of it free pages) is filled only where sequences
   // use it, with their pages taken from its end: the memory and time this takes follow the
   // live context, and offsets reach the far end of the cache.
@@ -119,7 +119,7 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   fill_pages();
   for (std::thread& th : pool) th.join();
   if (s.alibi) {
-    in.alibi_slopes = interp::Buffer("alibi_slopes", ir::DType::f32, size_t(s.hq));
+    in.alibi_slopes = launch::Buffer("alibi_slopes", ir::DType::f32, size_t(s.hq));
     for (int64_t h = 0; h < s.hq; ++h) in.alibi_slopes.set(size_t(h), std::exp2(-8.0 * double(h + 1) / double(s.hq)));
   }
   return in;
@@ -127,15 +127,15 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
 
 namespace {
 
-void expect_count(const interp::Buffer& b, int64_t want, const std::string& dims) {
+void expect_count(const launch::Buffer& b, int64_t want, const std::string& dims) {
   if (static_cast<int64_t>(b.count()) != want)
     throw UserError(fmt::format("{}: has {} elements, expected {} ({})", b.name, b.count(), want, dims));
 }
 
 } // namespace
 
-interp::Buffer block_table_unused_cleared(const PagedAttentionInputs& in) {
-  interp::Buffer r = in.block_table;
+launch::Buffer block_table_unused_cleared(const PagedAttentionInputs& in) {
+  launch::Buffer r = in.block_table;
   const PagedAttentionShape& s = in.shape;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t k = cdiv(in.context_lens.get_int(size_t(b)), s.block_size); k < s.max_blocks; ++k)
@@ -166,7 +166,7 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
     throw UserError(fmt::format("paged_attention: an fp8 cache is f8e4m3 or f8e5m2, not {}", ir::dtype_name(*s.kv_fp8)));
   if (in.q.dtype != s.dtype)
     throw UserError(fmt::format("q: dtype {} differs from the problem's {}", ir::dtype_name(in.q.dtype), ir::dtype_name(s.dtype)));
-  for (const interp::Buffer* b : {&in.k_cache, &in.v_cache})
+  for (const launch::Buffer* b : {&in.k_cache, &in.v_cache})
     if (b->dtype != s.cache_dtype())
       throw UserError(fmt::format("{}: dtype {} differs from {}", b->name, ir::dtype_name(b->dtype),
                                   s.kv_fp8 ? fmt::format("the fp8 cache's {}", ir::dtype_name(*s.kv_fp8))
@@ -189,7 +189,7 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
     throw UserError(fmt::format("paged_attention: k_scale {} and v_scale {} are for fp8 caches; these are {}", s.k_scale,
                                 s.v_scale, ir::dtype_name(s.cache_dtype())));
   }
-  for (const interp::Buffer* b : {&in.block_table, &in.context_lens})
+  for (const launch::Buffer* b : {&in.block_table, &in.context_lens})
     if (b->dtype != ir::DType::i32)
       throw UserError(fmt::format("{}: dtype must be u32 or i32, got {}", b->name, ir::dtype_name(b->dtype)));
   expect_count(in.q, s.batch * s.hq * s.sq * s.head_dim, fmt::format("[B={}, Hq={}, Sq={}, D={}]", s.batch, s.hq, s.sq, s.head_dim));
@@ -229,12 +229,12 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   }
 }
 
-interp::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAttentionMagnitudes* magnitudes) {
+launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAttentionMagnitudes* magnitudes) {
   const PagedAttentionShape& s = in.shape;
   const int64_t D = s.head_dim, group = s.group(), rows = group * s.sq, window = s.effective_window();
   // An fp8 cache is dequantized: its values times its scale.
   const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
-  interp::Buffer out("out", ir::DType::f32, in.q.count());
+  launch::Buffer out("out", ir::DType::f32, in.q.count());
   const int64_t tasks = s.batch * s.hkv;
   std::vector<PagedAttentionMagnitudes> seen_by(size_t(magnitudes ? tasks : 0)); // per task: no races
   // One task per (sequence, KV head): the query rows of its heads share each K and V row,
@@ -398,28 +398,35 @@ struct FusedSpec {
   bool alibi, softcap;
   int64_t window;
   bool causal;
-  PagedAttentionConfig cfg;
+  PagedAttentionConfig cfg; // head_group resolved (never 0)
+  int64_t block_m;          // query rows per program, resolved (paged_attention_block_m)
 
   // Names the specialization in the kernel cache.
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
-                       ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n, cfg.head_group, cfg.num_splits,
-                       cfg.num_stages, window, causal);
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
+                       ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n, cfg.head_group,
+                       cfg.num_splits, cfg.num_stages, window, causal, block_m);
   }
 };
 
-// One program per (sequence b, KV head and head-group chunk, KV split). Its
-// query rows are the head_group heads x Sq positions that share KV head kvh,
-// so each K/V tile is loaded once for the whole group. It walks the block
-// table block_n tokens at a time up to context_lens[b], with an online
-// softmax in f32.
+// One program per (query tile, sequence b; KV head and head-group chunk; KV split). The query
+// rows of a KV head's head group are packed position-major: packed row R = i * G + g for
+// query position i and head g of the group (FlashAttention-3's PackGQA), so each K/V tile is
+// loaded once for all heads of a position, and a tile of block_m packed rows covers a
+// contiguous range of positions. It walks the block table block_n tokens at a time, from the
+// first key its rows see to the last, with an online softmax in f32. With causal=1 a tile
+// stops at its last row's position (work grows with the triangle) and masks only the steps
+// past its first row's position; with a window it starts at its first row's first key.
 ir::Kernel build_fused(const FusedSpec& sp) {
   const int64_t G = sp.cfg.head_group, group = sp.hq / sp.hkv, D = sp.head_dim, N = sp.cfg.block_n;
   // Tiles are powers of two: a head_dim between them (80, 96, 112, ...) masks the lanes past
   // it, which never touch memory; its rows in memory stay head_dim long.
   const int64_t DP = next_pow2(D);
   const bool pad_d = DP != D;
-  const int64_t SQP = next_pow2(sp.sq), M = next_pow2(G) * SQP, S = sp.cfg.num_splits;
+  const int64_t R = G * sp.sq, BM = sp.block_m, T = cdiv(R, BM), S = sp.cfg.num_splits;
+  // Whether a tile's rows sit at one query position (decode, or tiles within one position's
+  // heads): then no key a tile walks is hidden from any of its rows by causal or window.
+  const bool one_position = sp.sq == 1 || G % BM == 0;
   const ElemType io{sp.dtype, false};
 
   KernelBuilder k("paged_attention");
@@ -443,63 +450,95 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // dots run as they do for that dtype; its scales apply to the scores and the output.
   if (fp8) scale = scale * k_scale;
   auto widen = [&](Tile t) { return fp8 ? t.to(io) : t; };
-  auto b = program_id(0), split = program_id(2);
+  // Grid (batch x query tiles, KV heads x head-group chunks, splits).
+  auto b = T == 1 ? program_id(0) : program_id(0) / T, split = program_id(2);
+  Tile row0 = T == 1 ? Tile() : program_id(0) % T * BM; // the tile's first packed row
   auto kvh = program_id(1) / (group / G);
-  auto r = arange(0, M);
-  auto g = r / SQP, i = r % SQP;
-  auto heads = kvh * group + (program_id(1) % (group / G)) * G + g;
-  auto row_ok = (g < G) & (i < sp.sq);
-  auto rows = (b * sp.hq + heads) * sp.sq + i; // row index into [B, Hq, Sq]
+  auto packed = T == 1 ? arange(0, BM) : row0 + arange(0, BM);
+  Tile g = sp.sq == 1 ? packed : G == 1 ? Tile() : packed % G;
+  Tile i = sp.sq == 1 ? Tile() : G == 1 ? packed : packed / G; // query position within Sq
+  Tile heads = kvh * group + (program_id(1) % (group / G)) * G;
+  if (g) heads = heads + g;
+  auto row_ok = packed < R;
+  Tile rows = (b * sp.hq + heads) * sp.sq; // row index into [B, Hq, Sq]
+  if (i) rows = rows + i;
   auto d = arange(0, DP);
   Tile d_ok = pad_d ? d < D : Tile();
-  // A row mask [R] as the [R, DP] mask of its elements (and, padded, of the lanes below D).
+  // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below D).
   auto elems = [&](const Tile& row_mask) { return pad_d ? row_mask.col() & d_ok.row() : row_mask.col(); };
-  auto qt = load(q + rows.col() * D + d.row(), elems(row_ok), 0); // [M, DP]
+  auto qt = load(q + rows.col() * D + d.row(), elems(row_ok), 0); // [BM, DP]
   Tile slope = sp.alibi ? load(alibi_slopes + heads, row_ok, 0) : Tile();
 
   auto ctx = load(context_lens + b);
-  // This split's token range, in whole steps of N. A sliding window starts the walk at the
-  // first key any row sees, so the bytes read grow with the window, not the context. The
-  // window W is below 2^31 - 1 (effective_window) and the first key a row at position p sees
-  // is max(p + 1, W) - W: no i32 value on the way wraps, however large W or small p is.
+  // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
+  const bool masks = sp.causal || sp.window > 0;
+  Tile i_lo = T == 1 ? Tile() : row0 / G;
+  Tile p_lo = i_lo ? ctx - sp.sq + i_lo : ctx - sp.sq;
+  Tile p_hi = T == 1 ? ctx - 1 : ctx - sp.sq + min((row0 + (BM - 1)) / G, sp.sq - 1);
+  // This program's keys [lo, hi), split into S chunks of whole N-token steps. A sliding window
+  // starts the walk at the first key the tile's first row sees, so the bytes read grow with the
+  // window, not the context. The window W is below 2^31 - 1 (effective_window) and the first
+  // key a row at position p sees is max(p + 1, W) - W: no i32 value on the way wraps, however
+  // large W or small p is. Causal: the walk ends at the tile's last position.
   const int64_t W = sp.window;
-  Tile lo = W > 0 ? max(ctx - (sp.sq - 1), W) - W : Tile();
-  auto chunk = ((W > 0 ? ctx - lo : ctx) + (S - 1)) / S;
+  Tile lo = W > 0 ? max(p_lo + 1, W) - W : Tile();
+  Tile hi = sp.causal && T > 1 ? p_hi + 1 : ctx;
+  auto chunk = ((W > 0 ? hi - lo : hi) + (S - 1)) / S;
   chunk = (chunk + (N - 1)) / N * N;
   auto start = W > 0 ? lo + split * chunk : split * chunk;
-  auto end = min(ctx, start + chunk);
-  // Each row's position (causal, window): the last Sq positions of the context.
-  Tile pos = sp.causal || W > 0 ? ctx - sp.sq + i : Tile();
-  Tile first = W > 0 ? max(pos + 1, W) - W : Tile(); // each row's first key in the window
+  auto end = min(hi, start + chunk);
+  // Each row's position and first key in the window, where masks apply.
+  Tile pos = masks && !one_position ? (ctx - sp.sq) + i : Tile();
+  Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
 
-  Var m = full({M}, -INFINITY), l = zeros({M}), acc = zeros({M, DP});
-  // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
-  for_range(start, end, N, RangeOptions{sp.cfg.num_stages}, [&](Scalar s0) {
+  Var m = full({BM}, -INFINITY), l = zeros({BM}), acc = zeros({BM, DP});
+  // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
+  // the whole step is below it), `causal` masks each row's keys past its position.
+  auto step = [&](Scalar s0, bool tail, bool causal) {
     auto j = s0 + arange(0, N);
-    auto live = j < end;
-    auto page = load(block_table + b * max_blocks + j / sp.block_size, live);
+    Tile live = tail ? j < end : Tile();
+    auto page = tail ? load(block_table + b * max_blocks + j / sp.block_size, live)
+                     : load(block_table + b * max_blocks + j / sp.block_size);
     auto slot = (page * sp.block_size + j % sp.block_size) * sp.hkv + kvh;
-    auto kt = widen(load(k_cache + slot.col() * D + d.row(), elems(live), 0)); // [N, DP]
-    auto s = dot(qt, trans(kt)) * scale;                                // [M, N]
+    auto kv_rows = [&](const Tile& base) { // [N, DP]
+      Tile addr = base + slot.col() * D + d.row();
+      if (live) return widen(load(addr, elems(live), 0));
+      return widen(pad_d ? load(addr, d_ok.row(), 0) : load(addr));
+    };
+    auto kt = kv_rows(k_cache);
+    auto s = dot(qt, trans(kt)) * scale; // [BM, N]
     if (sp.softcap) s = cap * tanh(s / cap);
-    if (sp.alibi) s = s + slope.col() * (j.row() - i.col()).to(f32);
-    Tile seen = live.row();
-    if (sp.causal) seen = seen & (j.row() <= pos.col());
-    if (W > 0) seen = seen & (j.row() >= first.col());
-    s = where(seen, s, -INFINITY);
+    if (sp.alibi) s = s + slope.col() * (i ? j.row() - i.col() : j.row()).to(f32);
+    Tile seen = live ? live.row() : Tile();
+    auto both = [&](const Tile& a, const Tile& c) { return a ? a & c : c; };
+    if (causal) seen = both(seen, j.row() <= pos.col());
+    if (first) seen = both(seen, j.row() >= first.col());
+    if (seen) s = where(seen, s, -INFINITY);
     auto m_new = max(m, reduce_max(s, 1));
     // A row may see none of this step's keys (causal, window): its max stays -inf, and the
-    // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf.
-    Tile m_use = sp.causal || W > 0 ? where(m_new > -INFINITY, m_new, 0) : m_new;
+    // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
+    // position sees every key of [lo, hi), at least one per step.)
+    Tile m_use = causal || first ? where(m_new > -INFINITY, m_new, 0) : m_new;
     auto p = exp(s - m_use.col());
     auto alpha = exp(m - m_use);
     l = l * alpha + reduce_sum(p, 1);
-    auto vt = widen(load(v_cache + slot.col() * D + d.row(), elems(live), 0)); // [N, DP]
+    auto vt = kv_rows(v_cache);
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
     // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
     acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
     m = m_new;
-  });
+  };
+  // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
+  const RangeOptions pipelined{sp.cfg.num_stages};
+  if (sp.causal && !one_position) {
+    // The steps every row of the tile sees whole (keys up to its first position p_lo) need no
+    // mask; the rest, the diagonal, masks each row's keys past its position and past `end`.
+    auto full_end = start + max(min(end, p_lo + 1) - start, 0) / N * N;
+    for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
+    for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, true); });
+  } else {
+    for_range(start, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
+  }
 
   if (S == 1) {
     // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does. An fp8
@@ -558,10 +597,24 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
-          s.effective_window(), s.causal, cfg};
+          s.effective_window(), s.causal, cfg, paged_attention_block_m(s, cfg)};
 }
 
 } // namespace
+
+int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  if (cfg.block_m != 0 && (!ir::is_pow2(cfg.block_m) || cfg.block_m > kMaxBlockM))
+    throw UserError(fmt::format("paged_attention: block_m {} must be 0 (automatic) or a power of two from 1 to {}",
+                                cfg.block_m, kMaxBlockM));
+  const int64_t G = cfg.head_group ? cfg.head_group : s.group(), rows = next_pow2(G * s.sq);
+  const int64_t automatic = std::min(kMaxBlockM, std::max<int64_t>(16, kAutoQueryElems * cfg.num_warps / next_pow2(s.head_dim)));
+  return std::min(rows, cfg.block_m ? cfg.block_m : automatic);
+}
+
+int64_t paged_attention_query_tiles(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  const int64_t G = cfg.head_group ? cfg.head_group : s.group();
+  return cdiv(G * s.sq, paged_attention_block_m(s, cfg));
+}
 
 ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
   return build_fused(fused_spec(s, cfg));
@@ -585,6 +638,7 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"softcap", int64_t(sp.softcap)},
           {"block_n", sp.cfg.block_n},
           {"head_group", cfg.head_group}, // as configured: 0 (all Hq/Hkv heads) stays 0
+          {"block_m", cfg.block_m},       // as configured: 0 (automatic) stays 0
           {"num_warps", sp.cfg.num_warps},
           {"num_splits", sp.cfg.num_splits},
           {"num_stages", sp.cfg.num_stages},
@@ -592,8 +646,8 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"causal", int64_t(sp.causal)}};
 }
 
-interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,
-                                         Launcher& launcher) {
+launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,
+                                         launch::Launcher& launcher) {
   validate_paged_attention(in, false);
   const PagedAttentionShape& s = in.shape;
   FusedSpec sp = fused_spec(s, config);
@@ -602,31 +656,31 @@ interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   // The kernel only reads q, the caches, the tables and slopes; the buffers
   // are not modified, but Arg holds mutable pointers.
   auto& mut = const_cast<PagedAttentionInputs&>(in);
-  interp::Buffer out("out", s.dtype, in.q.count());
+  launch::Buffer out("out", s.dtype, in.q.count());
   const int64_t S = sp.cfg.num_splits, rows = s.batch * s.hq * s.sq;
-  interp::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.head_dim) : 0);
-  interp::Buffer pm("partial_m", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
-  interp::Buffer pl("partial_l", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
+  launch::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.head_dim) : 0);
+  launch::Buffer pm("partial_m", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
+  launch::Buffer pl("partial_l", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
 
-  std::vector<interp::Arg> args{interp::Arg::of(mut.q), interp::Arg::of(mut.k_cache),
-                                interp::Arg::of(mut.v_cache), interp::Arg::of(mut.block_table),
-                                interp::Arg::of(mut.context_lens)};
-  if (s.alibi) args.push_back(interp::Arg::of(mut.alibi_slopes));
+  std::vector<launch::Arg> args{launch::Arg::of(mut.q), launch::Arg::of(mut.k_cache),
+                                launch::Arg::of(mut.v_cache), launch::Arg::of(mut.block_table),
+                                launch::Arg::of(mut.context_lens)};
+  if (s.alibi) args.push_back(launch::Arg::of(mut.alibi_slopes));
   if (S == 1) {
-    args.push_back(interp::Arg::of(out));
+    args.push_back(launch::Arg::of(out));
   } else {
-    args.push_back(interp::Arg::of(po));
-    args.push_back(interp::Arg::of(pm));
-    args.push_back(interp::Arg::of(pl));
+    args.push_back(launch::Arg::of(po));
+    args.push_back(launch::Arg::of(pm));
+    args.push_back(launch::Arg::of(pl));
   }
-  args.push_back(interp::Arg::of_float(s.scale()));
-  if (s.softcap) args.push_back(interp::Arg::of_float(*s.softcap));
+  args.push_back(launch::Arg::of_float(s.scale()));
+  if (s.softcap) args.push_back(launch::Arg::of_float(*s.softcap));
   if (s.kv_fp8) {
-    args.push_back(interp::Arg::of_float(s.k_scale));
-    args.push_back(interp::Arg::of_float(s.v_scale));
+    args.push_back(launch::Arg::of_float(s.k_scale));
+    args.push_back(launch::Arg::of_float(s.v_scale));
   }
-  args.push_back(interp::Arg::of_int(s.max_blocks));
-  interp::Grid grid{s.batch, s.hkv * (s.group() / sp.cfg.head_group), S};
+  args.push_back(launch::Arg::of_int(s.max_blocks));
+  launch::Grid grid{s.batch * paged_attention_query_tiles(s, config), s.hkv * (s.group() / sp.cfg.head_group), S};
   launcher.launch(kernel, int(sp.cfg.num_warps), grid, args);
 
   if (S > 1) {
@@ -634,7 +688,7 @@ interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
         prim::detail::cached_kernel(fmt::format("paged_attention_combine/{}/{}/{}", S, s.head_dim, ir::dtype_name(s.dtype)),
                               [&] { return build_combine(S, s.head_dim, s.dtype); });
     launcher.launch(combine, int(sp.cfg.num_warps), {rows, 1, 1},
-                    {interp::Arg::of(po), interp::Arg::of(pm), interp::Arg::of(pl), interp::Arg::of(out)});
+                    {launch::Arg::of(po), launch::Arg::of(pm), launch::Arg::of(pl), launch::Arg::of(out)});
   }
   return out;
 }

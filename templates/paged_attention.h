@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "interp/interpreter.h"
-#include "templates/launcher.h"
+#include "launch/args.h"
+#include "launch/launcher.h"
 #include "templates/registry.h"
 
 namespace tilec::templates {
@@ -65,7 +65,7 @@ struct PagedAttentionShape {
 // alibi_slopes [Hq] f32 when shape.alibi. The caches are in shape.cache_dtype().
 struct PagedAttentionInputs {
   PagedAttentionShape shape;
-  interp::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
+  launch::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
 };
 
 // Random inputs (values in [-1, 1]; an fp8 cache holds them divided by its scale, which is
@@ -82,7 +82,7 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& s, u
                                                  bool poison_unused = false);
 // `in`'s block table with the entries past each sequence's live pages set to 0, for the
 // decomposition, which gathers every entry (what they point at is masked out).
-interp::Buffer block_table_unused_cleared(const PagedAttentionInputs& in);
+launch::Buffer block_table_unused_cleared(const PagedAttentionInputs& in);
 
 // Checks shapes, dtypes and values before any launch; UserError naming the
 // input and the numbers. `decompose` additionally requires every block-table
@@ -102,7 +102,7 @@ struct PagedAttentionMagnitudes {
 
 // out [B, Hq, Sq, D] in f32, computed in double. `magnitudes`, when given, receives what the
 // computation saw.
-interp::Buffer paged_attention_reference(const PagedAttentionInputs& in,
+launch::Buffer paged_attention_reference(const PagedAttentionInputs& in,
                                          PagedAttentionMagnitudes* magnitudes = nullptr);
 
 // The comparison tolerance |got - want| <= atol + rtol * |want| of a run against the
@@ -120,15 +120,29 @@ struct PagedAttentionConfig {
   int64_t num_warps = 4;
   int64_t num_splits = 1;  // split-KV partitions (flash-decoding), combined by a second kernel
   int64_t num_stages = 2;  // software-pipeline stages of the K/V copies (f16/bf16 caches)
+  int64_t block_m = 0;     // query rows per program over head_group x Sq packed rows (0: automatic)
 };
 
+// A program's query rows: the head_group x Sq rows of a KV head's head group, packed
+// position-major (row i * head_group + g for position i, head g), in tiles of block_m. block_m
+// 0 chooses the rows whose q tile is kAutoQueryElems elements per warp (block_m x head_dim
+// rounded up to a power of two: 64 rows for head_dim 64 and 4 warps, 32 for 128, 16 for 256;
+// at least 16, at most kMaxBlockM), which compile without spills on sm_80 and sm_90
+// (tests/codegen/test_prefill.cpp); any block_m is cut to the packed rows rounded up to a
+// power of two. UserError for a block_m that is not 0 or a power of two up to kMaxBlockM.
+constexpr int64_t kMaxBlockM = 256, kAutoQueryElems = 1024;
+int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// Query tiles per (sequence, head-group chunk): the fused kernel's grid is
+// (batch x query tiles, Hkv x Hq / Hkv / head_group, num_splits).
+int64_t paged_attention_query_tiles(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+
 // out [B, Hq, Sq, D] in q's dtype.
-interp::Buffer run_paged_attention_fused(const PagedAttentionInputs& in,
-                                         const PagedAttentionConfig& cfg, Launcher& launcher);
+launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in,
+                                         const PagedAttentionConfig& cfg, launch::Launcher& launcher);
 // `block_table`, when given, replaces in.block_table (block_table_unused_cleared(in)): the
 // caches are used in place, never copied.
-interp::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, Launcher& launcher,
-                                              const interp::Buffer* block_table = nullptr);
+launch::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, launch::Launcher& launcher,
+                                              const launch::Buffer* block_table = nullptr);
 
 // Bytes the op must move at least: q + out + K and V of the live tokens + the
 // block-table entries and context lengths it reads (+ alibi slopes).
@@ -180,6 +194,6 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
 void write_paged_attention_inputs(const std::string& dir, const PagedAttentionInputs& in);
 // Writes `out` ([B, Hq, Sq, D], in q's dtype) as a .npy file.
 void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
-                                  const interp::Buffer& out);
+                                  const launch::Buffer& out);
 
 } // namespace tilec::templates

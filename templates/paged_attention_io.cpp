@@ -29,11 +29,11 @@ constexpr std::array<std::string_view, 3> kKvDtypes = {"same", "f8e4m3", "f8e5m2
 
 
 // Converts an .npy array to a buffer of `want` dtype class; `what` names the file.
-interp::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const std::string& what,
+launch::Buffer to_buffer(const rt::NpyArray& a, const std::string& name, const std::string& what,
                          bool float_data, size_t rank) {
   if (a.shape.size() != rank)
     throw UserError(fmt::format("{}: has {} dimensions, expected {}", what, a.shape.size(), rank));
-  interp::Buffer b;
+  launch::Buffer b;
   b.name = name;
   if (float_data) {
     if (a.descr == "<f4") b.dtype = ir::DType::f32;
@@ -162,7 +162,8 @@ void check_host_memory(const PagedAttentionShape& s) {
 }
 
 PagedAttentionConfig paged_attention_config(const ParamMap& p) {
-  return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits"), p.at("num_stages")};
+  return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits"), p.at("num_stages"),
+          p.count("block_m") ? p.at("block_m") : 0};
 }
 
 KernelTemplate paged_attention_template() {
@@ -174,7 +175,8 @@ KernelTemplate paged_attention_template() {
               {"head_group", 0, "query heads per program sharing one KV head (0: all Hq/Hkv)"},
               {"num_warps", 4, "warps per program on the GPU"},
               {"num_splits", 1, "split-KV partitions combined by a second kernel (power of two)"},
-              {"num_stages", 2, "K/V copies in flight: software-pipeline stages (1: none; f16/bf16 on tensor cores)"}};
+              {"num_stages", 2, "K/V copies in flight: software-pipeline stages (1: none; f16/bf16 on tensor cores)"},
+              {"block_m", 0, "query rows per program over head_group x sq packed rows (power of two; 0: automatic)"}};
   t.shape = {{"batch", 2, "sequences"},
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
@@ -255,7 +257,7 @@ KernelTemplate paged_attention_template() {
     validate_paged_attention(in, false);
     const PagedAttentionShape& s = in.shape;
     Problem p;
-    p.outputs = {p.add_buffer(interp::Buffer("out", s.dtype, in.q.count()))};
+    p.outputs = {p.add_buffer(launch::Buffer("out", s.dtype, in.q.count()))};
     PagedAttentionMagnitudes seen;
     p.expected = {paged_attention_reference(in, &seen)};
     // Every path computes the scores in f32 and writes the output in q's dtype: inputs whose
@@ -309,16 +311,16 @@ KernelTemplate paged_attention_template() {
   // Both paths validate the inputs first (the decomposition reads every block-table entry).
   auto inputs = [](Problem& p) -> const PagedAttentionInputs& { return std::any_cast<const PagedAttentionInputs&>(p.context); };
   t.paths = {{"fused", "one kernel walking the block table (cost grows with the live context)",
-              [inputs](Problem& p, const ParamMap& params, const ParamMap&, Launcher& l) {
+              [inputs](Problem& p, const ParamMap& params, const ParamMap&, launch::Launcher& l) {
                 p.buffers[p.outputs[0]] = run_paged_attention_fused(inputs(p), paged_attention_config(params), l);
               }},
              {"decompose",
               "the seed's recipe of primitive launches (cost grows with the padded capacity); it gathers every "
               "block-table entry, so entries past a sequence's live pages are pointed at page 0 first (masked "
               "out either way)",
-              [inputs](Problem& p, const ParamMap&, const ParamMap&, Launcher& l) {
+              [inputs](Problem& p, const ParamMap&, const ParamMap&, launch::Launcher& l) {
                 validate_paged_attention(inputs(p), false);
-                interp::Buffer table = block_table_unused_cleared(inputs(p));
+                launch::Buffer table = block_table_unused_cleared(inputs(p));
                 p.buffers[p.outputs[0]] = run_paged_attention_decomposed(inputs(p), l, &table);
               }}};
   t.write_output = [](const std::string& path, const Problem& p) {
@@ -351,7 +353,8 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
     return p;
   };
   const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits, D = s.head_dim;
-  const int64_t DP = pow2(D), M = pow2(G) * pow2(s.sq), chunks = s.group() / G, W = s.effective_window();
+  const int64_t DP = pow2(D), BM = paged_attention_block_m(s, cfg), R = G * s.sq, tiles = cdiv(R, BM);
+  const int64_t chunks = s.group() / G, W = s.effective_window();
   const int64_t e_io = ir::dtype_bytes(s.dtype), e_kv = ir::dtype_bytes(s.cache_dtype());
   // A loaded tile of fewer elements than the block has threads (32 per warp) is held whole by
   // several warps, each of which reads it with requests of its own: the copies of a tile of
@@ -363,33 +366,41 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
   auto pages_of = [&](int64_t lo, int64_t hi) { return hi > lo ? (hi - 1) / s.block_size - lo / s.block_size + 1 : 0; };
 
   PagedAttentionTraffic t;
-  const int64_t programs_per_seq = s.hkv * chunks * S; // grid (B, Hkv * chunks, S)
+  const int64_t programs_per_tile = s.hkv * chunks * S; // grid (B x tiles, Hkv x chunks, S)
   for (int64_t b = 0; b < s.batch; ++b) {
-    // Every program reads q's rows of its head group (each split again), the slopes of those
-    // heads, and the context length: one 4-byte warp-uniform request per warp.
-    t.q += programs_per_seq * G * s.sq * D * e_io * copies(M * DP);
-    if (s.alibi) t.alibi_slopes += programs_per_seq * G * 4 * copies(M);
-    t.context_lens += programs_per_seq * w * 4;
-    // The walk: from the first key the window lets any row see (0 without one) to the context's
-    // end, in S chunks of whole N-token steps; splits past the end walk nothing but still read q
-    // and write their (empty) partials. Each step loads the page entries of its live tokens and
-    // their K and V rows (head_dim elements each; the lanes past it are masked).
     const int64_t len = in.context_lens.get_int(size_t(b));
-    const int64_t lo = W > 0 ? std::max(len - (s.sq - 1), W) - W : 0;
-    const int64_t chunk = cdiv(cdiv(len - lo, S), N) * N;
-    int64_t tokens = 0, entries = 0;
-    for (int64_t split = 0; split < S && chunk > 0; ++split) {
-      const int64_t start = lo + split * chunk, end = std::min(len, start + chunk);
-      for (int64_t s0 = start; s0 < end; s0 += N) {
-        const int64_t step_end = std::min(end, s0 + N);
-        tokens += step_end - s0;
-        for (int64_t g0 = s0; g0 < step_end; g0 += segment) entries += pages_of(g0, std::min(step_end, g0 + segment));
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      // Every program reads q's rows of its tile (each split again), the slopes of their heads
+      // (every warp: each holds at least a head group's worth of rows or the whole tile), and
+      // the context length: one 4-byte warp-uniform request per warp.
+      const int64_t row0 = tile * BM, rows = std::min(BM, R - row0);
+      t.q += programs_per_tile * rows * D * e_io * copies(BM * DP);
+      if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
+      t.context_lens += programs_per_tile * w * 4;
+      // The walk (build_fused): from the first key the window lets the tile's first row see
+      // (0 without one) to the context's end, or with causal=1 and several tiles to the tile's
+      // last position, in S chunks of whole N-token steps; splits past the end walk nothing
+      // but still read q and write their (empty) partials. Each step loads the page entries of
+      // its live tokens and their K and V rows (head_dim elements each; the lanes past it are
+      // masked).
+      const int64_t p_lo = len - s.sq + row0 / G, p_hi = len - s.sq + std::min((row0 + BM - 1) / G, s.sq - 1);
+      const int64_t lo = W > 0 ? std::max(p_lo + 1, W) - W : 0;
+      const int64_t hi = s.causal && tiles > 1 ? p_hi + 1 : len;
+      const int64_t chunk = cdiv(cdiv(hi - lo, S), N) * N;
+      int64_t tokens = 0, entries = 0;
+      for (int64_t split = 0; split < S && chunk > 0; ++split) {
+        const int64_t start = lo + split * chunk, end = std::min(hi, start + chunk);
+        for (int64_t s0 = start; s0 < end; s0 += N) {
+          const int64_t step_end = std::min(end, s0 + N);
+          tokens += step_end - s0;
+          for (int64_t g0 = s0; g0 < step_end; g0 += segment) entries += pages_of(g0, std::min(step_end, g0 + segment));
+        }
       }
+      // Each KV head's head-group chunks walk the same tokens.
+      t.block_table += s.hkv * chunks * entries * 4 * copies(N);
+      t.k_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
+      t.v_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
     }
-    // Each KV head's head-group chunks walk the same tokens.
-    t.block_table += s.hkv * chunks * entries * 4 * copies(N);
-    t.k_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
-    t.v_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
   }
   const int64_t rows = s.batch * s.hq * s.sq;
   t.out = rows * D * e_io;
@@ -461,7 +472,7 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   const PagedAttentionShape& s = in.shape;
-  auto put = [&](const char* file, const interp::Buffer& b, std::vector<int64_t> shape, std::string descr) {
+  auto put = [&](const char* file, const launch::Buffer& b, std::vector<int64_t> shape, std::string descr) {
     rt::NpyArray a{std::move(descr), std::move(shape), b.bytes.to_vector()};
     rt::write_npy((fs::path(dir) / file).string(), a);
   };
@@ -474,7 +485,7 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
 }
 
 void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
-                                  const interp::Buffer& out) {
+                                  const launch::Buffer& out) {
   const PagedAttentionShape& s = in.shape;
   rt::NpyArray a{npy_descr(out.dtype), {s.batch, s.hq, s.sq, s.head_dim}, out.bytes.to_vector()};
   rt::write_npy(path, a);

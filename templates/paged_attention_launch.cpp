@@ -62,6 +62,15 @@ value = "head_group == 0 ? hq / hkv : head_group"
 [[run.let]]
 name = "rows"
 value = "batch * hq * sq"
+# Query rows per program over the group x sq packed rows (paged_attention_block_m): block_m,
+# or for 0 a q tile of 1024 elements per warp (16 to 256 rows), never more than the packed
+# rows rounded up to a power of two; and the query tiles of a (sequence, head-group chunk).
+[[run.let]]
+name = "tile_rows"
+value = "min(pow2(group * sq), block_m == 0 ? min(256, max(16, 1024 * num_warps / pow2(head_dim))) : block_m)"
+[[run.let]]
+name = "q_tiles"
+value = "cdiv(group * sq, tile_rows)"
 
 [[run.tensor]]
 name = "q"
@@ -152,14 +161,15 @@ head_group = "head_group"
 num_warps = "num_warps"
 num_splits = "num_splits"
 num_stages = "num_stages"
+block_m = "block_m"
 window = "window >= min(max_blocks * block_size, 2147483647) ? 0 : window"
 causal = "causal"
 
-# One program per (sequence, KV head and head group, KV split); then, with splits, one per
-# query row to combine them.
+# One program per (sequence and query tile, KV head and head group, KV split); then, with
+# splits, one per query row to combine them.
 [[run.launch]]
 kernel = "paged_attention"
-grid = ["batch", "hkv * (hq / hkv / group)", "num_splits"]
+grid = ["batch * q_tiles", "hkv * (hq / hkv / group)", "num_splits"]
 [[run.launch]]
 kernel = "paged_attention_combine"
 grid = ["rows", "1", "1"]

@@ -98,7 +98,7 @@ TEST_CASE("tilec autotune --export writes modules a runtime-only host loads, and
   test::Process bench = tilec_ok("bench paged_attention --tuned " + db.string() +
                                  " --backend emulate --warmup 0 --repeats 1 --decompose --json");
   CHECK_THAT(bench.out, Catch::Contains("\"ok\": true") && Catch::Contains("\"rule\": \"exact\"") &&
-                            Catch::Contains("\"default\": {\"config\": \"block_n=32 head_group=0") &&
+                            Catch::Contains("\"default\": {\"config\": \"block_m=0 block_n=32 head_group=0") &&
                             Catch::Contains("\"decompose\": {") && Catch::Contains("\"speedup\": "));
   test::Process table = tilec_ok("bench paged_attention --tuned " + db.string() +
                                  " --backend interpret --repeats 1 --shape batch=2 hq=2 hkv=1 head_dim=16 "

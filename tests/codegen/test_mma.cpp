@@ -69,6 +69,10 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
       {4, 32, 32, DType::f16, true, false, true, 4},    {2, 64, 16, DType::bf16, false, false, true, 2},
       {16, 64, 8, DType::f16, true, true, false, 2},    {32, 128, 64, DType::bf16, false, true, true, 4},
       {1, 16, 32, DType::f16, false, false, true, 1},   {8, 16, 16, DType::bf16, true, true, true, 2},
+      // M at least 16 x warps: warps along M, each warp's 16-row tiles pairing rows r and r + 8W
+      // (two row tiles per warp, A stored either way, one 8-column tile, K short).
+      {64, 16, 32, DType::bf16, true, true, true, 4},   {128, 64, 64, DType::f16, false, true, true, 4},
+      {64, 8, 8, DType::bf16, true, false, true, 2},    {32, 32, 16, DType::f16, false, false, true, 2},
   };
   for (const DotCase& c : cases) {
     INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " trans_a " << c.trans_a
@@ -81,7 +85,9 @@ TEST_CASE("dot on the tensor cores agrees with the interpreter (padding, transpo
       ir::walk(k->body, [&](ir::Op& op) {
         if (op.kind == ir::OpKind::Dot) in_mma_layout = plan.is_mma(plan.op_layouts(&op)[2]);
       });
-      CHECK(in_mma_layout == (c.n % (8 * c.warps) == 0));
+      const bool along_m = c.m >= 16 * c.warps && c.m % (16 * c.warps) == 0 && c.n % 8 == 0;
+      CHECK(in_mma_layout == (along_m || c.n % (8 * c.warps) == 0));
+      CHECK(codegen::mma_warps_along_m(c.m, c.n, c.warps) == along_m);
     }
     launch::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
     launch::Buffer acc("c", DType::f32, size_t(c.m * c.n));

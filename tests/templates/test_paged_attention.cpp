@@ -5,6 +5,7 @@
 
 #include "tests/templates/test_util.h"
 #include "backends/launchers.h"
+#include "interp/launcher.h"
 #include "runtime/npy.h"
 #include "templates/paged_attention.h"
 
@@ -39,7 +40,7 @@ template <class F> std::string error_of(F&& f) {
 } // namespace
 
 TEST_CASE("fused paged attention matches the reference over a grid of configs", "[templates][paged_attention]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   uint64_t seed = 10;
   for (ir::DType dt : {ir::DType::f32, ir::DType::f16, ir::DType::bf16})
     for (int64_t ratio : {1, 3, 4})
@@ -74,7 +75,7 @@ TEST_CASE("fused paged attention matches the reference over a grid of configs", 
 }
 
 TEST_CASE("fused paged attention: GQA ratios 1 to 8 and head groups", "[templates][paged_attention]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   for (int64_t ratio = 1; ratio <= 8; ++ratio)
     for (int64_t hg : {int64_t(1), ratio}) {
       PagedAttentionShape s;
@@ -95,7 +96,7 @@ TEST_CASE("fused paged attention: GQA ratios 1 to 8 and head groups", "[template
 }
 
 TEST_CASE("fused paged attention: splits, block sizes and page sizes", "[templates][paged_attention]") {
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   for (int64_t page : {1, 7, 32})
     for (int64_t block_n : {4, 32})
       for (int64_t splits : {1, 4}) {
@@ -124,7 +125,7 @@ TEST_CASE("a live block-table entry past num_blocks is caught by the interpreter
   s.block_size = 4;
   s.max_blocks = 2;
   auto in = make_paged_attention_inputs(s, 3, 8);
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   in.block_table.set_int(1, 99);
   CHECK_THAT(error_of([&] { run_paged_attention_fused(in, {}, *launcher); }), Catch::Contains("block_table[0, 1] = 99"));
 }
@@ -171,11 +172,11 @@ TEST_CASE("paged attention validation names the input and the numbers", "[templa
   CHECK_THAT(msg(in), Catch::Contains("not finite"));
 
   in = fresh();
-  in.k_cache = interp::Buffer("k_cache", ir::DType::f16, in.k_cache.count());
+  in.k_cache = launch::Buffer("k_cache", ir::DType::f16, in.k_cache.count());
   CHECK_THAT(msg(in), Catch::Contains("k_cache") && Catch::Contains("f16"));
 
   in = fresh();
-  in.v_cache = interp::Buffer("v_cache", ir::DType::f32, 10);
+  in.v_cache = launch::Buffer("v_cache", ir::DType::f32, 10);
   CHECK_THAT(msg(in), Catch::Contains("v_cache: has 10 elements"));
 
   in = fresh();
@@ -194,11 +195,11 @@ TEST_CASE("paged attention validation names the input and the numbers", "[templa
   in.shape.kv_fp8 = ir::DType::f16;
   CHECK_THAT(msg(in), Catch::Contains("f8e4m3 or f8e5m2"));
   in = make_paged_attention_inputs(s8, 5, 6);
-  in.q = interp::Buffer("q", ir::DType::f8e5m2, in.q.count());
+  in.q = launch::Buffer("q", ir::DType::f8e5m2, in.q.count());
   in.shape.dtype = ir::DType::f8e5m2;
   CHECK_THAT(msg(in), Catch::Contains("q dtype must be f32, f16 or bf16"));
 
-  auto launcher = make_interpret_launcher();
+  auto launcher = interp::make_interpret_launcher();
   PagedAttentionConfig bad_group{32, 3, 4, 1};
   CHECK_THAT(error_of([&] { run_paged_attention_fused(fresh(), bad_group, *launcher); }),
              Catch::Contains("head_group 3 does not divide"));
@@ -312,8 +313,8 @@ TEST_CASE("a cache past 2^31 elements gives the answer a compact one does, touch
   // The same sequences over a compact cache: the live pages copied to the front, renumbered.
   PagedAttentionInputs small = big;
   small.shape.num_blocks = s.batch * s.max_blocks;
-  small.k_cache = interp::Buffer("k_cache", s.dtype, size_t(small.shape.num_blocks * page));
-  small.v_cache = interp::Buffer("v_cache", s.dtype, size_t(small.shape.num_blocks * page));
+  small.k_cache = launch::Buffer("k_cache", s.dtype, size_t(small.shape.num_blocks * page));
+  small.v_cache = launch::Buffer("v_cache", s.dtype, size_t(small.shape.num_blocks * page));
   int64_t live_pages = 0, top = 0;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t k = 0; k < cdiv(big.context_lens.get_int(size_t(b)), s.block_size); ++k) {
@@ -328,26 +329,26 @@ TEST_CASE("a cache past 2^31 elements gives the answer a compact one does, touch
   REQUIRE(live_pages >= 2);
   CHECK(top * page > (int64_t(1) << 31)); // a live page past 2^31 elements
 
-  std::vector<std::unique_ptr<Launcher>> launchers;
-  launchers.push_back(make_interpret_launcher());
+  std::vector<std::unique_ptr<launch::Launcher>> launchers;
+  launchers.push_back(interp::make_interpret_launcher());
   launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::emu));
   launchers.push_back(backends::make_emulate_launcher(backends::EmuLowering::nvptx));
   PagedAttentionConfig cfg{32, 2, 2, 1, 2};
   for (auto& l : launchers) {
     INFO(l->backend());
-    interp::Buffer want = run_paged_attention_fused(small, cfg, *l);
-    interp::Buffer got = run_paged_attention_fused(big, cfg, *l);
+    launch::Buffer want = run_paged_attention_fused(small, cfg, *l);
+    launch::Buffer got = run_paged_attention_fused(big, cfg, *l);
     CHECK(got.bytes == want.bytes);
     CHECK(max_err(got, paged_attention_reference(big)) <= test::paged_attention_tolerance(s.dtype));
   }
   // The decomposition gathers the padded block table; its unused entries point at page 0.
   auto l = backends::make_emulate_launcher(backends::EmuLowering::emu);
-  interp::Buffer table_big = block_table_unused_cleared(big), table_small = block_table_unused_cleared(small);
-  interp::Buffer want = run_paged_attention_decomposed(small, *l, &table_small);
-  interp::Buffer got = run_paged_attention_decomposed(big, *l, &table_big);
+  launch::Buffer table_big = block_table_unused_cleared(big), table_small = block_table_unused_cleared(small);
+  launch::Buffer want = run_paged_attention_decomposed(small, *l, &table_small);
+  launch::Buffer got = run_paged_attention_decomposed(big, *l, &table_big);
   CHECK(got.bytes == want.bytes);
   // Only the live pages (and page 0, read by the decomposition) ever took memory.
-  for (const interp::Buffer* c : {&big.k_cache, &big.v_cache}) {
+  for (const launch::Buffer* c : {&big.k_cache, &big.v_cache}) {
     INFO(c->name << " resident " << c->bytes.resident_bytes());
     CHECK(c->bytes.resident_bytes() <= size_t(live_pages + 1) * size_t(page * 2) + 64 * 4096);
   }

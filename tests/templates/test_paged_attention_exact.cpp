@@ -45,7 +45,7 @@ const KernelTemplate& paged_attention() {
 
 struct Run {
   Problem p;
-  LaunchStats stats;
+  launch::LaunchStats stats;
 };
 
 // Path `path` of the problem `request` with config `params` on the emulator (the lowering of
@@ -59,7 +59,7 @@ Run run_emulated(const std::string& path, const ParamMap& params, const ProblemR
   return r;
 }
 
-const interp::Buffer& output(const Problem& p) { return p.buffers.at(size_t(p.outputs.at(0))); }
+const launch::Buffer& output(const Problem& p) { return p.buffers.at(size_t(p.outputs.at(0))); }
 
 } // namespace
 
@@ -212,7 +212,7 @@ TEST_CASE("NaN and Inf in the dead slots of a cache never reach the output on ei
     for (size_t slot = 0; slot < live.size(); ++slot) {
       if (live[slot]) continue;
       ++dead;
-      for (interp::Buffer* cache : {&in.k_cache, &in.v_cache})
+      for (launch::Buffer* cache : {&in.k_cache, &in.v_cache})
         for (size_t e = slot * row; e < (slot + 1) * row; ++e) {
           const uint16_t bits = c.poison[n++ % c.poison.size()];
           std::byte* at = cache->bytes.data() + e * elem;
@@ -223,13 +223,13 @@ TEST_CASE("NaN and Inf in the dead slots of a cache never reach the output on ei
     }
     REQUIRE(dead > size_t(s.block_size)); // tails and whole pages
     PagedAttentionMagnitudes seen;
-    const interp::Buffer want = paged_attention_reference(in, &seen);
+    const launch::Buffer want = paged_attention_reference(in, &seen);
     const PagedAttentionTolerance tol = paged_attention_tolerance(in.shape, seen);
-    const interp::Buffer table = block_table_unused_cleared(in);
+    const launch::Buffer table = block_table_unused_cleared(in);
     for (bool fused : {true, false}) {
       INFO((fused ? "fused" : "decompose") << " q " << ir::dtype_name(c.dtype) << " cache "
                                            << ir::dtype_name(in.k_cache.dtype));
-      const interp::Buffer got = fused ? run_paged_attention_fused(in, {16, 0, 4, 2, 2}, *launcher)
+      const launch::Buffer got = fused ? run_paged_attention_fused(in, {16, 0, 4, 2, 2}, *launcher)
                                        : run_paged_attention_decomposed(in, *launcher, &table);
       size_t bad = 0;
       for (size_t i = 0; i < got.count(); ++i) {
@@ -315,7 +315,7 @@ TEST_CASE("every valid run stays within the traffic budget and matches the refer
     const int64_t model = paged_attention_traffic(in, paged_attention_config(params)).total();
     CHECK(std::abs(double(model - *r.stats.request_bytes)) <= 0.02 * double(*r.stats.request_bytes));
     if (index <= 4) {
-      LaunchStats more = r.stats;
+      launch::LaunchStats more = r.stats;
       *more.request_bytes += params["block_n"] * in.shape.head_dim * ir::dtype_bytes(in.shape.cache_dtype());
       CHECK_FALSE(traffic_error(t, "", params, r.p, more).empty());
     }
@@ -337,7 +337,7 @@ TEST_CASE("the reference tolerance follows the scores' magnitude: large ALiBi sc
   write_paged_attention_inputs(dir.path.string(), in);
   ParamMap params = defaults(t.params);
   const ProblemRequest request{{}, 1, {{"softcap", 50.0}}, dir.path.string()};
-  std::vector<interp::Buffer> outs;
+  std::vector<launch::Buffer> outs;
   for (const char* path : {"fused", "decompose"}) {
     INFO(path);
     Run r = run_emulated(path, params, request);
@@ -352,7 +352,7 @@ TEST_CASE("the reference tolerance follows the scores' magnitude: large ALiBi sc
 
     // The same output with one element off by 1e-3 (a tenth of a percent of max |v|) fails.
     Problem wrong = r.p;
-    interp::Buffer& o = wrong.buffers.at(size_t(wrong.outputs.at(0)));
+    launch::Buffer& o = wrong.buffers.at(size_t(wrong.outputs.at(0)));
     o.set(7, o.get(7) + 1e-3);
     CHECK_FALSE(compare_outputs(wrong).ok);
   }

@@ -183,7 +183,7 @@ TEST_CASE("size expressions: cdiv, min, max, ?:, strings, errors", "[runtime][op
   CHECK_FALSE(rt::SizeExpr::parse("batch * 1").as_name());
   CHECK_THROWS_WITH(rt::SizeExpr::parse("cdiv(1)"), "expression 'cdiv(1)', column 8: cdiv takes two arguments");
   CHECK_THROWS_WITH(rt::SizeExpr::parse("sq +"), "expression 'sq +', column 5: expected a value, found the end");
-  CHECK_THROWS_WITH(rt::SizeExpr::parse("foo(1)"), "expression 'foo(1)', column 7: no function 'foo' (cdiv, min, max, present)");
+  CHECK_THROWS_WITH(rt::SizeExpr::parse("foo(1)"), "expression 'foo(1)', column 7: no function 'foo' (cdiv, pow2, min, max, present)");
   CHECK_THROWS_WITH(eval("sq / (block_m - 5)"), "expression 'sq / (block_m - 5)': 3 / 0: division by zero");
   CHECK_THROWS_WITH(eval("nope + 1"), "expression 'nope + 1': no value named 'nope'");
   CHECK_THROWS_WITH(eval("dtype * 2"), "expression 'dtype * 2': '*' takes integers, got \"f16\" and 2");

@@ -1,0 +1,89 @@
+// Paged attention at every query length, compiled (docs/PAGED_ATTENTION.md "Query tiles"): the
+// default config compiles without spills and within the arch's shared memory at prefill
+// lengths, and the prefill tile's K/V loop is pinned.
+#include <catch2/catch.hpp>
+
+#include "abi/limits.h"
+#include "codegen/compile.h"
+#include "codegen/ptx_loops.h"
+#include "templates/paged_attention.h"
+#include "templates/registry.h"
+#include "tests/codegen/codegen_test_util.h"
+
+using namespace tilec;
+
+namespace {
+
+templates::ParamMap pa_shape(int64_t sq, int64_t head_dim) {
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
+  templates::ParamMap shape;
+  for (const templates::Param& p : t->shape) shape[p.name] = p.value;
+  shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = sq, shape["head_dim"] = head_dim;
+  shape["block_size"] = 16, shape["max_blocks"] = std::max<int64_t>(16, sq / 16), shape["dtype"] = 2; // bf16
+  shape["causal"] = 1;
+  return shape;
+}
+
+templates::ParamMap pa_defaults() {
+  templates::ParamMap params;
+  for (const templates::Param& p : templates::find_template("paged_attention")->params) params[p.name] = p.value;
+  return params;
+}
+
+} // namespace
+
+TEST_CASE("paged attention's default config compiles without spills within shared memory at every query length",
+          "[codegen][paged_attention][prefill][nvptx]") {
+  if (!codegen::test::have_ptxas()) return;
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
+  REQUIRE(t);
+  for (const char* arch : {"sm_80", "sm_90"})
+    for (int64_t head_dim : {64, 128, 256})
+      for (int64_t sq : {1, 4, 16, 64, 128, 512, 2048, 8192}) {
+        INFO(arch << " head_dim " << head_dim << " sq " << sq);
+        const templates::ParamMap params = pa_defaults(), shape = pa_shape(sq, head_dim);
+        codegen::CompileOptions o;
+        o.arch = arch;
+        o.num_warps = int(params.at("num_warps"));
+        codegen::CompiledKernel ck = codegen::compile(*t->build(params, shape), o);
+        REQUIRE(ck.ptxas);
+        CHECK(ck.ptxas->spill_stores + ck.ptxas->spill_loads == 0);
+        CHECK(ck.shared_bytes <= max_shared_bytes(arch));
+        // The tile is bounded whatever Sq is: the 32 x 8 / 8 = 4 query heads of a KV head times
+        // Sq rows, in tiles of at most 1024 x 4 warps / head_dim elements.
+        const templates::PagedAttentionShape s = templates::paged_attention_shape(shape);
+        const templates::PagedAttentionConfig cfg = templates::paged_attention_config(params);
+        const int64_t bm = templates::paged_attention_block_m(s, cfg);
+        CHECK(bm <= std::max<int64_t>(16, 4096 / head_dim));
+        CHECK(templates::paged_attention_query_tiles(s, cfg) * bm >= 4 * sq);
+      }
+}
+
+TEST_CASE("a prefill tile's K/V loop: 128 query rows x 64 keys, head_dim 128, bf16, warps along M (sm_80)",
+          "[codegen][paged_attention][prefill][nvptx]") {
+  // 8 warps of 16 rows: S = q K^T is 128 x 64 x 128 and O += P V 128 x 128 x 64, 16 x 8 x 16 MMAs
+  // of which each warp runs (1 x 8 x 8) + (1 x 16 x 4) = 128 per 64 keys.
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
+  templates::ParamMap params = pa_defaults();
+  params["block_n"] = 64, params["num_warps"] = 8, params["block_m"] = 128, params["head_group"] = 4;
+  templates::ParamMap shape = pa_shape(512, 128);
+  shape["causal"] = 0;
+  codegen::CompileOptions o;
+  o.arch = "sm_80";
+  o.num_warps = 8;
+  codegen::CompiledKernel ck = codegen::compile(*t->build(params, shape), o);
+  std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
+  const codegen::PtxLoop* l = codegen::main_loop(loops);
+  REQUIRE(l);
+  WARN("prefill K/V loop: " << l->instructions << " PTX instructions per 64-key step, " << l->count("mma") << " mma, "
+                            << l->count("ldmatrix") << " ldmatrix, " << l->count("bar.sync") << " barriers; registers "
+                            << (ck.ptxas ? std::to_string(ck.ptxas->registers) : std::string("(no ptxas)")));
+  CHECK(l->inner_loops == 0);
+  CHECK(l->count("mma") == 128);
+  CHECK(l->instructions <= 900);
+  CHECK(l->count("cp.async.cg") == 8); // K and V: 64 rows x 256 bytes / 256 threads, 16 bytes each
+  if (codegen::test::have_ptxas()) {
+    REQUIRE(ck.ptxas);
+    CHECK(ck.ptxas->spill_stores + ck.ptxas->spill_loads == 0);
+  }
+}
