@@ -2,6 +2,7 @@
 // Where kernels run: one interface over the interpreter, the emulator and the
 // GPU, so templates and recipes (like the paged-attention decomposition, a
 // sequence of primitive launches) are written once for every backend.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,9 @@ struct LaunchStats {
   // Warp-wide requests (the emulator: rt::EmuRequestStats): their count, the sectors they
   // touch, the distinct bytes they move, and the fewest sectors those bytes could take.
   std::optional<int64_t> requests, sectors, request_bytes, ideal_sectors;
+  // The emulator's request bytes per buffer, by its name (the host buffer's, else the
+  // parameter's), summed over the launches.
+  std::map<std::string, int64_t> buffer_request_bytes;
 };
 
 // Kernel times of repeated launches (after warm-up launches that are not counted).

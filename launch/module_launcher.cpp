@@ -32,6 +32,7 @@ void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
   stats.sectors = stats.sectors.value_or(0) + st.sectors;
   stats.request_bytes = stats.request_bytes.value_or(0) + st.request_bytes;
   stats.ideal_sectors = stats.ideal_sectors.value_or(0) + st.ideal_sectors;
+  for (const rt::EmuBufferStats& b : st.buffers) stats.buffer_request_bytes[b.name] += b.request_bytes;
 }
 
 // A scalar argument as a module's parameter type takes it (f16/bf16/fp8 as their bits).
