@@ -2,7 +2,7 @@
 # The GPU check, for a machine with an NVIDIA GPU, the CUDA toolkit (cuda.h), CMake, a C++20
 # compiler and Python with PyTorch and Triton; no LLVM and no network needed. In about five
 # minutes at most it:
-#   1. builds the runtime, gpu_bench and tilec-measure only (TILEC_RUNTIME_ONLY=ON);
+#   1. builds the runtime, libtilec.so, gpu_bench and tilec-measure only (TILEC_RUNTIME_ONLY=ON);
 #   2. runs the example host program (hand-written PTX through the runtime);
 #   3. measures device-to-device copy bandwidth (the ceiling every figure is held against);
 #   4. times the prepared plan (tilec-measure: every candidate of configs/gpu_check.toml for
@@ -10,9 +10,11 @@
 #   5. for each problem (Llama-3-8B and -70B shapes at B=64, ctx=4096; B=1, ctx=65536 with
 #      split-KV; bf16, page 16): makes one set of inputs, runs tilec's fastest candidate on
 #      them (gpu_bench --inputs, checked against the host's reference), then PyTorch's
-#      scaled-dot-product attention on K/V gathered from the pages and the repository's own
-#      Triton paged-decode kernel (scripts/gpu_peers.py), each checked against an fp32
-#      reference and against the others;
+#      scaled-dot-product attention on K/V gathered from the pages, the repository's own
+#      Triton paged-decode kernel and tilec again through its Python package (python/tilec
+#      over libtilec.so: store.run on the same torch tensors, from a folder exported from the
+#      plan's modules and its measurements) in one process (scripts/gpu_peers.py), each
+#      checked against an fp32 reference and against the others;
 #   6. runs every template module against its reference (gpu_bench);
 #   7. prints us, GB/s and % of the copy bandwidth per problem and implementation, and
 #      draws them (roofline.svg).
@@ -22,13 +24,15 @@
 #
 # --dry-run is the same script on a machine without a GPU (CI runs it): modules from
 # `build_gpu_modules.sh --dry-run` run on the CPU emulator at small sizes, a host memcpy
-# stands in for the copy bandwidth, numpy's reference for the peers; everything else (the
-# runtime-only build, tilec-measure, the winners, gpu_bench --inputs, the table, the SVG) is
-# what the GPU run does.
+# stands in for the copy bandwidth, numpy's reference for the peers, and the Python package's
+# path runs on NumPy arrays (scripts/tilec_py_peer.py); everything else (the runtime-only
+# build, libtilec.so, tilec-measure, the winners, the exported folder, gpu_bench --inputs, the
+# table, the SVG) is what the GPU run does.
 #
 # RESULTS_DIR gets: gpu_check.log (everything), environment.txt, build.log, tuning.toml (the
-# plan's measurements), copy.jsonl, decode.jsonl (one line per problem and implementation),
-# gpu_bench.jsonl, roofline.svg, summary.txt, and inputs/ and outputs per problem. Exit 0 only
+# plan's measurements), deploy/ (the folder the Python package loads), copy.jsonl, decode.jsonl
+# (one line per problem and implementation), gpu_bench.jsonl, roofline.svg, summary.txt, and
+# inputs/ and outputs per problem. Exit 0 only
 # when every step passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +52,7 @@ failed=()
 
 mkdir -p "$results" || { echo "gpu_check: error: cannot create $results" >&2; exit 1; }
 rm -rf "$results"/*.jsonl "$results"/*.log "$results"/*.txt "$results"/*.svg "$results"/tuning.toml \
-  "$results"/decode
+  "$results"/decode "$results"/deploy
 exec > >(tee -a "$results/gpu_check.log") 2>&1
 
 die() { echo "gpu_check: FAILED: $*"; echo "FAILED: $*" >>"$results/summary.txt"; exit 1; }
@@ -99,7 +103,7 @@ fi
 cat "$results/environment.txt"
 cp "$modules/compile.jsonl" "$results/compile.jsonl" 2>/dev/null || true
 
-step "building the runtime, gpu_bench and tilec-measure (TILEC_RUNTIME_ONLY=ON, no LLVM) in $build"
+step "building the runtime, libtilec.so, gpu_bench and tilec-measure (TILEC_RUNTIME_ONLY=ON, no LLVM) in $build"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 # The dry run builds with warnings as errors, as scripts/setup.sh's build does: the same
@@ -111,7 +115,7 @@ if ! run configure 120 cmake "${generator[@]}" -S "$root" -B "$build" -DTILEC_RU
   tail -n 30 "$results/build.log"
   die "cmake configure failed (see $results/build.log)"
 fi
-if ! run build 240 cmake --build "$build" --target gpu_bench tilec-measure launch_module -j "$(nproc)" \
+if ! run build 240 cmake --build "$build" --target gpu_bench tilec-measure launch_module tilec_c -j "$(nproc)" \
     >>"$results/build.log" 2>&1; then
   tail -n 30 "$results/build.log"
   die "build failed (see $results/build.log)"
@@ -147,6 +151,27 @@ run measure 150 "$measure" "$modules/plan" "${backend[@]}" -o "$results/tuning.t
 run winners 30 "$measure" "$modules/plan" --winners "$results/tuning.toml" "${backend[@]}" >"$results/winners.jsonl"
 cat "$results/winners.jsonl"
 
+# The folder a serving engine would load (tilec.load): paged attention's kernel card, the plan's
+# modules for this machine and the plan's measurements as the tuning database, so the store
+# selects the config tilec-measure found fastest.
+plan_arch=$(sed -n "s/^arch = '\(.*\)'$/\1/p" "$modules/plan/plan.toml")
+[ $dry = 1 ] && plan_arch=host
+deploy=$results/deploy
+card=$(ls "$modules"/$arch_glob/*/paged_attention.kernel.toml 2>/dev/null | head -n 1)
+if [ -z "$card" ] || [ ! -d "$modules/plan/modules/$plan_arch" ] || [ ! -s "$results/tuning.toml" ]; then
+  echo "gpu_check: cannot export a folder for python/tilec (kernel card: ${card:-none}," \
+    "$modules/plan/modules/$plan_arch, $results/tuning.toml)"
+  failed+=("deploy (no folder for the Python package)")
+  deploy=
+else
+  mkdir -p "$deploy/modules"
+  cp "$card" "$deploy/"
+  cp -r "$modules/plan/modules/$plan_arch/." "$deploy/modules/"
+  cp "$results/tuning.toml" "$deploy/db.toml"
+  echo "exported $deploy for python/tilec: $(find "$deploy/modules" -name '*.toml' | wc -l) modules ($plan_arch)"
+fi
+export TILEC_LIBRARY=$build/libtilec.so PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
+
 problem=0
 while read -r -u 3 name values; do
   step "$name: $values"
@@ -167,6 +192,11 @@ for line in open(sys.argv[1]):
     j = json.loads(line)
     if j["problem"] == int(sys.argv[2]):
         print(j["modules"])' "$results/winners.jsonl" "$problem")
+  winner_config=$("$python" -c 'import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j["problem"] == int(sys.argv[2]):
+        print(j["config"])' "$results/winners.jsonl" "$problem")
   if [ -z "$winner" ]; then
     echo "gpu_check: $name: no measured candidate in the plan's results"
     failed+=("$name (no tilec candidate measured)")
@@ -178,9 +208,18 @@ for line in open(sys.argv[1]):
   if [ $dry = 1 ]; then
     run "$name check" 60 "$python" "$root/scripts/gpu_peers.py" check-tilec --inputs "$dir/inputs" \
       --tilec-output "$dir/out_tilec.npy"
+    # The Python package's path on NumPy arrays on the emulator: what peers --tilec-deploy runs.
+    compare=()
+    [ -f "$dir/out_tilec.npy" ] && compare=(--tilec-output "$dir/out_tilec.npy")
+    [ -n "$deploy" ] && run "$name tilec_py" 60 "$python" "$root/scripts/tilec_py_peer.py" --deploy "$deploy" \
+      --backend emulate --inputs "$dir/inputs" --repeats 2 --name "$name" --json-out "$results/decode.jsonl" \
+      "${compare[@]}" --expect-config "$winner_config" --save-output "$dir/out_tilec_py.npy"
   else
-    run "$name peers" 120 "$python" "$root/scripts/gpu_peers.py" peers --inputs "$dir/inputs" --out "$dir" \
-      --tilec-output "$dir/out_tilec.npy" --name "$name" --json-out "$results/decode.jsonl" --repeats 50
+    python_path=()
+    [ -n "$deploy" ] && python_path=(--tilec-deploy "$deploy" --tilec-config "$winner_config")
+    run "$name peers" 150 "$python" "$root/scripts/gpu_peers.py" peers --inputs "$dir/inputs" --out "$dir" \
+      --tilec-output "$dir/out_tilec.npy" --name "$name" --json-out "$results/decode.jsonl" --repeats 50 \
+      "${python_path[@]}"
   fi
   rm -rf "$dir/inputs" # gigabytes on the GPU run; the seed remakes them
   problem=$((problem + 1))

@@ -17,7 +17,8 @@ context_lens[b] tokens (Sq = 1: no causal mask).
 
 Subcommands (see --help of each):
   inputs       generate an input folder (numpy on cpu, torch on cuda)
-  peers        time and check torch SDPA, the Triton kernel and tilec's output (CUDA)
+  peers        time and check torch SDPA, the Triton kernel, tilec through its Python package
+               (--tilec-deploy, scripts/tilec_py_peer.py) and tilec's output (CUDA)
   copybw       device-to-device copy bandwidth (CUDA)
   roofline     bar chart SVG of GB/s per problem and implementation (CPU)
   check-tilec  float64 numpy reference check of tilec's output (CPU, small inputs)
@@ -358,6 +359,35 @@ def _load_triton_module():
     return mod
 
 
+def _load_tilec_py_peer():
+    import importlib.util
+    path = os.path.join(ROOT, "scripts", "tilec_py_peer.py")
+    spec = importlib.util.spec_from_file_location("tilec_py_peer", path)
+    if spec is None or spec.loader is None:
+        raise ToolError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _time_tilec_py(torch, args, q, k_cache, v_cache, block_table, context_lens, scale, ctx):
+    """tilec through python/tilec on these tensors: (output, timing, row fields), or (None, None,
+    {"error": ...}) when that path fails, so the other peers are still measured and reported."""
+    try:
+        tpp = _load_tilec_py_peer()
+        store = tpp.import_tilec().load(args.tilec_deploy, backend="cuda")
+        run, call = tpp.make_runner(store, q, k_cache, v_cache, block_table, context_lens, scale, ctx)
+        run()
+        t = time_cuda(torch, run, args.repeats)
+        fields = tpp.describe_call(call, args.tilec_config)
+        fields["host_us"] = tpp.host_us(run, args.repeats, torch.cuda.synchronize)
+        out = run()
+        torch.cuda.synchronize()
+        return out, t, fields
+    except Exception as e:  # the library, the folder, the selection or a launch: reported in the row
+        return None, None, {"error": f"{type(e).__name__}: {e}"}
+
+
 def _to_torch(torch, arr, dev):
     if arr.dtype == np.uint16:  # bf16 bits
         return torch.from_numpy(np.ascontiguousarray(arr).view(np.int16)).to(dev).view(torch.bfloat16)
@@ -439,6 +469,12 @@ def cmd_peers(args):
     triton_out = run_triton()
     torch.cuda.synchronize()
 
+    # (c) tilec through its Python package: the call a serving engine makes, on the same tensors.
+    tilec_py_out, tilec_py_t, tilec_py = None, None, {}
+    if args.tilec_deploy:
+        tilec_py_out, tilec_py_t, tilec_py = _time_tilec_py(torch, args, q, k_cache, v_cache, block_table,
+                                                             context_lens, scale, ctx)
+
     # float32 reference: math on the gathered K/V, queries grouped per KV head (no head expansion).
     qf = q.float().reshape(B, hkv, group, d)
     s = torch.matmul(qf, k_dense.float().transpose(-1, -2)) * scale  # [B, Hkv, G, ctx]
@@ -446,6 +482,9 @@ def cmd_peers(args):
 
     outs = {"torch_sdpa": sdpa_out.float(), "triton": triton_out.float()}
     timings = {"torch_sdpa": sdpa_t, "triton": triton_t}
+    if tilec_py_out is not None:
+        outs["tilec_py"] = tilec_py_out.float()
+        timings["tilec_py"] = tilec_py_t
     if tilec_np is not None:
         outs["tilec"] = _to_torch(torch, tilec_np, dev).float()
     atol, rtol = TOLERANCES[dt]
@@ -469,6 +508,11 @@ def cmd_peers(args):
 
     lines = []
     failures = []
+    if "error" in tilec_py:
+        lines.append({"name": name, "impl": "tilec_py", "median_us": None, "gbps": None, "ok": False,
+                      "error": tilec_py["error"], "shape": shape_text(info), "device": gpu})
+        failures.append(f"tilec_py: {tilec_py['error']}")
+        print(f"  {'tilec_py':<11} FAILED   {tilec_py['error']}")
     for impl in outs:
         ref_ok, err = ref_check[impl]
         vs = {other: pair[(impl, other)][1] for other in outs if other != impl}
@@ -487,6 +531,8 @@ def cmd_peers(args):
                        num_stages=args.num_stages, triton_version=tpd.triton.__version__)
         if impl == "tilec":
             row.update(note="timed by gpu_bench; checked here", output=os.path.abspath(args.tilec_output))
+        if impl == "tilec_py":
+            row.update(tilec_py, deploy=os.path.abspath(args.tilec_deploy))
         lines.append(row)
         if not ref_ok:
             failures.append(f"{impl} vs float32 reference: max_abs_err {err:.3g}")
@@ -498,7 +544,10 @@ def cmd_peers(args):
         extra = {"torch_sdpa": f"  (+ gather {gather_t['median_us']:.2f} us; {sdpa_note})",
                  "triton": f"  (splits {num_splits}, block_n {args.block_n}, warps {args.num_warps}, "
                            f"stages {args.num_stages})",
-                 "tilec": "  (output checked only)"}[impl]
+                 "tilec": "  (output checked only)",
+                 "tilec_py": f"  (python/tilec store.run; {tilec_py.get('host_us', 0):.1f} us host time a call; "
+                             f"{tilec_py.get('config')}"
+                             f"{'' if tilec_py.get('same_config_as_tilec', True) else ', NOT the plan winner'})"}[impl]
         vs_text = ", ".join(f"vs {o} {e:.2g}" for o, e in vs.items())
         print(f"  {impl:<11} {'ok' if row['ok'] else 'MISMATCH':<8} {timing}  max_abs_err {err:.3g}; "
               f"{vs_text}{extra}")
@@ -779,6 +828,10 @@ def build_parser():
     p.add_argument("--inputs", required=True, help="input folder (from the inputs subcommand)")
     p.add_argument("--out", required=True, help="folder for out_<impl>.npy, ref_f32.npy and peers.jsonl")
     p.add_argument("--tilec-output", help="tilec's output .npy for these inputs (checked, not timed)")
+    p.add_argument("--tilec-deploy", help="exported folder: also time and check tilec through its Python "
+                                          "package (scripts/tilec_py_peer.py; TILEC_LIBRARY names libtilec.so)")
+    p.add_argument("--tilec-config", help="the config tilec's own row ran (\"name=value ...\"), to compare with "
+                                          "what the Python path selects")
     p.add_argument("--repeats", type=int, default=50, help="timed runs; the median is reported (default 50)")
     p.add_argument("--json-out", help="also append the JSON lines to this file")
     p.add_argument("--name", help="problem name in the JSON lines (default: the input folder's name)")
