@@ -16,9 +16,9 @@
 namespace tilec::autotune {
 
 struct Expr {
-  enum Kind { number, name, unary, binary } kind = number;
+  enum Kind { number, name, unary, binary, call } kind = number;
   int64_t value = 0;
-  std::string ident; // name; the operator of unary and binary
+  std::string ident; // name; the operator of unary and binary; the function of a call (its argument: lhs)
   std::shared_ptr<const Expr> lhs, rhs;
   int column = 0; // within the expression text, 0-based
 };
@@ -126,6 +126,17 @@ private:
       while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) ++pos_;
       e->kind = Expr::name;
       e->ident = std::string(text_.substr(at, pos_ - at));
+      skip_space();
+      if (pos_ < text_.size() && text_[pos_] == '(') {
+        if (e->ident != "pow2") fail(at, fmt::format("unknown function '{}' (there is pow2)", e->ident));
+        size_t open = pos_++;
+        e->kind = Expr::call;
+        e->lhs = binary(0);
+        skip_space();
+        if (pos_ >= text_.size() || text_[pos_] != ')')
+          fail(pos_, fmt::format("expected ')' to close the '(' at column {}", column_ + int(open)));
+        ++pos_;
+      }
       return e;
     }
     fail(at, fmt::format("unexpected '{}'", c));
@@ -182,6 +193,16 @@ int64_t eval(const Expr& e, const Values& vars, const std::string& what) {
       throw UserError(fmt::format("{}: -({}) overflows 64-bit integers (at column {} of the expression)", what, v,
                                   e.column + 1));
     return -v;
+  }
+  case Expr::call: {
+    // pow2(x): the smallest power of two >= x (1 for x <= 1), as a kernel pads a size to its tile.
+    int64_t v = eval(*e.lhs, vars, what);
+    if (v > (int64_t(1) << 62))
+      throw UserError(fmt::format("{}: pow2({}) overflows 64-bit integers (at column {} of the expression)", what, v,
+                                  e.column + 1));
+    int64_t p = 1;
+    while (p < v) p *= 2;
+    return p;
   }
   case Expr::binary: break;
   }
@@ -281,10 +302,11 @@ SearchSpace parse_space(std::string_view text, const std::string& source, const 
         if (is_param(n->ident))
           throw UserError(fmt::format("{}:{}:{}: constraint '{}' uses parameter '{}', which [params] does not list",
                                       source, b.line, int(b.column) + 1 + n->column, name, n->ident));
-        if (!is_shape(n->ident))
-          throw UserError(fmt::format("{}:{}:{}: constraint '{}' uses unknown name '{}' (parameters: {}; shape: {})",
+        if (!is_shape(n->ident) && std::ranges::find(names.derived, n->ident) == names.derived.end())
+          throw UserError(fmt::format("{}:{}:{}: constraint '{}' uses unknown name '{}' (parameters: {}; shape: {}{}{})",
                                       source, b.line, int(b.column) + 1 + n->column, name, n->ident,
-                                      known_list(names.params), known_list(names.shape)));
+                                      known_list(names.params), known_list(names.shape),
+                                      names.derived.empty() ? "" : "; derived: ", known_list(names.derived)));
       }
       s.constraints.push_back(std::move(c));
     }
@@ -313,7 +335,7 @@ SearchSpace load_space(const std::string& path, const SpaceNames& names) {
   return parse_space(ss.str(), path, names);
 }
 
-Enumeration enumerate(const SearchSpace& space, const Values& shape) {
+Enumeration enumerate(const SearchSpace& space, const Values& shape, const Derive& derive) {
   Enumeration out;
   std::vector<size_t> idx(space.params.size(), 0);
   for (;;) {
@@ -321,6 +343,8 @@ Enumeration enumerate(const SearchSpace& space, const Values& shape) {
     for (size_t i = 0; i < idx.size(); ++i) cand[space.params[i].first] = space.params[i].second[idx[i]];
     Values vars = shape;
     for (const auto& [k, v] : cand) vars[k] = v;
+    if (derive)
+      for (const auto& [k, v] : derive(cand, shape)) vars[k] = v;
     std::string why;
     for (const Constraint& c : space.constraints) {
       if (eval(*c.expr, vars, fmt::format("{}: constraint '{}'", c.where, c.name))) continue;

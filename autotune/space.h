@@ -4,6 +4,7 @@
 // integer expressions over the parameters and the problem shape. The file format is
 // documented in configs/paged_attention.toml.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,7 +42,12 @@ struct SpaceNames {
   std::string kernel;
   std::vector<std::string> params;
   std::vector<std::string> shape;
+  std::vector<std::string> derived; // values the kernel derives per candidate (Derive)
 };
+
+// The values a kernel derives from one candidate (the space's parameters) and the problem
+// shape, for constraints to use (paged attention's tile_m: the query rows a program holds).
+using Derive = std::function<Values(const Values& candidate, const Values& shape)>;
 
 // Parses a search space. A malformed or inconsistent file (bad TOML, unknown key or
 // name, empty or repeated values, a syntax error in a constraint) is a UserError
@@ -65,8 +71,9 @@ struct Enumeration {
   std::vector<Rejection> rejected;
 };
 
-// The candidates of `space` for one problem `shape`.
-Enumeration enumerate(const SearchSpace& space, const Values& shape);
+// The candidates of `space` for one problem `shape`; `derive`, when given, adds its values to
+// what each candidate's constraints see.
+Enumeration enumerate(const SearchSpace& space, const Values& shape, const Derive& derive = {});
 
 // "block_n=32 head_group=4" (map order).
 std::string format_values(const Values& v);

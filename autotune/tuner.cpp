@@ -80,7 +80,7 @@ void compile_candidates(std::vector<Candidate>& cands, const templates::KernelTe
 // values); UserError naming an example when none fits.
 std::vector<templates::ParamMap> candidates_of(const templates::KernelTemplate& t, const SearchSpace& space,
                                              const KeyToTune& k, const Reporter& r) {
-  Enumeration en = enumerate(space, k.shape);
+  Enumeration en = enumerate_for(t, space, Values(k.shape.begin(), k.shape.end()));
   r.say(fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(k.key), en.candidates.size(),
                     space.size(), space.source));
   if (en.candidates.empty())
@@ -177,6 +177,23 @@ std::vector<std::string> export_winner(const templates::KernelTemplate& t, const
 }
 
 } // namespace
+
+SpaceNames space_names(const templates::KernelTemplate& t) {
+  SpaceNames names{t.name, {}, {}, t.derived};
+  for (const templates::Param& p : t.params) names.params.push_back(p.name);
+  for (const templates::Param& p : t.shape) names.shape.push_back(p.name);
+  return names;
+}
+
+Enumeration enumerate_for(const templates::KernelTemplate& t, const SearchSpace& space, const Values& shape) {
+  if (!t.derive) return enumerate(space, shape);
+  const templates::ParamMap defaults = templates::resolve_params(t.params, {}, "--set");
+  return enumerate(space, shape, [&](const Values& candidate, const Values& s) {
+    templates::ParamMap full = defaults;
+    for (const auto& [name, v] : candidate) full[name] = v;
+    return t.derive(full, templates::ParamMap(s.begin(), s.end()));
+  });
+}
 
 std::vector<KeyToTune> make_keys(const templates::KernelTemplate& t, const std::vector<std::vector<std::string>>& shapes,
                                  uint64_t seed, bool problems) {
@@ -367,7 +384,7 @@ templates::ParamMap tuned_params(const templates::KernelTemplate& t, const std::
     throw UserError(fmt::format("--tuned {}", e.what()));
   }
   rt::ProblemKey key = templates::problem_key(t, shape);
-  auto sel = rt::select_config(db, t.name, device, key, t.size_fields);
+  auto sel = rt::select_config(db, t.name, device, key, t.size_fields, t.size_buckets);
   if (!sel) {
     note = fmt::format("nothing tuned for {} on {}; using the default config", rt::format_key(key), device);
     return fallback;

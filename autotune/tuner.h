@@ -40,6 +40,11 @@ struct Reporter {
 
 // One problem key to tune: its --shape values, its key and its problem (inputs and reference;
 // empty when only the sizes were checked).
+// The names `t`'s search spaces may use (its parameters, shape and derived values), and its
+// candidates of `space` for `shape` with t.derive's values given to the constraints.
+SpaceNames space_names(const templates::KernelTemplate& t);
+Enumeration enumerate_for(const templates::KernelTemplate& t, const SearchSpace& space, const Values& shape);
+
 struct KeyToTune {
   templates::ParamMap shape;
   rt::ProblemKey key;

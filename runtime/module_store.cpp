@@ -210,6 +210,23 @@ KernelCard read_kernel_card(const fs::path& file) {
       card.size_fields.push_back(f.as_string()->get());
     }
   }
+  if (const toml::node* n = doc.get("size_buckets")) {
+    if (!n->is_table()) throw fail("key 'size_buckets' must be a table");
+    for (auto&& [k, v] : *n->as_table()) {
+      std::string field(k.str());
+      auto bad = [&] {
+        return fail(fmt::format("key 'size_buckets.{}' must be an array of increasing integers", field));
+      };
+      if (!v.is_array()) throw bad();
+      std::vector<int64_t>& bounds = card.size_buckets[field];
+      for (const toml::node& b : *v.as_array()) {
+        if (!b.is_integer()) throw bad();
+        int64_t x = b.as_integer()->get();
+        if (!bounds.empty() && x <= bounds.back()) throw bad();
+        bounds.push_back(x);
+      }
+    }
+  }
   for (auto [name, into] : {std::pair{"defaults", 0}, {"spec_defaults", 1}}) {
     const toml::node* n = doc.get(name);
     if (!n) continue;
@@ -240,6 +257,15 @@ std::string format_kernel_card(const KernelCard& card) {
   toml::array fields;
   for (const std::string& f : card.size_fields) fields.push_back(quoted(f));
   doc.insert("size_fields", fields);
+  if (!card.size_buckets.empty()) {
+    toml::table buckets;
+    for (const auto& [field, bounds] : card.size_buckets) {
+      toml::array a;
+      for (int64_t b : bounds) a.push_back(b);
+      buckets.insert(field, a);
+    }
+    doc.insert("size_buckets", buckets);
+  }
   toml::table defaults, spec;
   for (const auto& [k, v] : card.defaults) defaults.insert(k, v);
   for (const auto& [k, v] : card.spec_defaults) {
@@ -291,7 +317,8 @@ TunedModules load_tuned(const TuningDb& db, const std::string& kernel, const std
   TunedModules t;
   std::optional<KernelCard> card = find_kernel_card(kernel, dirs);
   if (card) t.config = card->defaults;
-  t.selection = select_config(db, kernel, device, key, card ? card->size_fields : std::vector<std::string>{});
+  t.selection = select_config(db, kernel, device, key, card ? card->size_fields : std::vector<std::string>{},
+                               card ? card->size_buckets : SizeBuckets{});
   if (t.selection) {
     for (const auto& [k, v] : t.selection->entry.config) t.config[k] = v;
     t.note = t.selection->note;

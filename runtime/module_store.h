@@ -83,7 +83,9 @@ Manifest load_module(const ModuleQuery& q, const std::vector<std::filesystem::pa
 // writes it beside the modules it exports or compiles, as <kernel>.kernel.toml:
 //
 //   kernel = "paged_attention"
-//   size_fields = ["ctx", "batch", "max_blocks", "num_blocks"]  # a nearer key may differ in these
+//   size_fields = ["sq", "ctx", "batch", "max_blocks", "num_blocks"]  # a nearer key may differ in these
+//   [size_buckets]    # ... but only within the bucket of these (upper bounds; rt::SizeBuckets)
+//   sq = [1, 4, 16, 128]
 //   [defaults]        # the config of a problem the database has nothing for
 //   block_n = 32
 //   [spec_defaults]   # specialization values outside key and config, unless the caller gives them
@@ -93,6 +95,7 @@ struct KernelCard {
   std::string kernel;
   TunedConfig defaults;
   std::vector<std::string> size_fields;
+  SizeBuckets size_buckets;
   Spec spec_defaults;
   // The program that compiles this kernel (tilec, or a user's own CLI built with
   // tilec_add_kernels): what a missing module's hint tells to run.

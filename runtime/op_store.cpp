@@ -235,7 +235,7 @@ OpCall Op::prepare(const OpArgs& args, bool values_only) const {
 
   // 2. The config: the nearest tuned key's, else the card's defaults; the caller's on top.
   call.config = card_.defaults;
-  auto sel = select_config(store_->db(), name(), store_->device(), call.key, card_.size_fields);
+  auto sel = select_config(store_->db(), name(), store_->device(), call.key, card_.size_fields, card_.size_buckets);
   if (sel) {
     for (const auto& [k, value] : sel->entry.config) call.config[k] = value;
     call.note = sel->note;

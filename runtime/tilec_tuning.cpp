@@ -57,7 +57,8 @@ extern "C" int tilec_tuning_select(const tilec_tuning_db* db, const char* kernel
     // A nearer key may differ in the sizes the kernel card beside the database names.
     auto card = tilec::rt::find_kernel_card(kernel, {db->dir});
     auto sel = tilec::rt::select_config(db->db, kernel, device, tilec::rt::parse_key(key),
-                                        card ? card->size_fields : std::vector<std::string>{});
+                                        card ? card->size_fields : std::vector<std::string>{},
+                                        card ? card->size_buckets : tilec::rt::SizeBuckets{});
     if (!sel) {
       copy_out(std::string("nothing tuned for ") + key + "; use the defaults", note, note_len);
       return 0;

@@ -295,8 +295,17 @@ std::string host_device_name(const std::string& backend) {
   return backend == "interpret" ? "cpu-interpreter" : "cpu-emulator";
 }
 
+int size_bucket(const SizeBuckets& buckets, const std::string& field, const KeyValue& v) {
+  auto it = buckets.find(field);
+  const auto* x = std::get_if<int64_t>(&v);
+  if (it == buckets.end() || !x) return -1;
+  const std::vector<int64_t>& bounds = it->second;
+  return int(std::lower_bound(bounds.begin(), bounds.end(), *x) - bounds.begin());
+}
+
 std::optional<Selection> select_config(const TuningDb& db, const std::string& kernel, const std::string& device,
-                                       const ProblemKey& key, const std::vector<std::string>& distance_fields) {
+                                       const ProblemKey& key, const std::vector<std::string>& distance_fields,
+                                       const SizeBuckets& buckets) {
   std::vector<const TuningEntry*> pool;
   for (const TuningEntry& e : db.entries)
     if (e.kernel == kernel && e.device == device) pool.push_back(&e);
@@ -333,6 +342,11 @@ std::optional<Selection> select_config(const TuningDb& db, const std::string& ke
     }
     for (const auto& [name, v] : k)
       if (!is_distance(name) && !key.count(name)) return false;
+    for (const auto& [name, bounds] : buckets) {
+      auto a = key.find(name), b = k.find(name);
+      if (a != key.end() && b != k.end() && size_bucket(buckets, name, a->second) != size_bucket(buckets, name, b->second))
+        return false;
+    }
     return true;
   };
   const ProblemKey* nearest = nullptr;

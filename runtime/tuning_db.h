@@ -96,6 +96,14 @@ std::string utc_now();
 // The device name tilec uses for a CPU backend ("cpu-emulator", "cpu-interpreter").
 std::string host_device_name(const std::string& backend);
 
+// Size fields whose values fall into buckets, by the buckets' upper bounds in increasing order:
+// {"sq", {1, 4, 16, 128}} is 1, 2-4, 5-16, 17-128 and above 128. A tuned key serves a nearer
+// one only from the same bucket (paged attention: decode and prefill never share a winner).
+using SizeBuckets = std::map<std::string, std::vector<int64_t>>;
+// The bucket of `v` in field `field` (the index of the first bound >= v; the bound count when
+// above all); -1 when the field has no buckets or `v` is not an integer.
+int size_bucket(const SizeBuckets& buckets, const std::string& field, const KeyValue& v);
+
 struct Selection {
   TuningEntry entry;   // the fastest measured config of the chosen key
   std::string rule;    // "exact", "nearest"
@@ -107,10 +115,11 @@ struct Selection {
 //     never gets a CPU backend's entries ("cpu-emulator", "cpu-interpreter"), nor the reverse);
 //  2. an entry with exactly `key`: the fastest config measured for it;
 //  3. else the nearest key that agrees on every field but `distance_fields` (the kernel's
-//     size fields: nearest in the first field first, then the next: |log2| of the ratio);
+//     size fields: nearest in the first field first, then the next: |log2| of the ratio) and
+//     whose value of each field in `buckets` lies in the asked value's bucket;
 //  4. else nothing: the caller uses its defaults (and should say so).
 std::optional<Selection> select_config(const TuningDb& db, const std::string& kernel, const std::string& device,
-                                       const ProblemKey& key,
-                                       const std::vector<std::string>& distance_fields);
+                                       const ProblemKey& key, const std::vector<std::string>& distance_fields,
+                                       const SizeBuckets& buckets = {});
 
 } // namespace tilec::rt

@@ -326,7 +326,17 @@ KernelTemplate paged_attention_template() {
   t.write_output = [](const std::string& path, const Problem& p) {
     write_paged_attention_output(path, std::any_cast<const PagedAttentionInputs&>(p.context), p.buffers[p.outputs[0]]);
   };
-  t.size_fields = {"ctx", "batch", "max_blocks", "num_blocks"};
+  // The query length decides the tile (head_group x sq packed rows in tiles of block_m), so it
+  // comes first, and a nearer key must share its bucket: decode (1), speculative verification
+  // (2-4, 5-16), short prefill chunks (17-128) and prefill (above 128) each tune their own.
+  t.size_fields = {"sq", "ctx", "batch", "max_blocks", "num_blocks"};
+  t.size_buckets = {{"sq", {1, 4, 16, 128}}};
+  // For configs/paged_attention.toml's register and shared-memory constraints: the query rows a
+  // program holds once block_m 0 is chosen and any block_m cut to the packed rows.
+  t.derived = {"tile_m"};
+  t.derive = [](const ParamMap& params, const ParamMap& shape) {
+    return ParamMap{{"tile_m", paged_attention_block_m(paged_attention_shape(shape), paged_attention_config(params))}};
+  };
   // What a correct run moves (paged_attention_traffic, every term explained there) and 2% more
   // (the replay matches the emulator's count exactly over random sweeps; the 2% leaves room for
   // a layout change): one K/V tile too many shows on small problems.

@@ -193,6 +193,7 @@ rt::KernelCard kernel_card(const KernelTemplate& t) {
   card.kernel = t.name;
   for (const Param& p : t.params) card.defaults[p.name] = p.value;
   card.size_fields = t.size_fields;
+  card.size_buckets = t.size_buckets;
   if (!t.module_variants.empty())
     for (const auto& [name, v] : t.module_variants.front()) card.spec_defaults[name] = v;
   if (!t.run.empty()) card.run = rt::parse_op_run(t.run, t.name + " (KernelTemplate::run)");

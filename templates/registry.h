@@ -162,6 +162,14 @@ struct KernelTemplate {
   // the asked one only in these serves it as the nearest key (`--tuned`, rt::select_config),
   // closest in the first field first. Empty: only an exactly tuned key is used.
   std::vector<std::string> size_fields = {};
+  // Size fields a nearer key must match in bucket (upper bounds, rt::SizeBuckets): paged
+  // attention's sq, so decode and prefill problems never take each other's winners.
+  rt::SizeBuckets size_buckets = {};
+  // Values a search space's constraints may use beyond the config and the shape, computed from
+  // a full config (the defaults under a candidate's values) and the shape (autotune::Derive):
+  // their names, and the function. Empty: none.
+  std::vector<std::string> derived = {};
+  std::function<ParamMap(const ParamMap& params, const ParamMap& shape)> derive = {};
   // The most a correct run of the default path may move, in bytes of warp-wide requests (what
   // the emulator counts: LaunchStats::request_bytes), for a problem and config. A run that
   // moves more is an over-wide access or a load the kernel should not make: a deterministic

@@ -133,10 +133,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
   const templates::KernelTemplate& t = find_kernel(o.kernel);
   if (o.shapes.empty()) throw UserError("give at least one --shape NAME=VALUE... set to tune");
 
-  autotune::SpaceNames names{t.name, {}, {}};
-  for (const auto& p : t.params) names.params.push_back(p.name);
-  for (const auto& p : t.shape) names.shape.push_back(p.name);
-  autotune::SearchSpace space = autotune::load_space(o.space, names);
+  autotune::SearchSpace space = autotune::load_space(o.space, autotune::space_names(t));
 
   // Everything is checked before the database is touched: bad input writes nothing.
   std::vector<autotune::KeyToTune> keys =

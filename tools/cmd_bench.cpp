@@ -157,7 +157,7 @@ int run_bench(const Common& common, const BenchOptions& o) {
     templates::Problem p = templates::make_problem(t, {shape, o.seed, {}, {}});
     row.ideal_bytes = p.ideal_bytes;
     int64_t ideal = p.ideal_bytes.value_or(0);
-    auto sel = rt::select_config(db, t.name, device, row.key, t.size_fields);
+    auto sel = rt::select_config(db, t.name, device, row.key, t.size_fields, t.size_buckets);
     templates::ParamMap tuned = defaults;
     if (sel)
       for (const auto& [k, v] : sel->entry.config) tuned[k] = v;

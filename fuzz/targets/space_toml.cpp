@@ -20,7 +20,8 @@ const autotune::SpaceNames& names() {
       "paged_attention",
       {"block_n", "head_group", "num_warps", "num_splits"},
       {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "max_blocks", "num_blocks", "ctx", "dtype",
-       "alibi"}};
+       "alibi"},
+      {}};
   return n;
 }
 

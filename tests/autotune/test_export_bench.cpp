@@ -118,7 +118,7 @@ TEST_CASE("tilec compile writes paged attention's combine module too, findable b
   CHECK(main.specialization.at("dtype") == rt::SpecValue(std::string("bf16")));
   CHECK(main.specialization.at("head_group") == rt::SpecValue(int64_t(0))); // as configured: all Hq/Hkv heads
   CHECK(main.run == std::vector<std::string>{"paged_attention", "paged_attention_combine"});
-  CHECK(rt::read_kernel_card(out / "paged_attention.kernel.toml").size_fields == std::vector<std::string>{"ctx", "batch", "max_blocks", "num_blocks"});
+  CHECK(rt::read_kernel_card(out / "paged_attention.kernel.toml").size_fields == std::vector<std::string>{"sq", "ctx", "batch", "max_blocks", "num_blocks"});
   rt::ModuleQuery q;
   q.kernel = "paged_attention_combine";
   q.arch = "host";

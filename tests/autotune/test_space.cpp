@@ -1,6 +1,7 @@
 // Search-space parsing (configs/*.toml), its error messages and enumeration.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "autotune/space.h"
@@ -12,8 +13,9 @@ using namespace tilec::autotune;
 namespace {
 
 const SpaceNames kNames{"paged_attention",
-                        {"block_n", "head_group", "num_warps", "num_splits", "num_stages"},
-                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx", "dtype", "kv_dtype"}};
+                        {"block_n", "head_group", "num_warps", "num_splits", "num_stages", "block_m"},
+                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx", "dtype", "kv_dtype"},
+                        {"tile_m"}};
 
 std::string error_of(const std::string& text) {
   try {
@@ -24,16 +26,29 @@ std::string error_of(const std::string& text) {
   return "no error";
 }
 
+int64_t pow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// paged attention's derived tile_m (paged_attention_block_m), written out again.
+Values tile_m_of(const Values& c, const Values& shape) {
+  int64_t automatic = std::min<int64_t>(256, std::max<int64_t>(16, 1024 * c.at("num_warps") / pow2(shape.at("head_dim"))));
+  int64_t bm = c.at("block_m") ? c.at("block_m") : automatic;
+  return Values{{"tile_m", std::min(bm, pow2(c.at("head_group") * shape.at("sq")))}};
+}
+
 } // namespace
 
 TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]") {
   SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
   CHECK(s.kernel == "paged_attention");
-  CHECK(s.params.size() == 5);
+  CHECK(s.params.size() == 6);
   CHECK(s.constraints.size() >= 1);
   Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"ctx", 256},
                {"dtype", 1}, {"kv_dtype", 0}};
-  Enumeration en = enumerate(s, shape);
+  Enumeration en = enumerate(s, shape, tile_m_of);
   CHECK(en.candidates.size() + en.rejected.size() == s.size());
   REQUIRE(!en.candidates.empty());
   for (const Values& c : en.candidates) CHECK(4 % c.at("head_group") == 0);
@@ -42,7 +57,7 @@ TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]
     if (r.params.at("head_group") == 8) saw_head_group_reason |= r.reason.find("head_group_divides_group") != std::string::npos;
   CHECK(saw_head_group_reason);
   shape["kv_dtype"] = 1; // an fp8 cache: no pipelined loads to tune
-  for (const Values& c : enumerate(s, shape).candidates) CHECK(c.at("num_stages") == 1);
+  for (const Values& c : enumerate(s, shape, tile_m_of).candidates) CHECK(c.at("num_stages") == 1);
 }
 
 TEST_CASE("constraint expressions: precedence, logic, division by zero", "[autotune]") {
@@ -55,6 +70,11 @@ TEST_CASE("constraint expressions: precedence, logic, division by zero", "[autot
   CHECK(v("(hq / hkv) % g == 0", {{"hq", 8}, {"hkv", 2}, {"g", 4}}) == 1);
   CHECK(v("(hq / hkv) % g == 0", {{"hq", 8}, {"hkv", 2}, {"g", 3}}) == 0);
   CHECK(v("0 && 1 / 0") == 0); // short-circuit
+  CHECK(v("pow2(80) + pow2(64) + pow2(1) + pow2(0) + pow2(-5)") == 128 + 64 + 1 + 1 + 1);
+  CHECK(v("pow2 ( d + 1 ) * 2", {{"d", 64}}) == 256);
+  CHECK_THROWS_WITH(v("pow2(x)", {{"x", INT64_MAX}}), Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(parse_expr("log2(8)", "f", 1, 1), Catch::StartsWith("f:1:1:") && Catch::Contains("unknown function 'log2'"));
+  CHECK_THROWS_WITH(parse_expr("pow2(8", "f", 1, 1), Catch::Contains("expected ')'"));
   CHECK_THROWS_WITH(v("1 / x", {{"x", 0}}), Catch::Contains("division by zero"));
 }
 
@@ -122,4 +142,35 @@ TEST_CASE("constraint overflow and deep nesting are errors instead of undefined 
   std::string sum = "1";
   for (int i = 0; i < 100000; ++i) sum += "+1";
   CHECK_THROWS_WITH(parse_expr(sum, "f", 1, 1), Catch::Contains("more than 1000 terms"));
+}
+
+TEST_CASE("derived values reach the constraints; the shipped space keeps tiles within registers and shared memory",
+          "[autotune]") {
+  SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
+  // A derived name must be declared by the kernel.
+  SpaceNames plain = kNames;
+  plain.derived.clear();
+  CHECK_THROWS_WITH(load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", plain),
+                    Catch::Contains("unknown name 'tile_m'"));
+  // tile_m as paged_attention_block_m gives it: block_m, or 0's automatic 1024 q elements a warp
+  // in [16, 256], cut to head_group x sq rounded up to a power of two.
+  const Derive tile_m = tile_m_of;
+  for (int64_t d : {64, 128, 256})
+    for (int64_t sq : {1, 4, 64, 2048}) {
+      Values shape{{"batch", 1}, {"hq", 32}, {"hkv", 8}, {"sq", sq}, {"head_dim", d}, {"block_size", 16},
+                   {"ctx", -1}, {"dtype", 2}, {"kv_dtype", 0}};
+      Enumeration en = enumerate(s, shape, tile_m);
+      INFO("head_dim " << d << " sq " << sq);
+      REQUIRE(!en.candidates.empty());
+      bool some_explicit = false;
+      for (const Values& c : en.candidates) {
+        int64_t m = tile_m(c, shape).at("tile_m"), dp = pow2(d);
+        // What the sm_80 / sm_90 compile sweep behind the constraints found safe.
+        CHECK(m * (dp + c.at("block_n")) <= (dp <= 128 ? 2560 : 2176) * c.at("num_warps"));
+        CHECK(c.at("num_stages") * c.at("block_n") * (4 * dp + 32) + m * (4 * dp + 32) + 528 <= 163 * 1024);
+        some_explicit |= c.at("block_m") != 0;
+        if (sq == 1) CHECK(c.at("block_m") == 0); // decode: block_m is cut to the group's rows
+      }
+      if (sq >= 64) CHECK(some_explicit);
+    }
 }

@@ -126,6 +126,44 @@ TEST_CASE("selection: exact key, then nearest context length, then nothing", "[a
   CHECK(!select_config(db, "softmax", "cpu-emulator", k256, kSizes));
 }
 
+TEST_CASE("selection: a bucketed size field never crosses its bucket (paged attention's sq)", "[autotune]") {
+  const std::vector<std::string> kSizes = {"sq", "ctx", "batch"};
+  const SizeBuckets kBuckets = {{"sq", {1, 4, 16, 128}}};
+  auto at = [](int64_t sq, int64_t ctx, int64_t block_n, double ms) {
+    TuningEntry e = entry(ctx, block_n, ms);
+    e.key["sq"] = sq;
+    return e;
+  };
+  CHECK(size_bucket(kBuckets, "sq", int64_t(1)) == 0);
+  CHECK(size_bucket(kBuckets, "sq", int64_t(2)) == 1);
+  CHECK(size_bucket(kBuckets, "sq", int64_t(4)) == 1);
+  CHECK(size_bucket(kBuckets, "sq", int64_t(5)) == 2);
+  CHECK(size_bucket(kBuckets, "sq", int64_t(128)) == 3);
+  CHECK(size_bucket(kBuckets, "sq", int64_t(129)) == 4);
+  CHECK(size_bucket(kBuckets, "sq", int64_t(100000)) == 4);
+  CHECK(size_bucket(kBuckets, "ctx", int64_t(5)) == -1);
+  CHECK(size_bucket(kBuckets, "sq", std::string("x")) == -1);
+
+  TuningDb db;
+  db.entries = {at(1, 256, 16, 1.0), at(4, 256, 32, 1.0), at(64, 256, 64, 1.0), at(512, 4096, 128, 1.0)};
+  auto pick = [&](int64_t sq, int64_t ctx) -> int64_t {
+    ProblemKey k = at(sq, ctx, 0, 0).key;
+    auto sel = select_config(db, "paged_attention", "cpu-emulator", k, kSizes, kBuckets);
+    return sel ? sel->entry.config.at("block_n") : -1;
+  };
+  CHECK(pick(1, 256) == 16);   // exact
+  CHECK(pick(1, 4000) == 16);  // decode: the decode key, however far its context
+  CHECK(pick(2, 256) == 32);   // 2-4: sq=4's, though sq=1 is as near
+  CHECK(pick(3, 4096) == 32);
+  CHECK(pick(8, 256) == -1);   // 5-16: nothing tuned there, so the defaults, not sq=4's or sq=64's
+  CHECK(pick(100, 256) == 64); // 17-128
+  CHECK(pick(129, 256) == 128);
+  CHECK(pick(8192, 300) == 128);
+  // Without buckets, sq is an ordinary size field: the nearest sq wins.
+  ProblemKey k8 = at(8, 256, 0, 0).key;
+  CHECK(select_config(db, "paged_attention", "cpu-emulator", k8, kSizes)->entry.config.at("block_n") == 32);
+}
+
 TEST_CASE("a corrupt database is moved aside and writing proceeds", "[autotune]") {
   Scratch s;
   std::string path = (s.dir / "db.toml").string();

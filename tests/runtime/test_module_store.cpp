@@ -193,6 +193,7 @@ TEST_CASE("a kernel card carries the template's defaults and reads back", "[runt
         rt::TunedConfig{{"block_m", 0}, {"block_n", 32}, {"head_group", 0}, {"num_splits", 1}, {"num_stages", 2},
                         {"num_warps", 4}});
   CHECK(card.size_fields == paged().size_fields);
+  CHECK(card.size_buckets == rt::SizeBuckets{{"sq", {1, 4, 16, 128}}});
   CHECK(card.spec_defaults == rt::Spec{{"softcap", int64_t(0)}});
   CHECK(rt::read_kernel_card(rt::write_kernel_card(card, dir.path)) == card);
   CHECK(rt::find_kernel_card("paged_attention", {dir.path}) == card);
@@ -205,6 +206,10 @@ TEST_CASE("a kernel card carries the template's defaults and reads back", "[runt
   { std::ofstream(dir.path / "bad.kernel.toml") << "kernel = \"bad\"\n[defaults]\nblock = \"x\"\n"; }
   CHECK_THROWS_WITH(rt::read_kernel_card(dir.path / "bad.kernel.toml"),
                     Catch::Contains("bad.kernel.toml") && Catch::Contains("defaults.block"));
+  { std::ofstream(dir.path / "bad.kernel.toml") << "kernel = \"bad\"\n[size_buckets]\nsq = [4, 1]\n"; }
+  CHECK_THROWS_WITH(rt::read_kernel_card(dir.path / "bad.kernel.toml"),
+                    Catch::Contains("bad.kernel.toml") && Catch::Contains("size_buckets.sq") &&
+                        Catch::Contains("increasing integers"));
 }
 
 TEST_CASE("with the compiler linked, a missing module is built into the cache, reused, and rebuilt when corrupt",

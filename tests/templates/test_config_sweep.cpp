@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <fmt/ranges.h>
 
 #include "autotune/space.h"
+#include "autotune/tuner.h"
 #include "backends/launchers.h"
 #include "templates/registry.h"
 #include "measure/measure.h"
@@ -38,7 +40,9 @@ const std::vector<SpaceUnderTest>& spaces() {
       {"paged_attention", "configs/paged_attention.toml",
        {{"batch=2", "hq=8", "hkv=2", "head_dim=64", "block_size=16", "ctx=40", "dtype=f16"},
         {"batch=3", "hq=4", "hkv=1", "head_dim=32", "block_size=8", "ctx=-1", "dtype=bf16", "window=9"},
-        {"batch=1", "hq=2", "hkv=2", "head_dim=64", "block_size=1", "ctx=37", "dtype=f16", "causal=1", "sq=2"}},
+        {"batch=1", "hq=2", "hkv=2", "head_dim=64", "block_size=1", "ctx=37", "dtype=f16", "causal=1", "sq=2"},
+        // A prefill chunk: 4 x 40 packed rows, so every block_m the space lists is a tile of its own.
+        {"batch=1", "hq=4", "hkv=1", "head_dim=32", "block_size=16", "ctx=72", "dtype=bf16", "causal=1", "sq=40"}},
        10},
       {"paged_attention", "configs/gpu_check.toml",
        {{"batch=2", "hq=8", "hkv=2", "head_dim=64", "block_size=16", "ctx=70", "dtype=bf16"},
@@ -65,19 +69,20 @@ TEST_CASE("every config of every shipped search space runs right on its own grid
     const KernelTemplate* t = find_template(sut.kernel);
     INFO(sut.file);
     REQUIRE(t);
-    autotune::SpaceNames names{t->name, {}, {}};
-    for (const Param& p : t->params) names.params.push_back(p.name);
-    for (const Param& p : t->shape) names.shape.push_back(p.name);
-    autotune::SearchSpace space = autotune::load_space((fs::path(TILEC_SOURCE_DIR) / sut.file).string(), names);
+    autotune::SearchSpace space =
+        autotune::load_space((fs::path(TILEC_SOURCE_DIR) / sut.file).string(), autotune::space_names(*t));
     REQUIRE(sut.shapes.size() >= 3);
     for (const std::vector<std::string>& given : sut.shapes) {
       ParamMap shape = resolve_params(t->shape, given, "--shape");
-      autotune::Enumeration en = autotune::enumerate(space, shape);
+      autotune::Enumeration en = autotune::enumerate_for(*t, space, autotune::Values(shape.begin(), shape.end()));
       INFO(fmt::format("{} {}", t->name, fmt::join(given, " ")));
       REQUIRE(!en.candidates.empty());
       Problem p = make_problem(*t, {shape, 5, {}, {}});
       const size_t step = sut.sample == 0 ? 1 : std::max<size_t>(1, en.candidates.size() / sut.sample);
-      for (size_t i = 0; i < en.candidates.size(); i += step) {
+      // An odd step, so a sample walks through the values of every parameter (the last listed
+      // varies fastest: an even step over it would only ever pick every other value).
+      std::set<int64_t> block_ms;
+      for (size_t i = 0; i < en.candidates.size(); i += step | 1) {
         ParamMap config = resolve_params(t->params, {}, "--set");
         for (const auto& [name, v] : en.candidates[i]) config[name] = v;
         INFO(autotune::format_values(config));
@@ -85,8 +90,14 @@ TEST_CASE("every config of every shipped search space runs right on its own grid
         CHECK(m.rejected == "");
         CHECK(m.cmp.ok);
         CHECK(m.traffic_error == ""); // the check run moved no more than a correct run of this config may
+        if (config.count("block_m")) block_ms.insert(config.at("block_m"));
         ++total;
       }
+      // Where the space keeps several query tiles, the sample runs them (paged attention at sq=40).
+      std::set<int64_t> listed;
+      for (const autotune::Values& c : en.candidates)
+        if (c.count("block_m")) listed.insert(c.at("block_m"));
+      if (listed.size() > 2) CHECK(block_ms.size() >= 3);
     }
   }
   // vector_add alone has 3 blocks x 3 warp counts less what the constraint drops, per shape.
