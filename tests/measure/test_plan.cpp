@@ -284,3 +284,46 @@ TEST_CASE("tilec-measure refuses a truncated plan or module and bad arguments, r
   CHECK(run_tilec("autotune paged_attention --space " + space + " " + kShape + " --no-check").code == 2);
   CHECK_FALSE(fs::exists(s.path("fresh")));
 }
+
+// Issue 29: a prefill key (sq=64) prepares with the shipped space's block_m candidates, each
+// checked on the emulator; measured, its winner serves other prefill lengths of its sq bucket
+// (17-128) and never a speculative one (5-16), which keeps the defaults.
+TEST_CASE("tilec autotune --prepare a prefill key, measure it on the emulator, --tuned within its sq bucket",
+          "[autotune][plan][cli]") {
+  Scratch s;
+  std::string space = s.path("space.toml");
+  {
+    std::ofstream(space) << "kernel = \"paged_attention\"\n[params]\nblock_n = [16]\nhead_group = [2]\n"
+                            "num_warps = [4]\nnum_stages = [2]\nblock_m = [0, 16, 32, 64, 128]\n"
+                            "[constraints]\nblock_m_within_rows = \"block_m == 0 || block_m < 2 * head_group * sq\"\n"
+                            "registers_hold_tile = \"tile_m * (pow2(head_dim) + block_n) <= 2560 * num_warps\"\n"
+                            "[measure]\nwarmup = 0\nrepeats = 1\n";
+  }
+  const std::string prefill = "--shape batch=1 hq=4 hkv=2 sq=64 head_dim=32 block_size=16 ctx=96 dtype=f16 causal=1";
+  const std::string decode = "--shape batch=1 hq=4 hkv=2 sq=1 head_dim=32 block_size=16 ctx=96 dtype=f16";
+  std::string plan = s.path("plan");
+  Outcome prep = run_tilec("autotune paged_attention --space " + space + " " + prefill + " " + decode +
+                           " --arch sm_90 --prepare " + plan);
+  REQUIRE(prep.code == 0);
+  measure::Plan p = measure::read_plan(plan);
+  std::set<int64_t> block_ms;
+  size_t decode_candidates = 0;
+  for (const measure::PlanCandidate& c : p.candidates) {
+    CHECK(c.checked);
+    if (c.problem == 0) block_ms.insert(c.config.at("block_m"));
+    else ++decode_candidates;
+  }
+  // 128 rows at sq=64: every block_m up to 128 is its own tile; decode (2 rows) tunes 0 alone.
+  CHECK(block_ms == std::set<int64_t>{0, 16, 32, 64, 128});
+  CHECK(decode_candidates == 1);
+  REQUIRE(run_measure(plan + " --backend emulate -o " + s.path("db.toml")).code == 0);
+  const std::string near = "--shape batch=1 hq=4 hkv=2 sq=100 head_dim=32 block_size=16 ctx=120 dtype=f16 causal=1";
+  Outcome run = run_tilec("run paged_attention --backend emulate --tuned " + s.path("db.toml") + " " + near);
+  CHECK(run.code == 0);
+  CHECK(run.out.find("from the nearest key") != std::string::npos);
+  CHECK(run.out.find("sq=64") != std::string::npos);
+  const std::string spec = "--shape batch=1 hq=4 hkv=2 sq=8 head_dim=32 block_size=16 ctx=96 dtype=f16 causal=1";
+  Outcome other = run_tilec("run paged_attention --backend emulate --tuned " + s.path("db.toml") + " " + spec);
+  CHECK(other.code == 0);
+  CHECK(other.out.find("using the default config") != std::string::npos);
+}
