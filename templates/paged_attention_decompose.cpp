@@ -131,6 +131,15 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
 
 } // namespace prim
 
+namespace {
+
+// The most bytes one intermediate of the decomposition may take: 4 GiB, so the four
+// score-sized tensors alive at its peak stay near 16 GiB, within a GPU's memory and a
+// workstation's (and the emulator would take hours over more).
+constexpr int64_t kDecomposeMaxIntermediateBytes = int64_t(1) << 32;
+
+} // namespace
+
 launch::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, launch::Launcher& launcher,
                                               const launch::Buffer* block_table) {
   if (block_table) {
@@ -147,6 +156,27 @@ launch::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, la
   }
   const PagedAttentionShape& s = in.shape;
   prim::Recipe recipe = prim::paged_attention_recipe(s);
+  // It materializes [B, Hq, Sq, kv_len] f32 scores, several alive at once (scores, mask, masked,
+  // probabilities): past the cap, refuse before allocating any (docs/PAGED_ATTENTION.md).
+  int64_t largest = 0;
+  std::string largest_node;
+  for (size_t i = 0; i < recipe.nodes.size(); ++i) {
+    const prim::RecipeNode& n = recipe.nodes[i];
+    if (n.op == prim::PrimOp::Input || n.op == prim::PrimOp::BroadcastTo || n.op == prim::PrimOp::Permute) continue;
+    int64_t bytes = ir::dtype_bytes(n.dtype);
+    for (int64_t d : n.shape) bytes = d > 0 && bytes > INT64_MAX / d ? INT64_MAX : bytes * d;
+    if (bytes > largest) {
+      largest = bytes;
+      largest_node = fmt::format("{} {} {}", prim::prim_op_name(n.op), ir::shape_str(n.shape), ir::dtype_name(n.dtype));
+    }
+  }
+  if (largest > kDecomposeMaxIntermediateBytes)
+    throw UserError(fmt::format(
+        "paged_attention: the decomposition materializes {} ({} bytes, {:.1f} GiB: B x Hq x Sq x max_blocks x "
+        "block_size scores), over its cap of {} bytes ({} GiB) per intermediate; use --path fused, or fewer "
+        "sequences, query rows or block-table columns",
+        largest_node, largest, double(largest) / double(1 << 30), kDecomposeMaxIntermediateBytes,
+        kDecomposeMaxIntermediateBytes >> 30));
   // The recipe's Input nodes carry each operand's shape.
   std::vector<const launch::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache,
                                                  block_table ? block_table : &in.block_table, &in.context_lens};

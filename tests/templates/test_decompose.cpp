@@ -10,6 +10,7 @@
 #include "interp/launcher.h"
 #include "templates/paged_attention.h"
 #include "templates/prim_recipe.h"
+#include "tests/tilec_process.h"
 
 using namespace tilec;
 using namespace tilec::templates;
@@ -217,4 +218,27 @@ TEST_CASE("the decomposition validates first: it reads every block-table entry",
   CHECK_THROWS_WITH(run_paged_attention_decomposed(in, *launcher),
                     Catch::Contains("block_table[0, 2] = 1000"));
   CHECK(launcher->stats().launches == 0);
+}
+
+// Issue 29: the decomposition materializes [B, Hq, Sq, max_blocks x block_size] f32 scores; one
+// intermediate past 4 GiB is refused with its bytes before anything is allocated, and the CLI
+// exits 2. 1 x 1 x 16384 x 131072 x 4 bytes = 8 GiB; the live context stays 16 keys, so the
+// reference and the inputs are small.
+TEST_CASE("the decomposition refuses an intermediate past its cap, naming the bytes", "[decompose][kernels]") {
+  PagedAttentionShape s;
+  s.batch = 1;
+  s.hq = s.hkv = 1;
+  s.sq = 16384;
+  s.head_dim = 16;
+  s.block_size = 16;
+  s.max_blocks = 8192;
+  PagedAttentionInputs in = make_paged_attention_inputs(s, 1, /*ctx=*/16);
+  auto launcher = interp::make_interpret_launcher();
+  CHECK_THROWS_WITH(run_paged_attention_decomposed(in, *launcher),
+                    Catch::Contains("MatMul [1, 1, 16384, 131072] f32 (8589934592 bytes") &&
+                        Catch::Contains("cap of 4294967296 bytes"));
+  test::Process p = test::run_tilec("run paged_attention --path decompose --backend emulate --shape batch=1 hq=1 hkv=1 "
+                                    "sq=16384 head_dim=16 block_size=16 max_blocks=8192 ctx=16");
+  CHECK(p.exit_code == 2);
+  CHECK(p.err.find("8589934592 bytes") != std::string::npos);
 }
