@@ -29,6 +29,21 @@ double PagedAttentionShape::scale() const {
   return softmax_scale != 0.0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
+int64_t PagedAttentionInputs::query_len(int64_t b) const {
+  if (!shape.varlen) return shape.sq;
+  return query_start_loc.get_int(size_t(b + 1)) - query_start_loc.get_int(size_t(b));
+}
+
+size_t PagedAttentionInputs::q_offset(int64_t b, int64_t h, int64_t i) const {
+  const PagedAttentionShape& s = shape;
+  if (s.varlen) return size_t(((query_start_loc.get_int(size_t(b)) + i) * s.hq + h) * s.head_dim);
+  return size_t(((b * s.hq + h) * s.sq + i) * s.head_dim);
+}
+
+int64_t PagedAttentionInputs::q_rows() const {
+  return shape.varlen ? query_start_loc.get_int(size_t(shape.batch)) * shape.hq : shape.batch * shape.hq * shape.sq;
+}
+
 PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shape, uint64_t seed,
                                                  int64_t ctx, bool poison_unused) {
   PagedAttentionInputs in;
@@ -36,7 +51,22 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   PagedAttentionShape& s = in.shape;
   if (s.num_blocks == 0) s.num_blocks = s.batch * s.max_blocks;
   size_t cache = size_t(s.num_blocks * s.block_size * s.hkv * s.head_dim);
-  in.q = launch::Buffer("q", s.dtype, size_t(s.batch * s.hq * s.sq * s.head_dim));
+  std::mt19937_64 rng(seed + 3);
+  // Mixed batches: the first sequence decodes one row, the last has the longest query (sq), the
+  // others any length from 0 to sq.
+  std::vector<int64_t> qlens(size_t(s.batch), s.sq);
+  if (s.varlen) {
+    in.query_start_loc = launch::Buffer("query_start_loc", ir::DType::i32, size_t(s.batch + 1));
+    for (int64_t b = 0; b + 1 < s.batch; ++b) qlens[size_t(b)] = b == 0 ? 1 : int64_t(rng() % uint64_t(s.sq + 1));
+    int64_t total = 0;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      in.query_start_loc.set_int(size_t(b), total);
+      total += qlens[size_t(b)];
+    }
+    in.query_start_loc.set_int(size_t(s.batch), total);
+  }
+  in.q = launch::Buffer("q", s.dtype,
+                        size_t((s.varlen ? in.query_start_loc.get_int(size_t(s.batch)) : s.batch * s.sq) * s.hq * s.head_dim));
   in.k_cache = launch::Buffer("k_cache", s.cache_dtype(), cache);
   in.v_cache = launch::Buffer("v_cache", s.cache_dtype(), cache);
   in.block_table = launch::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
@@ -66,7 +96,6 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   };
   if (!sparse) quantize(0, in.k_cache.count());
 
-  std::mt19937_64 rng(seed + 3);
   const int64_t used = sparse ? std::min(s.num_blocks, s.batch * s.max_blocks) : s.num_blocks;
   std::vector<int64_t> pages(static_cast<size_t>(used));
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = s.num_blocks - used + int64_t(i);
@@ -80,7 +109,7 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
     if (lens[1] == lens[0]) lens[1] = lens[0] / 2;
   }
   if (ctx < 0 && s.causal) // causal query rows are the last Sq positions: at least Sq of them
-    for (int64_t& len : lens) len = std::clamp<int64_t>(len, s.sq, std::max(s.sq, s.capacity()));
+    for (size_t b = 0; b < lens.size(); ++b) lens[b] = std::clamp<int64_t>(lens[b], qlens[b], std::max(qlens[b], s.capacity()));
   std::set<int64_t> filled;        // pages of a sparse cache to fill
   std::vector<int64_t> fill_order; // the same, in the order they were met
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -192,7 +221,23 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   for (const launch::Buffer* b : {&in.block_table, &in.context_lens})
     if (b->dtype != ir::DType::i32)
       throw UserError(fmt::format("{}: dtype must be u32 or i32, got {}", b->name, ir::dtype_name(b->dtype)));
-  expect_count(in.q, s.batch * s.hq * s.sq * s.head_dim, fmt::format("[B={}, Hq={}, Sq={}, D={}]", s.batch, s.hq, s.sq, s.head_dim));
+  if (s.varlen) {
+    if (in.query_start_loc.dtype != ir::DType::i32)
+      throw UserError(fmt::format("query_start_loc: dtype must be u32 or i32, got {}", ir::dtype_name(in.query_start_loc.dtype)));
+    expect_count(in.query_start_loc, s.batch + 1, fmt::format("[B + 1 = {}]", s.batch + 1));
+    if (in.query_start_loc.get_int(0) != 0)
+      throw UserError(fmt::format("query_start_loc[0] = {}: the packed rows start at 0", in.query_start_loc.get_int(0)));
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const int64_t n = in.query_len(b);
+      if (n < 0 || n > s.sq)
+        throw UserError(fmt::format("query_start_loc[{}] - query_start_loc[{}] = {}: a sequence's query length must be "
+                                    "from 0 to sq = {}", b + 1, b, n, s.sq));
+    }
+    const int64_t total = in.query_start_loc.get_int(size_t(s.batch));
+    expect_count(in.q, total * s.hq * s.head_dim, fmt::format("[total_q={}, Hq={}, D={}]", total, s.hq, s.head_dim));
+  } else {
+    expect_count(in.q, s.batch * s.hq * s.sq * s.head_dim, fmt::format("[B={}, Hq={}, Sq={}, D={}]", s.batch, s.hq, s.sq, s.head_dim));
+  }
   int64_t cache = s.num_blocks * s.block_size * s.hkv * s.head_dim;
   std::string cache_dims = fmt::format("[num_blocks={}, block_size={}, Hkv={}, D={}]", s.num_blocks, s.block_size, s.hkv, s.head_dim);
   expect_count(in.k_cache, cache, cache_dims);
@@ -215,9 +260,9 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
     if (len < 0 || len > s.capacity())
       throw UserError(fmt::format("context_lens[{}] = {} exceeds max_blocks * block_size = {} * {} = {}", b,
                                   static_cast<uint32_t>(len), s.max_blocks, s.block_size, s.capacity()));
-    if (s.causal && len < s.sq)
+    if (s.causal && len < in.query_len(b))
       throw UserError(fmt::format("paged_attention: causal=1 places the Sq = {} query rows at the last positions "
-                                  "of the context, but context_lens[{}] = {} is shorter", s.sq, b, len));
+                                  "of the context, but context_lens[{}] = {} is shorter", in.query_len(b), b, len));
     int64_t used = decompose ? s.max_blocks : cdiv(len, s.block_size);
     for (int64_t k = 0; k < used; ++k) {
       int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + k));
@@ -231,7 +276,7 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
 
 launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAttentionMagnitudes* magnitudes) {
   const PagedAttentionShape& s = in.shape;
-  const int64_t D = s.head_dim, group = s.group(), rows = group * s.sq, window = s.effective_window();
+  const int64_t D = s.head_dim, group = s.group(), window = s.effective_window();
   // An fp8 cache is dequantized: its values times its scale.
   const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
   launch::Buffer out("out", ir::DType::f32, in.q.count());
@@ -242,7 +287,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
   // dot, over the keys for the softmax and each output element), so the results do not
   // depend on the threads. Large problems (the GPU check's) take seconds, not minutes.
   auto task = [&](int64_t b, int64_t kvh) {
-    const int64_t len = in.context_lens.get_int(size_t(b));
+    const int64_t len = in.context_lens.get_int(size_t(b)), sq = in.query_len(b), rows = group * sq;
     PagedAttentionMagnitudes* mags = magnitudes ? &seen_by[size_t(b * s.hkv + kvh)] : nullptr;
     std::vector<char> key_seen(size_t(mags ? len : 0), 0);
     std::vector<int64_t> row_keys(size_t(mags ? rows : 0), 0);
@@ -250,10 +295,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
       int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
       return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
     };
-    auto qrow = [&](int64_t r) { // r = head within the group * sq + query row
-      int64_t h = kvh * group + r / s.sq, i = r % s.sq;
-      return size_t(((b * s.hq + h) * s.sq + i) * D);
-    };
+    auto qrow = [&](int64_t r) { return in.q_offset(b, kvh * group + r / sq, r % sq); }; // r = head in group * sq + row
     std::vector<double> q(static_cast<size_t>(rows * D)), kv(static_cast<size_t>(D)), acc(static_cast<size_t>(rows * D), 0.0);
     std::vector<double> scores(size_t(rows * len), -INFINITY), m(size_t(rows), -INFINITY), sum(size_t(rows), 0.0);
     for (int64_t r = 0; r < rows; ++r)
@@ -262,7 +304,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
       size_t krow = key_row(j);
       bool decoded = false;
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t h = kvh * group + r / s.sq, i = r % s.sq, pos = len - s.sq + i; // this row's position
+        const int64_t h = kvh * group + r / sq, i = r % sq, pos = len - sq + i; // this row's position
         if ((s.causal && j > pos) || (window > 0 && j < pos - window + 1)) continue; // not seen
         if (!decoded) {
           for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.k_cache.get(krow + d);
@@ -319,7 +361,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
   // Threads only where there is enough work to pay for them (each sees a whole K/V sequence).
   int64_t work = 0;
   for (int64_t b = 0; b < s.batch; ++b) work += in.context_lens.get_int(size_t(b));
-  unsigned n = work * s.hkv * D * rows < (int64_t(1) << 22)
+  unsigned n = work * s.hkv * D * s.group() * s.sq < (int64_t(1) << 22)
                    ? 1u
                    : unsigned(std::min<int64_t>(tasks, std::max(1u, std::thread::hardware_concurrency())));
   std::vector<std::thread> pool;
@@ -367,9 +409,11 @@ PagedAttentionTolerance paged_attention_tolerance(const PagedAttentionShape& s, 
 int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
   const PagedAttentionShape& s = in.shape;
   int64_t elem = ir::dtype_bytes(s.dtype), kv_elem = ir::dtype_bytes(s.cache_dtype());
-  int64_t bytes = 2 * s.batch * s.hq * s.sq * s.head_dim * elem; // q and out
+  int64_t bytes = 2 * in.q_rows() * s.head_dim * elem; // q and out
+  if (s.varlen) bytes += (s.batch + 1) * 4;             // query_start_loc
   for (int64_t b = 0; b < s.batch; ++b) {
-    int64_t len = in.context_lens.get_int(size_t(b)), first = s.first_key(len);
+    int64_t len = in.context_lens.get_int(size_t(b)), first = s.first_key(len, in.query_len(b));
+    if (in.query_len(b) == 0) continue; // no row: no key to read
     bytes += 2 * (len - first) * s.hkv * s.head_dim * kv_elem; // K and V of the keys some row sees
     if (len > first) bytes += (cdiv(len, s.block_size) - first / s.block_size) * 4; // their block-table entries
   }
@@ -397,15 +441,15 @@ struct FusedSpec {
   DType dtype, cache; // q/out's, the caches' (dtype, or fp8)
   bool alibi, softcap;
   int64_t window;
-  bool causal;
+  bool causal, varlen;
   PagedAttentionConfig cfg; // head_group resolved (never 0)
   int64_t block_m;          // query rows per program, resolved (paged_attention_block_m)
 
   // Names the specialization in the kernel cache.
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim, block_size,
-                       ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n, cfg.head_group,
-                       cfg.num_splits, cfg.num_stages, window, causal, block_m);
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim,
+                       block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
+                       cfg.head_group, cfg.num_splits, cfg.num_stages, window, causal, block_m, varlen);
   }
 };
 
@@ -436,6 +480,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto v_cache = k.arg(ptr_to(sp.cache), "v_cache");
   auto block_table = k.arg<Ptr<i32>>("block_table");
   auto context_lens = k.arg<Ptr<i32>>("context_lens");
+  // Mixed batches: sequence b's rows are query_start_loc[b] .. query_start_loc[b + 1] - 1 of
+  // the packed q and out; sp.sq is the longest.
+  Tile query_start_loc = sp.varlen ? k.arg<Ptr<i32>>("query_start_loc") : Tile();
   Tile alibi_slopes = sp.alibi ? k.arg<Ptr<f32>>("alibi_slopes") : Tile();
   // Without splits the kernel writes out; with them, f32 partials (o, m, l) per split.
   auto out = S == 1 ? k.arg(ptr_to(sp.dtype), "out") : k.arg<Ptr<f32>>("partial_o");
@@ -459,9 +506,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile i = sp.sq == 1 ? Tile() : G == 1 ? packed : packed / G; // query position within Sq
   Tile heads = kvh * group + (program_id(1) % (group / G)) * G;
   if (g) heads = heads + g;
-  auto row_ok = packed < R;
-  Tile rows = (b * sp.hq + heads) * sp.sq; // row index into [B, Hq, Sq]
-  if (i) rows = rows + i;
+  Tile q_start = sp.varlen ? load(query_start_loc + b) : Tile();
+  Tile q_len = sp.varlen ? load(query_start_loc + b + 1) - q_start : Tile(); // this sequence's Sq_b
+  auto row_ok = sp.varlen ? packed < q_len * G : packed < R;
+  // Row index into q and out: [B, Hq, Sq], or packed [total_q, Hq].
+  Tile rows = sp.varlen ? (i ? q_start + i : q_start) * sp.hq + heads : (b * sp.hq + heads) * sp.sq;
+  if (i && !sp.varlen) rows = rows + i;
   auto d = arange(0, DP);
   Tile d_ok = pad_d ? d < D : Tile();
   // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below D).
@@ -473,8 +523,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
   const bool masks = sp.causal || sp.window > 0;
   Tile i_lo = T == 1 ? Tile() : row0 / G;
-  Tile p_lo = i_lo ? ctx - sp.sq + i_lo : ctx - sp.sq;
-  Tile p_hi = T == 1 ? ctx - 1 : ctx - sp.sq + min((row0 + (BM - 1)) / G, sp.sq - 1);
+  Tile first_pos = sp.varlen ? ctx - q_len : ctx - sp.sq; // the position of row 0
+  Tile p_lo = i_lo ? first_pos + i_lo : first_pos;
+  Tile p_hi = T == 1 ? ctx - 1 : first_pos + (sp.varlen ? min((row0 + (BM - 1)) / G, q_len - 1) : min((row0 + (BM - 1)) / G, sp.sq - 1));
   // This program's keys [lo, hi), split into S chunks of whole N-token steps. A sliding window
   // starts the walk at the first key the tile's first row sees, so the bytes read grow with the
   // window, not the context. The window W is below 2^31 - 1 (effective_window) and the first
@@ -483,12 +534,14 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   const int64_t W = sp.window;
   Tile lo = W > 0 ? max(p_lo + 1, W) - W : Tile();
   Tile hi = sp.causal && T > 1 ? p_hi + 1 : ctx;
+  // A tile past a shorter sequence's rows (varlen) walks nothing.
+  if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, W > 0 ? lo : scalar(0, i32));
   auto chunk = ((W > 0 ? hi - lo : hi) + (S - 1)) / S;
   chunk = (chunk + (N - 1)) / N * N;
   auto start = W > 0 ? lo + split * chunk : split * chunk;
   auto end = min(hi, start + chunk);
   // Each row's position and first key in the window, where masks apply.
-  Tile pos = masks && !one_position ? (ctx - sp.sq) + i : Tile();
+  Tile pos = masks && !one_position ? first_pos + i : Tile();
   Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
 
   Var m = full({BM}, -INFINITY), l = zeros({BM}), acc = zeros({BM, DP});
@@ -597,7 +650,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
-          s.effective_window(), s.causal, cfg, paged_attention_block_m(s, cfg)};
+          s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg)};
 }
 
 } // namespace
@@ -643,7 +696,8 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"num_splits", sp.cfg.num_splits},
           {"num_stages", sp.cfg.num_stages},
           {"window", sp.window},
-          {"causal", int64_t(sp.causal)}};
+          {"causal", int64_t(sp.causal)},
+          {"varlen", int64_t(sp.varlen)}};
 }
 
 launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,
@@ -657,7 +711,7 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   // are not modified, but Arg holds mutable pointers.
   auto& mut = const_cast<PagedAttentionInputs&>(in);
   launch::Buffer out("out", s.dtype, in.q.count());
-  const int64_t S = sp.cfg.num_splits, rows = s.batch * s.hq * s.sq;
+  const int64_t S = sp.cfg.num_splits, rows = in.q_rows();
   launch::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.head_dim) : 0);
   launch::Buffer pm("partial_m", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
   launch::Buffer pl("partial_l", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
@@ -665,6 +719,7 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   std::vector<launch::Arg> args{launch::Arg::of(mut.q), launch::Arg::of(mut.k_cache),
                                 launch::Arg::of(mut.v_cache), launch::Arg::of(mut.block_table),
                                 launch::Arg::of(mut.context_lens)};
+  if (s.varlen) args.push_back(launch::Arg::of(mut.query_start_loc));
   if (s.alibi) args.push_back(launch::Arg::of(mut.alibi_slopes));
   if (S == 1) {
     args.push_back(launch::Arg::of(out));

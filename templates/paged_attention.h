@@ -33,6 +33,11 @@ struct PagedAttentionShape {
   // Query row i (0 <= i < Sq) of sequence b sits at position p_i = context_lens[b] - Sq + i.
   int64_t window = 0;  // > 0: row i sees only keys j >= p_i - window + 1 (sliding window)
   bool causal = false; // row i sees only keys j <= p_i (needs context_lens[b] >= Sq)
+  // Mixed batches (vLLM's query_start_loc, FlashInfer's qo_indptr): q and out are packed
+  // [total_q, Hq, D], sequence b's Sq_b = query_start_loc[b + 1] - query_start_loc[b] rows
+  // starting at row query_start_loc[b], and `sq` is the longest Sq_b (the kernel's tiles are
+  // sized for it). Row i of b sits at position context_lens[b] - Sq_b + i.
+  bool varlen = false;
 
   int64_t group() const { return hq / hkv; }
   ir::DType cache_dtype() const { return kv_fp8 ? *kv_fp8 : dtype; }
@@ -45,9 +50,11 @@ struct PagedAttentionShape {
     return window >= std::min<int64_t>(capacity(), std::numeric_limits<int32_t>::max()) ? 0 : window;
   }
   // The keys of sequence b (with context length len) that some query row sees: [first, len).
-  int64_t first_key(int64_t len) const {
+  // (Sequence b's query length is sq, or with varlen its own.)
+  int64_t first_key(int64_t len) const { return first_key(len, sq); }
+  int64_t first_key(int64_t len, int64_t query_len) const {
     const int64_t w = effective_window();
-    return w > 0 ? std::max<int64_t>(0, len - sq - w + 1) : 0;
+    return w > 0 ? std::max<int64_t>(0, len - query_len - w + 1) : 0;
   }
   int64_t capacity() const { return max_blocks * block_size; }
   // Elements of each cache (num_blocks 0: batch * max_blocks pages).
@@ -63,9 +70,16 @@ struct PagedAttentionShape {
 // q [B, Hq, Sq, D], k_cache/v_cache [num_blocks, block_size, Hkv, D],
 // block_table [B, max_blocks] and context_lens [B] (u32 data held as i32),
 // alibi_slopes [Hq] f32 when shape.alibi. The caches are in shape.cache_dtype().
+// With shape.varlen, q is [total_q, Hq, D] and query_start_loc [B + 1] (u32 data held as i32).
 struct PagedAttentionInputs {
   PagedAttentionShape shape;
-  launch::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes;
+  launch::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes, query_start_loc;
+
+  // Sequence b's query rows (Sq_b), and the element offset of its row i of head h in q and out.
+  int64_t query_len(int64_t b) const;
+  size_t q_offset(int64_t b, int64_t h, int64_t i) const;
+  // Rows of q over all heads: B * Hq * Sq, or total_q * Hq.
+  int64_t q_rows() const;
 };
 
 // Random inputs (values in [-1, 1]; an fp8 cache holds them divided by its scale, which is
@@ -153,9 +167,12 @@ int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in);
 // buffer: the walk of every program replayed on the host (paged_attention_io.cpp explains
 // each term). The template's traffic budget is its total plus 2%.
 struct PagedAttentionTraffic {
-  int64_t q = 0, alibi_slopes = 0, context_lens = 0, block_table = 0, k_cache = 0, v_cache = 0, out = 0;
+  int64_t q = 0, alibi_slopes = 0, context_lens = 0, query_start_loc = 0, block_table = 0, k_cache = 0, v_cache = 0,
+          out = 0;
   int64_t partials = 0; // num_splits > 1: partial_o, partial_m, partial_l written and read back
-  int64_t total() const { return q + alibi_slopes + context_lens + block_table + k_cache + v_cache + out + partials; }
+  int64_t total() const {
+    return q + alibi_slopes + context_lens + query_start_loc + block_table + k_cache + v_cache + out + partials;
+  }
 };
 PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& cfg);
 

@@ -114,6 +114,7 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   s.window = p.count("window") ? p.at("window") : 0;
   if (s.window < 0) throw UserError(fmt::format("--shape window={}: must be positive (0: no window)", s.window));
   s.causal = p.count("causal") && in_range("causal", 0, 1) != 0;
+  s.varlen = p.count("varlen") && in_range("varlen", 0, 1) != 0;
   if (s.causal && ctx >= 0 && ctx < s.sq)
     throw UserError(fmt::format("--shape causal=1 sq={} ctx={}: the query rows are the last Sq positions of the "
                                 "context, so ctx must be at least sq", s.sq, ctx));
@@ -190,6 +191,8 @@ KernelTemplate paged_attention_template() {
              {"alibi", 0, "1: add ALiBi slopes"},
              {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
              {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"},
+             {"varlen", 0, "1: mixed batch: q and out packed [total_q, hq, head_dim] with query_start_loc [batch+1], "
+                           "query lengths from 0 to sq (fused path)"},
              {"kv_dtype", 0, "k/v cache dtype: q's, or fp8 with --k-scale/--v-scale",
               {kKvDtypes.begin(), kKvDtypes.end()}}};
   t.build = [](const ParamMap& params, const ParamMap& shape) {
@@ -207,7 +210,7 @@ KernelTemplate paged_attention_template() {
   // Offsets into a cache (or q and out, or the split partials) past 2^31 elements are 64-bit.
   t.large_buffers = [](const ParamMap& params, const ParamMap& shape) {
     PagedAttentionShape s = paged_attention_shape(shape);
-    const int64_t rows = s.batch * s.hq * s.sq, limit = int64_t(1) << 31;
+    const int64_t rows = s.batch * s.hq * s.sq, limit = int64_t(1) << 31; // (varlen: total_q <= batch x sq)
     std::set<std::string> r;
     if (s.cache_elements() > limit) r.insert({"k_cache", "v_cache"});
     if (rows * s.head_dim > limit) r.insert({"q", "out"});
@@ -222,7 +225,7 @@ KernelTemplate paged_attention_template() {
                {"k-scale", "fp8 k_cache: its values are k / k_scale (required with --inputs; generated: amax/max)"},
                {"v-scale", "fp8 v_cache: its values are v / v_scale (required with --inputs; generated: amax/max)"}};
   t.reads_inputs = true;
-  t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy]";
+  t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy] [query_start_loc.npy]";
   t.make_problem = [](const ProblemRequest& r) {
     std::optional<ir::DType> kv_fp8;
     if (int64_t kv = r.shape.count("kv_dtype") ? r.shape.at("kv_dtype") : 0; kv != 0)
@@ -299,7 +302,7 @@ KernelTemplate paged_attention_template() {
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal}, {"varlen", s.varlen},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
                  {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
                                              kKvDtypes.begin()
@@ -320,6 +323,9 @@ KernelTemplate paged_attention_template() {
               "out either way)",
               [inputs](Problem& p, const ParamMap&, const ParamMap&, launch::Launcher& l) {
                 validate_paged_attention(inputs(p), false);
+                if (inputs(p).shape.varlen)
+                  throw UserError("paged_attention: the decompose path takes the seed's fixed-Sq layout [B, Hq, Sq, D]; "
+                                  "a mixed batch (varlen=1, query_start_loc) runs on --path fused");
                 launch::Buffer table = block_table_unused_cleared(inputs(p));
                 p.buffers[p.outputs[0]] = run_paged_attention_decomposed(inputs(p), l, &table);
               }}};
@@ -363,7 +369,7 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
     return p;
   };
   const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits, D = s.head_dim;
-  const int64_t DP = pow2(D), BM = paged_attention_block_m(s, cfg), R = G * s.sq, tiles = cdiv(R, BM);
+  const int64_t DP = pow2(D), BM = paged_attention_block_m(s, cfg), tiles = cdiv(G * s.sq, BM);
   const int64_t chunks = s.group() / G, W = s.effective_window();
   const int64_t e_io = ir::dtype_bytes(s.dtype), e_kv = ir::dtype_bytes(s.cache_dtype());
   // A loaded tile of fewer elements than the block has threads (32 per warp) is held whole by
@@ -378,24 +384,26 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
   PagedAttentionTraffic t;
   const int64_t programs_per_tile = s.hkv * chunks * S; // grid (B x tiles, Hkv x chunks, S)
   for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t len = in.context_lens.get_int(size_t(b));
+    const int64_t len = in.context_lens.get_int(size_t(b)), sq = in.query_len(b), R = G * sq;
     for (int64_t tile = 0; tile < tiles; ++tile) {
       // Every program reads q's rows of its tile (each split again), the slopes of their heads
       // (every warp: each holds at least a head group's worth of rows or the whole tile), and
       // the context length: one 4-byte warp-uniform request per warp.
-      const int64_t row0 = tile * BM, rows = std::min(BM, R - row0);
+      const int64_t row0 = tile * BM, rows = std::clamp<int64_t>(R - row0, 0, BM);
       t.q += programs_per_tile * rows * D * e_io * copies(BM * DP);
       if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
       t.context_lens += programs_per_tile * w * 4;
+      if (s.varlen) t.query_start_loc += programs_per_tile * w * 8; // its two entries, warp-uniform
       // The walk (build_fused): from the first key the window lets the tile's first row see
       // (0 without one) to the context's end, or with causal=1 and several tiles to the tile's
       // last position, in S chunks of whole N-token steps; splits past the end walk nothing
       // but still read q and write their (empty) partials. Each step loads the page entries of
       // its live tokens and their K and V rows (head_dim elements each; the lanes past it are
       // masked).
-      const int64_t p_lo = len - s.sq + row0 / G, p_hi = len - s.sq + std::min((row0 + BM - 1) / G, s.sq - 1);
+      const int64_t p_lo = len - sq + row0 / G, p_hi = len - sq + std::min((row0 + BM - 1) / G, sq - 1);
       const int64_t lo = W > 0 ? std::max(p_lo + 1, W) - W : 0;
-      const int64_t hi = s.causal && tiles > 1 ? p_hi + 1 : len;
+      // A tile past a shorter sequence's rows (varlen) walks nothing.
+      const int64_t hi = rows == 0 ? lo : s.causal && tiles > 1 ? p_hi + 1 : len;
       const int64_t chunk = cdiv(cdiv(hi - lo, S), N) * N;
       int64_t tokens = 0, entries = 0;
       for (int64_t split = 0; split < S && chunk > 0; ++split) {
@@ -412,7 +420,7 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       t.v_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
     }
   }
-  const int64_t rows = s.batch * s.hq * s.sq;
+  const int64_t rows = in.q_rows();
   t.out = rows * D * e_io;
   if (S > 1) {
     // Each split stores its f32 partials (o: head_dim, m and l: one each) for its rows; the
@@ -434,16 +442,32 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
   rt::NpyArray q = read("q.npy"), k = read("k_cache.npy"), v = read("v_cache.npy");
   rt::NpyArray bt = read("block_table.npy"), cl = read("context_lens.npy");
   PagedAttentionInputs in;
-  in.q = to_buffer(q, "q", path("q.npy"), true, 4);
+  // A mixed batch (query_start_loc.npy there): q packed [total_q, Hq, D].
+  const bool varlen = fs::exists(path("query_start_loc.npy"));
+  in.q = to_buffer(q, "q", path("q.npy"), true, varlen ? 3 : 4);
   in.k_cache = to_buffer(k, "k_cache", path("k_cache.npy"), true, 4);
   in.v_cache = to_buffer(v, "v_cache", path("v_cache.npy"), true, 4);
   in.block_table = to_buffer(bt, "block_table", path("block_table.npy"), false, 2);
   in.context_lens = to_buffer(cl, "context_lens", path("context_lens.npy"), false, 1);
   PagedAttentionShape& s = in.shape;
-  s.batch = q.shape[0];
-  s.hq = q.shape[1];
-  s.sq = q.shape[2];
-  s.head_dim = q.shape[3];
+  if (varlen) {
+    in.query_start_loc = to_buffer(read("query_start_loc.npy"), "query_start_loc", path("query_start_loc.npy"), false, 1);
+    s.varlen = true;
+    s.batch = int64_t(in.query_start_loc.count()) - 1;
+    if (s.batch < 1) throw UserError(fmt::format("{}: needs batch + 1 >= 2 entries", path("query_start_loc.npy")));
+    s.hq = q.shape[1];
+    s.head_dim = q.shape[2];
+    s.sq = 1; // the longest query: at least 1 (validation checks the entries)
+    for (int64_t b = 0; b < s.batch; ++b) s.sq = std::max(s.sq, in.query_len(b));
+    if (in.query_start_loc.get_int(size_t(s.batch)) != q.shape[0])
+      throw UserError(fmt::format("{}: its last entry {} differs from q's {} packed rows", path("query_start_loc.npy"),
+                                  in.query_start_loc.get_int(size_t(s.batch)), q.shape[0]));
+  } else {
+    s.batch = q.shape[0];
+    s.hq = q.shape[1];
+    s.sq = q.shape[2];
+    s.head_dim = q.shape[3];
+  }
   s.num_blocks = k.shape[0];
   s.block_size = k.shape[1];
   s.hkv = k.shape[2];
@@ -486,7 +510,12 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
     rt::NpyArray a{std::move(descr), std::move(shape), b.bytes.to_vector()};
     rt::write_npy((fs::path(dir) / file).string(), a);
   };
-  put("q.npy", in.q, {s.batch, s.hq, s.sq, s.head_dim}, npy_descr(s.dtype));
+  if (s.varlen) {
+    put("q.npy", in.q, {in.q_rows() / s.hq, s.hq, s.head_dim}, npy_descr(s.dtype));
+    put("query_start_loc.npy", in.query_start_loc, {s.batch + 1}, "<u4");
+  } else {
+    put("q.npy", in.q, {s.batch, s.hq, s.sq, s.head_dim}, npy_descr(s.dtype));
+  }
   put("k_cache.npy", in.k_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.cache_dtype()));
   put("v_cache.npy", in.v_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.cache_dtype()));
   put("block_table.npy", in.block_table, {s.batch, s.max_blocks}, "<u4");
@@ -497,7 +526,9 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
 void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
                                   const launch::Buffer& out) {
   const PagedAttentionShape& s = in.shape;
-  rt::NpyArray a{npy_descr(out.dtype), {s.batch, s.hq, s.sq, s.head_dim}, out.bytes.to_vector()};
+  std::vector<int64_t> dims = s.varlen ? std::vector<int64_t>{in.q_rows() / s.hq, s.hq, s.head_dim}
+                                       : std::vector<int64_t>{s.batch, s.hq, s.sq, s.head_dim};
+  rt::NpyArray a{npy_descr(out.dtype), dims, out.bytes.to_vector()};
   rt::write_npy(path, a);
 }
 

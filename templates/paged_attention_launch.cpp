@@ -54,6 +54,11 @@ default = "0"
 [[run.size]]
 name = "causal"
 default = "0"
+# 1 would be a mixed batch (q packed [total_q, Hq, D] with query_start_loc); this description
+# runs the seed's fixed-Sq layout only, so it stays 0 (in the tuning key as tilec writes it).
+[[run.size]]
+name = "varlen"
+default = "0"
 
 # head_group 0: every query head of a KV head in one program.
 [[run.let]]
@@ -164,6 +169,7 @@ num_stages = "num_stages"
 block_m = "block_m"
 window = "window >= min(max_blocks * block_size, 2147483647) ? 0 : window"
 causal = "causal"
+varlen = "varlen"
 
 # One program per (sequence and query tile, KV head and head group, KV split); then, with
 # splits, one per query row to combine them.
