@@ -144,7 +144,7 @@ TEST_CASE("constraint overflow and deep nesting are errors instead of undefined 
   CHECK_THROWS_WITH(parse_expr(sum, "f", 1, 1), Catch::Contains("more than 1000 terms"));
 }
 
-TEST_CASE("derived values reach the constraints; the shipped space keeps tiles within registers and shared memory",
+TEST_CASE("derived values reach the constraints, and the shipped space keeps tiles within registers and shared memory",
           "[autotune]") {
   SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
   // A derived name must be declared by the kernel.
