@@ -34,8 +34,10 @@ public:
     if (it == by_id_.end()) {
       it = by_id_.emplace(id, add(plan_.layout(id))).first;
       std::string& def = defs_[size_t(it->second)];
-      const char* note = "  // mma.sync m16n8 accumulator fragments";
-      if (plan_.is_mma(id) && def.find(note) == std::string::npos) def += note;
+      const Layout& l = plan_.layout(id);
+      const std::string note = fmt::format("  // mma.sync m16n8 accumulator fragments, warps along {}",
+                                           l.base.warps_per_block.at(0) > 1 ? "M" : "N");
+      if (plan_.is_mma(id) && def.find("  // mma.sync") == std::string::npos) def += note;
     }
     return it->second;
   }

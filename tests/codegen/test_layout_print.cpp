@@ -51,7 +51,7 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
   // The legend: #L0, #L1, ... in order; a slice's parent comes before it.
   static const std::regex def(R"(^#L(\d+) = (blocked<size_per_thread=\[[\d,]+\], threads_per_warp=\[[\d,]+\], )"
                               R"(warps_per_block=\[[\d,]+\], order=\[[\d,]+\]>(  // mma\.sync m16n8 accumulator )"
-                              R"(fragments)?|slice<dim=\d+, parent=#L(\d+)>)$)");
+                              R"(fragments, warps along [MN])?|slice<dim=\d+, parent=#L(\d+)>)$)");
   size_t i = 1;
   int defined = 0;
   for (; i < lines.size() && !lines[i].empty(); ++i) {
@@ -311,7 +311,7 @@ TEST_CASE("the layouts print shows a tensor-core dot's result in the MMA accumul
   std::smatch m;
   REQUIRE(std::regex_search(text, m, std::regex(R"(#L(\d+) = blocked<size_per_thread=\[1,2\], threads_per_warp=\[8,4\], )"
                                                R"(warps_per_block=\[1,4\], order=\[1,0\]>  // mma\.sync m16n8 )"
-                                               R"(accumulator fragments)")));
+                                               R"(accumulator fragments, warps along N)")));
   const std::string mma = "#L" + m[1].str();
   // Both dots produce it, and the loop carries the accumulator in it.
   CHECK(std::regex_search(text, std::regex("= dot [^\\n]*  : " + mma + " loc")));
@@ -321,4 +321,16 @@ TEST_CASE("the layouts print shows a tensor-core dot's result in the MMA accumul
     ++notes;
   CHECK(notes == 2);
   CHECK(std::regex_search(text, std::regex("iter_args\\([^\\n]*\\{  : [^\\n]*" + mma)));
+}
+
+TEST_CASE("the layouts print says a prefill tile's accumulator lays its warps along M", "[codegen][layouts][mma]") {
+  // 64 packed query rows over 4 warps: 16 rows each (FlashAttention-2's split).
+  Built b = build("paged_attention", {"block_n=64", "head_group=4", "block_m=64"},
+                  {"dtype=bf16", "hq=32", "hkv=8", "head_dim=128", "sq=64", "causal=1"});
+  std::string text = check_layouts(*b.fn, b.num_warps);
+  INFO(text);
+  CHECK(std::regex_search(text, std::regex(R"(#L\d+ = blocked<size_per_thread=\[1,2\], threads_per_warp=\[8,4\], )"
+                                           R"(warps_per_block=\[4,1\], order=\[1,0\]>  // mma\.sync m16n8 )"
+                                           R"(accumulator fragments, warps along M)")));
+  CHECK(text.find("warps along N") == std::string::npos);
 }
