@@ -660,7 +660,11 @@ int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttenti
     throw UserError(fmt::format("paged_attention: block_m {} must be 0 (automatic) or a power of two from 1 to {}",
                                 cfg.block_m, kMaxBlockM));
   const int64_t G = cfg.head_group ? cfg.head_group : s.group(), rows = next_pow2(G * s.sq);
-  const int64_t automatic = std::min(kMaxBlockM, std::max<int64_t>(16, kAutoQueryElems * cfg.num_warps / next_pow2(s.head_dim)));
+  // The rows whose q tile and score tile fit the registers: rows x (head_dim + block_n) at most
+  // kAutoTileElems per warp, rounded down to a power of two.
+  const int64_t fit = kAutoTileElems * cfg.num_warps / (next_pow2(s.head_dim) + cfg.block_n);
+  int64_t automatic = 1;
+  while (automatic * 2 <= std::min(fit, kMaxBlockM)) automatic *= 2;
   return std::min(rows, cfg.block_m ? cfg.block_m : automatic);
 }
 

@@ -139,12 +139,13 @@ struct PagedAttentionConfig {
 
 // A program's query rows: the head_group x Sq rows of a KV head's head group, packed
 // position-major (row i * head_group + g for position i, head g), in tiles of block_m. block_m
-// 0 chooses the rows whose q tile is kAutoQueryElems elements per warp (block_m x head_dim
-// rounded up to a power of two: 64 rows for head_dim 64 and 4 warps, 32 for 128, 16 for 256;
-// at least 16, at most kMaxBlockM), which compile without spills on sm_80 and sm_90
-// (tests/codegen/test_prefill.cpp); any block_m is cut to the packed rows rounded up to a
-// power of two. UserError for a block_m that is not 0 or a power of two up to kMaxBlockM.
-constexpr int64_t kMaxBlockM = 256, kAutoQueryElems = 1024;
+// 0 chooses the most rows, a power of two, with rows x (head_dim rounded up to a power of two
+// + block_n) at most kAutoTileElems per warp: the q and score tiles stay in registers (with 4
+// warps and block_n 32: 64 rows for head_dim 64, 32 for 128, 16 for 256), which compile
+// without spills on sm_80 and sm_90 (tests/codegen/test_prefill.cpp). Any block_m is cut to
+// the packed rows rounded up to a power of two. UserError for a block_m that is not 0 or a
+// power of two up to kMaxBlockM.
+constexpr int64_t kMaxBlockM = 256, kAutoTileElems = 2048;
 int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
 // Query tiles per (sequence, head-group chunk): the fused kernel's grid is
 // (batch x query tiles, Hkv x Hq / Hkv / head_group, num_splits).

@@ -68,11 +68,15 @@ value = "head_group == 0 ? hq / hkv : head_group"
 name = "rows"
 value = "batch * hq * sq"
 # Query rows per program over the group x sq packed rows (paged_attention_block_m): block_m,
-# or for 0 a q tile of 1024 elements per warp (16 to 256 rows), never more than the packed
-# rows rounded up to a power of two; and the query tiles of a (sequence, head-group chunk).
+# or for 0 the most rows (a power of two, 1 to 256) with rows x (pow2(head_dim) + block_n) at
+# most 2048 per warp, never more than the packed rows rounded up to a power of two; and the
+# query tiles of a (sequence, head-group chunk). pow2(x + 1) / 2 rounds x >= 1 down.
+[[run.let]]
+name = "auto_rows"
+value = "max(1, pow2(min(256, 2048 * num_warps / (pow2(head_dim) + block_n)) + 1) / 2)"
 [[run.let]]
 name = "tile_rows"
-value = "min(pow2(group * sq), block_m == 0 ? min(256, max(16, 1024 * num_warps / pow2(head_dim))) : block_m)"
+value = "min(pow2(group * sq), block_m == 0 ? auto_rows : block_m)"
 [[run.let]]
 name = "q_tiles"
 value = "cdiv(group * sq, tile_rows)"
