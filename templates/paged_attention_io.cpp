@@ -120,7 +120,9 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
                                 "context, so ctx must be at least sq", s.sq, ctx));
   if (s.hq % s.hkv != 0)
     throw UserError(fmt::format("--shape hq={} hkv={}: Hq is not a multiple of Hkv", s.hq, s.hkv));
-  if (s.max_blocks == 0) s.max_blocks = ctx > 0 ? cdiv(ctx, s.block_size) : 16;
+  // Enough pages for ctx; without one, 16 or enough for the query rows (a prefill's context
+  // holds at least its own rows), whichever is more.
+  if (s.max_blocks == 0) s.max_blocks = ctx > 0 ? cdiv(ctx, s.block_size) : std::max<int64_t>(16, cdiv(s.sq, s.block_size));
   if (ctx > s.capacity())
     throw UserError(fmt::format("--shape ctx={} exceeds max_blocks * block_size = {} * {} = {}", ctx,
                                 s.max_blocks, s.block_size, s.capacity()));
@@ -184,7 +186,7 @@ KernelTemplate paged_attention_template() {
              {"sq", 1, "query rows per sequence"},
              {"head_dim", 64, "head dimension (multiple of 8, 16..256)"},
              {"block_size", 16, "tokens per cache page (1..256)"},
-             {"max_blocks", 0, "block-table columns (0: enough for ctx, else 16)"},
+             {"max_blocks", 0, "block-table columns (0: enough for ctx, else for sq and at least 16)"},
              {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
              {"ctx", -1, "context length of every sequence (-1: random per sequence)"},
              {"dtype", 0, "q/k/v dtype", {kDtypes.begin(), kDtypes.end()}},
