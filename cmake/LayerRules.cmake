@@ -1,24 +1,25 @@
-# The folders of tilec and the folders each may include headers from (besides its own).
+# The folders of tilec, why each exists, and the folders each may include headers from
+# (besides its own).
 # Dependencies point one way; the runtime side (abi, runtime) never sees the compiler, and only
 # the code that interprets (fuzz, tools, bench, tests) sees the interpreter.
 # docs/ARCHITECTURE.md explains each edge; change both together.
 set(TILEC_LAYER_RULES
-  "abi:"
-  "ir:abi"
-  "dsl:ir abi"
-  "runtime:abi"
-  "launch:ir runtime abi"
-  "interp:launch ir abi"
-  "templates:dsl launch ir runtime abi"
-  "measure:templates dsl launch ir runtime abi"
-  "codegen:ir abi"
-  "backends:templates codegen launch runtime dsl ir abi"
-  "autotune:measure backends templates codegen dsl launch ir runtime abi"
-  "fuzz:autotune backends templates codegen interp launch ir runtime abi"
-  "tools:measure fuzz autotune backends templates codegen interp launch dsl ir runtime abi"
-  "examples:runtime abi"
-  "bench:measure templates backends codegen interp launch dsl ir runtime abi"
-  "tests:measure tools fuzz autotune backends templates codegen interp launch dsl ir runtime abi")
+  "abi:"  # the bottom layer: what compiler and runtime share (manifest, dtypes, errors, hash)
+  "ir:abi"  # the tile IR and its passes: what every front end builds and every back end reads
+  "dsl:ir abi"  # the embedded C++ DSL users write kernels in; it only builds IR
+  "runtime:abi"  # the host runtime a shipped program links: no compiler, no LLVM
+  "launch:ir runtime abi"  # host buffers, arguments, grids, specialize(), the Launcher interface every backend implements
+  "interp:launch ir abi"  # the IR interpreter: the semantic oracle, used only where code interprets
+  "templates:dsl launch ir runtime abi"  # the kernel templates (kernels with problems and references, the registry): no LLVM
+  "measure:templates dsl launch ir runtime abi"  # checking and timing compiled configs on a machine without the compiler
+  "codegen:ir abi"  # the SIMT lowering to LLVM IR, PTX and emulator code: the only LLVM user
+  "backends:templates codegen launch runtime dsl ir abi"  # where compiled code meets the runtime: launchers, jit, module cache and builder
+  "autotune:measure backends templates codegen dsl launch ir runtime abi"  # the tuner as a library and its search spaces
+  "fuzz:autotune backends templates codegen interp launch ir runtime abi"  # the differential fuzzer (interpreter vs compiled code)
+  "tools:measure fuzz autotune backends templates codegen interp launch dsl ir runtime abi"  # the tilec command line over all of the above
+  "examples:runtime abi"  # host programs a user would write: the runtime only
+  "bench:measure templates backends codegen interp launch dsl ir runtime abi"  # benchmarks, and gpu_bench for the GPU machine
+  "tests:measure tools fuzz autotune backends templates codegen interp launch dsl ir runtime abi") # everything
 
 # Fails configuration, naming the file, the line and the edge, when a source includes a
 # header from a folder its rule does not allow.

@@ -44,6 +44,21 @@ Run run_fused(const ParamMap& params, const ProblemRequest& request,
   return r;
 }
 
+// The run matches the reference, stays within the traffic budget, and the host replay of the
+// tiles' walks is within 2% of the emulator's count.
+void check_run(const Run& r, const ParamMap& params) {
+  Comparison cmp = compare_outputs(r.p);
+  INFO(cmp.first_mismatch);
+  CHECK(cmp.ok);
+  std::string why = traffic_error(paged_attention(), "fused", params, r.p, r.stats);
+  INFO(why);
+  CHECK(why.empty());
+  const auto& in = std::any_cast<const PagedAttentionInputs&>(r.p.context);
+  const int64_t model = paged_attention_traffic(in, paged_attention_config(params)).total();
+  REQUIRE(r.stats.request_bytes);
+  CHECK(std::abs(double(model - *r.stats.request_bytes)) <= 0.02 * double(*r.stats.request_bytes));
+}
+
 int64_t kv_bytes(const launch::LaunchStats& st) {
   return st.buffer_request_bytes.at("k_cache") + st.buffer_request_bytes.at("v_cache");
 }
@@ -52,7 +67,6 @@ int64_t kv_bytes(const launch::LaunchStats& st) {
 
 TEST_CASE("the fused kernel in query tiles matches the reference at every Sq, with every feature, on both lowerings",
           "[templates][emulator][paged_attention][prefill]") {
-  const KernelTemplate& t = paged_attention();
   std::mt19937_64 rng(29);
   auto pick = [&](std::vector<int64_t> v) { return v[size_t(rng() % v.size())]; };
   int index = 0;
@@ -83,17 +97,7 @@ TEST_CASE("the fused kernel in query tiles matches the reference at every Sq, wi
       for (const auto& [name, v] : options) desc += fmt::format(" --{} {}", name, v);
       INFO(desc);
       Run r = run_fused(params, {shape, uint64_t(700 + index++), options, {}}, lowering);
-      Comparison cmp = compare_outputs(r.p);
-      INFO(cmp.first_mismatch);
-      CHECK(cmp.ok);
-      // Within the budget, and the host replay of the tiles' walks within 2% of the count.
-      std::string why = traffic_error(t, "fused", params, r.p, r.stats);
-      INFO(why);
-      CHECK(why.empty());
-      const auto& in = std::any_cast<const PagedAttentionInputs&>(r.p.context);
-      const int64_t model = paged_attention_traffic(in, paged_attention_config(params)).total();
-      REQUIRE(r.stats.request_bytes);
-      CHECK(std::abs(double(model - *r.stats.request_bytes)) <= 0.02 * double(*r.stats.request_bytes));
+      check_run(r, params);
     }
 }
 
@@ -152,14 +156,7 @@ TEST_CASE("a mixed batch (query_start_loc) matches the reference: decode rows an
       const auto& in = std::any_cast<const PagedAttentionInputs&>(r.p.context);
       if (shape["batch"] > 1) CHECK(in.query_len(0) == 1); // a decode row beside the longer queries
       CHECK(in.query_len(shape["batch"] - 1) == sq);
-      Comparison cmp = compare_outputs(r.p);
-      INFO(cmp.first_mismatch);
-      CHECK(cmp.ok);
-      std::string why = traffic_error(t, "fused", params, r.p, r.stats);
-      INFO(why);
-      CHECK(why.empty());
-      const int64_t model = paged_attention_traffic(in, paged_attention_config(params)).total();
-      CHECK(std::abs(double(model - *r.stats.request_bytes)) <= 0.02 * double(*r.stats.request_bytes));
+      check_run(r, params);
     }
 }
 
