@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "ir/error.h"
+#include "abi/error.h"
 
 namespace tilec::autotune {
 
