@@ -15,9 +15,7 @@ using namespace tilec;
 namespace {
 
 templates::ParamMap pa_shape(int64_t sq, int64_t head_dim) {
-  const templates::KernelTemplate* t = templates::find_template("paged_attention");
-  templates::ParamMap shape;
-  for (const templates::Param& p : t->shape) shape[p.name] = p.value;
+  templates::ParamMap shape = templates::resolve_params(templates::find_template("paged_attention")->shape, {}, "--shape");
   shape["batch"] = 1, shape["hq"] = 32, shape["hkv"] = 8, shape["sq"] = sq, shape["head_dim"] = head_dim;
   shape["block_size"] = 16, shape["max_blocks"] = std::max<int64_t>(16, sq / 16), shape["dtype"] = 2; // bf16
   shape["causal"] = 1;
@@ -25,9 +23,7 @@ templates::ParamMap pa_shape(int64_t sq, int64_t head_dim) {
 }
 
 templates::ParamMap pa_defaults() {
-  templates::ParamMap params;
-  for (const templates::Param& p : templates::find_template("paged_attention")->params) params[p.name] = p.value;
-  return params;
+  return templates::resolve_params(templates::find_template("paged_attention")->params, {}, "--set");
 }
 
 } // namespace

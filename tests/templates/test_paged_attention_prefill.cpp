@@ -23,11 +23,7 @@ const KernelTemplate& paged_attention() {
   return *t;
 }
 
-ParamMap default_params() {
-  ParamMap m;
-  for (const Param& p : paged_attention().params) m[p.name] = p.value;
-  return m;
-}
+ParamMap default_params() { return resolve_params(paged_attention().params, {}, "--set"); }
 
 struct Run {
   Problem p;
@@ -112,8 +108,7 @@ TEST_CASE("causal query tiles load only the triangle of K and V", "[templates][e
     INFO("hq " << c.hq << " hkv " << c.hkv << " sq " << c.sq << " block_m " << c.block_m);
     ParamMap params = default_params();
     params["block_m"] = c.block_m;
-    ParamMap shape;
-    for (const Param& p : paged_attention().shape) shape[p.name] = p.value;
+    ParamMap shape = resolve_params(paged_attention().shape, {}, "--shape");
     shape["batch"] = 2, shape["hq"] = c.hq, shape["hkv"] = c.hkv, shape["sq"] = c.sq, shape["head_dim"] = 64;
     shape["ctx"] = c.sq;
     PagedAttentionShape s = paged_attention_shape(shape);
@@ -138,8 +133,7 @@ TEST_CASE("a mixed batch (query_start_loc) matches the reference: decode rows an
   int index = 0;
   for (int64_t sq : {1, 3, 16, 40, 100})
     for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
-      ParamMap shape;
-      for (const Param& p : t.shape) shape[p.name] = p.value;
+      ParamMap shape = resolve_params(t.shape, {}, "--shape");
       const int64_t hkv = pick({1, 2}), ratio = pick({1, 2, 4});
       shape["batch"] = pick({2, 3, 4}), shape["hkv"] = hkv, shape["hq"] = hkv * ratio, shape["sq"] = sq;
       shape["head_dim"] = pick({16, 64, 80}), shape["block_size"] = pick({4, 16}), shape["varlen"] = 1;
