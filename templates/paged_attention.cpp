@@ -525,7 +525,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile i_lo = T == 1 ? Tile() : row0 / G;
   Tile first_pos = sp.varlen ? ctx - q_len : ctx - sp.sq; // the position of row 0
   Tile p_lo = i_lo ? first_pos + i_lo : first_pos;
-  Tile p_hi = T == 1 ? ctx - 1 : first_pos + (sp.varlen ? min((row0 + (BM - 1)) / G, q_len - 1) : min((row0 + (BM - 1)) / G, sp.sq - 1));
+  Tile p_hi = T == 1 ? ctx - 1 : first_pos + min((row0 + (BM - 1)) / G, sp.varlen ? q_len - 1 : scalar(sp.sq - 1, i32));
   // This program's keys [lo, hi), split into S chunks of whole N-token steps. A sliding window
   // starts the walk at the first key the tile's first row sees, so the bytes read grow with the
   // window, not the context. The window W is below 2^31 - 1 (effective_window) and the first
