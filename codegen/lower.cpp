@@ -200,7 +200,49 @@ llvm::Value* Lowering::linear_index(const std::vector<llvm::Value*>& coord, cons
   return idx ? idx : b_.getInt32(0);
 }
 
-llvm::Value* Lowering::smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
+void Lowering::scratch_begin(int64_t bytes) {
+  bytes = std::max<int64_t>(16, (bytes + 15) / 16 * 16);
+  // The lowest region at or above the floor that nothing touched since the last barrier: the
+  // floor or the end of a touched region.
+  std::vector<int64_t> starts{scratch_floor_};
+  for (const Access& t : touched_)
+    if (t.space == kScratch && t.hi > scratch_floor_) starts.push_back((t.hi + 15) / 16 * 16);
+  std::sort(starts.begin(), starts.end());
+  int64_t lo = -1;
+  for (int64_t at : starts)
+    if (!conflicts_with_touched({kScratch, at, at + bytes, true})) {
+      lo = at;
+      break;
+    }
+  if (lo < 0 || lo - scratch_floor_ > kScratchSpread) {
+    barrier();
+    lo = scratch_floor_;
+  }
+  region_ = {kScratch, lo, lo + bytes, true};
+  need_smem(region_.hi);
+  touch(region_);
+}
+
+void Lowering::global_access(const Value* ptr, LayoutId l, bool write) {
+  const Value* root = ir::root_param(fn_, ptr);
+  int space = kAnyBuffer;
+  if (root) {
+    const size_t i = size_t(std::find(fn_.params.begin(), fn_.params.end(), root) - fn_.params.begin());
+    if (i < param_access_.size() && param_access_[i] != ir::ParamAccess::write) return; // read-only
+    space = int(i);
+  }
+  // A thread holds the same elements of the pointer tile for each access in one layout, and
+  // alone, unless the layout replicates them (a store writes from one owner, a load reads
+  // in every replica) or the pointer is a scalar (stored by one thread, loaded by all).
+  bool private_elems = !ptr->type.is_scalar();
+  if (private_elems)
+    for (bool r : elems_of(l, ptr->type.shape).replicated) private_elems = private_elems && !r;
+  const Access a{space, 0, 0, write, private_elems ? ptr : nullptr, l};
+  if (conflicts_with_touched(a)) barrier();
+  touch(a);
+}
+
+llvm::Value* Lowering::smem_at(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
   if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
   llvm::Value* p = smem_base_;
   byte_offset += pipes_.buffer_bytes();
@@ -246,8 +288,7 @@ Elems Lowering::convert(const Elems& src, LayoutId from, LayoutId to, const ir::
     return b_.CreateAdd(i, lp ? b_.CreateShl(pad, lp) : pad);
   };
   int64_t n = ir::num_elements(s);
-  need_smem((n + n / 32 + p) * eb);
-  before_smem_write();
+  scratch_begin((n + n / 32 + p) * eb);
   auto at = [&](LayoutId l) {
     return [this, l, &s, &padded, ty](size_t j) { return smem(ty, padded(linear_index(coord_of(l, s, j), s))); };
   };
@@ -257,7 +298,7 @@ Elems Lowering::convert(const Elems& src, LayoutId from, LayoutId to, const ir::
   barrier();
   Elems r = load_runs(ty, to, s, dim, vb, at(to), "layout conversion read");
   for (auto& x : r) x = from_mem(x, e);
-  smem_dirty_ = true;
+  scratch_end();
   return r;
 }
 
@@ -265,8 +306,7 @@ Elems Lowering::share_from_owners(const Elems& src, LayoutId l, const ir::Shape&
                                   const ir::ElemType& e, llvm::Value* owner_pred) {
   llvm::Type* ty = mem_type(e);
   int eb = mem_bytes(e);
-  need_smem((ir::num_elements(s) + 1) * eb);
-  before_smem_write();
+  scratch_begin((ir::num_elements(s) + 1) * eb);
   DType held = e.is_ptr ? DType::i64 : e.dtype;
   if (l == kScalar) {
     llvm::Value* at = smem(ty, b_.getInt32(0));
@@ -275,8 +315,9 @@ Elems Lowering::share_from_owners(const Elems& src, LayoutId l, const ir::Shape&
       return nullptr;
     });
     barrier();
-    smem_dirty_ = true;
-    return {from_mem(smem_load(ty, at, "share from owners read"), e)};
+    llvm::Value* r = from_mem(smem_load(ty, at, "share from owners read"), e);
+    scratch_end();
+    return {r};
   }
   // The same layout writes and reads: each run's address is computed once, before the branch.
   int dim = row_major_fast_dim(s), vb = e.is_ptr ? 16 : eb;
@@ -292,7 +333,7 @@ Elems Lowering::share_from_owners(const Elems& src, LayoutId l, const ir::Shape&
   barrier();
   Elems r = load_runs(ty, l, s, dim, vb, at, "share from owners read");
   for (auto& x : r) x = from_mem(x, e);
-  smem_dirty_ = true;
+  scratch_end();
   return r;
 }
 
@@ -419,11 +460,18 @@ void Lowering::emit_for(const Op& op) {
   const Pipeline* pl = pipes_.pipeline_of(&op);
   const int64_t S = pl ? pl->stages : 1;
   if (pl) {
-    before_smem_write();
+    if (pipe_read_unfenced_) barrier();
     for (int64_t s = 0; s + 1 < S; ++s)
       issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
                   b_.getInt32(uint32_t(s)), false);
   }
+  // Dot operands that do not change in the loop are staged once, here.
+  const int64_t floor_before = scratch_floor_;
+  const std::vector<Interval> resident = stage_resident(op);
+  // Scratch and fences as the body's first trip finds them (and as zero trips leave them).
+  const std::vector<Interval> touched_before = touched_;
+  std::vector<bool> fenced_before;
+  for (const LoopFence& f : loop_fences_) fenced_before.push_back(f.fenced);
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(c_, "for.header", kernel_);
   llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(c_, "for.body", kernel_);
@@ -445,13 +493,14 @@ void Lowering::emit_for(const Op& op) {
     }
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), body_bb, exit);
   b_.SetInsertPoint(body_bb);
-  smem_dirty_ = true; // an earlier trip may still be reading shared memory
+  loop_fences_.push_back({});
   if (pl) {
     // This iteration's group has landed once at most the S - 2 newer ones are pending; the
     // barrier before its dot's first read shows it to every thread. Then the copies of
     // iteration + S - 1 go into the buffer the previous iteration read (every read of it was
     // followed by a barrier: pipe_read_unfenced_).
     hooks_.cp_async_wait(b_, int(S - 2));
+    pipe_landed_unfenced_ = true;
     llvm::Value* fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
                                         b_.CreateSub(stage, b_.getInt32(1)));
     issue_ahead(*pl, b_.CreateAdd(iv, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(S - 1)))),
@@ -465,6 +514,16 @@ void Lowering::emit_for(const Op& op) {
   const bool unfenced_before = pipe_read_unfenced_;
   emit_block(body);
   if (pipe_read_unfenced_) barrier();
+  // The next trip's first accesses must wait for this trip's last ones they conflict with: a
+  // barrier at the top of the body (before the first trip too, where it costs nothing).
+  const LoopFence fence = loop_fences_.back();
+  loop_fences_.pop_back();
+  if (std::any_of(fence.exposed.begin(), fence.exposed.end(), [&](const Access& a) { return conflicts_with_touched(a); })) {
+    llvm::IRBuilder<>::InsertPointGuard guard(b_);
+    b_.SetInsertPoint(body_bb, body_bb->getFirstInsertionPt());
+    hooks_.barrier(b_);
+    ++stats_.barriers;
+  }
   std::vector<Elems> next = yielded_;
   llvm::BasicBlock* latch = b_.GetInsertBlock();
   iv->addIncoming(b_.CreateAdd(iv, step), latch);
@@ -476,7 +535,12 @@ void Lowering::emit_for(const Op& op) {
     for (size_t j = 0; j < phis[i].size(); ++j) phis[i][j]->addIncoming(next[i][j], latch);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
-  smem_dirty_ = true;
+  touched_.insert(touched_.end(), touched_before.begin(), touched_before.end());
+  touched_.insert(touched_.end(), resident.begin(), resident.end()); // read by the last trip
+  for (size_t i = 0; i < fenced_before.size(); ++i) loop_fences_[i].fenced = fenced_before[i];
+  scratch_floor_ = floor_before;
+  for (auto it = resident_.begin(); it != resident_.end();)
+    it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
   pipe_read_unfenced_ = pipe_read_unfenced_ || unfenced_before;
   if (pl) hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off)
   for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
@@ -490,25 +554,38 @@ void Lowering::emit_if(const Op& op) {
   b_.CreateCondBr(cond, then_bb, else_bb);
   // What a barrier in one branch fenced, the other branch may not have: after the if, shared
   // memory is dirty, or a pipeline buffer read unfenced, if either is so at the end of either.
-  bool dirty = smem_dirty_, unfenced = pipe_read_unfenced_;
+  // Scratch touched after the if is what either branch left touched; a loop's body is fenced
+  // after it only if both branches fenced it.
+  const std::vector<Interval> touched = touched_;
+  const bool unfenced = pipe_read_unfenced_, landed = pipe_landed_unfenced_;
+  std::vector<bool> fenced;
+  for (const LoopFence& f : loop_fences_) fenced.push_back(f.fenced);
   std::vector<Elems> out[2];
   llvm::BasicBlock* ends[2];
-  bool dirty_after = false, unfenced_after = false;
+  std::vector<Interval> touched_after;
+  bool unfenced_after = false, landed_after = false;
+  std::vector<bool> fenced_after(fenced.size(), true);
   llvm::BasicBlock* starts[2] = {then_bb, else_bb};
   for (int r = 0; r < 2; ++r) {
     b_.SetInsertPoint(starts[r]);
-    smem_dirty_ = dirty;
+    touched_ = touched;
     pipe_read_unfenced_ = unfenced;
+    pipe_landed_unfenced_ = landed;
+    for (size_t i = 0; i < fenced.size(); ++i) loop_fences_[i].fenced = fenced[i];
     emit_block(op.region(r));
     out[r] = yielded_;
     ends[r] = b_.GetInsertBlock();
     b_.CreateBr(merge);
-    dirty_after = dirty_after || smem_dirty_;
+    touched_after.insert(touched_after.end(), touched_.begin(), touched_.end());
     unfenced_after = unfenced_after || pipe_read_unfenced_;
+    landed_after = landed_after || pipe_landed_unfenced_;
+    for (size_t i = 0; i < fenced.size(); ++i) fenced_after[i] = fenced_after[i] && loop_fences_[i].fenced;
   }
   b_.SetInsertPoint(merge);
-  smem_dirty_ = dirty_after;
+  touched_ = std::move(touched_after);
   pipe_read_unfenced_ = unfenced_after;
+  pipe_landed_unfenced_ = landed_after;
+  for (size_t i = 0; i < fenced.size(); ++i) loop_fences_[i].fenced = fenced_after[i];
   // Every phi first: defining a result may convert it to other layouts, which emits code.
   std::vector<Elems> vals(op.results.size());
   for (size_t i = 0; i < op.results.size(); ++i)
@@ -524,6 +601,54 @@ void Lowering::emit_if(const Op& op) {
   }
 }
 
+std::vector<Lowering::Interval> Lowering::stage_resident(const Op& loop) {
+  if (!opts_.tensor_cores) return {};
+  // The value is defined outside `loop`: no op or block of it produces it.
+  auto outside = [&](const Value* v) {
+    const ir::Block* blk = v->def ? v->def->parent : v->owner;
+    for (; blk; blk = blk->parent ? blk->parent->parent : nullptr)
+      if (blk->parent == &loop) return false;
+    return true;
+  };
+  struct Candidate {
+    const Op* dot;
+    int idx;
+    MmaStaging st;
+  };
+  std::vector<Candidate> found;
+  int64_t total = 0;
+  // The loop's own dots, and those in its ifs (a nested loop stages its own).
+  std::function<void(const ir::Block&)> scan = [&](const ir::Block& blk) {
+    for (const auto& o : blk.ops) {
+      if (o->kind == OpKind::If)
+        for (const auto& r : o->regions) scan(*r);
+      if (o->kind != OpKind::Dot || !mma_eligible(*o)) continue;
+      for (int idx = 0; idx < 2; ++idx)
+        if (!pipes_.async_operand(o.get(), idx) && outside(o->operands[size_t(idx)])) {
+          found.push_back({o.get(), idx, mma_operand_staging(*o, idx)});
+          total += found.back().st.bytes();
+        }
+    }
+  };
+  scan(loop.region(0));
+  if (found.empty() || total > kResidentBytes) return {};
+  // Written under the floor, so wait for any access there since the last barrier, and then
+  // at a barrier of their own before the loop reads them.
+  if (conflicts_with_touched({kScratch, scratch_floor_, scratch_floor_ + total, true})) barrier();
+  std::vector<Access> regions;
+  for (const Candidate& c : found) {
+    const Access r{kScratch, scratch_floor_, scratch_floor_ + c.st.bytes(), true};
+    stage_mma_operand(*c.dot, c.idx, c.st, smem_at(b_.getInt8Ty(), b_.getInt32(0), r.lo));
+    resident_[{c.dot, c.idx}] = r.lo;
+    regions.push_back({kScratch, r.lo, r.hi, false}); // read by the loop
+    scratch_floor_ = r.hi;
+    touch(r);
+  }
+  need_smem(scratch_floor_);
+  barrier();
+  return regions;
+}
+
 // A reshape that moves elements: through shared memory, by row-major index.
 void Lowering::emit_reshape(const Op& op) {
   const Value* src = op.operands[0];
@@ -534,8 +659,7 @@ void Lowering::emit_reshape(const Op& op) {
   llvm::Type* ty = mem_type(e);
   ++stats_.conversions;
   int64_t n = ir::num_elements(res->type.shape);
-  need_smem(n * mem_bytes(e));
-  before_smem_write();
+  scratch_begin(n * mem_bytes(e));
   const Elems& in = get(src, from);
   auto cf = coords(from, src->type.shape);
   for (size_t j = 0; j < in.size(); ++j)
@@ -544,7 +668,7 @@ void Lowering::emit_reshape(const Op& op) {
   Elems r;
   for (auto& c : coords(to, res->type.shape))
     r.push_back(from_mem(smem_load(ty, smem(ty, linear_index(c, res->type.shape)), "reshape read"), e));
-  smem_dirty_ = true;
+  scratch_end();
   define(res, to, std::move(r));
 }
 

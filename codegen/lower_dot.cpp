@@ -49,8 +49,7 @@ void Lowering::emit_dot(const Op& op) {
   constexpr int64_t kPad = 4;
   int64_t sa = m + kPad, sb = n + kPad;
   int64_t off_b = (k * sa * eb + 15) / 16 * 16;
-  need_smem(off_b + k * sb * eb);
-  before_smem_write();
+  scratch_begin(off_b + k * sb * eb);
   // Vector accesses of up to 16 bytes, and no wider than the row strides keep aligned.
   const int64_t cap_a = std::min<int64_t>(16 / eb, sa & -sa), cap_b = std::min<int64_t>(16 / eb, sb & -sb);
   {
@@ -124,7 +123,7 @@ void Lowering::emit_dot(const Op& op) {
                                    {av[rc[j].first], bvv[rc[j].second], acc[size_t(j)]});
     return next;
   });
-  smem_dirty_ = true;
+  scratch_end();
   define(res, ls[2], std::move(out));
 }
 

@@ -100,20 +100,19 @@ void Lowering::emit_dot_mma(const Op& op) {
   const int64_t M = a->type.shape[0], K = a->type.shape[1], N = bv->type.shape[1];
   const int64_t Mp = std::max<int64_t>(M, 16), Np = std::max<int64_t>(N, 8), Kp = std::max<int64_t>(K, 16);
   const DType dt = a->type.dtype();
-  // Each operand is staged along the dimension its layout holds contiguously in a thread,
-  // so the stores vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or
-  // [K][N]. A k-major operand's fragment register is one 32-bit load of two consecutive k;
-  // the other kind takes two 16-bit loads.
-  // An operand the pipeline plan copies by cp.async is staged along its load's contiguous dim.
+  // Each operand is staged along the dimension its layout holds contiguously in a thread
+  // (mma_operand_staging), or is already in shared memory: copied ahead by its loop's
+  // pipeline (read from this iteration's buffer), or staged once before the loop
+  // (stage_resident). The rest goes to this dot's scratch region.
   const AsyncOperand* async_a = pipes_.async_operand(&op, 0);
   const AsyncOperand* async_b = pipes_.async_operand(&op, 1);
-  const bool a_kmajor = async_a ? async_a->staging.kmajor : elems_of(ls[0], a->type.shape).run_dim != 0;
-  const bool b_kmajor = async_b ? async_b->staging.kmajor : elems_of(ls[1], bv->type.shape).run_dim != 1;
-  const MmaStaging st_a = mma_staging(op, 0, a_kmajor), st_b = mma_staging(op, 1, b_kmajor);
+  const MmaStaging st_a = mma_operand_staging(op, 0), st_b = mma_operand_staging(op, 1);
+  const bool a_kmajor = st_a.kmajor, b_kmajor = st_b.kmajor;
   const int64_t sa = st_a.row_bytes, sb = st_b.row_bytes, sc = (N + 4) * 4; // row strides
-  // An operand copied ahead by its loop's pipeline is read from this iteration's buffer; the
-  // others are staged in scratch shared memory.
   const bool pipe_a = async_a && async_a->pipeline >= 0, pipe_b = async_b && async_b->pipeline >= 0;
+  const auto res_a = resident_.find({&op, 0}), res_b = resident_.find({&op, 1});
+  const bool keep_a = res_a != resident_.end(), keep_b = res_b != resident_.end();
+  const bool stage_a = !pipe_a && !keep_a, stage_b = !pipe_b && !keep_b;
   // The plan put the result (and the accumulator) in the MMA accumulator's own layout: the
   // fragments are the elements, so neither goes through shared memory.
   const bool direct = plan_.is_mma(ls[2]);
@@ -122,62 +121,62 @@ void Lowering::emit_dot_mma(const Op& op) {
   // branch (the padding is never read).
   const bool zero_acc = is_positive_zero(op.operands[2]);
   const int64_t scp = (Np + 4) * 4;
-  const int64_t off_a = 0, off_b = pipe_a ? 0 : st_a.bytes(), off_c = off_b + (pipe_b ? 0 : st_b.bytes());
-  // 16 zero bytes: the row an ldmatrix lane addresses for a row of A past M or of B past N,
-  // so the padding reads as zeros without a select per register.
+  // Operands whose stored rows hold at least 8 elements (16 bytes) load their fragments with
+  // ldmatrix, one instruction for up to four 8x8 matrices (.trans for the operands stored
+  // along M or N); the others with 32-bit loads (k-major) or pairs of 16-bit loads.
+  const bool a_ldm = a_kmajor ? K >= 8 : M >= 8 && K >= 8;
+  const bool b_ldm = b_kmajor ? K >= 8 : N >= 8 && K >= 8;
+  // 16 zero bytes: the row a k-major ldmatrix lane addresses for a row of A past M or of B
+  // past N, so the padding reads as zeros without a select per register (a direct result's
+  // rows of A past M repeat rows mod M instead).
+  const bool zero_row = (a_ldm && a_kmajor && M < 8 && !direct) || (b_ldm && b_kmajor && N < 8);
+  const int64_t off_a = 0, off_b = stage_a ? st_a.bytes() : 0, off_c = off_b + (stage_b ? st_b.bytes() : 0);
   const int64_t off_z = off_c + (direct ? 0 : (std::max(M * sc, Mp * scp) + 15) / 16 * 16);
-  need_smem(off_z + 16);
-  before_smem_write();
-  llvm::Value* base_a = pipe_a ? pipe_read_buffer(*async_a) : smem(b_.getInt8Ty(), b_.getInt32(0), off_a);
-  llvm::Value* base_b = pipe_b ? pipe_read_buffer(*async_b) : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
+  const bool writes = stage_a || stage_b || zero_row || (!zero_acc && !direct);
+  const bool uses_scratch = writes || !direct;
+  if (uses_scratch) scratch_begin(off_z + (zero_row ? 16 : 0));
+  llvm::Value* base_a = pipe_a   ? pipe_read_buffer(*async_a)
+                        : keep_a ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_a->second)
+                                 : smem(b_.getInt8Ty(), b_.getInt32(0), off_a);
+  llvm::Value* base_b = pipe_b   ? pipe_read_buffer(*async_b)
+                        : keep_b ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_b->second)
+                                 : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
   llvm::Value* base_c = smem(b_.getInt8Ty(), b_.getInt32(0), off_c);
   MmaDot dot{M, N, K, Mp, Np, Kp, dt, a_kmajor, b_kmajor, sa, sb, sc, scp, base_a, base_b, base_c, direct, zero_acc,
              off_z};
-  // A thread's runs of elements contiguous in shared memory go as one vector store each (the
-  // row strides and offsets are multiples of 16 bytes, the runs aligned to their size).
-  auto stage = [&](const Value* v, LayoutId l, int contig_dim, int eb, DType held,
-                   const std::function<llvm::Value*(const std::vector<llvm::Value*>&)>& addr, const char* what) {
-    const ir::Shape& sh = v->type.shape;
-    store_runs(get(v, l), l, sh, contig_dim, eb, held, [&](size_t j) { return addr(coord_of(l, sh, j)); }, what);
-  };
   // An operand loaded from global memory for this dot alone goes there directly, as 16-byte
-  // cp.async copies, unless its loop's pipeline copied it already.
-  if (async_a && !pipe_a)
-    issue_copies(*async_a, base_a, "dot (mma) operand A, asynchronous copy");
-  else if (!async_a)
-    stage(a, ls[0], a_kmajor ? 1 : 0, 2, dt, [&](const auto& c) { return dot.a_at(b_, c[0], c[1]); },
-          "dot (mma) operand A write");
-  if (async_b && !pipe_b)
-    issue_copies(*async_b, base_b, "dot (mma) operand B, asynchronous copy");
-  else if (!async_b)
-    stage(bv, ls[1], b_kmajor ? 0 : 1, 2, dt, [&](const auto& c) { return dot.b_at(b_, c[0], c[1]); },
-          "dot (mma) operand B write");
-  if (M < 8 || N < 8) // every thread writes the same zeros: no branch, and no race
+  // cp.async copies.
+  if (async_a && !pipe_a) issue_copies(*async_a, base_a, "dot (mma) operand A, asynchronous copy");
+  else if (stage_a) stage_mma_operand(op, 0, st_a, base_a);
+  if (async_b && !pipe_b) issue_copies(*async_b, base_b, "dot (mma) operand B, asynchronous copy");
+  else if (stage_b) stage_mma_operand(op, 1, st_b, base_b);
+  if (zero_row) // every thread writes the same zeros: no branch, and no race
     smem_store(llvm::Constant::getNullValue(llvm::FixedVectorType::get(b_.getInt32Ty(), 4)),
                smem(b_.getInt8Ty(), b_.getInt32(0), off_z), "dot (mma) zero row", DType::i32);
   if (!zero_acc && !direct)
-    stage(op.operands[2], ls[2], 1, 4, DType::f32,
-          [&](const auto& c) { return at(b_, base_c, sc, c[0], bytes(b_, c[1], 4)); }, "dot (mma) accumulator write");
+    store_runs(get(op.operands[2], ls[2]), ls[2], res->type.shape, 1, 4, DType::f32, [&](size_t j) {
+      auto c = coord_of(ls[2], res->type.shape, j);
+      return at(b_, base_c, sc, c[0], bytes(b_, c[1], 4));
+    }, "dot (mma) accumulator write");
   if ((async_a && !pipe_a) || (async_b && !pipe_b)) { // one group, waited for at once: the copies land before the barrier
     hooks_.cp_async_commit(b_);
     hooks_.cp_async_wait(b_, 0);
   }
-  barrier();
+  // The fragment reads wait for this dot's writes, and for a pipeline's copies waited for
+  // since the last barrier (other threads issued them).
+  if (writes || ((pipe_a || pipe_b) && pipe_landed_unfenced_)) barrier();
   const int64_t tiles_n = Np / 8, W = opts_.num_warps;
   dot.g = b_.CreateLShr(lane_, 2);
   dot.t2 = b_.CreateShl(b_.CreateAnd(lane_, 3), 1); // 2t
-  // Operands whose stored rows hold at least 8 elements (16 bytes) load their fragments with
-  // ldmatrix, one instruction for up to four 8x8 matrices (.trans for the operands stored
-  // along M or N); the others with 32-bit loads (k-major) or pairs of 16-bit loads.
-  dot.a_ldm = a_kmajor ? K >= 8 : M >= 8 && K >= 8;
-  dot.b_ldm = b_kmajor ? K >= 8 : N >= 8 && K >= 8;
+  dot.a_ldm = a_ldm;
+  dot.b_ldm = b_ldm;
   dot.mi = b_.CreateLShr(lane_, 3);
   dot.mr = b_.CreateAnd(lane_, 7);
   if (direct) {
     if (mma_warps_along_m(M, N, int(opts_.num_warps))) dot.half = 8 * opts_.num_warps;
     Elems out = mma_direct(op, dot, ls[2]);
     if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // no barrier of its own follows the reads
-    smem_dirty_ = true;
+    if (uses_scratch) scratch_end();
     define(res, ls[2], std::move(out));
     return;
   }
@@ -223,8 +222,36 @@ void Lowering::emit_dot_mma(const Op& op) {
     auto c = coord_of(ls[2], res->type.shape, j);
     return at(b_, base_c, zero_acc ? scp : sc, c[0], bytes(b_, c[1], 4));
   }, "dot (mma) result read");
-  smem_dirty_ = true;
+  scratch_end();
   define(res, ls[2], std::move(out));
+}
+
+MmaStaging Lowering::mma_operand_staging(const Op& op, int idx) {
+  // An operand the pipeline plan copies by cp.async is staged along its load's contiguous
+  // dim; the others along the dim their layout holds contiguously in a thread, so the stores
+  // vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or [K][N]. A k-major
+  // operand's fragment register is one 32-bit load of two consecutive k; the other kind
+  // takes two 16-bit loads.
+  if (const AsyncOperand* x = pipes_.async_operand(&op, idx)) return mma_staging(op, idx, x->staging.kmajor);
+  const Value* v = op.operands[size_t(idx)];
+  const LayoutId l = plan_.op_layouts(&op)[size_t(idx)];
+  return mma_staging(op, idx, elems_of(l, v->type.shape).run_dim != (idx == 0 ? 0 : 1));
+}
+
+// A thread's runs of elements contiguous in shared memory go as one vector store each (the
+// row strides and offsets are multiples of 16 bytes, the runs aligned to their size).
+void Lowering::stage_mma_operand(const Op& op, int idx, const MmaStaging& st, llvm::Value* base) {
+  const Value* v = op.operands[size_t(idx)];
+  const LayoutId l = plan_.op_layouts(&op)[size_t(idx)];
+  const ir::Shape& sh = v->type.shape;
+  // Element (m, k) of A, (k, n) of B: along the stored rows when k-major.
+  const int contig_dim = idx == 0 ? (st.kmajor ? 1 : 0) : (st.kmajor ? 0 : 1);
+  store_runs(get(v, l), l, sh, contig_dim, 2, v->type.dtype(), [&](size_t j) {
+    auto c = coord_of(l, sh, j);
+    llvm::Value* mn = idx == 0 ? c[0] : c[1];
+    llvm::Value* k = idx == 0 ? c[1] : c[0];
+    return st.kmajor ? at(b_, base, st.row_bytes, mn, bytes(b_, k, 2)) : at(b_, base, st.row_bytes, k, bytes(b_, mn, 2));
+  }, idx == 0 ? "dot (mma) operand A write" : "dot (mma) operand B write");
 }
 
 llvm::Value* Lowering::mma_frag_word(const MmaDot& dot, bool kmajor,
@@ -260,7 +287,7 @@ std::vector<llvm::Value*> Lowering::mma_ldmatrix(const MmaDot& dot,
   if (kmajor) { // stored rows are m (or n): this lane's row, or the zero row past the tile
     llvm::Value* row = b_.CreateAdd(b_.CreateAdd(mn0, dmn), dot.mr);
     p = addr(row, b_.CreateAdd(k0, dk));
-    if (mn_limit < 8 && wrap_rows) // rows past M repeat rows mod M (the result's replicas)
+    if (mn_limit <= 8 && wrap_rows) // rows past M repeat rows mod M (the result's replicas)
       p = addr(b_.CreateAnd(row, b_.getInt32(uint32_t(mn_limit - 1))), b_.CreateAdd(k0, dk));
     else if (mn_limit < 8)
       p = b_.CreateSelect(b_.CreateICmpUGE(row, b_.getInt32(uint32_t(mn_limit))),
@@ -277,9 +304,13 @@ std::array<llvm::Value*, 4> Lowering::mma_frag_a(const MmaDot& dot, llvm::Value*
   const int64_t M = dot.M, K = dot.K;
   std::array<llvm::Value*, 4> r;
   std::vector<int> need;
+  // Rows g + 8 past M (M <= 8) are zeros, except that a direct result's ldmatrix fills them
+  // with replicas of rows mod M: one 4-matrix load then gives the MMA its register quad as
+  // is, where zeros would be moved into place around a 2-matrix load's registers every step.
+  const bool replicate_rows = dot.a_ldm && dot.direct && dot.a_kmajor;
   for (int i = 0; i < 4; ++i) {
     r[size_t(i)] = b_.getInt32(0);
-    if (!((i & 1) && M <= 8) && !((i & 2) && K <= 8)) need.push_back(i);
+    if (!((i & 1) && M <= 8 && !replicate_rows) && !((i & 2) && K <= 8)) need.push_back(i);
   }
   auto a_at = [&](llvm::Value* m, llvm::Value* k) { return dot.a_at(b_, m, k); };
   if (dot.a_ldm) {

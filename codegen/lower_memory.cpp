@@ -19,6 +19,7 @@ void Lowering::emit_load(const Op& op) {
   const Value* res = op.results[0];
   const ir::ElemType e = res->type.elem;
   LayoutId l = res->type.is_scalar() ? kScalar : plan_.op_layouts(&op)[0];
+  global_access(ptr, l, false);
   const Elems& P = get(ptr, l);
   const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;
   const Elems* O = op.other() ? &get(op.other(), l) : nullptr;
@@ -92,6 +93,7 @@ void Lowering::emit_store(const Op& op) {
   const Value* val = op.operands[1];
   const ir::ElemType e = val->type.elem;
   LayoutId l = plan_.op_layouts(&op)[0];
+  global_access(ptr, l, true);
   const Elems& P = get(ptr, l);
   const Elems& V = get(val, l);
   const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;

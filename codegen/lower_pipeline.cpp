@@ -20,6 +20,7 @@ void Lowering::issue_copies(const AsyncOperand& x, llvm::Value* base, const char
   const MmaStaging& st = x.staging;
   LayoutId ll = plan_.op_layouts(&load)[0];
   const Value* ptr = load.operands[0];
+  global_access(ptr, ll, false);
   const Elems& P = get(ptr, ll);
   const Elems* mask = load.mask() ? &get(load.mask(), ll) : nullptr;
   AccessPlan ap = plan_access(load, ll);

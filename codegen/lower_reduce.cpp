@@ -56,8 +56,7 @@ void Lowering::emit_scan(const Op& op) {
       along.push_back(c[size_t(axis)]);
     }
     llvm::Value* own = owner(l, s);
-    need_smem(2 * total * cb);
-    before_smem_write();
+    scratch_begin(2 * total * cb);
     auto write = [&](int buf) {
       guarded(b_, own, [&]() -> llvm::Value* {
         for (size_t j = 0; j < cur.size(); ++j)
@@ -78,7 +77,7 @@ void Lowering::emit_scan(const Op& op) {
       }
       if (2 * d < n) write(buf = 1 - buf);
     }
-    smem_dirty_ = true;
+    scratch_end();
   }
   Elems out(cur.size());
   for (size_t j = 0; j < cur.size(); ++j)
@@ -143,8 +142,7 @@ void Lowering::emit_reduce(const Op& op) {
     for (auto& a : acc) a = combine(op, a, shuffle_xor(a, 1 << (lane_shift(lay.base, bd) + k)));
   if (warps > 1) {
     int cb = ct->isIntegerTy(64) ? 8 : 4;
-    need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);
-    before_smem_write();
+    scratch_begin(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);
     llvm::Value* wc = b_.CreateAnd(b_.CreateLShr(warp_, warp_shift(lay.base, bd)), static_cast<uint64_t>(warps - 1));
     std::vector<llvm::Value*> lin;
     if (rl == kScalar) lin.push_back(b_.getInt32(0));
@@ -173,7 +171,7 @@ void Lowering::emit_reduce(const Op& op) {
       }
       acc[i] = v;
     }
-    smem_dirty_ = true;
+    scratch_end();
   }
   for (auto& a : acc) a = ir::is_float(dt) ? from_f32(a, dt) : b_.CreateTrunc(a, reg_type(res->type.elem));
   define(res, rl, std::move(acc));

@@ -22,6 +22,7 @@
 #include "codegen/layout_plan.h"
 #include "codegen/lower.h"
 #include "codegen/pipeline_plan.h"
+#include "ir/param_access.h"
 
 namespace tilec::codegen::detail {
 
@@ -41,7 +42,8 @@ class Lowering {
 public:
   Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
       : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility, opts.int_arg_values),
-        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), pipes_(fn, plan_, opts.tensor_cores), b_(c_), pb_(c_) {}
+        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), pipes_(fn, plan_, opts.tensor_cores), b_(c_), pb_(c_),
+        param_access_(ir::param_access(fn)) {}
 
   LoweringStats run();
 
@@ -92,7 +94,12 @@ private:
                           llvm::Value* owner_pred);
 
   // --- shared memory (lower.cpp)
-  llvm::Value* smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset = 0);
+  // An address in the current scratch region (scratch_begin), and in scratch at an absolute
+  // offset.
+  llvm::Value* smem(llvm::Type* ty, llvm::Value* index, int64_t byte_offset = 0) {
+    return smem_at(ty, index, region_.lo + byte_offset);
+  }
+  llvm::Value* smem_at(llvm::Type* ty, llvm::Value* index, int64_t byte_offset);
   // Shared-memory accesses go through the target (the emulator checks them); `what` says
   // what the access is for, after the current op's source location.
   llvm::Value* smem_load(llvm::Type* ty, llvm::Value* ptr, const char* what) {
@@ -117,17 +124,65 @@ private:
   }
   std::string site(const char* what) const;
   // Scratch shared memory (everything but the pipelines' buffers) starts above those buffers.
-  void need_smem(int64_t bytes) {
-    stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + bytes);
+  // Each exchange through it (threads write, a barrier, threads read) takes a region of its
+  // own: the lowest one at or above the floor (below it: the operands a loop keeps resident)
+  // that no access since the last barrier touched, so the exchange needs no barrier before
+  // its writes; only when that region would sit more than kScratchSpread bytes above the
+  // floor does it wait at a barrier and take the floor. A loop body's writes before its first
+  // barrier are checked against what its end touched: where they meet, a barrier closes the
+  // body (each trip's writes wait for the previous trip's reads).
+  // scratch_begin: the region for `bytes`, which smem() then addresses (after the barrier
+  // the region needs, if any); scratch_end: its reads are done (it stays touched until the
+  // next barrier).
+  static constexpr int64_t kScratchSpread = 4096;
+  // One access to shared or global memory since the last barrier, as far as ordering goes:
+  // scratch bytes [lo, hi), or a global buffer (a written pointer parameter's index, or
+  // kAnyBuffer when the pointer's parameter is unknown) through one pointer tile in one
+  // layout. Two accesses by different threads need a barrier between them when one writes
+  // and both may touch the same bytes; the same pointer tile in the same layout is the same
+  // thread at the same addresses, which program order keeps.
+  static constexpr int kScratch = -1, kAnyBuffer = -2;
+  struct Access {
+    int space = kScratch;
+    int64_t lo = 0, hi = 0;
+    bool write = false;
+    const Value* ptr = nullptr;
+    LayoutId layout = -1;
+    bool conflicts(const Access& o) const {
+      if (!write && !o.write) return false;
+      if (space == kScratch || o.space == kScratch) return space == o.space && lo < o.hi && o.lo < hi;
+      if (space != o.space && space != kAnyBuffer && o.space != kAnyBuffer) return false;
+      return !(ptr && ptr == o.ptr && layout == o.layout);
+    }
+  };
+  using Interval = Access;
+  void scratch_begin(int64_t bytes);
+  void scratch_end() { touched_.push_back({kScratch, region_.lo, region_.hi, false}); }
+  // Records an access to the global buffer behind the pointer tile `ptr` (in layout `l`),
+  // after a barrier if an earlier access since the last one conflicts with it. Buffers the
+  // kernel only reads need none.
+  void global_access(const Value* ptr, LayoutId l, bool write);
+  // Records `a` as touched since the last barrier, and as exposed in every loop body no
+  // barrier has fenced yet.
+  void touch(const Access& a) {
+    touched_.push_back(a);
+    for (LoopFence& f : loop_fences_)
+      if (!f.fenced) f.exposed.push_back(a);
+  }
+  bool conflicts_with_touched(const Access& a) const {
+    return std::any_of(touched_.begin(), touched_.end(), [&](const Access& t) { return t.conflicts(a); });
+  }
+  // Shared memory the kernel needs: the pipelines' buffers, then scratch up to `scratch_top`.
+  void need_smem(int64_t scratch_top) {
+    stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + scratch_top);
   }
   void barrier() {
     hooks_.barrier(b_);
     ++stats_.barriers;
-    smem_dirty_ = false;
+    touched_.clear();
+    for (LoopFence& f : loop_fences_) f.fenced = true;
     pipe_read_unfenced_ = false;
-  }
-  void before_smem_write() {
-    if (smem_dirty_) barrier();
+    pipe_landed_unfenced_ = false;
   }
   // Runs of a thread's elements of a tile in layout `l` that are contiguous along `dim`:
   // (first element, count), each count a power of two of at most 16 bytes, its first
@@ -149,6 +204,11 @@ private:
   void emit_block(const ir::Block& blk);
   void emit_op(const Op& op);
   void emit_for(const Op& op);
+  // Stages, before `loop`, the tensor-core dot operands in its body that are defined outside
+  // it, in scratch under a raised floor (resident_), while they fit kResidentBytes; returns
+  // their regions.
+  static constexpr int64_t kResidentBytes = 32 * 1024;
+  std::vector<Interval> stage_resident(const Op& loop);
   void emit_if(const Op& op);
   void emit_reshape(const Op& op);
   void emit_assert(const Op& op);
@@ -189,6 +249,10 @@ private:
 
   // --- dot on the tensor cores (lower_dot_mma.cpp)
   void emit_dot_mma(const Op& op);
+  // How operand `idx` (0: A, 1: B) of a tensor-core dot is staged in shared memory (k-major
+  // or not, its row stride), and the writes of its elements there from `base`.
+  MmaStaging mma_operand_staging(const Op& op, int idx);
+  void stage_mma_operand(const Op& op, int idx, const MmaStaging& st, llvm::Value* base);
   // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
   // load when k-major, else two 16-bit ones; zero where `out` holds.
   llvm::Value* mma_frag_word(const MmaDot& dot, bool kmajor, const std::function<llvm::Value*(llvm::Value*)>& ptr,
@@ -252,7 +316,23 @@ private:
   std::map<LayoutId, std::vector<llvm::Value*>> base_cache_;
   std::map<std::pair<LayoutId, ir::Shape>, std::vector<llvm::Value*>> starts_cache_;
   std::vector<Elems> yielded_;
-  bool smem_dirty_ = false;
+  // Scratch shared memory (scratch_begin): the regions accessed since the last barrier, the
+  // current exchange's region, and the floor under which loops keep resident operands.
+  std::vector<Access> touched_;
+  Access region_{kScratch, 0, 0, true};
+  std::vector<ir::ParamAccess> param_access_; // per kernel parameter
+  int64_t scratch_floor_ = 0;
+  // Per loop being lowered, innermost last: whether a barrier ran on every path since its body
+  // began, and the scratch its body wrote before that.
+  struct LoopFence {
+    bool fenced = false;
+    std::vector<Interval> exposed;
+  };
+  std::vector<LoopFence> loop_fences_;
+  // Dot operands a loop stages once before it (loop-invariant, emit_for): (dot, operand) ->
+  // where in scratch.
+  std::map<std::pair<const Op*, int>, int64_t> resident_;
+  bool pipe_landed_unfenced_ = false; // a pipeline's copies were waited for since the last barrier
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
   LoweringStats stats_;
 };

@@ -90,16 +90,15 @@ std::vector<PtxLoop> ptx_loops(const std::string& ptx) {
 }
 
 const PtxLoop* main_loop(const std::vector<PtxLoop>& loops) {
-  const PtxLoop* best = nullptr;
   for (const PtxLoop& l : loops) {
     auto global = [](const PtxLoop& x) { return x.count("ld.global") + x.count("cp.async.cg") + x.count("cp.async.ca"); };
     if (global(l) == 0) continue;
     bool nested = false;
     for (const PtxLoop& o : loops)
       if (&o != &l && o.first_line <= l.first_line && o.last_line >= l.last_line && global(o) > 0) nested = true;
-    if (!nested && (!best || l.instructions > best->instructions)) best = &l;
+    if (!nested) return &l;
   }
-  return best;
+  return nullptr;
 }
 
 std::optional<PtxLoop> kernel_main_loop(const ir::Function& kernel, const std::string& ptx) {

@@ -25,8 +25,10 @@ struct PtxLoop {
 // is one loop ending at the last of them.
 std::vector<PtxLoop> ptx_loops(const std::string& ptx);
 
-// The outermost loop that reads global memory, with loads or asynchronous copies (a
-// kernel's main loop: the K/V loop of paged attention), or nullptr when there is none.
+// The first outermost loop that reads global memory, with loads or asynchronous copies (a
+// kernel's main loop: the K/V loop of paged attention), or nullptr when there is none. A
+// kernel that peels its masked steps into loops after the main one (paged attention's
+// partial last step, its causal diagonal) runs most of its trips in the first.
 const PtxLoop* main_loop(const std::vector<PtxLoop>& loops);
 
 // The main loop of `kernel`'s PTX: one of the kernel's own `for` loops, so a kernel without

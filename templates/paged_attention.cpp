@@ -545,14 +545,24 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
 
   Var m = full({BM}, -INFINITY), l = zeros({BM}), acc = zeros({BM, DP});
+  // A small tile (decode) keeps the softmax's denominator per key column, [BM, N], and sums
+  // it across the columns once after the walk (FlashAttention-2's deferred row sum): the
+  // columns are spread over the warps, so a sum per step would cross warps through shared
+  // memory every trip. A large tile's rows sit within warps and sum with shuffles.
+  const bool defer_sum = BM * N <= 4 * 32 * sp.cfg.num_warps;
+  Var l_keys = defer_sum ? zeros({BM, N}) : Tile();
   // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
   // the whole step is below it), `causal` masks each row's keys past its position.
   auto step = [&](Scalar s0, bool tail, bool causal) {
     auto j = s0 + arange(0, N);
     Tile live = tail ? j < end : Tile();
-    auto page = tail ? load(block_table + b * max_blocks + j / sp.block_size, live)
-                     : load(block_table + b * max_blocks + j / sp.block_size);
-    auto slot = (page * sp.block_size + j % sp.block_size) * sp.hkv + kvh;
+    // Key positions are never negative: their page and slot are computed unsigned, so a
+    // power-of-two block_size divides by a shift and a mask (a signed remainder costs five).
+    auto ju = j.to(u32);
+    auto page_of = (ju / sp.block_size).to(i32), in_page = (ju % sp.block_size).to(i32);
+    auto page = tail ? load(block_table + b * max_blocks + page_of, live)
+                     : load(block_table + b * max_blocks + page_of);
+    auto slot = (page * sp.block_size + in_page) * sp.hkv + kvh;
     auto kv_rows = [&](const Tile& base) { // [N, DP]
       Tile addr = base + slot.col() * D + d.row();
       if (live) return widen(load(addr, elems(live), 0));
@@ -574,7 +584,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     Tile m_use = causal || first ? where(m_new > -INFINITY, m_new, 0) : m_new;
     auto p = exp(s - m_use.col());
     auto alpha = exp(m - m_use);
-    l = l * alpha + reduce_sum(p, 1);
+    if (defer_sum) l_keys = l_keys * alpha.col() + p;
+    else l = l * alpha + reduce_sum(p, 1);
     auto vt = kv_rows(v_cache);
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
     // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
@@ -590,8 +601,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
     for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, true); });
   } else {
-    for_range(start, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
+    // Whole steps need no mask on keys past `end`; the last, partial one does.
+    auto full_end = start + max(end - start, 0) / N * N;
+    for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
+    for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
   }
+  if (defer_sum) l = reduce_sum(l_keys, 1);
 
   if (S == 1) {
     // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does. An fp8

