@@ -72,6 +72,7 @@ struct LoweringStats {
   int pipelined_loops = 0;      // those whose copies are issued ahead
   int pipeline_stages = 0;      // the most stages of one of them
   int pipeline_stage_bytes = 0; // the most shared memory one stage of one of them takes
+  int pipeline_late_bytes = 0;  // and its single buffer for late slots (PipelinePlan::Pipeline::late)
   // Shared-memory loads and stores the lowering emits (per thread; cp.async and ldmatrix not
   // counted), those of them that are vectors, and the bytes they move.
   int shared_accesses = 0;

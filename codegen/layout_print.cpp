@@ -222,12 +222,17 @@ std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan,
   for (const Op* loop : plan.staged_loops()) {
     if (const PipelinePlan::Pipeline* pl = plan.pipeline_of(loop)) {
       s += fmt::format("// {}: pipelined: each iteration's copies issued {} iteration{} ahead, into {} rotating "
-                       "buffers of {} bytes: shared memory [{}, {})\n",
+                       "buffers of {} bytes{}: shared memory [{}, {})\n",
                        loop_name(loop), pl->stages - 1, pl->stages == 2 ? "" : "s", pl->stages, pl->stage_bytes,
-                       pl->base, pl->base + pl->stages * pl->stage_bytes);
+                       pl->has_late() ? fmt::format(" and one late buffer of {} bytes", pl->late_bytes) : "",
+                       pl->base, pl->end());
       for (size_t i = 0; i < pl->operands.size(); ++i)
-        s += fmt::format("//   slot {} at +{}: {}\n", i, pl->offsets[i],
+        s += fmt::format("//   {}slot {} at +{}: {}\n", pl->late[i] ? "late " : "", i,
+                         pl->late[i] ? pl->stages * pl->stage_bytes + pl->offsets[i] : pl->offsets[i],
                          staged(plan.async_operands()[size_t(pl->operands[i])]));
+      if (pl->has_late())
+        s += "//   late slots: copied at the end of the trip before, after its last barrier; their dot waits for "
+             "them\n";
       std::vector<const Op*> kept; // the others only feed the copies: not emitted in the body
       for (const Op* o : pl->slice)
         if (!plan.deferred(o)) kept.push_back(o);

@@ -64,10 +64,11 @@ LoweringStats Lowering::run() {
     ++stats_.pipelined_loops;
     stats_.pipeline_stages = std::max<int>(stats_.pipeline_stages, int(pl.stages));
     stats_.pipeline_stage_bytes = std::max<int>(stats_.pipeline_stage_bytes, int(pl.stage_bytes));
+    stats_.pipeline_late_bytes = std::max<int>(stats_.pipeline_late_bytes, int(pl.late_bytes));
   }
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   pb_.CreateBr(body);
-  hooks_.finish_kernel(m_, kernel_, threads);
+  hooks_.finish_kernel(m_, kernel_, threads, fn_.min_blocks_per_sm);
   stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
   // `tilec ir --stage layouts` prints the plan's list: it must be what was emitted.
   internal_assert(stats_.conversions == static_cast<int>(plan_.conversions().size()),
@@ -499,7 +500,8 @@ void Lowering::emit_for(const Op& op) {
     // barrier before its dot's first read shows it to every thread. Then the copies of
     // iteration + S - 1 go into the buffer the previous iteration read (every read of it was
     // followed by a barrier: pipe_read_unfenced_).
-    hooks_.cp_async_wait(b_, int(S - 2));
+    // With late slots the group after this iteration's is its late one (2 S - 3 = 1).
+    hooks_.cp_async_wait(b_, int(pl->has_late() ? 2 * S - 3 : S - 2));
     pipe_landed_unfenced_ = true;
     llvm::Value* fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
                                         b_.CreateSub(stage, b_.getInt32(1)));
@@ -514,6 +516,7 @@ void Lowering::emit_for(const Op& op) {
   const bool unfenced_before = pipe_read_unfenced_;
   emit_block(body);
   if (pipe_read_unfenced_) barrier();
+  if (pl && pl->has_late()) issue_late(*pl);
   // The next trip's first accesses must wait for this trip's last ones they conflict with: a
   // barrier at the top of the body (before the first trip too, where it costs nothing).
   const LoopFence fence = loop_fences_.back();

@@ -290,6 +290,11 @@ private:
     return pipe_buffer(pipes_.pipelines()[size_t(x.pipeline)], read_stage_[size_t(x.pipeline)], x.slot);
   }
   void issue_ahead(const Pipeline& pl, llvm::Value* iv, llvm::Value* stage, bool in_loop);
+  // The copies of pipeline `pl`'s late slots (or its others) for the iteration whose slice
+  // values are in vals_, with ahead_pred_.
+  void issue_slots(const Pipeline& pl, llvm::Value* stage, bool late);
+  // The late slots' copies for the next trip, at the end of this one (after its last barrier).
+  void issue_late(const Pipeline& pl);
   void issue_copies(const AsyncOperand& x, llvm::Value* base, const char* what);
 
   const ir::Function& fn_;
@@ -302,6 +307,9 @@ private:
   PipelinePlan pipes_;
   std::vector<llvm::Value*> read_stage_; // per pipeline, while its body is lowered: the buffer it reads
   llvm::Value* ahead_pred_ = nullptr;     // while issue_ahead emits a slice: the iteration exists
+  // The slice's values and predicate for the next iteration, for its late slots' copies.
+  std::map<std::pair<const Value*, LayoutId>, Elems> late_vals_;
+  llvm::Value* late_pred_ = nullptr;
   bool emitting_ahead_ = false;
   bool pipe_read_unfenced_ = false; // a dot read a pipeline buffer since the last barrier
   llvm::IRBuilder<> b_;  // the body

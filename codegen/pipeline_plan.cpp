@@ -127,15 +127,22 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
         pl.base = e->second;
         break;
       }
+    // The body's first dot among the pipelined operands' (in body order).
+    const Op* first_dot = nullptr;
+    for (const auto& o : loop->region(0).ops)
+      for (int i : it->second)
+        if (!first_dot && async_[size_t(i)].dot == o.get()) first_dot = o.get();
     for (int i : it->second) {
       AsyncOperand& x = async_[size_t(i)];
       x.pipeline = int(pipelines_.size());
       x.slot = int(pl.operands.size());
       pl.operands.push_back(i);
-      pl.offsets.push_back(pl.stage_bytes);
-      pl.stage_bytes += x.staging.bytes();
+      const bool late = pl.stages == 2 && x.dot != first_dot;
+      pl.late.push_back(late);
+      pl.offsets.push_back(late ? pl.late_bytes : pl.stage_bytes);
+      (late ? pl.late_bytes : pl.stage_bytes) += x.staging.bytes();
     }
-    buffers_end[loop] = pl.base + pl.stages * pl.stage_bytes;
+    buffers_end[loop] = pl.end();
     buffer_bytes_ = std::max(buffer_bytes_, buffers_end[loop]);
     const std::set<const Op*>& in_slice = slices[loop];
     for (const auto& o : loop->region(0).ops) // the slices of all its operands, in body order
@@ -150,6 +157,20 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
         for (const Op* u : users[r])
           only_ahead = only_ahead && (loads.count(u) || (deferred_.count(u) && in_slice.count(u)));
       if (only_ahead) deferred_.insert(*s);
+    }
+    // Late-only ops: elementwise ops and views of the slice whose every user is a late slot's
+    // load or another late-only op.
+    if (pl.has_late()) {
+      std::set<const Op*> late_loads;
+      for (size_t k = 0; k < pl.operands.size(); ++k)
+        if (pl.late[k]) late_loads.insert(async_[size_t(pl.operands[k])].load);
+      for (auto s = pl.slice.rbegin(); s != pl.slice.rend(); ++s) {
+        if (!is_view_or_elementwise((*s)->kind)) continue;
+        bool only_late = true;
+        for (const Value* r : (*s)->results)
+          for (const Op* u : users[r]) only_late = only_late && (late_loads.count(u) || pl.late_only.count(u));
+        if (only_late) pl.late_only.insert(*s);
+      }
     }
     pipeline_index_[loop] = int(pipelines_.size());
     pipelines_.push_back(std::move(pl));

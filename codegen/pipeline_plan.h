@@ -64,6 +64,20 @@ public:
     std::vector<int> operands;     // entries of async_operands(), by slot
     std::vector<int64_t> offsets;  // per slot: where the operand starts within a buffer
     int64_t base = 0, stage_bytes = 0;
+    // Two stages only: per slot, whether it is late, read by a dot after the body's first
+    // pipelined one (attention's V after K). A late slot has one buffer of its own, at
+    // base + stages * stage_bytes + its offset, which the previous trip fills after its last
+    // barrier (its own reads are done), in a group of its own; its dot waits for that group
+    // while the next trip's early copies stay in flight. K double-buffered and V single
+    // take three tiles of shared memory instead of four.
+    std::vector<bool> late;
+    int64_t late_bytes = 0;
+    // Ops of the slice that only late slots' copies need (elementwise and views: their
+    // addresses): emitted again where those copies are issued, from the slice's other values,
+    // so that what stays live across the trip is those values, not a 64-bit address per row.
+    std::set<const ir::Op*> late_only;
+    int64_t end() const { return base + stages * stage_bytes + late_bytes; }
+    bool has_late() const { return late_bytes > 0; }
     // The body's ops the copies' addresses and masks need, in body order: emitted again for
     // the iteration ahead. Those that nothing else uses are deferred (not emitted in the body).
     std::vector<const ir::Op*> slice;

@@ -124,7 +124,8 @@ public:
                               llvm::Value* pred) = 0;
 
   // Annotations once the kernel body is complete.
-  virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) {}
+  // `min_blocks`: ir::Function::min_blocks_per_sm (0: none).
+  virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks) {}
 };
 
 // `sm`: the arch's number (80, 86, 89, 90): sm_89 and later convert fp8 with cvt.

@@ -321,7 +321,7 @@ public:
     return b.CreateBitCast(seen, b.getFloatTy());
   }
 
-  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads) override {
+  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks) override {
     llvm::LLVMContext& c = m.getContext();
     auto* md = m.getOrInsertNamedMetadata("nvvm.annotations");
     auto i32 = [&](int v) {
@@ -334,7 +334,8 @@ public:
     // 255 per thread). With .maxntid alone ptxas aims for several blocks per SM and spills
     // to get there (a tensor-core matmul: 56 registers and 32 bytes of spills instead of 70
     // registers and none); spills cost a kernel more than the occupancy they buy.
-    int maxnreg = std::min(255, 65536 / threads / 8 * 8);
+    // A kernel that asks for min_blocks blocks per SM gets the registers that many can have.
+    int maxnreg = std::min(255, 65536 / (threads * std::max(1, min_blocks)) / 8 * 8);
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxnreg"), i32(maxnreg)}));
   }
 

@@ -293,6 +293,12 @@ Tile KernelBuilder::arg(ElemType type, std::string name, Loc loc) {
   return fn_->add_param(std::move(name), ir::Type{type, {}});
 }
 
+void KernelBuilder::min_blocks_per_sm(int n, Loc loc) {
+  if (!fn_) fail(loc, "min_blocks_per_sm: the kernel is already finished");
+  if (n < 1 || n > 32) fail(loc, fmt::format("min_blocks_per_sm {} must be from 1 to 32", n));
+  fn_->min_blocks_per_sm = n;
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!fn_) fail(loc, "finish: the kernel is already finished");
   ir::Builder& b = tracker_->builder;

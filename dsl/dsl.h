@@ -127,6 +127,9 @@ public:
     return arg(E, std::move(name), loc);
   }
   Tile arg(ElemType type, std::string name, Loc loc = Loc::current());
+  // Asks the GPU compiler to keep registers low enough for `n` blocks per SM (1 to 32), as
+  // CUDA's __launch_bounds__ does: for a kernel whose shared memory lets that many blocks in.
+  void min_blocks_per_sm(int n, Loc loc = Loc::current());
   // Ends the kernel (adds the return), verifies it and hands it over.
   Kernel finish(Loc loc = Loc::current());
 

@@ -229,6 +229,7 @@ Kernel clone(const Function& f) {
     map[p] = n;
   }
   clone_block(f.body, k->body, *k, map);
+  k->min_blocks_per_sm = f.min_blocks_per_sm;
   k->renumber();
   return k;
 }

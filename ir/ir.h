@@ -141,6 +141,10 @@ public:
   std::string name;
   std::vector<Value*> params; // each has a name
   Block body;
+  // The blocks per SM the kernel asks to fit by registers (CUDA's __launch_bounds__ second
+  // argument; printed `min_blocks_per_sm N` after the parameters): the GPU compiler keeps
+  // registers within 64 K / (N * threads). 0: no ask, every register one block can have.
+  int min_blocks_per_sm = 0;
 
   Value* new_value(Type t, Op* def = nullptr, Block* owner = nullptr);
   Value* add_param(std::string name, Type t);

@@ -76,6 +76,12 @@ public:
         break;
       }
     }
+    if (accept_keyword("min_blocks_per_sm")) {
+      const Token at = peek();
+      const int64_t n = parse_int("a block count after 'min_blocks_per_sm'");
+      if (n < 1 || n > 32) fail(at, fmt::format("min_blocks_per_sm {} must be from 1 to 32", n));
+      fn_->min_blocks_per_sm = int(n);
+    }
     parse_region(fn_->body, 0);
     if (peek().kind != Tok::eof) fail_expected(peek(), "end of input after the kernel");
     fn_->renumber();

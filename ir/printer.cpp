@@ -76,7 +76,9 @@ public:
       out_ += fmt::format("{}: {}", ref(fn_.params[i]), type_str(fn_.params[i]));
       if (fn_.params[i]->multiple_of) out_ += fmt::format(" multiple_of {}", fn_.params[i]->multiple_of);
     }
-    out_ += ") {\n";
+    out_ += ")";
+    if (fn_.min_blocks_per_sm) out_ += fmt::format(" min_blocks_per_sm {}", fn_.min_blocks_per_sm);
+    out_ += " {\n";
     print_ops(fn_.body, 1);
     out_ += "}\n";
     return std::move(out_);

@@ -140,8 +140,11 @@ Action add_compile(CLI::App& app, Common& common) {
       say(common, fmt::format("  shared memory: {} loads and stores per thread ({} vectors), {} B", ck.stats.shared_accesses,
                               ck.stats.shared_vector_accesses, ck.stats.shared_access_bytes));
     if (ck.stats.pipelined_loops)
-      say(common, fmt::format("  pipeline: {} stages x {} B of copies in flight", ck.stats.pipeline_stages,
-                              ck.stats.pipeline_stage_bytes));
+      say(common, fmt::format("  pipeline: {} stages x {} B of copies in flight{}", ck.stats.pipeline_stages,
+                              ck.stats.pipeline_stage_bytes,
+                              ck.stats.pipeline_late_bytes
+                                  ? fmt::format(", and {} B single-buffered (late slots)", ck.stats.pipeline_late_bytes)
+                                  : std::string()));
     else if (ck.stats.staged_loops)
       say(common, "  pipeline: not applied (no loop has a tensor-core operand loaded in 16-byte chunks from a "
                   "buffer the kernel only reads)");
@@ -177,6 +180,7 @@ Action add_compile(CLI::App& app, Common& common) {
       j.integer("shared_bytes", ck.shared_bytes);
       j.integer("pipeline_stages", ck.stats.pipelined_loops ? ck.stats.pipeline_stages : 1);
       j.integer("pipeline_stage_bytes", ck.stats.pipeline_stage_bytes);
+      j.integer("pipeline_late_bytes", ck.stats.pipeline_late_bytes);
       // Shared-memory loads and stores as the lowering emits them (per thread, before LLVM).
       j.integer("shared_accesses", ck.stats.shared_accesses).integer("shared_vector_accesses", ck.stats.shared_vector_accesses);
       j.integer("shared_access_bytes", ck.stats.shared_access_bytes);

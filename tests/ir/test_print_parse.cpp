@@ -346,6 +346,22 @@ TEST_CASE("odd kernel and parameter names round-trip", "[ir][parser]") {
   CHECK(print(*back) == text);
 }
 
+TEST_CASE("min_blocks_per_sm prints after the parameters, round-trips and is checked", "[ir][parser]") {
+  auto fn = std::make_shared<Function>("k");
+  fn->add_param("n", scalar_type(DType::i32));
+  fn->min_blocks_per_sm = 4;
+  Builder b(*fn);
+  b.ret();
+  std::string text = print(*fn);
+  CHECK(text.starts_with("kernel @k(%n: i32) min_blocks_per_sm 4 {"));
+  Kernel back = parse(text);
+  CHECK(back->min_blocks_per_sm == 4);
+  CHECK(print(*back) == text);
+  CHECK(clone(*fn)->min_blocks_per_sm == 4);
+  CHECK_THAT(parse_error("kernel @k() min_blocks_per_sm 0 {\n  return\n}"),
+             Catch::Matchers::StartsWith("k.tir:1:31: min_blocks_per_sm 0 must be from 1 to 32"));
+}
+
 TEST_CASE("hand-written IR with names and comments parses", "[ir][parser]") {
   Kernel k = parse(R"(// scale a vector
 kernel @scale(%x: ptr<f32>, %n: i32) {
