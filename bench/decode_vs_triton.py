@@ -144,8 +144,19 @@ def triton_side(out):
     import triton
     import triton_paged_decode as tpd
 
+    from triton.compiler import ASTSource
+
     fn = tpd._paged_decode_kernel
-    src = tpd._make_ast_source(fn, tpd._bench_arg_types(fn.arg_names, tpd.BENCH_CONSTEXPRS), tpd.BENCH_CONSTEXPRS)
+    cx = tpd.BENCH_CONSTEXPRS
+    types = tpd._bench_arg_types(fn.arg_names, cx)
+    # Triton's launcher specializes pointers and integers that are multiples of 16 ("D"): every
+    # pointer here and the q/K/V strides (multiples of D = 128), which lets it copy K and V
+    # rows 16 bytes at a time with cp.async, as it would on a GPU.
+    aligned = {"Q", "K", "V", "Out", "BlockTable", "ContextLens", "OPart", "LSE", "stride_qb", "stride_qh",
+               "stride_kb", "stride_ks", "stride_kh", "stride_vb", "stride_vs", "stride_vh"}
+    signature = {n: ("constexpr" if n in cx else types[n]) for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in aligned}
+    src = ASTSource(fn=fn, signature=signature, constexprs=dict(cx), attrs=attrs)
     kernel = triton.compile(src, target=tpd._gpu_target(90), options=dict(tpd.BENCH_OPTIONS))
     d = os.path.join(out, "triton")
     os.makedirs(d, exist_ok=True)

@@ -163,8 +163,8 @@ def tilec_side(tilec, causal, out):
     loops = kv_loops(ptx)
     if not loops:
         fail(f"no K/V loop found in {report['ptx']}")
-    # tilec reports the largest of them; the finder here must agree with codegen/ptx_loops.cpp.
-    if max(lp["instructions"] for lp in loops) != report.get("loop_instructions"):
+    # tilec reports the first of them; the finder here must agree with codegen/ptx_loops.cpp.
+    if loops[0]["instructions"] != report.get("loop_instructions"):
         fail(f"this script's loop finder counts {[lp['instructions'] for lp in loops]} instructions in "
              f"{report['ptx']}; tilec compile reports {report.get('loop_instructions')} for its main loop")
     entry = re.search(r"\.entry\s+(\w+)", ptx).group(1)
@@ -312,7 +312,9 @@ def main():
         for who, side in sides:
             regs, spills = ptxas_registers(ptxas, side["ptx_path"], side["entry"])
             side["registers"], side["spill_bytes"] = regs, spills
-            names = ["K/V loop"] if len(side["loops"]) == 1 else ["unmasked", "diagonal"] + \
+            # Without a mask tilec walks whole steps, then the partial last one in a loop of its own.
+            names = ["K/V loop"] if len(side["loops"]) == 1 else \
+                (["unmasked", "diagonal"] if causal else ["whole", "last"]) + \
                 [f"loop {i}" for i in range(3, len(side["loops"]) + 1)]
             for name, lp in zip(names, side["loops"]):
                 rows.append((f"{'causal' if causal else 'full'}", who, name, lp, regs, spills, side["shared_bytes"]))
@@ -339,6 +341,7 @@ def main():
               f"{'-' if regs is None else regs:>6}{'-' if spills is None else spills:>6}{smem or '-':>8}")
     # Where the unmasked trips differ, opcode by opcode.
     full = [r for r in rows if r[0] == "full"]
+    full = [next(r for r in full if r[1] == "tilec"), next(r for r in full if r[1] != "tilec")]
     a, b = full[0][3]["opcodes"], full[1][3]["opcodes"]
     diff = sorted(set(a) | set(b), key=lambda k: (-abs(a.get(k, 0) - b.get(k, 0)), k))
     diff = [k for k in diff if a.get(k, 0) != b.get(k, 0)][:args.top]
