@@ -13,14 +13,14 @@ Per kernel it prints the main K/V loop's PTX instructions (the loop rules of
 codegen/ptx_loops.cpp, through bench/prefill_vs_triton.py's finder: the first outermost loop that
 reads global memory), its SASS instructions (the cubin through nvdisasm: the first loop, a
 label and the last backward branch to it, that issues LDGSTS or LDG), barriers, mma and
-ldmatrix per trip, registers (ptxas -v) and shared memory per block, and how many blocks of
+ldmatrix per trip, registers (from the cubin) and shared memory per block, and how many blocks of
 128 threads fit an H100/H200 SM by shared memory (228 KiB, 1 KiB reserved per block) and by
 registers (64 Ki).
 
 The public decode kernels of serving engines (vLLM, SGLang) are not vendored here; install
 them and compile them the same way to extend the table.
 
-  python3 bench/decode_vs_triton.py [--tilec build/tools/tilec] [--ptxas PTXAS] [--nvdisasm NVDISASM]
+  python3 bench/decode_vs_triton.py [--tilec build/tools/tilec] [--nvdisasm NVDISASM]
                                     [--keep DIR] [--json]
 
 Needs Triton (pip install triton) and no GPU; nvdisasm comes with the CUDA toolkit, with Triton's
@@ -40,53 +40,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import prefill_vs_triton as pvt  # noqa: E402  (the PTX loop finder and ptxas -v)
+import prefill_vs_triton as pvt  # noqa: E402  (the PTX loop finder)
 
-pvt.ARCH = "90a"  # ptxas -v for sm_90 (Triton targets sm_90a; tilec's sm_90 PTX assembles for it too)
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+from sass_check import find_nvdisasm, sass_loop  # noqa: E402  (nvdisasm and the SASS loop finder)
+
 
 SHAPE = ["batch=1", "hq=32", "hkv=8", "head_dim=128", "block_size=16", "dtype=bf16"]
 CONFIG = ["block_n=64", "head_group=4", "num_warps=4", "num_stages=2"]
 SMEM_PER_SM, SMEM_RESERVED, REGS_PER_SM, THREADS = 228 * 1024, 1024, 65536, 128
-
-
-def find_nvdisasm(given):
-    cands = [given, os.environ.get("NVDISASM"), shutil.which("nvdisasm"), "/usr/local/cuda/bin/nvdisasm"]
-    try:
-        import triton
-        cands.append(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm"))
-    except ImportError:
-        pass
-    for c in cands:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
-
-
-def sass_loop(nvdisasm, cubin_path):
-    """The first SASS loop that reads global memory: (instructions, opcode counts)."""
-    text = subprocess.run([nvdisasm, "-c", cubin_path], check=True, capture_output=True, text=True).stdout
-    ins, labels = [], {}
-    for line in text.split("\n"):
-        m = re.match(r"\s*(\.L_x_\d+):", line)
-        if m:
-            labels[m.group(1)] = len(ins)
-            continue
-        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)
-        if m:
-            ins.append(m.group(1))
-    loops = {}
-    for i, t in enumerate(ins):
-        m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", t)
-        if m and labels.get(m.group(1), len(ins)) <= i:
-            loops[labels[m.group(1)]] = i  # the last backward branch to the label
-    for start in sorted(loops):
-        body = ins[start:loops[start] + 1]
-        ops = [re.sub(r"^@!?U?P\w+\s+", "", x).split()[0] for x in body]
-        if any(o.startswith(("LDGSTS", "LDG")) for o in ops):
-            count = lambda p: sum(o.startswith(p) for o in ops)  # noqa: E731
-            return {"sass": len(body), "sass_bar": count("BAR"), "sass_hmma": count("HMMA"),
-                    "sass_moves": sum(o.startswith(("MOV", "IMAD.MOV")) for o in ops)}
-    return None
 
 
 def cubin_registers(cubin_path, entry):
@@ -166,28 +128,26 @@ def triton_side(out):
     with open(cubin_path, "wb") as f:
         f.write(kernel.asm["cubin"])
     entry = re.search(r"\.entry\s+(\w+)", kernel.asm["ptx"]).group(1)
-    # Triton's PTX may be newer than the CUDA toolkit's ptxas: its own (bundled) ptxas reads it.
-    bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     return {"name": f"Triton {triton.__version__} decode (bench/triton_paged_decode.py)", "ptx_path": ptx_path,
-            "cubin_path": cubin_path, "entry": entry, "shared": kernel.metadata.shared,
-            "ptxas": bundled if os.access(bundled, os.X_OK) else None}
+            "cubin_path": cubin_path, "entry": entry, "shared": kernel.metadata.shared}
 
 
-def measure(side, ptxas, nvdisasm):
+def measure(side, nvdisasm):
     with open(side["ptx_path"]) as f:
         ptx = f.read()
     loops = pvt.kv_loops(ptx)
     if not loops:
         pvt.fail(f"no K/V loop in {side['ptx_path']}")
     lp = loops[0]
-    row = {k: v for k, v in side.items() if k != "ptxas"}
+    row = dict(side)
     row.update({"ptx": lp["instructions"], "bar": pvt.count(lp, "bar.sync") + pvt.count(lp, "barrier"),
                 "mma": pvt.count(lp, "mma"), "ldmatrix": pvt.count(lp, "ldmatrix"),
                 "registers": cubin_registers(side["cubin_path"], side["entry"])})
     if nvdisasm:
         s = sass_loop(nvdisasm, side["cubin_path"])
         if s:
-            row.update(s)
+            row.update({"sass": s["sass"], "sass_bar": s["opcodes"]["BAR"], "sass_hmma": s["opcodes"]["HMMA"],
+                        "sass_moves": s["moves"]})
     regs = ((row["registers"] or 255) + 7) // 8 * 8
     row["blocks_by_smem"] = SMEM_PER_SM // (row["shared"] + SMEM_RESERVED)
     row["blocks_by_regs"] = REGS_PER_SM // (regs * THREADS)
@@ -197,7 +157,6 @@ def measure(side, ptxas, nvdisasm):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tilec", default=os.path.join(HERE, "..", "build", "tools", "tilec"))
-    ap.add_argument("--ptxas", default=shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas")
     ap.add_argument("--nvdisasm", default=None)
     ap.add_argument("--keep", default=None, help="keep the PTX and cubins in this folder")
     ap.add_argument("--json", action="store_true")
@@ -205,13 +164,13 @@ def main():
     if not os.access(args.tilec, os.X_OK):
         pvt.fail(f"{args.tilec} is not executable (build tilec or pass --tilec)")
     try:
-        import triton  # noqa: F401
+        import triton  # noqa: F401  (a clear error before anything runs)
     except ImportError as e:
         pvt.fail(f"triton is not importable ({e}): pip install triton (no GPU needed)")
     nvdisasm = find_nvdisasm(args.nvdisasm)
     out = args.keep or tempfile.mkdtemp(prefix="decode_vs_triton.")
     os.makedirs(out, exist_ok=True)
-    rows = [measure(tilec_side(args.tilec, out), args.ptxas, nvdisasm), measure(triton_side(out), args.ptxas, nvdisasm)]
+    rows = [measure(tilec_side(args.tilec, out), nvdisasm), measure(triton_side(out), nvdisasm)]
     print("decode K/V loop per 64-token trip: bf16 Hq 32 Hkv 8 D 128 page 16, 4 warps, 2 stages, sm_90")
     if not nvdisasm:
         print("(no nvdisasm: SASS columns empty; pip install nvidia-cuda-nvdisasm or pass --nvdisasm)")

@@ -6,7 +6,8 @@
 # second time with the emulator's threads in reverse order running the GPU's own nvptx
 # lowering rewritten for the CPU. So every test runs in both thread orders and on both
 # lowerings, once each, and under the sanitizers once. After the first ctest pass it runs the
-# hosts in Python and Rust (scripts/test_hosts.sh).
+# hosts in Python and Rust (scripts/test_hosts.sh) and counts the decode loop's SASS
+# (scripts/sass_check.py).
 # With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run instead of
 # skipping the PTX checks. TILEC_QUICK=1 runs the plain suite only, in both orders (for a
 # fast local loop).
@@ -30,6 +31,17 @@ elapsed
 echo "==> hosts: the Python package (pytest) and the Rust example (scripts/test_hosts.sh)"
 ./scripts/test_hosts.sh "$build"
 elapsed
+# The decode loop in SASS (the cubin through nvdisasm; pip's nvidia-cuda-nvdisasm when the
+# toolkit has none): at most 340 instructions and 8 barriers a trip. Needs ptxas for the cubin.
+if command -v ptxas >/dev/null || [ -x /usr/local/cuda/bin/ptxas ]; then
+  echo "==> the decode loop in SASS (scripts/sass_check.py)"
+  if ! python3 scripts/sass_check.py --tilec "$build/tools/tilec" >/dev/null 2>&1; then
+    python3 -m pip install --quiet nvidia-cuda-nvdisasm 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages nvidia-cuda-nvdisasm || true
+  fi
+  python3 scripts/sass_check.py --tilec "$build/tools/tilec"
+  elapsed
+fi
 # The emulator running a block's threads in reverse order (a missing barrier that one order
 # hides shows in the other; the shared-memory race check catches it in both), and every
 # emulated kernel built from the nvptx lowering, so the GPU's own target code (shuffle
