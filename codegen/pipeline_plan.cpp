@@ -137,7 +137,10 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       x.pipeline = int(pipelines_.size());
       x.slot = int(pl.operands.size());
       pl.operands.push_back(i);
-      const bool late = pl.stages == 2 && x.dot != first_dot;
+      // Late only for a short A (decode's few query rows): its tile leaves registers to spare for
+      // the next iteration's slice values the trip then holds; a large tile (prefill) is
+      // already at the register file's limit.
+      const bool late = pl.stages == 2 && x.dot != first_dot && x.dot->operands[0]->type.shape[0] <= Pipeline::kMaxLateRows;
       pl.late.push_back(late);
       pl.offsets.push_back(late ? pl.late_bytes : pl.stage_bytes);
       (late ? pl.late_bytes : pl.stage_bytes) += x.staging.bytes();

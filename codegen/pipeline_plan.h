@@ -65,13 +65,14 @@ public:
     std::vector<int64_t> offsets;  // per slot: where the operand starts within a buffer
     int64_t base = 0, stage_bytes = 0;
     // Two stages only: per slot, whether it is late, read by a dot after the body's first
-    // pipelined one (attention's V after K). A late slot has one buffer of its own, at
+    // pipelined one (attention's V after K) whose A has at most kMaxLateRows rows. A late slot has one buffer of its own, at
     // base + stages * stage_bytes + its offset, which the previous trip fills after its last
     // barrier (its own reads are done), in a group of its own; its dot waits for that group
     // while the next trip's early copies stay in flight. K double-buffered and V single
     // take three tiles of shared memory instead of four.
     std::vector<bool> late;
     int64_t late_bytes = 0;
+    static constexpr int64_t kMaxLateRows = 16; // the late dot's A has at most this many rows
     // Ops of the slice that only late slots' copies need (elementwise and views: their
     // addresses): emitted again where those copies are issued, from the slice's other values,
     // so that what stays live across the trip is those values, not a 64-bit address per row.
