@@ -457,11 +457,12 @@ void Lowering::emit_for(const Op& op) {
   }
   // A loop the pipeline plan pipelines first issues the copies of its first stages - 1
   // iterations, one group each, into buffers 0, 1, ... (after a barrier if an earlier loop's
-  // dots may still read them).
+  // dots may still read them, or its last copies, issued past its end and landed by each
+  // thread's own wait, wrote them: the buffers are shared).
   const Pipeline* pl = pipes_.pipeline_of(&op);
   const int64_t S = pl ? pl->stages : 1;
   if (pl) {
-    if (pipe_read_unfenced_) barrier();
+    if (pipe_read_unfenced_ || pipe_written_unfenced_) barrier();
     for (int64_t s = 0; s + 1 < S; ++s)
       issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
                   b_.getInt32(uint32_t(s)), false);
@@ -515,7 +516,9 @@ void Lowering::emit_for(const Op& op) {
   // buffer is read unfenced if it was before or is at the end of the body.
   const bool unfenced_before = pipe_read_unfenced_;
   emit_block(body);
-  if (pipe_read_unfenced_) barrier();
+  // The next trip's copies (or a nested pipelined loop's first ones) may refill a buffer only
+  // after a barrier follows every read of it and every copy a nested loop landed in it.
+  if (pipe_read_unfenced_ || pipe_written_unfenced_) barrier();
   if (pl && pl->has_late()) issue_late(*pl);
   // The next trip's first accesses must wait for this trip's last ones they conflict with: a
   // barrier at the top of the body (before the first trip too, where it costs nothing).
@@ -545,7 +548,10 @@ void Lowering::emit_for(const Op& op) {
   for (auto it = resident_.begin(); it != resident_.end();)
     it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
   pipe_read_unfenced_ = pipe_read_unfenced_ || unfenced_before;
-  if (pl) hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off)
+  if (pl) {
+    hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off: zero-filled)
+    pipe_written_unfenced_ = true;
+  }
   for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
 }
 
@@ -560,13 +566,13 @@ void Lowering::emit_if(const Op& op) {
   // Scratch touched after the if is what either branch left touched; a loop's body is fenced
   // after it only if both branches fenced it.
   const std::vector<Interval> touched = touched_;
-  const bool unfenced = pipe_read_unfenced_, landed = pipe_landed_unfenced_;
+  const bool unfenced = pipe_read_unfenced_, landed = pipe_landed_unfenced_, written = pipe_written_unfenced_;
   std::vector<bool> fenced;
   for (const LoopFence& f : loop_fences_) fenced.push_back(f.fenced);
   std::vector<Elems> out[2];
   llvm::BasicBlock* ends[2];
   std::vector<Interval> touched_after;
-  bool unfenced_after = false, landed_after = false;
+  bool unfenced_after = false, landed_after = false, written_after = false;
   std::vector<bool> fenced_after(fenced.size(), true);
   llvm::BasicBlock* starts[2] = {then_bb, else_bb};
   for (int r = 0; r < 2; ++r) {
@@ -574,6 +580,7 @@ void Lowering::emit_if(const Op& op) {
     touched_ = touched;
     pipe_read_unfenced_ = unfenced;
     pipe_landed_unfenced_ = landed;
+    pipe_written_unfenced_ = written;
     for (size_t i = 0; i < fenced.size(); ++i) loop_fences_[i].fenced = fenced[i];
     emit_block(op.region(r));
     out[r] = yielded_;
@@ -582,12 +589,14 @@ void Lowering::emit_if(const Op& op) {
     touched_after.insert(touched_after.end(), touched_.begin(), touched_.end());
     unfenced_after = unfenced_after || pipe_read_unfenced_;
     landed_after = landed_after || pipe_landed_unfenced_;
+    written_after = written_after || pipe_written_unfenced_;
     for (size_t i = 0; i < fenced.size(); ++i) fenced_after[i] = fenced_after[i] && loop_fences_[i].fenced;
   }
   b_.SetInsertPoint(merge);
   touched_ = std::move(touched_after);
   pipe_read_unfenced_ = unfenced_after;
   pipe_landed_unfenced_ = landed_after;
+  pipe_written_unfenced_ = written_after;
   for (size_t i = 0; i < fenced.size(); ++i) loop_fences_[i].fenced = fenced_after[i];
   // Every phi first: defining a result may convert it to other layouts, which emits code.
   std::vector<Elems> vals(op.results.size());

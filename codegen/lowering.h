@@ -183,6 +183,7 @@ private:
     for (LoopFence& f : loop_fences_) f.fenced = true;
     pipe_read_unfenced_ = false;
     pipe_landed_unfenced_ = false;
+    pipe_written_unfenced_ = false;
   }
   // Runs of a thread's elements of a tile in layout `l` that are contiguous along `dim`:
   // (first element, count), each count a power of two of at most 16 bytes, its first
@@ -341,6 +342,7 @@ private:
   // where in scratch.
   std::map<std::pair<const Op*, int>, int64_t> resident_;
   bool pipe_landed_unfenced_ = false; // a pipeline's copies were waited for since the last barrier
+  bool pipe_written_unfenced_ = false; // a pipelined loop ended (its last copies landed) since the last barrier
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
   LoweringStats stats_;
 };
