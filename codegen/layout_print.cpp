@@ -228,7 +228,7 @@ std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan,
                        pl->base, pl->end());
       for (size_t i = 0; i < pl->operands.size(); ++i)
         s += fmt::format("//   {}slot {} at +{}: {}\n", pl->late[i] ? "late " : "", i,
-                         pl->late[i] ? pl->stages * pl->stage_bytes + pl->offsets[i] : pl->offsets[i],
+                         (pl->late[i] ? pl->late_base() - pl->base : 0) + pl->offsets[i],
                          staged(plan.async_operands()[size_t(pl->operands[i])]));
       if (pl->has_late())
         s += "//   late slots: copied at the end of the trip before, after its last barrier; their dot waits for "

@@ -3,15 +3,12 @@
 // pipeline plan (codegen/pipeline_plan.h) decided them before emission: this file emits.
 #include "codegen/lowering.h"
 
-#include <limits>
-
 namespace tilec::codegen::detail {
 
 llvm::Value* Lowering::pipe_buffer(const Pipeline& pl, llvm::Value* stage, int slot) {
   if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
   if (pl.late[size_t(slot)]) // one buffer, after the rotating ones
-    return b_.CreateConstGEP1_64(b_.getInt8Ty(), smem_base_,
-                                 uint64_t(pl.base + pl.stages * pl.stage_bytes + pl.offsets[size_t(slot)]));
+    return b_.CreateConstGEP1_64(b_.getInt8Ty(), smem_base_, uint64_t(pl.late_base() + pl.offsets[size_t(slot)]));
   llvm::Value* off = b_.CreateAdd(b_.CreateMul(stage, b_.getInt32(uint32_t(pl.stage_bytes)), "", true, true),
                                   b_.getInt32(uint32_t(pl.base + pl.offsets[size_t(slot)])), "", true, true);
   return b_.CreateGEP(b_.getInt8Ty(), smem_base_, off);
@@ -92,20 +89,7 @@ void Lowering::issue_late(const Pipeline& pl) {
   auto saved = vals_;
   vals_ = std::move(late_vals_);
   late_vals_.clear();
-  // The late slots' addresses again, from the slice's other values.
-  for (const Op* o : pl.late_only)
-    for (const Value* r : o->results)
-      for (auto it = vals_.lower_bound({r, std::numeric_limits<LayoutId>::min()}); it != vals_.end() && it->first.first == r;)
-        it = vals_.erase(it);
   ahead_pred_ = late_pred_;
-  emitting_ahead_ = true;
-  for (const Op* o : pl.slice)
-    if (pl.late_only.count(o)) {
-      int conversions = stats_.conversions; // counted where the slice was first emitted
-      emit_op(*o);
-      stats_.conversions = conversions;
-    }
-  emitting_ahead_ = false;
   issue_slots(pl, nullptr, true);
   hooks_.cp_async_commit(b_);
   ahead_pred_ = late_pred_ = nullptr;

@@ -161,20 +161,6 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
           only_ahead = only_ahead && (loads.count(u) || (deferred_.count(u) && in_slice.count(u)));
       if (only_ahead) deferred_.insert(*s);
     }
-    // Late-only ops: elementwise ops and views of the slice whose every user is a late slot's
-    // load or another late-only op.
-    if (pl.has_late()) {
-      std::set<const Op*> late_loads;
-      for (size_t k = 0; k < pl.operands.size(); ++k)
-        if (pl.late[k]) late_loads.insert(async_[size_t(pl.operands[k])].load);
-      for (auto s = pl.slice.rbegin(); s != pl.slice.rend(); ++s) {
-        if (!is_view_or_elementwise((*s)->kind)) continue;
-        bool only_late = true;
-        for (const Value* r : (*s)->results)
-          for (const Op* u : users[r]) only_late = only_late && (late_loads.count(u) || pl.late_only.count(u));
-        if (only_late) pl.late_only.insert(*s);
-      }
-    }
     pipeline_index_[loop] = int(pipelines_.size());
     pipelines_.push_back(std::move(pl));
   }

@@ -73,11 +73,8 @@ public:
     std::vector<bool> late;
     int64_t late_bytes = 0;
     static constexpr int64_t kMaxLateRows = 16; // the late dot's A has at most this many rows
-    // Ops of the slice that only late slots' copies need (elementwise and views: their
-    // addresses): emitted again where those copies are issued, from the slice's other values,
-    // so that what stays live across the trip is those values, not a 64-bit address per row.
-    std::set<const ir::Op*> late_only;
-    int64_t end() const { return base + stages * stage_bytes + late_bytes; }
+    int64_t late_base() const { return base + stages * stage_bytes; } // where the late buffer starts
+    int64_t end() const { return late_base() + late_bytes; }
     bool has_late() const { return late_bytes > 0; }
     // The body's ops the copies' addresses and masks need, in body order: emitted again for
     // the iteration ahead. Those that nothing else uses are deferred (not emitted in the body).
