@@ -207,7 +207,7 @@ void Lowering::scratch_begin(int64_t bytes) {
   // floor or the end of a touched region.
   std::vector<int64_t> starts{scratch_floor_};
   for (const Access& t : touched_)
-    if (t.space == kScratch && t.hi > scratch_floor_) starts.push_back((t.hi + 15) / 16 * 16);
+    if (t.space == kScratch && t.hi > scratch_floor_) starts.push_back(t.hi); // regions are whole 16 bytes
   std::sort(starts.begin(), starts.end());
   int64_t lo = -1;
   for (int64_t at : starts)
@@ -241,6 +241,28 @@ void Lowering::global_access(const Value* ptr, LayoutId l, bool write) {
   const Access a{space, 0, 0, write, private_elems ? ptr : nullptr, l};
   if (conflicts_with_touched(a)) barrier();
   touch(a);
+}
+
+Lowering::SyncState Lowering::sync_state() const {
+  SyncState s{touched_, pipe_read_unfenced_, pipe_landed_unfenced_, pipe_written_unfenced_, {}};
+  for (const LoopFence& f : loop_fences_) s.loop_fenced.push_back(f.fenced);
+  return s;
+}
+
+void Lowering::set_sync_state(const SyncState& s) {
+  touched_ = s.touched;
+  pipe_read_unfenced_ = s.pipe_read;
+  pipe_landed_unfenced_ = s.pipe_landed;
+  pipe_written_unfenced_ = s.pipe_written;
+  for (size_t i = 0; i < s.loop_fenced.size(); ++i) loop_fences_[i].fenced = s.loop_fenced[i];
+}
+
+void Lowering::join_sync(SyncState& s, const SyncState& o) {
+  s.touched.insert(s.touched.end(), o.touched.begin(), o.touched.end());
+  s.pipe_read = s.pipe_read || o.pipe_read;
+  s.pipe_landed = s.pipe_landed || o.pipe_landed;
+  s.pipe_written = s.pipe_written || o.pipe_written;
+  for (size_t i = 0; i < s.loop_fenced.size(); ++i) s.loop_fenced[i] = s.loop_fenced[i] && o.loop_fenced[i];
 }
 
 llvm::Value* Lowering::smem_at(llvm::Type* ty, llvm::Value* index, int64_t byte_offset) {
@@ -469,11 +491,9 @@ void Lowering::emit_for(const Op& op) {
   }
   // Dot operands that do not change in the loop are staged once, here.
   const int64_t floor_before = scratch_floor_;
-  const std::vector<Interval> resident = stage_resident(op);
-  // Scratch and fences as the body's first trip finds them (and as zero trips leave them).
-  const std::vector<Interval> touched_before = touched_;
-  std::vector<bool> fenced_before;
-  for (const LoopFence& f : loop_fences_) fenced_before.push_back(f.fenced);
+  const std::vector<Access> resident = stage_resident(op);
+  // The bookkeeping as the body's first trip finds it (and as zero trips leave it).
+  const SyncState before = sync_state();
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(c_, "for.header", kernel_);
   llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(c_, "for.body", kernel_);
@@ -512,9 +532,6 @@ void Lowering::emit_for(const Op& op) {
   }
   vals_[{body.args[0], kScalar}] = {iv};
   for (size_t i = 0; i < n; ++i) define(body.args[i + 1], cl[i], Elems(phis[i].begin(), phis[i].end()));
-  // A barrier in the body fences nothing when the loop runs no trip: after the loop, a pipeline
-  // buffer is read unfenced if it was before or is at the end of the body.
-  const bool unfenced_before = pipe_read_unfenced_;
   emit_block(body);
   // The next trip's copies (or a nested pipelined loop's first ones) may refill a buffer only
   // after a barrier follows every read of it and every copy a nested loop landed in it.
@@ -541,13 +558,15 @@ void Lowering::emit_for(const Op& op) {
     for (size_t j = 0; j < phis[i].size(); ++j) phis[i][j]->addIncoming(next[i][j], latch);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
-  touched_.insert(touched_.end(), touched_before.begin(), touched_before.end());
-  touched_.insert(touched_.end(), resident.begin(), resident.end()); // read by the last trip
-  for (size_t i = 0; i < fenced_before.size(); ++i) loop_fences_[i].fenced = fenced_before[i];
+  // A barrier in the body fences nothing when the loop runs no trip: after the loop, the
+  // bookkeeping joins the body's end with what was before it.
+  SyncState after = sync_state();
+  join_sync(after, before);
+  after.touched.insert(after.touched.end(), resident.begin(), resident.end()); // read by the last trip
+  set_sync_state(after);
   scratch_floor_ = floor_before;
   for (auto it = resident_.begin(); it != resident_.end();)
     it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
-  pipe_read_unfenced_ = pipe_read_unfenced_ || unfenced_before;
   if (pl) {
     hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off: zero-filled)
     pipe_written_unfenced_ = true;
@@ -561,43 +580,25 @@ void Lowering::emit_if(const Op& op) {
   llvm::BasicBlock* else_bb = llvm::BasicBlock::Create(c_, "if.else", kernel_);
   llvm::BasicBlock* merge = llvm::BasicBlock::Create(c_, "if.end", kernel_);
   b_.CreateCondBr(cond, then_bb, else_bb);
-  // What a barrier in one branch fenced, the other branch may not have: after the if, shared
-  // memory is dirty, or a pipeline buffer read unfenced, if either is so at the end of either.
-  // Scratch touched after the if is what either branch left touched; a loop's body is fenced
-  // after it only if both branches fenced it.
-  const std::vector<Interval> touched = touched_;
-  const bool unfenced = pipe_read_unfenced_, landed = pipe_landed_unfenced_, written = pipe_written_unfenced_;
-  std::vector<bool> fenced;
-  for (const LoopFence& f : loop_fences_) fenced.push_back(f.fenced);
+  // What a barrier in one branch fenced, the other branch may not have: after the if, the
+  // bookkeeping joins what both branches leave (join_sync).
+  const SyncState before = sync_state();
+  SyncState after;
   std::vector<Elems> out[2];
   llvm::BasicBlock* ends[2];
-  std::vector<Interval> touched_after;
-  bool unfenced_after = false, landed_after = false, written_after = false;
-  std::vector<bool> fenced_after(fenced.size(), true);
   llvm::BasicBlock* starts[2] = {then_bb, else_bb};
   for (int r = 0; r < 2; ++r) {
     b_.SetInsertPoint(starts[r]);
-    touched_ = touched;
-    pipe_read_unfenced_ = unfenced;
-    pipe_landed_unfenced_ = landed;
-    pipe_written_unfenced_ = written;
-    for (size_t i = 0; i < fenced.size(); ++i) loop_fences_[i].fenced = fenced[i];
+    set_sync_state(before);
     emit_block(op.region(r));
     out[r] = yielded_;
     ends[r] = b_.GetInsertBlock();
     b_.CreateBr(merge);
-    touched_after.insert(touched_after.end(), touched_.begin(), touched_.end());
-    unfenced_after = unfenced_after || pipe_read_unfenced_;
-    landed_after = landed_after || pipe_landed_unfenced_;
-    written_after = written_after || pipe_written_unfenced_;
-    for (size_t i = 0; i < fenced.size(); ++i) fenced_after[i] = fenced_after[i] && loop_fences_[i].fenced;
+    if (r == 0) after = sync_state();
+    else join_sync(after, sync_state());
   }
   b_.SetInsertPoint(merge);
-  touched_ = std::move(touched_after);
-  pipe_read_unfenced_ = unfenced_after;
-  pipe_landed_unfenced_ = landed_after;
-  pipe_written_unfenced_ = written_after;
-  for (size_t i = 0; i < fenced.size(); ++i) loop_fences_[i].fenced = fenced_after[i];
+  set_sync_state(after);
   // Every phi first: defining a result may convert it to other layouts, which emits code.
   std::vector<Elems> vals(op.results.size());
   for (size_t i = 0; i < op.results.size(); ++i)
@@ -613,7 +614,7 @@ void Lowering::emit_if(const Op& op) {
   }
 }
 
-std::vector<Lowering::Interval> Lowering::stage_resident(const Op& loop) {
+std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
   if (!opts_.tensor_cores) return {};
   // The value is defined outside `loop`: no op or block of it produces it.
   auto outside = [&](const Value* v) {

@@ -128,9 +128,9 @@ private:
   // own: the lowest one at or above the floor (below it: the operands a loop keeps resident)
   // that no access since the last barrier touched, so the exchange needs no barrier before
   // its writes; only when that region would sit more than kScratchSpread bytes above the
-  // floor does it wait at a barrier and take the floor. A loop body's writes before its first
-  // barrier are checked against what its end touched: where they meet, a barrier closes the
-  // body (each trip's writes wait for the previous trip's reads).
+  // floor does it wait at a barrier and take the floor. A loop body's accesses before its
+  // first barrier are checked against what its end touched: where they conflict, a barrier
+  // opens the body (each trip's writes wait for the previous trip's reads).
   // scratch_begin: the region for `bytes`, which smem() then addresses (after the barrier
   // the region needs, if any); scratch_end: its reads are done (it stays touched until the
   // next barrier).
@@ -155,7 +155,6 @@ private:
       return !(ptr && ptr == o.ptr && layout == o.layout);
     }
   };
-  using Interval = Access;
   void scratch_begin(int64_t bytes);
   void scratch_end() { touched_.push_back({kScratch, region_.lo, region_.hi, false}); }
   // Records an access to the global buffer behind the pointer tile `ptr` (in layout `l`),
@@ -172,6 +171,18 @@ private:
   bool conflicts_with_touched(const Access& a) const {
     return std::any_of(touched_.begin(), touched_.end(), [&](const Access& t) { return t.conflicts(a); });
   }
+  // What the barrier bookkeeping knows at a point of the code: the accesses since the last
+  // barrier, the pipeline flags below, and per loop being lowered whether its body is fenced.
+  // Where paths meet (after an if, after a loop that may run no trip) their states join:
+  // touched on either, unfenced on either, a body fenced only on both.
+  struct SyncState {
+    std::vector<Access> touched;
+    bool pipe_read = false, pipe_landed = false, pipe_written = false;
+    std::vector<bool> loop_fenced;
+  };
+  SyncState sync_state() const;
+  void set_sync_state(const SyncState& s);
+  static void join_sync(SyncState& s, const SyncState& o);
   // Shared memory the kernel needs: the pipelines' buffers, then scratch up to `scratch_top`.
   void need_smem(int64_t scratch_top) {
     stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + scratch_top);
@@ -209,7 +220,7 @@ private:
   // it, in scratch under a raised floor (resident_), while they fit kResidentBytes; returns
   // their regions.
   static constexpr int64_t kResidentBytes = 32 * 1024;
-  std::vector<Interval> stage_resident(const Op& loop);
+  std::vector<Access> stage_resident(const Op& loop);
   void emit_if(const Op& op);
   void emit_reshape(const Op& op);
   void emit_assert(const Op& op);
@@ -335,7 +346,7 @@ private:
   // began, and the scratch its body wrote before that.
   struct LoopFence {
     bool fenced = false;
-    std::vector<Interval> exposed;
+    std::vector<Access> exposed;
   };
   std::vector<LoopFence> loop_fences_;
   // Dot operands a loop stages once before it (loop-invariant, emit_for): (dot, operand) ->
