@@ -25,6 +25,13 @@ inline int64_t max_shared_bytes(const std::string& arch) {
   return 0;
 }
 
+// How many blocks of `shared_bytes` each fit one SM of `arch` by shared memory: an SM holds the
+// per-block maximum plus the 1 KiB it keeps for each block (0 for an unknown arch).
+inline int64_t blocks_by_shared_memory(const std::string& arch, int64_t shared_bytes) {
+  const int64_t per_sm = max_shared_bytes(arch) + 1024;
+  return max_shared_bytes(arch) ? per_sm / (shared_bytes + 1024) : 0;
+}
+
 // The most bytes one tensor may take: 2^44 (16 TiB), a few of which fit a process's address
 // space on x86-64 Linux (2^47); no GPU holds more. Tensors past 2^31 elements are fine
 // below it (64-bit offsets, ir::widen_offsets).

@@ -68,8 +68,8 @@ LoweringStats Lowering::run() {
   }
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   pb_.CreateBr(body);
-  hooks_.finish_kernel(m_, kernel_, threads, fn_.min_blocks_per_sm);
   stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
+  hooks_.finish_kernel(m_, kernel_, threads, fn_.min_blocks_per_sm, stats_.shared_bytes);
   // `tilec ir --stage layouts` prints the plan's list: it must be what was emitted.
   internal_assert(stats_.conversions == static_cast<int>(plan_.conversions().size()),
                   "the lowering emits the layout plan's conversions");

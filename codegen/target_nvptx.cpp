@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numbers>
 
+#include "abi/limits.h"
 #include "codegen/target.h"
 
 namespace tilec::codegen {
@@ -19,7 +20,7 @@ constexpr unsigned kShared = 3;
 
 class NvptxHooks final : public TargetHooks {
 public:
-  explicit NvptxHooks(bool fp8_cvt) : fp8_cvt_(fp8_cvt) {}
+  explicit NvptxHooks(int sm) : fp8_cvt_(sm >= 89), arch_("sm_" + std::to_string(sm)) {}
 
   llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
                                 const std::vector<llvm::Type*>& params, int threads) override {
@@ -321,7 +322,7 @@ public:
     return b.CreateBitCast(seen, b.getFloatTy());
   }
 
-  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks) override {
+  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks, int64_t shared_bytes) override {
     llvm::LLVMContext& c = m.getContext();
     auto* md = m.getOrInsertNamedMetadata("nvvm.annotations");
     auto i32 = [&](int v) {
@@ -334,8 +335,13 @@ public:
     // 255 per thread). With .maxntid alone ptxas aims for several blocks per SM and spills
     // to get there (a tensor-core matmul: 56 registers and 32 bytes of spills instead of 70
     // registers and none); spills cost a kernel more than the occupancy they buy.
-    // A kernel that asks for min_blocks blocks per SM gets the registers that many can have.
-    int maxnreg = std::min(255, 65536 / (threads * std::max(1, min_blocks)) / 8 * 8);
+    // A kernel that asks for min_blocks blocks per SM gets the registers that many can have,
+    // or as many as its shared memory lets share an SM, if fewer: registers for blocks that
+    // cannot be there would only cost spills.
+    int64_t blocks = min_blocks;
+    if (const int64_t by_smem = blocks_by_shared_memory(arch_, shared_bytes); by_smem > 0)
+      blocks = std::min(blocks, by_smem);
+    int maxnreg = std::min<int>(255, int(65536 / (threads * std::max<int64_t>(1, blocks)) / 8 * 8));
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxnreg"), i32(maxnreg)}));
   }
 
@@ -370,11 +376,12 @@ private:
   }
 
   llvm::Function* fn_ = nullptr;
-  bool fp8_cvt_; // sm_89+: cvt converts fp8
+  bool fp8_cvt_;     // sm_89+: cvt converts fp8
+  std::string arch_; // "sm_80", ...: its shared memory per SM bounds the blocks a kernel asks for
 };
 
 } // namespace
 
-std::unique_ptr<TargetHooks> make_nvptx_hooks(int sm) { return std::make_unique<NvptxHooks>(sm >= 89); }
+std::unique_ptr<TargetHooks> make_nvptx_hooks(int sm) { return std::make_unique<NvptxHooks>(sm); }
 
 } // namespace tilec::codegen

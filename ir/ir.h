@@ -143,7 +143,8 @@ public:
   Block body;
   // The blocks per SM the kernel asks to fit by registers (CUDA's __launch_bounds__ second
   // argument; printed `min_blocks_per_sm N` after the parameters): the GPU compiler keeps
-  // registers within 64 K / (N * threads). 0: no ask, every register one block can have.
+  // registers within 64 K / (N * threads), N lowered to the blocks the kernel's shared memory
+  // lets share an SM of the arch. 0: no ask, every register one block can have.
   int min_blocks_per_sm = 0;
 
   Value* new_value(Type t, Op* def = nullptr, Block* owner = nullptr);

@@ -35,11 +35,15 @@ elapsed
 # toolkit has none): at most 340 instructions and 8 barriers a trip. Needs ptxas for the cubin.
 if command -v ptxas >/dev/null || [ -x /usr/local/cuda/bin/ptxas ]; then
   echo "==> the decode loop in SASS (scripts/sass_check.py)"
-  if ! python3 scripts/sass_check.py --tilec "$build/tools/tilec" >/dev/null 2>&1; then
+  rc=0
+  python3 scripts/sass_check.py --tilec "$build/tools/tilec" || rc=$?
+  if [ "$rc" = 2 ]; then # set-up: no nvdisasm yet
     python3 -m pip install --quiet nvidia-cuda-nvdisasm 2>/dev/null ||
       python3 -m pip install --quiet --break-system-packages nvidia-cuda-nvdisasm || true
+    python3 scripts/sass_check.py --tilec "$build/tools/tilec"
+  elif [ "$rc" != 0 ]; then
+    exit "$rc"
   fi
-  python3 scripts/sass_check.py --tilec "$build/tools/tilec"
   elapsed
 fi
 # The emulator running a block's threads in reverse order (a missing barrier that one order

@@ -551,18 +551,13 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // memory every trip. A large tile's rows sit within warps and sum with shuffles.
   const bool defer_sum = BM * N <= 4 * 32 * sp.cfg.num_warps;
   Var l_keys = defer_sum ? zeros({BM, N}) : Tile();
-  // Such a tile is memory-bound, so as many blocks as its shared memory lets share an SM
-  // (on an H100/H200: 228 KiB, 1 KiB kept per block) should fit by registers too, up to 128
-  // registers a thread: 4 blocks of 4 warps at D 128 with K double- and V single-buffered.
-  // The estimate: the K and V tiles of 16-byte-padded rows, three of them at two stages
-  // (V single-buffered), K and V per stage otherwise, q's rows (staged once), and 2 KiB for
-  // the rest.
-  if (defer_sum && sp.dtype != DType::f32) {
-    const int64_t tile = N * (DP + 8) * 2, S_ = sp.cfg.num_stages;
-    const int64_t smem = tile * (S_ == 2 ? 3 : 2 * S_) + BM * (DP + 8) * 2 + 2048;
-    const int64_t blocks = std::min<int64_t>(16 / sp.cfg.num_warps, 228 * 1024 / (smem + 1024));
-    if (blocks > 1) k.min_blocks_per_sm(int(blocks));
-  }
+  // Such a tile is memory-bound: up to 128 registers a thread are plenty, so it asks for the
+  // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
+  // its shared memory lets share an SM (4 of 4 warps at D 128 on an H100/H200, K double- and
+  // V single-buffered).
+  if (const int64_t blocks = 16 / sp.cfg.num_warps; defer_sum && sp.dtype != DType::f32 && blocks > 1)
+    k.min_blocks_per_sm(int(blocks));
+
   // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
   // the whole step is below it), `causal` masks each row's keys past its position.
   auto step = [&](Scalar s0, bool tail, bool causal) {
