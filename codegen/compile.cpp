@@ -98,7 +98,11 @@ void check_options(const CompileOptions& o) {
     throw UserError(fmt::format("unsupported arch '{}' (expected one of {})", o.arch, fmt::join(kArchs, ", ")));
 }
 
-std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o) {
+// The PTX target a kernel's code needs: sm_90a (the arch-specific features wgmma is one of)
+// when it runs warpgroup MMAs, else the arch itself.
+std::string ptx_arch(const CompileOptions& o, bool uses_wgmma) { return uses_wgmma ? o.arch + "a" : o.arch; }
+
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o, bool uses_wgmma = false) {
   init_llvm_targets();
   bool gpu = o.target == Target::nvptx;
   std::string triple = gpu ? "nvptx64-nvidia-cuda" : "x86_64-unknown-linux-gnu";
@@ -109,7 +113,7 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o
   // After tilec's pipeline the NVPTX backend gives the same PTX at its default level as at
   // Aggressive, which only swaps its EarlyCSE for GVN (a fifth of code generation's time).
   auto level = gpu && !o.stock_o3 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::Aggressive;
-  auto* tm = t->createTargetMachine(triple, gpu ? o.arch : "x86-64", gpu ? "+ptx80" : "", to, llvm::Reloc::PIC_,
+  auto* tm = t->createTargetMachine(triple, gpu ? ptx_arch(o, uses_wgmma) : "x86-64", gpu ? "+ptx80" : "", to, llvm::Reloc::PIC_,
                                     std::nullopt, level);
   if (!tm) internal_fail("cannot create a target machine for " + triple);
   return std::unique_ptr<llvm::TargetMachine>(tm);
@@ -381,6 +385,8 @@ std::vector<char> read_file(const fs::path& p) {
 
 } // namespace
 
+bool wgmma_enabled(const CompileOptions& o) { return o.tensor_cores && o.wgmma && o.arch == "sm_90"; }
+
 LoweredKernel lower_to_llvm(const ir::Function& fn, const CompileOptions& opts) {
   check_options(opts);
   auto tm = make_target_machine(opts);
@@ -394,7 +400,7 @@ LoweredKernel lower_to_llvm(const ir::Function& fn, const CompileOptions& opts) 
 
 std::string emit_ptx(const std::string& llvm_ir, const CompileOptions& opts) {
   check_options(opts);
-  auto tm = make_target_machine(opts);
+  auto tm = make_target_machine(opts, llvm_ir.find("wgmma.mma_async") != std::string::npos);
   llvm::LLVMContext ctx;
   auto m = parse_module(llvm_ir, ctx);
   return emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
@@ -499,12 +505,15 @@ CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
                                                                          r.stats.pipeline_stage_bytes)
                                       : std::string(),
                                   opts.arch, limit));
+    // A kernel with warpgroup MMAs is code for sm_90a: emitted and assembled for it.
+    const bool wgmma = r.stats.wgmma_dots > 0;
+    if (wgmma) tm = make_target_machine(opts, true);
     r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
     r.phases.codegen_ms = ms_since(t_codegen);
     if (opts.run_ptxas)
       if (auto ptxas = find_ptxas()) {
         auto t_ptxas = std::chrono::steady_clock::now();
-        PtxasResult p = run_ptxas(r.ptx, opts.arch, *ptxas);
+        PtxasResult p = run_ptxas(r.ptx, ptx_arch(opts, wgmma), *ptxas);
         r.phases.ptxas_ms = ms_since(t_ptxas);
         r.cubin = std::move(p.cubin);
         r.ptxas = std::move(p.info);

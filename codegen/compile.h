@@ -29,6 +29,11 @@ struct CompileOptions {
   // sm_80 and later; the emulator executes it with the same fragment ownership). Off: every
   // dot runs on CUDA cores, as dots of other dtypes always do.
   bool tensor_cores = true;
+  // On sm_90, a tensor-core dot that fits a warpgroup (wgmma_fits in codegen/layout.h, both
+  // operands read along K) runs as Hopper's warpgroup MMA, wgmma.mma_async, from swizzled
+  // shared memory, and the module targets sm_90a; the emulator runs it with the same
+  // fragment ownership. Off (`tilec compile --no-wgmma`): mma.sync, as on sm_80.
+  bool wgmma = true;
   // device_assert ops: checked (a failed one stops the launch with its message: __assertfail
   // on the GPU, an error naming block and thread in the emulator), or compiled out.
   bool device_asserts = true;
@@ -53,6 +58,10 @@ struct CompileOptions {
   std::set<std::string> large_buffers;
 };
 
+// Whether `o` lets tensor-core dots run as warpgroup MMAs (CompileOptions::wgmma on sm_90,
+// for the GPU and the emulator alike).
+bool wgmma_enabled(const CompileOptions& o);
+
 // Figures from `ptxas -v`.
 struct PtxasInfo {
   int registers = 0;
@@ -73,6 +82,7 @@ struct LoweringStats {
   int pipeline_stages = 0;      // the most stages of one of them
   int pipeline_stage_bytes = 0; // the most shared memory one stage of one of them takes
   int pipeline_late_bytes = 0;  // and its single buffer for late slots (PipelinePlan::Pipeline::late)
+  int wgmma_dots = 0;           // dots lowered to warpgroup MMAs (CompileOptions::wgmma)
   // Shared-memory loads and stores the lowering emits (per thread; cp.async and ldmatrix not
   // counted), those of them that are vectors, and the bytes they move.
   int shared_accesses = 0;

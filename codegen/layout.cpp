@@ -26,9 +26,10 @@ BlockedLayout make_base(int rank) {
 } // namespace
 
 std::string Layout::str() const {
-  return fmt::format("blocked<spt=[{}], tpw=[{}], wpb=[{}], order=[{}]; dims=[{}]>",
+  return fmt::format("blocked<spt=[{}], tpw=[{}], wpb=[{}], order=[{}]{}; dims=[{}]>",
                      fmt::join(base.size_per_thread, ","), fmt::join(base.threads_per_warp, ","),
                      fmt::join(base.warps_per_block, ","), fmt::join(base.order, ","),
+                     base.warp_repeat.empty() ? "" : fmt::format(", rep=[{}]", fmt::join(base.warp_repeat, ",")),
                      fmt::join(dims, ","));
 }
 
@@ -57,13 +58,18 @@ ThreadElems thread_elems(const Layout& l, const ir::Shape& shape) {
   ThreadElems t;
   t.base_shape.assign(rb, 1);
   for (size_t d = 0; d < shape.size(); ++d) t.base_shape[l.dims[d]] = shape[d];
-  std::vector<int64_t> spt_eff(rb), reps(rb);
+  std::vector<int64_t> spt_eff(rb), reps(rb), rep_eff(rb);
   t.per_dim.resize(rb);
   t.replicated.resize(rb);
   for (int i = 0; i < rb; ++i) {
     int64_t extent = t.base_shape[i];
     spt_eff[i] = std::min<int64_t>(b.size_per_thread[i], extent);
-    reps[i] = std::max<int64_t>(1, extent / b.pass(i));
+    // A tile smaller than a pass wraps: the lanes' repeats inside a warp's span that fall past
+    // it hold the same elements again and are not the thread's.
+    rep_eff[i] = extent >= b.pass(i) ? b.repeat(i)
+                                     : std::clamp<int64_t>(extent / (int64_t(b.size_per_thread[i]) * b.threads_per_warp[i]),
+                                                           1, b.repeat(i));
+    reps[i] = std::max<int64_t>(1, extent / b.pass(i)) * rep_eff[i];
     t.per_dim[i] = reps[i] * spt_eff[i];
     t.replicated[i] = extent < b.pass(i) && b.threads_per_warp[i] * b.warps_per_block[i] > 1;
     t.count *= t.per_dim[i];
@@ -82,7 +88,10 @@ ThreadElems thread_elems(const Layout& l, const ir::Shape& shape) {
     for (int d : b.order) {
       int64_t e = rest % t.per_dim[d];
       rest /= t.per_dim[d];
-      off[d] = (e / spt_eff[d]) * b.pass(d) + e % spt_eff[d];
+      // Repeat q of the thread's run: inside its warp's span (q mod repeat, a lane pattern
+      // apart), then whole passes.
+      const int64_t q = e / spt_eff[d], r = rep_eff[d];
+      off[d] = (q / r) * b.pass(d) + (q % r) * b.size_per_thread[d] * b.threads_per_warp[d] + e % spt_eff[d];
     }
     t.offset[j].resize(shape.size());
     for (size_t d = 0; d < shape.size(); ++d) t.offset[j][d] = off[l.dims[d]];
@@ -163,12 +172,33 @@ Layout mma_layout(int64_t m, int64_t n, int num_warps) {
   return Layout{b, {0, 1}};
 }
 
+bool wgmma_fits(int64_t m, int64_t n, int64_t k, int elem_bytes, int num_warps) {
+  const int64_t k_step = elem_bytes == 1 ? 32 : 16, k_bytes = k * elem_bytes;
+  return num_warps % 4 == 0 && m % (16 * num_warps) == 0 && n % 8 == 0 && n >= 8 && n <= 256 && k % k_step == 0 &&
+         (k_bytes == 32 || k_bytes == 64 || k_bytes % 128 == 0);
+}
+
+int wgmma_swizzle(int64_t k_bytes) { return int(std::min<int64_t>(k_bytes, 128)); }
+
+Layout wgmma_layout(int64_t m, int64_t n, int num_warps) {
+  internal_assert(m % (16 * num_warps) == 0 && n % 8 == 0, "the wgmma accumulator layout fits the tile");
+  BlockedLayout b = make_base(2);
+  b.order = {1, 0};
+  b.size_per_thread = {1, 2};
+  b.threads_per_warp = {8, 4};
+  b.warps_per_block = {num_warps, 1};
+  b.warp_repeat = {2, 1};
+  return Layout{b, {0, 1}};
+}
+
 Layout canonical(Layout l) {
   for (int b = l.base.rank() - 1; b >= 0; --b) {
     bool mapped = std::find(l.dims.begin(), l.dims.end(), b) != l.dims.end();
     if (mapped) continue;
     l.base.size_per_thread[b] = 1;
+    if (!l.base.warp_repeat.empty()) l.base.warp_repeat[size_t(b)] = 1; // threads along it hold the same elements
     if (l.base.threads_per_warp[b] != 1 || l.base.warps_per_block[b] != 1) continue;
+    if (!l.base.warp_repeat.empty()) l.base.warp_repeat.erase(l.base.warp_repeat.begin() + b);
     l.base.size_per_thread.erase(l.base.size_per_thread.begin() + b);
     l.base.threads_per_warp.erase(l.base.threads_per_warp.begin() + b);
     l.base.warps_per_block.erase(l.base.warps_per_block.begin() + b);
@@ -178,6 +208,8 @@ Layout canonical(Layout l) {
     for (int& d : l.dims)
       if (d > b) --d;
   }
+  if (std::all_of(l.base.warp_repeat.begin(), l.base.warp_repeat.end(), [](int r) { return r == 1; }))
+    l.base.warp_repeat.clear();
   return l;
 }
 
@@ -207,6 +239,7 @@ Layout expand_layout(const Layout& l, int axis) {
     r.base.size_per_thread.push_back(1);
     r.base.threads_per_warp.push_back(1);
     r.base.warps_per_block.push_back(1);
+    if (!r.base.warp_repeat.empty()) r.base.warp_repeat.push_back(1);
     r.base.order.push_back(rb);
   }
   r.dims.insert(r.dims.begin() + axis, pick);

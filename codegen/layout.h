@@ -18,9 +18,17 @@ struct BlockedLayout {
   std::vector<int> threads_per_warp; // product 32
   std::vector<int> warps_per_block;  // product num_warps
   std::vector<int> order;            // base dims, fastest varying first
+  // Per base dim, how often a warp's lanes repeat their pattern before the next warp's
+  // (empty: 1 everywhere). Blocked layouts place a thread's repeats above the warps; a
+  // repeat below them is what Hopper's warpgroup MMA accumulator needs (wgmma_layout: warp w
+  // holds rows 16w + g and 16w + g + 8).
+  std::vector<int> warp_repeat;
 
   int rank() const { return static_cast<int>(order.size()); }
-  int pass(int b) const { return size_per_thread[b] * threads_per_warp[b] * warps_per_block[b]; }
+  int repeat(int b) const { return warp_repeat.empty() ? 1 : warp_repeat[size_t(b)]; }
+  // Elements one warp's lanes cover along base dim b, before the next warp's begin.
+  int warp_span(int b) const { return size_per_thread[b] * threads_per_warp[b] * repeat(b); }
+  int pass(int b) const { return warp_span(b) * warps_per_block[b]; }
   bool operator==(const BlockedLayout&) const = default;
 };
 
@@ -40,7 +48,7 @@ struct Layout {
 // The coordinates a thread owns, for a layout applied to a tile shape. Element
 // j of a thread's register list sits at tile coordinate
 //   coord[d] = (thread_base[dims[d]] mod base_shape[dims[d]]) + offset[j][d]
-// where thread_base[b] = (warp_coord[b] * threads_per_warp[b] + lane_coord[b]) * size_per_thread[b].
+// where thread_base[b] = warp_coord[b] * warp_span(b) + lane_coord[b] * size_per_thread[b].
 // The list runs along order[0] fastest, so runs of `run` consecutive elements
 // are contiguous along the tile dim mapped to order[0] (if any).
 struct ThreadElems {
@@ -83,6 +91,20 @@ Layout dot_layout(int64_t m, int64_t n, int num_warps);
 bool mma_warps_along_m(int64_t m, int64_t n, int num_warps);
 bool mma_layout_fits(int64_t m, int64_t n, int num_warps);
 Layout mma_layout(int64_t m, int64_t n, int num_warps);
+
+// Hopper's warpgroup MMA (wgmma.mma_async.m64nNk16, sm_90): the warps of a program form
+// warpgroups of 4, warpgroup q computing rows [64 q, 64 q + 64) of every 64 W-row block. A
+// dot fits when num_warps is a multiple of 4, M a multiple of 16 num_warps, N a multiple of 8
+// up to 256 and K a multiple of 16 (of 32 for 8-bit operands) whose row of K elements takes
+// 32 or 64 bytes or a multiple of 128 (one of the swizzled shared layouts, wgmma_swizzle).
+bool wgmma_fits(int64_t m, int64_t n, int64_t k, int elem_bytes, int num_warps);
+// The bytes of the swizzle pattern a K-major operand of `k_bytes` bytes per row is staged
+// in: 32, 64 or 128 (rows longer than 128 bytes go in 128-byte panels).
+int wgmma_swizzle(int64_t k_bytes);
+// The layout of a wgmma accumulator [M, N]: lane (g, t) of warp w holds columns 2t, 2t + 1
+// of every 8-column tile, in rows 16w + g and 16w + g + 8 of every 16 W-row block:
+// blocked<[1, 2], [8, 4], [W, 1]> with the lanes repeating twice along M inside a warp.
+Layout wgmma_layout(int64_t m, int64_t n, int num_warps);
 
 // The layout of `l` with tile dim `dim` dropped (what reduce produces).
 Layout slice_layout(const Layout& l, int dim);

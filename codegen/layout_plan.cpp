@@ -40,8 +40,8 @@ bool is_trivial_reshape(const ir::Shape& from, const ir::Shape& to) {
   return a == b;
 }
 
-LayoutPlan::LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores)
-    : axis_(axis), num_warps_(num_warps), tensor_cores_(tensor_cores) {
+LayoutPlan::LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores, bool wgmma)
+    : axis_(axis), num_warps_(num_warps), tensor_cores_(tensor_cores), wgmma_(wgmma) {
   forward(fn.body);
   backward(fn.body);
   collect_conversions(fn.body);
@@ -227,13 +227,26 @@ void LayoutPlan::forward_op(const Op& op) {
   case OpKind::Dot: {
     const ir::Shape& s = res->type.shape;
     LayoutId d;
-    if (tensor_cores_ && dot_on_tensor_cores(op) && mma_layout_fits(s[0], s[1], num_warps_)) {
+    const LayoutId la = nat_or_default(op.operands[0]), lb = nat_or_default(op.operands[1]);
+    // An operand read along K (its fastest dim): what wgmma's K-major shared layouts take.
+    auto along_k = [&](LayoutId l, const Value* v, int k_dim) {
+      const Layout& x = layout(l);
+      return v->type.shape[size_t(k_dim)] > 1 && x.dims[size_t(k_dim)] == x.base.order[0];
+    };
+    if (tensor_cores_ && wgmma_ && dot_on_tensor_cores(op) &&
+        wgmma_fits(s[0], s[1], op.operands[0]->type.shape[1], ir::dtype_bytes(op.operands[0]->type.dtype()),
+                   num_warps_) &&
+        along_k(la, op.operands[0], 1) && along_k(lb, op.operands[1], 0)) {
+      d = intern(wgmma_layout(s[0], s[1], num_warps_));
+      mma_.insert(d);
+      wgmma_dots_.insert(&op);
+    } else if (tensor_cores_ && dot_on_tensor_cores(op) && mma_layout_fits(s[0], s[1], num_warps_)) {
       d = intern(mma_layout(s[0], s[1], num_warps_));
       mma_.insert(d);
     } else {
       d = intern(dot_layout(s[0], s[1], num_warps_));
     }
-    op_layouts_[&op] = {nat_or_default(op.operands[0]), nat_or_default(op.operands[1]), d};
+    op_layouts_[&op] = {la, lb, d};
     set_native(res, d);
     return;
   }

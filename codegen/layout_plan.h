@@ -47,7 +47,15 @@ class LayoutPlan {
 public:
   // `tensor_cores`: f16/bf16 dots run on them (CompileOptions::tensor_cores), and produce
   // their result in the MMA accumulator's layout where it fits (mma_layout).
-  LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores = true);
+  // `wgmma`: the target has Hopper's warpgroup MMA (sm_90, CompileOptions::wgmma): a
+  // tensor-core dot that fits it (wgmma_fits, both operands read along K) runs on it, its
+  // result in wgmma_layout.
+  LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores = true,
+             bool wgmma = false);
+  // Whether the dot runs as warpgroup MMAs (wgmma.mma_async).
+  bool is_wgmma(const ir::Op* dot) const { return wgmma_dots_.count(dot) != 0; }
+  bool has_wgmma() const { return !wgmma_dots_.empty(); }
+  int num_warps() const { return num_warps_; }
   // Whether `id` is a tensor-core dot's result layout (mma_layout): elementwise ops with an
   // operand in it are computed in it, so an accumulator stays in its fragments.
   bool is_mma(LayoutId id) const { return mma_.count(id) != 0; }
@@ -120,7 +128,9 @@ private:
   std::unordered_map<const ir::Value*, std::vector<LayoutId>> requests_;
   std::unordered_map<const ir::Op*, std::vector<LayoutId>> op_layouts_;
   std::set<LayoutId> mma_;
+  std::set<const ir::Op*> wgmma_dots_; // lookups only
   bool tensor_cores_ = true;
+  bool wgmma_ = false;
   std::vector<Conversion> conversions_;
 };
 

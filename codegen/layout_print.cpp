@@ -35,9 +35,11 @@ public:
       it = by_id_.emplace(id, add(plan_.layout(id))).first;
       std::string& def = defs_[size_t(it->second)];
       const Layout& l = plan_.layout(id);
-      const std::string note = fmt::format("  // mma.sync m16n8 accumulator fragments, warps along {}",
-                                           l.base.warps_per_block.at(0) > 1 ? "M" : "N");
-      if (plan_.is_mma(id) && def.find("  // mma.sync") == std::string::npos) def += note;
+      const std::string note = !l.base.warp_repeat.empty()
+                                   ? std::string("  // wgmma m64nNk16 accumulator: warp w holds rows 16w + g, 16w + g + 8")
+                                   : fmt::format("  // mma.sync m16n8 accumulator fragments, warps along {}",
+                                                 l.base.warps_per_block.at(0) > 1 ? "M" : "N");
+      if (plan_.is_mma(id) && def.find("  // ") == std::string::npos) def += note;
     }
     return it->second;
   }
@@ -80,9 +82,10 @@ private:
     std::vector<int> order;
     for (int bd : b.order)
       order.push_back(static_cast<int>(std::find(l.dims.begin(), l.dims.end(), bd) - l.dims.begin()));
-    return fmt::format("blocked<size_per_thread={}, threads_per_warp={}, warps_per_block={}, order=[{}]>",
+    return fmt::format("blocked<size_per_thread={}, threads_per_warp={}, warps_per_block={}, order=[{}]{}>",
                        tile(b.size_per_thread), tile(b.threads_per_warp), tile(b.warps_per_block),
-                       fmt::join(order, ","));
+                       fmt::join(order, ","),
+                       b.warp_repeat.empty() ? "" : fmt::format(", warp_repeat={}", tile(b.warp_repeat)));
   }
 
   // Slicing drops the size per thread along the sliced dim, so the layout a
@@ -108,7 +111,8 @@ private:
 
 class Annotator {
 public:
-  Annotator(const ir::Function& fn, int num_warps) : axis_(fn), plan_(fn, axis_, num_warps), legend_(plan_) {
+  Annotator(const ir::Function& fn, int num_warps, bool wgmma)
+      : axis_(fn), plan_(fn, axis_, num_warps, true, wgmma), legend_(plan_) {
     for (const auto& c : plan_.conversions()) {
       if (c.reshape) by_op_[c.reshape].push_back(&c);
       else by_value_[c.value].push_back(&c);
@@ -125,6 +129,14 @@ public:
       for (const Value* r : op.results) converted(r, ref, lines);
       if (op.kind == OpKind::Dot) {
         const ir::Shape& a = op.operands[0]->type.shape;
+        if (plan_.is_wgmma(&op)) {
+          const int64_t n = op.operands[1]->type.shape[1];
+          const int s = wgmma_swizzle(a[1] * ir::dtype_bytes(op.operands[0]->type.dtype()));
+          lines.push_back(fmt::format("// tensor cores: wgmma.mma_async.m64n{}k16 over {}x{}x{}, per warpgroup {} per "
+                                      "k step of 16; operands k-major in shared memory, {}-byte swizzle; accumulator "
+                                      "and result in registers (the wgmma layout)",
+                                      n, a[0], n, a[1], a[0] / (16 * plan_.num_warps()), s));
+        } else
         lines.push_back(dot_on_tensor_cores(op)
                             ? fmt::format("// tensor cores: mma.sync.m16n8k16 over {}x{}x{} padded to {}x{}x{}, "
                                           "operands staged in shared memory, fragments by ldmatrix where rows "
@@ -255,7 +267,7 @@ std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan,
 
 std::string print_pipelines(const ir::Function& fn, const CompileOptions& opts) {
   AxisAnalysis axis(fn, opts.int_arg_divisibility, opts.int_arg_values);
-  LayoutPlan layouts(fn, axis, opts.num_warps, opts.tensor_cores);
+  LayoutPlan layouts(fn, axis, opts.num_warps, opts.tensor_cores, wgmma_enabled(opts));
   PipelinePlan plan(fn, layouts, opts.tensor_cores);
   if (plan.staged_loops().empty() && plan.async_operands().empty()) return "";
   // The IR's print numbers the values; its first op's suffix sees every name.
@@ -269,8 +281,8 @@ std::string print_pipelines(const ir::Function& fn, const CompileOptions& opts) 
   return text;
 }
 
-LayoutsPrint print_layouts(const ir::Function& fn, int num_warps) {
-  Annotator a(fn, num_warps);
+LayoutsPrint print_layouts(const ir::Function& fn, int num_warps, bool wgmma) {
+  Annotator a(fn, num_warps, wgmma);
   std::string ir = ir::print(fn, a.hooks());
   internal_assert(a.lines() == static_cast<int>(a.plan().conversions().size()),
                   "every conversion of the plan is printed once");

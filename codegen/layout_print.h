@@ -37,7 +37,8 @@ struct LayoutsPrint {
   int conversions = 0; // convert_layout lines (LayoutPlan::conversions)
 };
 
-LayoutsPrint print_layouts(const ir::Function& fn, int num_warps);
+// `wgmma`: the arch's dots may run as warpgroup MMAs (wgmma_enabled).
+LayoutsPrint print_layouts(const ir::Function& fn, int num_warps, bool wgmma = false);
 
 // The pipeline plan (codegen/pipeline_plan.h) of `fn` compiled with `opts`, for people: what
 // `tilec ir --stage layouts` prints after the layouts; empty for a kernel with no loop that

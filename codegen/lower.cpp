@@ -137,8 +137,13 @@ const std::vector<llvm::Value*>& Lowering::thread_base(LayoutId l) {
     int tpw = bl.threads_per_warp[d], wpb = bl.warps_per_block[d];
     llvm::Value* lc = pb_.CreateAnd(pb_.CreateLShr(lane_, lane_shift(bl, d)), tpw - 1);
     llvm::Value* wc = pb_.CreateAnd(pb_.CreateLShr(warp_, warp_shift(bl, d)), wpb - 1);
-    llvm::Value* pos = pb_.CreateAdd(pb_.CreateMul(wc, pb_.getInt32(tpw)), lc);
-    base.push_back(pb_.CreateMul(pos, pb_.getInt32(bl.size_per_thread[d])));
+    if (bl.repeat(d) == 1) {
+      llvm::Value* pos = pb_.CreateAdd(pb_.CreateMul(wc, pb_.getInt32(tpw)), lc);
+      base.push_back(pb_.CreateMul(pos, pb_.getInt32(bl.size_per_thread[d])));
+    } else { // the warp's span holds its lanes' pattern repeat(d) times
+      base.push_back(pb_.CreateAdd(pb_.CreateMul(wc, pb_.getInt32(bl.warp_span(d))),
+                                   pb_.CreateMul(lc, pb_.getInt32(bl.size_per_thread[d]))));
+    }
   }
   return base_cache_[l] = base;
 }
@@ -201,13 +206,14 @@ llvm::Value* Lowering::linear_index(const std::vector<llvm::Value*>& coord, cons
   return idx ? idx : b_.getInt32(0);
 }
 
-void Lowering::scratch_begin(int64_t bytes) {
+void Lowering::scratch_begin(int64_t bytes, int64_t align) {
   bytes = std::max<int64_t>(16, (bytes + 15) / 16 * 16);
+  auto aligned = [&](int64_t at) { return (at + align - 1) / align * align; };
   // The lowest region at or above the floor that nothing touched since the last barrier: the
   // floor or the end of a touched region.
-  std::vector<int64_t> starts{scratch_floor_};
+  std::vector<int64_t> starts{aligned(scratch_floor_)};
   for (const Access& t : touched_)
-    if (t.space == kScratch && t.hi > scratch_floor_) starts.push_back(t.hi); // regions are whole 16 bytes
+    if (t.space == kScratch && t.hi > scratch_floor_) starts.push_back(aligned(t.hi)); // regions are whole 16 bytes
   std::sort(starts.begin(), starts.end());
   int64_t lo = -1;
   for (int64_t at : starts)
@@ -215,9 +221,9 @@ void Lowering::scratch_begin(int64_t bytes) {
       lo = at;
       break;
     }
-  if (lo < 0 || lo - scratch_floor_ > kScratchSpread) {
+  if (lo < 0 || lo - scratch_floor_ > std::max(kScratchSpread, align)) {
     barrier();
-    lo = scratch_floor_;
+    lo = aligned(scratch_floor_);
   }
   region_ = {kScratch, lo, lo + bytes, true};
   need_smem(region_.hi);
@@ -639,7 +645,7 @@ std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
       for (int idx = 0; idx < 2; ++idx)
         if (!pipes_.async_operand(o.get(), idx) && outside(o->operands[size_t(idx)])) {
           found.push_back({o.get(), idx, mma_operand_staging(*o, idx)});
-          total += found.back().st.bytes();
+          total += found.back().st.bytes() + (found.back().st.swizzle ? MmaStaging::kSwizzleAlign : 0);
         }
     }
   };
@@ -650,7 +656,9 @@ std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
   if (conflicts_with_touched({kScratch, scratch_floor_, scratch_floor_ + total, true})) barrier();
   std::vector<Access> regions;
   for (const Candidate& c : found) {
-    const Access r{kScratch, scratch_floor_, scratch_floor_ + c.st.bytes(), true};
+    const int64_t align = c.st.swizzle ? MmaStaging::kSwizzleAlign : 16;
+    const int64_t lo = (scratch_floor_ + align - 1) / align * align;
+    const Access r{kScratch, lo, lo + c.st.bytes(), true};
     stage_mma_operand(*c.dot, c.idx, c.st, smem_at(b_.getInt8Ty(), b_.getInt32(0), r.lo));
     resident_[{c.dot, c.idx}] = r.lo;
     regions.push_back({kScratch, r.lo, r.hi, false}); // read by the loop

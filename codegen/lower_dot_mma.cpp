@@ -93,6 +93,7 @@ struct MmaDot {
 //   B: reg 0 (k 2t..2t+1, n g), reg 1 (k 2t+8.., n g)
 //   C, D: 0, 1 (g, 2t, 2t+1), 2, 3 (g+8, 2t, 2t+1)
 void Lowering::emit_dot_mma(const Op& op) {
+  if (plan_.is_wgmma(&op)) return emit_dot_wgmma(op);
   const Value* a = op.operands[0];
   const Value* bv = op.operands[1];
   const Value* res = op.results[0];
@@ -239,6 +240,7 @@ MmaStaging Lowering::mma_operand_staging(const Op& op, int idx) {
   // vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or [K][N]. A k-major
   // operand's fragment register is one 32-bit load of two consecutive k; the other kind
   // takes two 16-bit loads.
+  if (plan_.is_wgmma(&op)) return wgmma_staging(op, idx);
   if (const AsyncOperand* x = pipes_.async_operand(&op, idx)) return mma_staging(op, idx, x->staging.kmajor);
   const Value* v = op.operands[size_t(idx)];
   const LayoutId l = plan_.op_layouts(&op)[size_t(idx)];
@@ -253,12 +255,28 @@ void Lowering::stage_mma_operand(const Op& op, int idx, const MmaStaging& st, ll
   const ir::Shape& sh = v->type.shape;
   // Element (m, k) of A, (k, n) of B: along the stored rows when k-major.
   const int contig_dim = idx == 0 ? (st.kmajor ? 1 : 0) : (st.kmajor ? 0 : 1);
+  // A swizzled staging keeps 16-byte chunks whole: runs of at most 16 bytes stay contiguous.
   store_runs(get(v, l), l, sh, contig_dim, 2, v->type.dtype(), [&](size_t j) {
     auto c = coord_of(l, sh, j);
     llvm::Value* mn = idx == 0 ? c[0] : c[1];
     llvm::Value* k = idx == 0 ? c[1] : c[0];
+    if (st.swizzle) return b_.CreateGEP(b_.getInt8Ty(), base, staged_byte(st, mn, bytes(b_, k, 2)));
     return st.kmajor ? at(b_, base, st.row_bytes, mn, bytes(b_, k, 2)) : at(b_, base, st.row_bytes, k, bytes(b_, mn, 2));
   }, idx == 0 ? "dot (mma) operand A write" : "dot (mma) operand B write");
+}
+
+llvm::Value* Lowering::staged_byte(const MmaStaging& st, llvm::Value* row, llvm::Value* col_byte) {
+  auto c = [&](int64_t v) { return b_.getInt32(uint32_t(v)); };
+  if (!st.swizzle)
+    return b_.CreateAdd(b_.CreateMul(row, c(st.row_bytes), "", true, true), col_byte, "", true, true);
+  const int64_t s = st.swizzle;
+  llvm::Value* panel = b_.CreateLShr(col_byte, uint64_t(log2i(s)));
+  llvm::Value* logical = b_.CreateAdd(
+      b_.CreateAdd(b_.CreateMul(panel, c(st.rows * s), "", true, true), b_.CreateMul(row, c(s), "", true, true), "",
+                   true, true),
+      b_.CreateAnd(col_byte, c(s - 1)), "", true, true);
+  llvm::Value* bits = b_.CreateShl(b_.CreateAnd(b_.CreateLShr(logical, 7), c(s / 16 - 1)), 4);
+  return b_.CreateXor(logical, bits);
 }
 
 llvm::Value* Lowering::mma_frag_word(const MmaDot& dot, bool kmajor,

@@ -138,6 +138,8 @@ void Lowering::emit_reduce(const Op& op) {
   int64_t distinct = std::min<int64_t>(tpw * wpb, std::max<int64_t>(1, extent / spt_eff));
   int64_t lanes = std::min<int64_t>(tpw, distinct);
   int64_t warps = lanes == tpw ? distinct / tpw : 1;
+  if (lay.base.repeat(bd) > 1) // a warp's span holds its lanes' pattern several times: fewer warps hold distinct elements
+    warps = lanes == tpw ? std::clamp<int64_t>(extent / lay.base.warp_span(bd), 1, wpb) : 1;
   for (int k = 0; k < log2i(lanes); ++k)
     for (auto& a : acc) a = combine(op, a, shuffle_xor(a, 1 << (lane_shift(lay.base, bd) + k)));
   if (warps > 1) {

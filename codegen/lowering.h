@@ -42,8 +42,8 @@ class Lowering {
 public:
   Lowering(const ir::Function& fn, const CompileOptions& opts, TargetHooks& hooks, llvm::Module& m)
       : fn_(fn), opts_(opts), hooks_(hooks), m_(m), c_(m.getContext()), axis_(fn, opts.int_arg_divisibility, opts.int_arg_values),
-        plan_(fn, axis_, opts.num_warps, opts.tensor_cores), pipes_(fn, plan_, opts.tensor_cores), b_(c_), pb_(c_),
-        param_access_(ir::param_access(fn)) {}
+        plan_(fn, axis_, opts.num_warps, opts.tensor_cores, wgmma_enabled(opts)), pipes_(fn, plan_, opts.tensor_cores), b_(c_), pb_(c_),
+        param_access_(ir::param_access(fn)), has_wgmma_(plan_.has_wgmma()) {}
 
   LoweringStats run();
 
@@ -155,7 +155,8 @@ private:
       return !(ptr && ptr == o.ptr && layout == o.layout);
     }
   };
-  void scratch_begin(int64_t bytes);
+  // `align`: the region starts at a multiple of it (a power of two, at least 16).
+  void scratch_begin(int64_t bytes, int64_t align = 16);
   void scratch_end() { touched_.push_back({kScratch, region_.lo, region_.hi, false}); }
   // Records an access to the global buffer behind the pointer tile `ptr` (in layout `l`),
   // after a barrier if an earlier access since the last one conflicts with it. Buffers the
@@ -188,6 +189,9 @@ private:
     stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + scratch_top);
   }
   void barrier() {
+    // In a kernel with warpgroup MMAs, every thread's shared-memory writes before a barrier
+    // are made visible to the async proxy that wgmma reads its operands through.
+    if (has_wgmma_) hooks_.fence_proxy_async(b_);
     hooks_.barrier(b_);
     ++stats_.barriers;
     touched_.clear();
@@ -265,6 +269,11 @@ private:
   // or not, its row stride), and the writes of its elements there from `base`.
   MmaStaging mma_operand_staging(const Op& op, int idx);
   void stage_mma_operand(const Op& op, int idx, const MmaStaging& st, llvm::Value* base);
+  // Byte (row, col_byte) of staging `st` from its start (staged_offset, in IR).
+  llvm::Value* staged_byte(const MmaStaging& st, llvm::Value* row, llvm::Value* col_byte);
+
+  // --- dot on Hopper's warpgroup MMA (lower_dot_wgmma.cpp)
+  void emit_dot_wgmma(const Op& op);
   // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
   // load when k-major, else two 16-bit ones; zero where `out` holds.
   llvm::Value* mma_frag_word(const MmaDot& dot, bool kmajor, const std::function<llvm::Value*(llvm::Value*)>& ptr,
@@ -356,6 +365,7 @@ private:
   bool pipe_written_unfenced_ = false; // a pipelined loop ended (its last copies landed) since the last barrier
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
   LoweringStats stats_;
+  bool has_wgmma_ = false; // some dot runs as warpgroup MMAs
 };
 
 } // namespace tilec::codegen::detail

@@ -19,6 +19,16 @@
 //   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
 //   ldmatrix.m8n8.x{1,2,4}[.trans]  tilec_emu_ldmatrix (rows read through the shared checks)
 //   cp.async.cg 16 / commit / wait   tilec_emu_cp_async / _commit / _wait (copies land at the wait)
+//   wgmma.mma_async m64nNk16         tilec_emu_wgmma (the warpgroup's accumulators, PTX's layout;
+//                                   operands decoded from the matrix descriptors)
+//   wgmma.fence / commit / wait,     tilec_emu_wgmma_fence / _commit / _wait,
+//   fence.proxy.async                tilec_emu_fence_proxy_async
+//   ptrtoint of a shared pointer     its offset in the block's region (what descriptors hold)
+//
+// Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
+// hardware orders after it) or an operand fence after the wgmma.wait_group that retires it.
+// Anything else reads registers the asynchronous MMA may still write, and is an internal
+// error naming the kernel.
 //
 // Any other NVVM intrinsic or address space is an internal error naming it, so a new target
 // hook cannot go unmapped silently.
@@ -57,6 +67,7 @@ public:
     fn_ = make_entry(*kernel);
     if (auto* md = m_.getNamedMetadata("nvvm.annotations")) md->eraseFromParent();
     emu_.bind(fn_);
+    check_wgmma_reads();
     replace_shared_global();
 
     std::vector<llvm::Instruction*> work;
@@ -102,8 +113,55 @@ private:
     llvm::convertUsersOfConstantsToInstructions({g});
     Builder b(&fn_->getEntryBlock(), fn_->getEntryBlock().getFirstInsertionPt());
     llvm::Value* base = emu_.call(b, "tilec_emu_shared_base", b.getPtrTy(), {});
+    shared_base_ = base;
     g->replaceAllUsesWith(b.CreateAddrSpaceCast(base, g->getType()));
     g->eraseFromParent();
+  }
+
+  static std::string asm_tag(const llvm::Instruction& i) {
+    if (auto* md = i.getMetadata("tilec.asm"))
+      if (auto* s = llvm::dyn_cast<llvm::MDString>(md->getOperand(0))) return s->getString().str();
+    return "";
+  }
+  static bool is_wgmma_mma(const std::string& tag) {
+    return tag.starts_with("wgmma.") && tag != "wgmma.fence" && tag != "wgmma.commit" && !tag.starts_with("wgmma.wait");
+  }
+
+  // A wgmma's results are read only by later wgmmas (as their accumulator) or by an operand
+  // fence that follows a wgmma.wait_group after it in its block.
+  void check_wgmma_reads() {
+    for (llvm::BasicBlock& bb : *fn_)
+      for (llvm::Instruction& i : bb) {
+        auto* call = llvm::dyn_cast<llvm::CallInst>(&i);
+        if (!call || !call->isInlineAsm() || !is_wgmma_mma(asm_tag(*call))) continue;
+        for (llvm::User* u : call->users()) {
+          auto* ev = llvm::dyn_cast<llvm::ExtractValueInst>(u);
+          if (!ev) internal_fail("nvptx on CPU: a wgmma's results are taken apart by extractvalue only");
+          for (llvm::User* r : ev->users()) {
+            auto* rc = llvm::dyn_cast<llvm::CallInst>(r);
+            const std::string tag = rc && rc->isInlineAsm() ? asm_tag(*rc) : "";
+            if (is_wgmma_mma(tag)) continue;
+            bool waited = false;
+            if (tag == "fence.operand" && rc->getParent() == call->getParent())
+              for (llvm::Instruction* x = call->getNextNode(); x && x != rc; x = x->getNextNode())
+                if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm() && asm_tag(*w).starts_with("wgmma.wait"))
+                  waited = true;
+            if (!waited)
+              internal_fail(fmt::format("kernel '{}': a wgmma accumulator register ({}) is read before the "
+                                        "wgmma.wait_group that retires its MMA: it may still be written",
+                                        fn_->getName().str(), site_of(*call, "wgmma")));
+          }
+        }
+      }
+  }
+
+  void rewrite_ptrtoint(llvm::PtrToIntInst& p) {
+    if (p.getPointerAddressSpace() != kShared) return;
+    if (!shared_base_) internal_fail("nvptx on CPU: a shared address without the shared region");
+    Builder b(&p);
+    llvm::Value* off = b.CreateSub(b.CreatePtrToInt(flat(b, p.getPointerOperand()), b.getInt64Ty()),
+                                   b.CreatePtrToInt(shared_base_, b.getInt64Ty()));
+    replace(p, b.CreateZExtOrTrunc(off, p.getType()));
   }
 
   void rewrite(llvm::Instruction& i) {
@@ -115,6 +173,7 @@ private:
     if (auto* tr = llvm::dyn_cast<llvm::FPTruncInst>(&i)) return rewrite_fptrunc(*tr);
     if (auto* ii = llvm::dyn_cast<llvm::IntrinsicInst>(&i)) return rewrite_intrinsic(*ii);
     if (auto* call = llvm::dyn_cast<llvm::CallInst>(&i); call && call->isInlineAsm()) return rewrite_asm(*call);
+    if (auto* p = llvm::dyn_cast<llvm::PtrToIntInst>(&i)) return rewrite_ptrtoint(*p);
     if (auto* call = llvm::dyn_cast<llvm::CallInst>(&i)) return rewrite_libdevice(*call);
   }
 
@@ -170,6 +229,36 @@ private:
         replace(call, b.CreateFDiv(llvm::ConstantFP::get(b.getFloatTy(), 1.0), call.getArgOperand(0)));
         return;
       }
+    }
+    if (tag == "wgmma.fence" || tag == "wgmma.commit" || tag == "fence.proxy.async") {
+      const char* fn = tag == "wgmma.fence"    ? "tilec_emu_wgmma_fence"
+                       : tag == "wgmma.commit" ? "tilec_emu_wgmma_commit"
+                                               : "tilec_emu_fence_proxy_async";
+      emu_.call(b, fn, b.getVoidTy(), {}, tag != "fence.proxy.async");
+      call.eraseFromParent();
+      return;
+    }
+    if (tag.starts_with("wgmma.wait.")) {
+      emu_.call(b, "tilec_emu_wgmma_wait", b.getVoidTy(), {b.getInt32(uint32_t(std::stoi(tag.substr(11))))}, true);
+      call.eraseFromParent();
+      return;
+    }
+    if (tag == "fence.operand") {
+      replace(call, call.getArgOperand(0));
+      return;
+    }
+    if (is_wgmma_mma(tag)) { // wgmma.N.T: the operands are desc_a, desc_b, scale_d, then the accumulator
+      const size_t dot = tag.find('.', 6);
+      const int n = std::stoi(tag.substr(6, dot - 6));
+      const unsigned dtype = tag.substr(dot + 1) == "bf16" ? 3 : 2;
+      std::vector<llvm::Value*> acc;
+      for (unsigned i = 3; i < call.arg_size(); ++i) acc.push_back(call.getArgOperand(i));
+      std::vector<llvm::Value*> d = emu_wgmma(b, emu_, dtype, n, call.getArgOperand(0), call.getArgOperand(1),
+                                              call.getArgOperand(2), acc, emu_.site(b, site_of(call, "nvptx wgmma")));
+      llvm::Value* r = llvm::PoisonValue::get(call.getType());
+      for (unsigned i = 0; i < d.size(); ++i) r = b.CreateInsertValue(r, d[i], i);
+      replace(call, r);
+      return;
     }
     if (tag != "cp.async.16")
       internal_fail("nvptx on CPU: inline asm without a known tilec.asm tag ('" + tag + "') has no mapping");
@@ -450,6 +539,7 @@ private:
 
   // Address spaces 1 and 3 are flat host pointers on the CPU.
   llvm::Value* flat(Builder& b, llvm::Value* p) { return b.CreateAddrSpaceCast(p, b.getPtrTy()); }
+  llvm::Value* shared_base_ = nullptr; // the block's region, from the emulator
 
   llvm::Module& m_;
   llvm::LLVMContext& c_;

@@ -4,6 +4,8 @@
 // pipelined. Every decision is taken in IR walk order.
 #include "codegen/pipeline_plan.h"
 
+#include "ir/error.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -57,11 +59,35 @@ bool is_positive_zero(const Value* v) {
   return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
 }
 
+namespace {
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+} // namespace
+
 MmaStaging mma_staging(const Op& dot, int idx, bool kmajor) {
   const ir::Shape& a = dot.operands[0]->type.shape;
   const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
   const int64_t mn = idx == 0 ? M : N;
   return {kmajor, ((kmajor ? K : mn) + 8) * 2, kmajor ? mn : K};
+}
+
+MmaStaging wgmma_staging(const Op& dot, int idx) {
+  const ir::Shape& a = dot.operands[0]->type.shape;
+  const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
+  const int64_t k_bytes = K * ir::dtype_bytes(dot.operands[0]->type.dtype());
+  MmaStaging st;
+  st.kmajor = true;
+  st.rows = idx == 0 ? M : N;
+  st.swizzle = wgmma_swizzle(k_bytes);
+  st.row_bytes = st.swizzle;
+  st.panels = k_bytes / st.swizzle;
+  return st;
+}
+
+int64_t staged_offset(const MmaStaging& st, int64_t row, int64_t col_byte) {
+  if (!st.swizzle) return row * st.row_bytes + col_byte;
+  const int64_t s = st.swizzle;
+  const int64_t logical = (col_byte / s) * st.rows * s + row * s + col_byte % s;
+  return logical ^ (((logical >> 7) & (s / 16 - 1)) << 4);
 }
 
 const PipelinePlan::AsyncOperand* PipelinePlan::async_operand(const Op* dot, int idx) const {
@@ -132,6 +158,8 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
     for (const auto& o : loop->region(0).ops)
       for (int i : it->second)
         if (!first_dot && async_[size_t(i)].dot == o.get()) first_dot = o.get();
+    bool swizzled = false;
+    for (int i : it->second) swizzled = swizzled || async_[size_t(i)].staging.swizzle != 0;
     for (int i : it->second) {
       AsyncOperand& x = async_[size_t(i)];
       x.pipeline = int(pipelines_.size());
@@ -142,11 +170,18 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       // already at the register file's limit.
       const bool late = pl.stages == 2 && x.dot != first_dot && x.dot->operands[0]->type.shape[0] <= Pipeline::kMaxLateRows;
       pl.late.push_back(late);
-      pl.offsets.push_back(late ? pl.late_bytes : pl.stage_bytes);
-      (late ? pl.late_bytes : pl.stage_bytes) += x.staging.bytes();
+      int64_t& at = late ? pl.late_bytes : pl.stage_bytes;
+      if (x.staging.swizzle) at = align_up(at, MmaStaging::kSwizzleAlign);
+      pl.offsets.push_back(at);
+      at += x.staging.bytes();
+    }
+    if (swizzled) { // every buffer at a multiple of the swizzle's alignment
+      pl.base = align_up(pl.base, MmaStaging::kSwizzleAlign);
+      pl.stage_bytes = align_up(pl.stage_bytes, MmaStaging::kSwizzleAlign);
     }
     buffers_end[loop] = pl.end();
     buffer_bytes_ = std::max(buffer_bytes_, buffers_end[loop]);
+    if (swizzled) buffer_bytes_ = align_up(buffer_bytes_, MmaStaging::kSwizzleAlign);
     const std::set<const Op*>& in_slice = slices[loop];
     for (const auto& o : loop->region(0).ops) // the slices of all its operands, in body order
       if (in_slice.count(o.get())) pl.slice.push_back(o.get());
@@ -241,7 +276,9 @@ bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value
   int contig = view ? 1 - rd : rd; // in the dot's [M, K] or [K, N] coordinates
   bool kmajor = idx == 0 ? contig == 1 : contig == 0;
   async_index_[{&dot, idx}] = int(async_.size());
-  async_.push_back({&dot, idx, load, view, mma_staging(dot, idx, kmajor), -1, -1});
+  if (layouts_.is_wgmma(&dot)) internal_assert(kmajor, "a warpgroup MMA's operand is read along K");
+  async_.push_back({&dot, idx, load, view, layouts_.is_wgmma(&dot) ? wgmma_staging(dot, idx) : mma_staging(dot, idx, kmajor),
+                    -1, -1});
   deferred_.insert(load);
   if (view) deferred_.insert(view);
   return true;

@@ -14,6 +14,7 @@
 
 #include "abi/device_print.h"
 #include "codegen/compile.h"
+#include "ir/error.h"
 #include "ir/types.h"
 
 namespace tilec::codegen {
@@ -68,6 +69,34 @@ public:
                            const std::string& site) = 0;
   virtual void cp_async_commit(Builder& b) = 0;      // closes the group of copies issued since the last
   virtual void cp_async_wait(Builder& b, int groups) = 0; // waits until at most `groups` groups are pending
+
+  // Hopper's warpgroup MMA (sm_90a), every thread of a warpgroup (4 warps) calling together.
+  // wgmma.mma_async.sync.aligned.m64n{n}k16.f32.T.T for the calling thread: D = A B + (scale_d
+  // ? C : 0) for a 64 x n tile, A (64 x 16) and B (n x 16, both K-major) in shared memory
+  // as the 64-bit matrix descriptors `desc_a`, `desc_b` describe them, `acc` the thread's
+  // n / 2 accumulator registers (PTX's ownership: register i holds row 16 (warp % 4) + lane / 4
+  // + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4) + i % 2). Returns the thread's part of
+  // D, which it may read only after a wgmma_wait that retires its group; a later wgmma may
+  // take it as its `acc` before that (the hardware orders the two).
+  virtual std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a,
+                                          llvm::Value* desc_b, const std::vector<llvm::Value*>& acc,
+                                          bool scale_d, const std::string& site) {
+    internal_fail("this target has no warpgroup MMA");
+  }
+  virtual void wgmma_fence(Builder& b) {}         // wgmma.fence.sync.aligned: registers written before are seen
+  virtual void wgmma_commit(Builder& b) {}        // wgmma.commit_group.sync.aligned
+  virtual void wgmma_wait(Builder& b, int groups) {} // wgmma.wait_group.sync.aligned `groups`
+  // Passes accumulator registers through a point no code moves across: before wgmma_fence
+  // (their last writes) and after wgmma_wait (their first reads), what CUTLASS calls fencing
+  // an operand. The identity where nothing reorders.
+  virtual std::vector<llvm::Value*> fence_operands(Builder& b, const std::vector<llvm::Value*>& regs) { return regs; }
+  // fence.proxy.async.shared::cta: the calling thread's shared-memory writes so far are seen by
+  // the async proxy (wgmma's operand reads).
+  virtual void fence_proxy_async(Builder& b) {}
+  // The 32-bit shared-memory address of `ptr` (into the region shared_base gives), as a
+  // matrix descriptor encodes it: the shared window's address on the GPU, the offset from the
+  // region's start in the emulator.
+  virtual llvm::Value* shared_address(Builder& b, llvm::Value* ptr) = 0;
 
   // f32 math; may be approximate (a few ulp), per ir/SEMANTICS.md.
   virtual llvm::Value* exp2(Builder& b, llvm::Value* x) = 0;
@@ -171,6 +200,12 @@ std::array<llvm::Value*, 4> emu_mma(llvm::IRBuilder<>& b, llvm::Value* ctx, unsi
 // array allocated once per kernel.
 std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, llvm::Value* row, int count, bool trans,
                                        llvm::Value* site, MmaScratch& scratch);
+
+// The emulator's warpgroup MMA call (tilec_emu_wgmma): the accumulator through a stack array,
+// in place. Shared by the emu hooks and the nvptx rewrite.
+std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
+                                    llvm::Value* desc_b, llvm::Value* scale_d, const std::vector<llvm::Value*>& acc,
+                                    llvm::Value* site);
 
 // Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
 // emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes

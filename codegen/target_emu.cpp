@@ -62,6 +62,20 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
   return r;
 }
 
+std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
+                                    llvm::Value* desc_b, llvm::Value* scale_d, const std::vector<llvm::Value*>& acc,
+                                    llvm::Value* site) {
+  auto* arr_ty = llvm::ArrayType::get(b.getFloatTy(), uint64_t(n / 2));
+  llvm::Value* arr = emu.scratch(arr_ty);
+  for (unsigned i = 0; i < unsigned(n / 2); ++i) b.CreateStore(acc[i], b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i));
+  emu.call(b, "tilec_emu_wgmma", b.getVoidTy(),
+           {b.getInt32(dtype), b.getInt32(uint32_t(n)), desc_a, desc_b, scale_d, arr, site}, true);
+  std::vector<llvm::Value*> d;
+  for (unsigned i = 0; i < unsigned(n / 2); ++i)
+    d.push_back(b.CreateLoad(b.getFloatTy(), b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i)));
+  return d;
+}
+
 namespace {
 
 class EmuHooks final : public TargetHooks {
@@ -139,6 +153,22 @@ public:
   void cp_async_commit(Builder& b) override { emu_.call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {}); }
   void cp_async_wait(Builder& b, int groups) override {
     emu_.call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
+  }
+
+  std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
+                                  const std::vector<llvm::Value*>& acc, bool scale_d, const std::string& site) override {
+    return emu_wgmma(b, emu_, operands == ir::DType::bf16 ? 3 : 2, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0), acc,
+                     emu_.site(b, site));
+  }
+  void wgmma_fence(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_fence", b.getVoidTy(), {}, true); }
+  void wgmma_commit(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_commit", b.getVoidTy(), {}, true); }
+  void wgmma_wait(Builder& b, int groups) override {
+    emu_.call(b, "tilec_emu_wgmma_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))}, true);
+  }
+  void fence_proxy_async(Builder& b) override { emu_.call(b, "tilec_emu_fence_proxy_async", b.getVoidTy(), {}); }
+  llvm::Value* shared_address(Builder& b, llvm::Value* ptr) override {
+    llvm::Value* off = b.CreateSub(b.CreatePtrToInt(ptr, b.getInt64Ty()), b.CreatePtrToInt(shared_base(b), b.getInt64Ty()));
+    return b.CreateTrunc(off, b.getInt32Ty());
   }
 
   llvm::Value* exp2(Builder& b, llvm::Value* x) override { return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x); }

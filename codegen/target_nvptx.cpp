@@ -63,7 +63,7 @@ public:
     auto* g = new llvm::GlobalVariable(m, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
                                        "tilec_smem", nullptr, llvm::GlobalValue::NotThreadLocal,
                                        kShared);
-    g->setAlignment(llvm::Align(16));
+    g->setAlignment(llvm::Align(16)); // 1024 with wgmma (finish_kernel)
     return g;
   }
 
@@ -122,6 +122,59 @@ public:
     tag(*c, site, 0);
     tag_asm(*c, "cp.async.16");
   }
+  // Warpgroup MMA: inline PTX (LLVM 19's NVPTX back end has no wgmma intrinsics), tagged for
+  // the emulator's rewrite. The asm takes the accumulator as tied "+f" operands.
+  std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
+                                  const std::vector<llvm::Value*>& acc, bool scale_d, const std::string& site) override {
+    const int regs = n / 2;
+    const char* t = operands == ir::DType::bf16 ? "bf16" : "f16";
+    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(regs + 2) + ", 0;\n" +
+                       fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{", n, t, t);
+    std::string cons;
+    for (int i = 0; i < regs; ++i) {
+      text += (i ? ", $" : "$") + std::to_string(i);
+      cons += (i ? ",=f" : "=f");
+    }
+    text += fmt::format("}}, ${}, ${}, p, 1, 1, 0, 0;\n}}", regs, regs + 1);
+    cons += ",l,l,r";
+    for (int i = 0; i < regs; ++i) cons += "," + std::to_string(i);
+    cons += ",~{memory}";
+    std::vector<llvm::Type*> outs(size_t(regs), b.getFloatTy());
+    std::vector<llvm::Type*> ins{b.getInt64Ty(), b.getInt64Ty(), b.getInt32Ty()};
+    ins.insert(ins.end(), size_t(regs), b.getFloatTy());
+    auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), outs), ins, false);
+    std::vector<llvm::Value*> args{desc_a, desc_b, b.getInt32(scale_d ? 1 : 0)};
+    args.insert(args.end(), acc.begin(), acc.end());
+    llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
+    c->addFnAttr(llvm::Attribute::Convergent);
+    tag(*c, site, 0);
+    tag_asm(*c, fmt::format("wgmma.{}.{}", n, t));
+    std::vector<llvm::Value*> d;
+    for (int i = 0; i < regs; ++i) d.push_back(b.CreateExtractValue(c, unsigned(i)));
+    uses_wgmma_ = true;
+    return d;
+  }
+  void wgmma_fence(Builder& b) override { asm_statement(b, "wgmma.fence.sync.aligned;", "wgmma.fence"); }
+  void wgmma_commit(Builder& b) override { asm_statement(b, "wgmma.commit_group.sync.aligned;", "wgmma.commit"); }
+  void wgmma_wait(Builder& b, int groups) override {
+    asm_statement(b, fmt::format("wgmma.wait_group.sync.aligned {};", groups), fmt::format("wgmma.wait.{}", groups));
+  }
+  void fence_proxy_async(Builder& b) override {
+    asm_statement(b, "fence.proxy.async.shared::cta;", "fence.proxy.async");
+  }
+  std::vector<llvm::Value*> fence_operands(Builder& b, const std::vector<llvm::Value*>& regs) override {
+    auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
+    auto* asm_ = llvm::InlineAsm::get(fty, "", "=f,0,~{memory}", true);
+    std::vector<llvm::Value*> r;
+    for (llvm::Value* v : regs) {
+      llvm::CallInst* c = b.CreateCall(fty, asm_, {v});
+      tag_asm(*c, "fence.operand");
+      r.push_back(c);
+    }
+    return r;
+  }
+  llvm::Value* shared_address(Builder& b, llvm::Value* ptr) override { return b.CreatePtrToInt(ptr, b.getInt32Ty()); }
+
   void cp_async_commit(Builder& b) override { b.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {}); }
   void cp_async_wait(Builder& b, int groups) override {
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b.getInt32(uint32_t(groups))});
@@ -329,6 +382,9 @@ public:
       return llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(c), v));
     };
     llvm::Metadata* fm = llvm::ConstantAsMetadata::get(f);
+    // wgmma's 128-byte swizzle repeats every 1024 bytes of address, and the lowering places
+    // swizzled operands at multiples of 1024 from the region's start.
+    if (auto* g = m.getNamedGlobal("tilec_smem"); g && uses_wgmma_) g->setAlignment(llvm::Align(1024));
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "kernel"), i32(1)}));
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxntidx"), i32(threads)}));
     // An explicit register ceiling: every register one block can have (64 K per SM, at most
@@ -363,6 +419,13 @@ private:
     }
     return b.CreateOr(b.CreateZExt(lo, b.getInt16Ty()), b.CreateShl(b.CreateZExt(hi, b.getInt16Ty()), 8));
   }
+  // A PTX statement with no operands, ordered with memory and other such statements.
+  static void asm_statement(Builder& b, const std::string& text, const std::string& what) {
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
+    llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, "~{memory}", true), {});
+    c->addFnAttr(llvm::Attribute::Convergent);
+    tag_asm(*c, what);
+  }
   static void tag_asm(llvm::CallInst& c, const std::string& what) {
     llvm::LLVMContext& ctx = c.getContext();
     c.setMetadata("tilec.asm", llvm::MDNode::get(ctx, llvm::MDString::get(ctx, what)));
@@ -376,6 +439,7 @@ private:
   }
 
   llvm::Function* fn_ = nullptr;
+  bool uses_wgmma_ = false;
   bool fp8_cvt_;     // sm_89+: cvt converts fp8
   std::string arch_; // "sm_80", ...: its shared memory per SM bounds the blocks a kernel asks for
 };

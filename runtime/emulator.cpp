@@ -44,6 +44,7 @@ struct Launch;
 struct ShadowByte {
   std::uint64_t write_epoch = 0, read_epoch = 0;
   std::uint32_t writer = 0, reader = 0;
+  std::uint32_t writer_fences = 0; // the writer's fence.proxy.async count when it wrote
   bool several_readers = false;
   const char* write_site = "";
   const char* read_site = "";
@@ -85,6 +86,17 @@ struct tilec_emu_thread {
   const float* mma_c = nullptr;
   float* mma_d = nullptr;
   int last_track = 0; // the buffer this thread touched last: most accesses hit it again
+  // Warpgroup MMA: while waiting at one (wgmma_n != 0), its operands; the group each wgmma
+  // issued and not yet retired belongs to; whether a wgmma.fence ran since the last wait; how
+  // many fence.proxy.async it ran.
+  std::uint32_t wgmma_n = 0, wgmma_dtype = 0, wgmma_scale = 0;
+  std::uint64_t wgmma_desc_a = 0, wgmma_desc_b = 0;
+  float* wgmma_acc = nullptr;
+  const char* wgmma_site = "";
+  std::vector<std::uint64_t> wgmma_groups;
+  std::uint64_t wgmma_open = 0;
+  bool wgmma_fenced = false;
+  std::uint32_t proxy_fences = 0;
   // How often this thread has run each global access site (the call's return address) in
   // this block: the n-th run of a site by each lane of a warp is one warp-wide request.
   std::unordered_map<std::uintptr_t, std::uint32_t> site_runs;
@@ -172,6 +184,15 @@ struct tilec_emu_worker {
   tilec::rt::Counters counters;
   std::unordered_map<tilec::rt::RequestKey, tilec::rt::Request, tilec::rt::RequestKeyHash> requests; // this block's
   std::string error; // why the running block stopped, when it did
+  // Warpgroup MMAs issued and not yet retired by a wait of their warpgroup: the shared bytes
+  // they read, which no one may write until then.
+  struct PendingWgmma {
+    std::uint32_t warpgroup;
+    std::uint64_t group;
+    std::vector<std::pair<std::size_t, std::size_t>> ranges; // [lo, hi) byte offsets
+    const char* site;
+  };
+  std::vector<PendingWgmma> wgmmas;
 };
 
 namespace tilec::rt {
@@ -391,6 +412,9 @@ void fiber_main(void* p) {
     fail_thread(t, "finished with {} asynchronous cop{} never waited for (cp.async at {}): its bytes never land in "
                 "shared memory",
                 t->pending_copies.size(), t->pending_copies.size() == 1 ? "y" : "ies", t->pending_copies.front().site);
+  if (!t->wgmma_groups.empty())
+    fail_thread(t, "finished with {} warpgroup MMA{} never waited for (wgmma at {}; wgmma.wait_group missing)",
+                t->wgmma_groups.size(), t->wgmma_groups.size() == 1 ? "" : "s", t->wgmma_site);
   t->state = State::done;
   emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
@@ -463,6 +487,9 @@ bool release_shuffles(Worker& w) {
       any = any || w.threads[i].state == State::at_shuffle;
     }
     if (!any || !all) continue;
+    bool at_wgmma = false; // released by the warpgroup's last thread to arrive (tilec_emu_wgmma)
+    for (std::uint32_t i = base; i < end; ++i) at_wgmma = at_wgmma || w.threads[i].wgmma_n != 0;
+    if (at_wgmma) continue;
     std::uint32_t mmas = 0, ldms = 0;
     for (std::uint32_t i = base; i < end; ++i) {
       mmas += w.threads[i].mma_dtype != 0;
@@ -515,10 +542,15 @@ bool run_block(Worker& w) {
   Launch& l = *w.launch;
   if (l.shared_bytes) std::memset(w.shared, 0xcd, l.shared_bytes); // stale data, like a GPU's
   w.block_epoch = ++w.epoch;
+  w.wgmmas.clear();
   for (tilec_emu_thread& t : w.threads) {
     t.state = State::runnable;
     t.pending_copies.clear();
     t.open_group = 0;
+    t.wgmma_n = 0;
+    t.wgmma_groups.clear();
+    t.wgmma_open = 0;
+    t.wgmma_fenced = false;
     emu::fiber_init(t.fiber, w.stacks->stack(t.tid), w.stacks->bytes(), fiber_main, &t);
   }
   std::uint32_t n = std::uint32_t(w.threads.size());
@@ -536,8 +568,10 @@ bool run_block(Worker& w) {
     }
     std::uint32_t done = 0, at_barrier = 0;
     std::uint32_t barrier = 0;
-    bool one_barrier = true;
+    bool one_barrier = true, runnable = false;
     for (const tilec_emu_thread& t : w.threads) {
+      // A warpgroup MMA's last thread releases the others as it runs, after some had their turn.
+      runnable = runnable || t.state == State::runnable;
       if (t.state == State::done) ++done;
       else if (t.state == State::at_barrier) {
         if (at_barrier++ == 0) barrier = t.barrier_id;
@@ -548,7 +582,7 @@ bool run_block(Worker& w) {
       count_requests(w);
       return true;
     }
-    if (release_shuffles(w)) continue;
+    if (runnable || release_shuffles(w)) continue;
     if (at_barrier == n && one_barrier) {
       for (tilec_emu_thread& t : w.threads) t.state = State::runnable;
       ++w.epoch; // accesses on either side of a barrier never race
@@ -778,6 +812,15 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
   // of one element all write its value (floats: the zeros alike, the NaNs alike).
   bool same = same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_type);
   const char* window = since == w.epoch ? "no barrier between" : "while an asynchronous copy to it was in flight";
+  for (const auto& p : w.wgmmas)
+    for (auto [lo, hi] : p.ranges)
+      if (off < hi && lo < off + bytes) {
+        std::string message = fmt::format(
+            "{}: shared-memory write of byte offset {} (at {}) while a warpgroup MMA of warpgroup {} still reads it "
+            "(wgmma at {}): wait for it first (wgmma.wait_group)", where(t), std::max(off, lo), site, p.warpgroup,
+            p.site);
+        abort_thread(t, std::move(message));
+      }
   for (std::size_t i = off; i < off + bytes; ++i) {
     ShadowByte& s = w.shadow[i];
     bool written_here = s.write_epoch >= w.block_epoch;
@@ -797,7 +840,7 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
           "{}; read at {})", where(t), window, t->tid, i, readers, site, s.read_site);
       abort_thread(t, std::move(message));
     }
-    if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site;
+    if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site, s.writer_fences = t->proxy_fences;
   }
   if (write) std::memcpy(w.shared + off, src, bytes);
 }
@@ -946,6 +989,141 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* t, uint32_t groups) {
   }
   t->pending_copies = std::move(still);
 }
+
+} // extern "C"
+
+namespace {
+using namespace tilec::rt;
+
+// One element's byte offset in shared memory, from a k-major matrix descriptor (PTX ISA,
+// "Matrix Descriptor Format"): element (row, byte kb of its row) of the operand; rows in
+// 8-row core matrices `sbo` bytes apart, and without a swizzle 16-byte columns `lbo` apart.
+// A swizzle of s bytes (128, 64, 32) takes rows of s bytes and XORs the address bits
+// [4, 4 + log2(s / 16)) with bits [7, ...): what the GPU does to the address.
+std::size_t descriptor_offset(std::uint64_t desc, std::uint32_t row, std::uint32_t kb) {
+  const std::size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+  const std::uint32_t mode = std::uint32_t(desc >> 62);
+  if (mode == 0) return start + (row / 8) * sbo + (kb / 16) * lbo + (row % 8) * 16 + kb % 16;
+  const std::size_t s = mode == 1 ? 128 : mode == 2 ? 64 : 32;
+  const std::size_t logical = start + (row / 8) * sbo + (row % 8) * s + kb;
+  return logical ^ (((logical >> 7) & (s / 16 - 1)) << 4);
+}
+
+// The warpgroup's MMA, run by its last thread to arrive (`t`), every other one waiting.
+void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
+  tilec_emu_worker& w = *t->worker;
+  const tilec_emu_thread& first = w.threads[g0];
+  for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+    const tilec_emu_thread& o = w.threads[i];
+    if (o.wgmma_dtype != first.wgmma_dtype || o.wgmma_n != first.wgmma_n || o.wgmma_desc_a != first.wgmma_desc_a ||
+        o.wgmma_desc_b != first.wgmma_desc_b || o.wgmma_scale != first.wgmma_scale)
+      fail_thread(t, "warpgroup MMA (at {}): thread {} passes other operands than thread {} (dtype {}/{}, n {}/{}, "
+                     "descriptors {:#x}/{:#x} and {:#x}/{:#x}, scale-d {}/{})",
+                  first.wgmma_site, i, g0, o.wgmma_dtype, first.wgmma_dtype, o.wgmma_n, first.wgmma_n, o.wgmma_desc_a,
+                  first.wgmma_desc_a, o.wgmma_desc_b, first.wgmma_desc_b, o.wgmma_scale, first.wgmma_scale);
+  }
+  const std::uint32_t n = first.wgmma_n, dtype = first.wgmma_dtype;
+  for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b})
+    if ((d >> 49) & 7)
+      fail_thread(t, "warpgroup MMA (at {}): matrix descriptor {:#x} has a base offset ({}): tilec places swizzled "
+                     "operands at multiples of the pattern, where it is 0", first.wgmma_site, d, (d >> 49) & 7);
+  // The operands, read as the warpgroup's first thread through the shared-memory checks; each
+  // byte must have been fenced to the async proxy by its writer.
+  tilec_emu_thread* reader = &w.threads[g0];
+  std::vector<std::size_t> offsets;
+  auto read = [&](std::uint64_t desc, std::uint32_t row, std::uint32_t k) {
+    std::size_t off = descriptor_offset(desc, row, 2 * k);
+    if (off + 2 > w.launch->shared_bytes)
+      fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} addresses byte offset {} (row {}, k {}), outside the "
+                     "kernel's {} bytes of shared memory", first.wgmma_site, desc, off, row, k, w.launch->shared_bytes);
+    for (std::size_t i = off; i < off + 2; ++i) {
+      const ShadowByte& sb = w.shadow[i];
+      if (sb.write_epoch >= w.block_epoch && w.threads[sb.writer].proxy_fences == sb.writer_fences)
+        fail_thread(t, "warpgroup MMA (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
+                       "fence.proxy.async since: the async proxy may not see it", first.wgmma_site, i, sb.writer,
+                    sb.write_site);
+    }
+    std::uint16_t bits = 0;
+    tilec_emu_shared_load(reader, w.shared + off, 2, &bits, first.wgmma_site);
+    offsets.push_back(off);
+    return dtype == 3 ? tilec::bf16_bits_to_f32(bits) : tilec::f16_bits_to_f32(bits);
+  };
+  std::vector<float> A(64 * 16), B(std::size_t(n) * 16);
+  for (std::uint32_t r = 0; r < 64; ++r)
+    for (std::uint32_t k = 0; k < 16; ++k) A[r * 16 + k] = read(first.wgmma_desc_a, r, k);
+  for (std::uint32_t c = 0; c < n; ++c)
+    for (std::uint32_t k = 0; k < 16; ++k) B[c * 16 + k] = read(first.wgmma_desc_b, c, k);
+  for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+    tilec_emu_thread& o = w.threads[i];
+    const std::uint32_t warp = (i - g0) / 32, lane = i % 32;
+    for (std::uint32_t r = 0; r < n / 2; ++r) {
+      const std::uint32_t row = 16 * warp + lane / 4 + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+      float acc = first.wgmma_scale ? o.wgmma_acc[r] : 0.0f;
+      for (std::uint32_t k = 0; k < 16; ++k) acc += A[row * 16 + k] * B[col * 16 + k]; // exact product, rounded sum
+      o.wgmma_acc[r] = acc;
+    }
+  }
+  std::sort(offsets.begin(), offsets.end());
+  tilec_emu_worker::PendingWgmma p{g0 / 128, first.wgmma_open, {}, first.wgmma_site};
+  for (std::size_t off : offsets) {
+    if (!p.ranges.empty() && off <= p.ranges.back().second) p.ranges.back().second = std::max(p.ranges.back().second, off + 2);
+    else p.ranges.push_back({off, off + 2});
+  }
+  w.wgmmas.push_back(std::move(p));
+  for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+    tilec_emu_thread& o = w.threads[i];
+    o.wgmma_groups.push_back(o.wgmma_open);
+    o.wgmma_n = 0;
+    if (&o != t) o.state = State::runnable;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+void tilec_emu_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
+                     uint32_t scale_d, float* acc, const char* site) {
+  using namespace tilec::rt;
+  if (dtype != 2 && dtype != 3) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
+  if (n < 8 || n > 256 || n % 8 != 0) fail_thread(t, "warpgroup MMA (at {}) with n = {} (8, 16, ..., 256)", site, n);
+  tilec_emu_worker& w = *t->worker;
+  const std::uint32_t g0 = t->tid / 128 * 128;
+  if (g0 + 128 > w.threads.size())
+    fail_thread(t, "warpgroup MMA (at {}) in a block of {} threads: warpgroups are 4 whole warps", site,
+                w.threads.size());
+  if (!t->wgmma_fenced)
+    fail_thread(t, "warpgroup MMA (at {}) with no wgmma.fence since the thread's last wgmma.wait_group (or its "
+                   "start): its accumulator registers' last writes are not ordered before it", site);
+  t->wgmma_n = n, t->wgmma_dtype = dtype, t->wgmma_desc_a = desc_a, t->wgmma_desc_b = desc_b;
+  t->wgmma_scale = scale_d ? 1 : 0, t->wgmma_acc = acc, t->wgmma_site = site;
+  bool all = true;
+  for (std::uint32_t i = g0; i < g0 + 128 && all; ++i)
+    all = &w.threads[i] == t || (w.threads[i].state == State::at_shuffle && w.threads[i].wgmma_n != 0);
+  if (all) {
+    run_wgmma(t, g0);
+    return;
+  }
+  t->state = State::at_shuffle;
+  yield(t);
+}
+
+void tilec_emu_wgmma_fence(tilec_emu_thread* t) { t->wgmma_fenced = true; }
+
+void tilec_emu_wgmma_commit(tilec_emu_thread* t) { ++t->wgmma_open; }
+
+void tilec_emu_wgmma_wait(tilec_emu_thread* t, uint32_t groups) {
+  const std::uint64_t keep_from = t->wgmma_open >= groups ? t->wgmma_open - groups : 0;
+  std::erase_if(t->wgmma_groups, [&](std::uint64_t g) { return g < keep_from; });
+  // A group complete for one thread is complete for its warpgroup: its reads are done.
+  tilec_emu_worker& w = *t->worker;
+  std::erase_if(w.wgmmas, [&](const tilec_emu_worker::PendingWgmma& p) {
+    return p.warpgroup == t->tid / 128 && p.group < keep_from;
+  });
+  t->wgmma_fenced = false;
+}
+
+void tilec_emu_fence_proxy_async(tilec_emu_thread* t) { ++t->proxy_fences; }
 
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {
   tilec::rt::check_access(t, addr, bytes, true, false, "load",

@@ -36,7 +36,7 @@ Action add_ir(CLI::App& app, Common& common) {
       text = ir::print(*k);
     } else if (*stage == "layouts") {
       codegen::CompileOptions opts = backends::compile_options(params, *arch, "nvptx");
-      codegen::LayoutsPrint p = codegen::print_layouts(*k, opts.num_warps);
+      codegen::LayoutsPrint p = codegen::print_layouts(*k, opts.num_warps, codegen::wgmma_enabled(opts));
       text = p.text;
       // The pipeline plan after the layouts, when a loop asks for stages or a dot copies an
       // operand by cp.async.

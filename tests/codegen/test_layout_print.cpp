@@ -41,8 +41,8 @@ int ops_with_results(const ir::Block& b) {
 }
 
 // Checks the print of `fn`'s layouts; returns the print.
-std::string check_layouts(const ir::Function& fn, int num_warps) {
-  LayoutsPrint p = print_layouts(fn, num_warps);
+std::string check_layouts(const ir::Function& fn, int num_warps, bool wgmma = false) {
+  LayoutsPrint p = print_layouts(fn, num_warps, wgmma);
   INFO(p.text);
   std::vector<std::string> lines = split_lines(p.text);
   REQUIRE(lines.size() > 2);
@@ -50,8 +50,9 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
 
   // The legend: #L0, #L1, ... in order; a slice's parent comes before it.
   static const std::regex def(R"(^#L(\d+) = (blocked<size_per_thread=\[[\d,]+\], threads_per_warp=\[[\d,]+\], )"
-                              R"(warps_per_block=\[[\d,]+\], order=\[[\d,]+\]>(  // mma\.sync m16n8 accumulator )"
-                              R"(fragments, warps along [MN])?|slice<dim=\d+, parent=#L(\d+)>)$)");
+                              R"(warps_per_block=\[[\d,]+\], order=\[[\d,]+\](, warp_repeat=\[[\d,]+\]>  // wgmma )"
+                              R"(m64nNk16 accumulator: warp w holds rows 16w \+ g, 16w \+ g \+ 8|>(  // mma\.sync m16n8 )"
+                              R"(accumulator fragments, warps along [MN])?)|slice<dim=\d+, parent=#L(\d+)>)$)");
   size_t i = 1;
   int defined = 0;
   for (; i < lines.size() && !lines[i].empty(); ++i) {
@@ -59,7 +60,7 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
     INFO(lines[i]);
     REQUIRE(std::regex_match(lines[i], m, def));
     CHECK(std::stoi(m[1]) == defined);
-    if (m[4].matched) CHECK(std::stoi(m[4]) < defined);
+    if (m[5].matched) CHECK(std::stoi(m[5]) < defined);
     ++defined;
   }
   CHECK(defined == p.layouts);
@@ -85,6 +86,7 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
     if (size_t c = l.find_first_not_of(' '); c != std::string::npos && l.compare(c, 2, "//") == 0) {
       // Each dot says where it runs.
       CHECK((l.find("// tensor cores: mma.sync.m16n8k16") != std::string::npos ||
+             (wgmma && l.find("// tensor cores: wgmma.mma_async.m64n") != std::string::npos) ||
              l.find("// CUDA cores: FMA") != std::string::npos));
       ++dot_notes;
       continue;
@@ -129,11 +131,12 @@ std::string check_layouts(const ir::Function& fn, int num_warps) {
 
   // The conversions printed are the plan's, and the lowering emits as many.
   AxisAnalysis axis(fn);
-  LayoutPlan plan(fn, axis, num_warps);
+  LayoutPlan plan(fn, axis, num_warps, true, wgmma);
   CHECK(converts == p.conversions);
   CHECK(converts == static_cast<int>(plan.conversions().size()));
   CompileOptions o;
   o.num_warps = num_warps;
+  o.wgmma = wgmma;
   CHECK(lower_to_llvm(fn, o).stats.conversions == converts);
 
   // Without its annotations and conversion lines it is the plain print.
@@ -334,4 +337,18 @@ TEST_CASE("the layouts print says a prefill tile's accumulator lays its warps al
                                            R"(warps_per_block=\[4,1\], order=\[1,0\]>  // mma\.sync m16n8 )"
                                            R"(accumulator fragments, warps along M)")));
   CHECK(text.find("warps along N") == std::string::npos);
+}
+
+TEST_CASE("the layouts print shows a prefill tile's Q K^T on wgmma, its accumulator repeating lanes in a warp",
+          "[codegen][layouts][wgmma]") {
+  Built b = build("paged_attention", {"block_n=64", "head_group=4", "block_m=64"},
+                  {"dtype=bf16", "hq=32", "hkv=8", "head_dim=128", "sq=64", "causal=1"});
+  std::string text = check_layouts(*b.fn, b.num_warps, true);
+  INFO(text);
+  CHECK(std::regex_search(text, std::regex(R"(#L\d+ = blocked<size_per_thread=\[1,2\], threads_per_warp=\[8,4\], )"
+                                           R"(warps_per_block=\[4,1\], order=\[1,0\], warp_repeat=\[2,1\]>  // wgmma )")));
+  // Q K^T (K read along head_dim) on wgmma; P V (V read along head_dim, its N) on mma.sync.
+  CHECK(text.find("// tensor cores: wgmma.mma_async.m64n64k16 over 64x64x128, per warpgroup 1 per k step of 16; "
+                  "operands k-major in shared memory, 128-byte swizzle") != std::string::npos);
+  CHECK(text.find("// tensor cores: mma.sync.m16n8k16 over 64x128x64") != std::string::npos);
 }

@@ -1,0 +1,123 @@
+// dot on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): the operands staged k-major in
+// shared memory in a swizzled layout (or copied there by cp.async, lower_pipeline.cpp), read
+// by the instruction itself through matrix descriptors; the accumulator in registers, in
+// the layout wgmma gives it (wgmma_layout).
+#include "codegen/lowering.h"
+
+namespace tilec::codegen::detail {
+
+namespace {
+
+// The constant part of a matrix descriptor for a k-major operand staged with swizzle `s`
+// (PTX ISA, "Matrix Descriptor Format"): bits 0-13 hold the start address >> 4, 16-29 the
+// leading-dimension byte offset >> 4 (unused by a k-major swizzled layout: 1, as CUTLASS
+// sets it), 32-45 the stride-dimension byte offset >> 4 (8 rows of s bytes: the distance
+// between the 8-row groups), 62-63 the swizzle mode (1: 128 bytes, 2: 64, 3: 32).
+uint64_t descriptor_bits(int s) {
+  const uint64_t mode = s == 128 ? 1 : s == 64 ? 2 : 3;
+  return (uint64_t(1) << 16) | (uint64_t(8 * s >> 4) << 32) | (mode << 62);
+}
+
+} // namespace
+
+// Warpgroup q (warps 4q .. 4q + 3) computes, for every pass p of the result (16 W rows, W the
+// warps), the 64 rows from 16 W p + 64 q: one wgmma.mma_async.m64nNk16 per pass and k step
+// of 16, all of them one group, waited for before the result is used. Thread (warp w, lane
+// g * 4 + t) receives rows 16 w + g (+ 8) of its pass, which is wgmma_layout's ownership, so
+// the registers are the result's elements. The A rows of a pass start at a multiple of 64 and
+// the k steps at multiples of 32 bytes: each descriptor's start address is the staging's
+// start plus the byte offset of its first row and column, and the hardware applies the
+// swizzle to the address bits as staged_offset wrote them.
+void Lowering::emit_dot_wgmma(const Op& op) {
+  const Value* a = op.operands[0];
+  const Value* res = op.results[0];
+  std::vector<LayoutId> ls = plan_.op_layouts(&op);
+  const int64_t M = a->type.shape[0], K = a->type.shape[1], N = op.operands[1]->type.shape[1];
+  const DType dt = a->type.dtype();
+  const int64_t eb = ir::dtype_bytes(dt), W = opts_.num_warps;
+  const AsyncOperand* async_a = pipes_.async_operand(&op, 0);
+  const AsyncOperand* async_b = pipes_.async_operand(&op, 1);
+  const MmaStaging st_a = wgmma_staging(op, 0), st_b = wgmma_staging(op, 1);
+  const bool pipe_a = async_a && async_a->pipeline >= 0, pipe_b = async_b && async_b->pipeline >= 0;
+  const auto res_a = resident_.find({&op, 0}), res_b = resident_.find({&op, 1});
+  const bool keep_a = res_a != resident_.end(), keep_b = res_b != resident_.end();
+  const bool stage_a = !pipe_a && !keep_a, stage_b = !pipe_b && !keep_b;
+  const bool zero_acc = is_positive_zero(op.operands[2]);
+  constexpr int64_t kAlign = MmaStaging::kSwizzleAlign;
+  const int64_t off_b = stage_a ? (st_a.bytes() + kAlign - 1) / kAlign * kAlign : 0;
+  const bool uses_scratch = stage_a || stage_b;
+  if (uses_scratch) scratch_begin(off_b + (stage_b ? st_b.bytes() : 0), kAlign);
+  llvm::Value* base_a = pipe_a   ? pipe_read_buffer(*async_a)
+                        : keep_a ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_a->second)
+                                 : smem(b_.getInt8Ty(), b_.getInt32(0), 0);
+  llvm::Value* base_b = pipe_b   ? pipe_read_buffer(*async_b)
+                        : keep_b ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_b->second)
+                                 : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
+  if (async_a && !pipe_a) issue_copies(*async_a, base_a, "dot (wgmma) operand A, asynchronous copy");
+  else if (stage_a) stage_mma_operand(op, 0, st_a, base_a);
+  if (async_b && !pipe_b) issue_copies(*async_b, base_b, "dot (wgmma) operand B, asynchronous copy");
+  else if (stage_b) stage_mma_operand(op, 1, st_b, base_b);
+  if ((async_a && !pipe_a) || (async_b && !pipe_b)) {
+    hooks_.cp_async_commit(b_);
+    hooks_.cp_async_wait(b_, 0);
+  }
+  // Every thread's writes (and waited copies) reach the async proxy (barrier() fences it) and
+  // the other threads before any warpgroup's MMA reads them.
+  if (uses_scratch || ((pipe_a || pipe_b) && pipe_landed_unfenced_)) barrier();
+
+  // The accumulator's elements by (row, column) offset from the thread's first, then as each
+  // pass's registers in the instruction's order: register i is row 8 ((i / 2) % 2), column
+  // 8 (i / 4) + i % 2 of the thread's part of the pass.
+  const ThreadElems& te = elems_of(ls[2], res->type.shape);
+  std::map<std::pair<int64_t, int64_t>, size_t> elem;
+  for (size_t j = 0; j < size_t(te.count); ++j) elem[{te.offset[j][0], te.offset[j][1]}] = j;
+  const int64_t passes = M / (16 * W), regs = N / 2;
+  internal_assert(int64_t(elem.size()) == te.count && te.count == passes * regs,
+                  "the wgmma layout's elements are the instructions' registers");
+  auto slot = [&](int64_t p, int64_t i) {
+    return elem.at({p * 16 * W + 8 * ((i / 2) % 2), 8 * (i / 4) + i % 2});
+  };
+  const Elems* acc = zero_acc ? nullptr : &get(op.operands[2], ls[2]);
+  auto d = std::vector<Elems>(size_t(passes));
+  for (int64_t p = 0; p < passes; ++p)
+    for (int64_t i = 0; i < regs; ++i)
+      d[size_t(p)].push_back(acc ? (*acc)[slot(p, i)] : llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+
+  // Descriptors: the start address of this warpgroup's rows of pass p (A) and of the k step.
+  llvm::Value* addr_a = hooks_.shared_address(b_, base_a);
+  llvm::Value* addr_b = hooks_.shared_address(b_, base_b);
+  llvm::Value* wg_rows = b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(64 * st_a.row_bytes)));
+  auto descriptor = [&](llvm::Value* start, int s) {
+    llvm::Value* field = b_.CreateAnd(b_.CreateZExt(b_.CreateLShr(start, 4), b_.getInt64Ty()), 0x3fff);
+    return b_.CreateOr(field, b_.getInt64(descriptor_bits(s)));
+  };
+  auto k_byte = [&](const MmaStaging& st, int64_t kk) { // where k step kk starts, from the staging's start
+    const int64_t kb = kk * 16 * eb;
+    return (kb / st.swizzle) * st.rows * st.swizzle + kb % st.swizzle;
+  };
+  for (Elems& x : d) x = hooks_.fence_operands(b_, x);
+  hooks_.wgmma_fence(b_);
+  const std::string where = site("dot (wgmma) operands A and B read");
+  for (int64_t kk = 0; kk < K / 16; ++kk) {
+    llvm::Value* desc_b = descriptor(b_.CreateAdd(addr_b, b_.getInt32(uint32_t(k_byte(st_b, kk)))), st_b.swizzle);
+    for (int64_t p = 0; p < passes; ++p) {
+      llvm::Value* start_a = b_.CreateAdd(
+          b_.CreateAdd(addr_a, wg_rows), b_.getInt32(uint32_t(p * 16 * W * st_a.row_bytes + k_byte(st_a, kk))));
+      d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), descriptor(start_a, st_a.swizzle), desc_b, d[size_t(p)],
+                                  !(zero_acc && kk == 0), where);
+    }
+  }
+  hooks_.wgmma_commit(b_);
+  hooks_.wgmma_wait(b_, 0);
+  Elems out(size_t(te.count), nullptr);
+  for (int64_t p = 0; p < passes; ++p) {
+    Elems x = hooks_.fence_operands(b_, d[size_t(p)]);
+    for (int64_t i = 0; i < regs; ++i) out[slot(p, i)] = x[size_t(i)];
+  }
+  ++stats_.wgmma_dots;
+  if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // until the barrier: the buffer may not be refilled
+  if (uses_scratch) scratch_end();
+  define(res, ls[2], std::move(out));
+}
+
+} // namespace tilec::codegen::detail

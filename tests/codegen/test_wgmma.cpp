@@ -1,0 +1,165 @@
+// dot on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): which dots take it, the layout its
+// accumulator gets, bit-for-bit agreement with the interpreter on the emulator in both
+// lowerings over every swizzle the staging picks (K of 16, 32, 64 and 128 elements), N from 8
+// to 256, one and two warpgroups, with and without an accumulator; the PTX it emits and
+// ptxas's sm_90a verdict on it; `--no-wgmma` (CompileOptions::wgmma) falling back to mma.sync.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "backends/launchers.h"
+#include "codegen/compile.h"
+#include "codegen/layout.h"
+#include "codegen/layout_plan.h"
+#include "codegen/pipeline_plan.h"
+#include "interp/launcher.h"
+#include "launch/launcher.h"
+#include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/dot_kernel.h"
+
+using namespace tilec;
+using ir::DType;
+
+namespace {
+
+struct Case {
+  int64_t m, n, k;
+  DType dt;
+  bool with_acc;
+  int warps;
+};
+
+// A [M, K] row-major, B read from [N, K] (k-major, as a weight matrix is stored).
+ir::Kernel wgmma_dot(const Case& c) {
+  return codegen::test::dot_kernel("wgmma_dot", c.m, c.n, c.k, c.dt, false, true, c.with_acc);
+}
+
+bool on_wgmma(const ir::Function& fn, int warps, bool wgmma = true) {
+  codegen::AxisAnalysis axis(fn);
+  codegen::LayoutPlan plan(fn, axis, warps, true, wgmma);
+  return plan.has_wgmma();
+}
+
+} // namespace
+
+TEST_CASE("wgmma: the accumulator layout gives warp w rows 16w + g and 16w + g + 8", "[codegen][wgmma]") {
+  for (int warps : {4, 8}) {
+    const int64_t m = 16 * warps * 2, n = 16;
+    codegen::ThreadElems te = codegen::thread_elems(codegen::wgmma_layout(m, n, warps), {m, n});
+    REQUIRE(te.count == 2 * 2 * (n / 8) * 2); // 2 passes x rows g, g + 8 x 2 column tiles x 2 columns
+    std::set<std::pair<int64_t, int64_t>> offs;
+    for (const auto& o : te.offset) offs.insert({o[0], o[1]});
+    for (int64_t pass = 0; pass < 2; ++pass)
+      for (int64_t h : {0, 8})
+        for (int64_t col : {0, 1, 8, 9}) CHECK(offs.count({pass * 16 * warps + h, col}) == 1);
+  }
+  CHECK(codegen::wgmma_fits(64, 256, 64, 2, 4));
+  CHECK(codegen::wgmma_fits(128, 8, 16, 2, 8));
+  CHECK_FALSE(codegen::wgmma_fits(32, 64, 64, 2, 4));  // M below a warpgroup's 64 rows per 4 warps
+  CHECK_FALSE(codegen::wgmma_fits(64, 264, 64, 2, 4)); // N past 256
+  CHECK_FALSE(codegen::wgmma_fits(64, 64, 48, 2, 4));  // 96-byte rows: no swizzle takes them
+  CHECK_FALSE(codegen::wgmma_fits(64, 64, 64, 2, 2));  // not whole warpgroups
+}
+
+TEST_CASE("wgmma: which dots take it (sm_90, both operands read along K)", "[codegen][wgmma]") {
+  CHECK(on_wgmma(*wgmma_dot({128, 128, 64, DType::bf16, false, 4}), 4));
+  CHECK_FALSE(on_wgmma(*wgmma_dot({128, 128, 64, DType::bf16, false, 4}), 4, false));
+  // B read along N (a [K, N] row-major array): the K-major descriptors do not describe it.
+  CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("kn", 64, 64, 64, DType::f16, false, false, false), 4));
+  // A read along M.
+  CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("mk", 64, 64, 64, DType::f16, true, true, false), 4));
+  CHECK_FALSE(on_wgmma(*wgmma_dot({16, 64, 64, DType::f16, false, 4}), 4)); // decode's few rows: mma.sync
+  CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 64, DType::f32, false, 4}), 4)); // f32: CUDA cores
+  codegen::CompileOptions o;
+  CHECK(codegen::wgmma_enabled(o));
+  o.arch = "sm_80";
+  CHECK_FALSE(codegen::wgmma_enabled(o));
+}
+
+TEST_CASE("wgmma: the emulator agrees with the interpreter bit for bit (every swizzle, N, warpgroups, both lowerings)",
+          "[codegen][wgmma][emulator]") {
+  std::mt19937 rng(7);
+  const std::vector<Case> cases = {
+      {64, 8, 16, DType::f16, false, 4},     {64, 64, 32, DType::bf16, true, 4},  {128, 128, 64, DType::bf16, false, 4},
+      {64, 256, 16, DType::f16, true, 4},    {128, 32, 128, DType::bf16, true, 8}, {256, 16, 64, DType::f16, false, 8},
+      {64, 16, 128, DType::bf16, false, 4},
+  };
+  for (const Case& c : cases) {
+    INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " acc " << c.with_acc
+              << " warps " << c.warps);
+    ir::Kernel k = wgmma_dot(c);
+    REQUIRE(on_wgmma(*k, c.warps));
+    launch::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
+    launch::Buffer acc("c", DType::f32, size_t(c.m * c.n));
+    std::uniform_real_distribution<double> d(-1, 1);
+    for (launch::Buffer* x : {&a, &b, &acc})
+      for (size_t i = 0; i < x->count(); ++i) x->set(i, d(rng));
+    auto args = [&](launch::Buffer& out) {
+      return std::vector<launch::Arg>{launch::Arg::of(a), launch::Arg::of(b), launch::Arg::of(acc), launch::Arg::of(out)};
+    };
+    launch::Buffer want("out", DType::f32, size_t(c.m * c.n));
+    interp::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
+    for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+      INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
+      launch::Buffer got("out", DType::f32, size_t(c.m * c.n));
+      backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
+      int bad = 0;
+      for (size_t i = 0; i < want.count(); ++i)
+        if (want.get(i) != got.get(i) && ++bad <= 3) FAIL_CHECK("out[" << i << "]: " << want.get(i) << " vs " << got.get(i));
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("wgmma: the PTX for sm_90 is sm_90a's, with descriptors, fences and one wait, and ptxas takes it",
+          "[codegen][wgmma][nvptx]") {
+  const Case c{128, 128, 64, DType::bf16, true, 4};
+  ir::Kernel k = wgmma_dot(c);
+  codegen::CompileOptions o;
+  o.arch = "sm_90";
+  codegen::CompiledKernel ck = codegen::compile(*k, o);
+  INFO(ck.ptx);
+  CHECK(ck.stats.wgmma_dots == 1);
+  CHECK(ck.ptx.find(".target sm_90a") != std::string::npos);
+  // Two 64-row passes x four k steps of 16, all of them in one group.
+  CHECK(codegen::test::count(ck.ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") == 8);
+  CHECK(codegen::test::count(ck.ptx, "wgmma.fence.sync.aligned") == 1);
+  CHECK(codegen::test::count(ck.ptx, "wgmma.commit_group.sync.aligned") == 1);
+  CHECK(codegen::test::count(ck.ptx, "wgmma.wait_group.sync.aligned 0") == 1);
+  CHECK(codegen::test::count(ck.ptx, "fence.proxy.async.shared::cta") >= 1);
+  CHECK(codegen::test::count(ck.ptx, "mma.sync") == 0);
+  CHECK(codegen::test::count(ck.ptx, "ldmatrix") == 0);
+  CHECK(ck.ptx.find(".align 1024") != std::string::npos);
+  if (codegen::test::have_ptxas()) {
+    REQUIRE(ck.ptxas.has_value());
+    INFO(ck.ptxas->log);
+    CHECK(!ck.cubin.empty());
+    CHECK(ck.ptxas->spill_stores == 0);
+  }
+  codegen::CompileOptions off = o;
+  off.wgmma = false;
+  codegen::CompiledKernel mma = codegen::compile(*k, off);
+  CHECK(mma.stats.wgmma_dots == 0);
+  CHECK(mma.ptx.find("wgmma.") == std::string::npos);
+  CHECK(mma.ptx.find(".target sm_90a") == std::string::npos);
+  CHECK(codegen::test::count(mma.ptx, "mma.sync") > 0);
+  codegen::CompileOptions ampere = o;
+  ampere.arch = "sm_80";
+  CHECK(codegen::compile(*k, ampere).ptx.find("wgmma.") == std::string::npos);
+}
+
+TEST_CASE("wgmma: staged operands are swizzled as the descriptors say", "[codegen][wgmma]") {
+  // staged_offset against the swizzles' usual statement: 16-byte chunk c of row r of a
+  // panel of s-byte rows lands at chunk c ^ ((r / (128 / s)) % (s / 16)).
+  for (int s : {32, 64, 128}) {
+    codegen::MmaStaging st;
+    st.kmajor = true, st.rows = 64, st.swizzle = s, st.row_bytes = s, st.panels = 2;
+    for (int64_t panel = 0; panel < 2; ++panel)
+      for (int64_t r = 0; r < 64; ++r)
+        for (int64_t c = 0; c < s / 16; ++c) {
+          const int64_t want = panel * 64 * s + r * s + 16 * (c ^ ((r / (128 / s)) % (s / 16)));
+          INFO("swizzle " << s << " panel " << panel << " row " << r << " chunk " << c);
+          CHECK(codegen::staged_offset(st, r, panel * s + 16 * c) == want);
+        }
+  }
+}
