@@ -186,11 +186,15 @@ struct tilec_emu_worker {
   std::string error; // why the running block stopped, when it did
   // Warpgroup MMAs issued and not yet retired by a wait of their warpgroup: the shared bytes
   // they read, which no one may write until then.
+  // A thread may write them once it waited for the MMA itself, or after a barrier that
+  // follows some thread's wait (which completes it for the whole warpgroup).
   struct PendingWgmma {
     std::uint32_t warpgroup;
     std::uint64_t group;
     std::vector<std::pair<std::size_t, std::size_t>> ranges; // [lo, hi) byte offsets
     const char* site;
+    std::vector<bool> waited;                  // per thread of the warpgroup
+    std::uint64_t retired_epoch = UINT64_MAX;  // the barrier interval of its first wait
   };
   std::vector<PendingWgmma> wgmmas;
 };
@@ -812,7 +816,9 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
   // of one element all write its value (floats: the zeros alike, the NaNs alike).
   bool same = same_value(w.shared + off, static_cast<const std::byte*>(src), bytes, float_type);
   const char* window = since == w.epoch ? "no barrier between" : "while an asynchronous copy to it was in flight";
-  for (const auto& p : w.wgmmas)
+  std::erase_if(w.wgmmas, [&](const tilec_emu_worker::PendingWgmma& p) { return p.retired_epoch < w.epoch; });
+  for (const auto& p : w.wgmmas) {
+    if (t->tid / 128 == p.warpgroup && p.waited[t->tid % 128]) continue;
     for (auto [lo, hi] : p.ranges)
       if (off < hi && lo < off + bytes) {
         std::string message = fmt::format(
@@ -821,6 +827,7 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
             p.site);
         abort_thread(t, std::move(message));
       }
+  }
   for (std::size_t i = off; i < off + bytes; ++i) {
     ShadowByte& s = w.shadow[i];
     bool written_here = s.write_epoch >= w.block_epoch;
@@ -1064,7 +1071,7 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
     }
   }
   std::sort(offsets.begin(), offsets.end());
-  tilec_emu_worker::PendingWgmma p{g0 / 128, first.wgmma_open, {}, first.wgmma_site};
+  tilec_emu_worker::PendingWgmma p{g0 / 128, first.wgmma_open, {}, first.wgmma_site, std::vector<bool>(128), UINT64_MAX};
   for (std::size_t off : offsets) {
     if (!p.ranges.empty() && off <= p.ranges.back().second) p.ranges.back().second = std::max(p.ranges.back().second, off + 2);
     else p.ranges.push_back({off, off + 2});
@@ -1115,11 +1122,13 @@ void tilec_emu_wgmma_commit(tilec_emu_thread* t) { ++t->wgmma_open; }
 void tilec_emu_wgmma_wait(tilec_emu_thread* t, uint32_t groups) {
   const std::uint64_t keep_from = t->wgmma_open >= groups ? t->wgmma_open - groups : 0;
   std::erase_if(t->wgmma_groups, [&](std::uint64_t g) { return g < keep_from; });
-  // A group complete for one thread is complete for its warpgroup: its reads are done.
+  // Complete for this thread now, and for every thread after the next barrier.
   tilec_emu_worker& w = *t->worker;
-  std::erase_if(w.wgmmas, [&](const tilec_emu_worker::PendingWgmma& p) {
-    return p.warpgroup == t->tid / 128 && p.group < keep_from;
-  });
+  for (auto& p : w.wgmmas)
+    if (p.warpgroup == t->tid / 128 && p.group < keep_from) {
+      p.waited[t->tid % 128] = true;
+      p.retired_epoch = std::min(p.retired_epoch, w.epoch);
+    }
   t->wgmma_fenced = false;
 }
 

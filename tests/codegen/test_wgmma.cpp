@@ -163,3 +163,45 @@ TEST_CASE("wgmma: staged operands are swizzled as the descriptors say", "[codege
         }
   }
 }
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include "codegen/target.h"
+
+TEST_CASE("wgmma: reading an accumulator before its wait is reported when the nvptx lowering is retargeted",
+          "[codegen][wgmma][nvptx]") {
+  // A kernel that stores a wgmma's first result register (for waited = false: before the wait).
+  auto build = [](llvm::LLVMContext& c, bool waited) {
+    auto m = std::make_unique<llvm::Module>("k", c);
+    auto hooks = codegen::make_nvptx_hooks(90);
+    llvm::Function* f = hooks->create_kernel(*m, "k", {llvm::PointerType::get(c, 1)}, 128);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", f));
+    std::vector<llvm::Value*> params = hooks->kernel_params(b);
+    std::vector<llvm::Value*> acc(4, llvm::ConstantFP::get(b.getFloatTy(), 0.0));
+    hooks->wgmma_fence(b);
+    std::vector<llvm::Value*> d = hooks->wgmma(b, ir::DType::f16, 8, b.getInt64(0), b.getInt64(0), acc, false, "site");
+    hooks->wgmma_commit(b);
+    if (waited) {
+      hooks->wgmma_wait(b, 0);
+      d = hooks->fence_operands(b, d);
+    } else {
+      hooks->wgmma_wait(b, 0);
+    }
+    hooks->store(b, params[0], d[0], 4, nullptr);
+    b.CreateRetVoid();
+    hooks->finish_kernel(*m, f, 128, 0, 0);
+    return m;
+  };
+  llvm::LLVMContext c;
+  auto good = build(c, true);
+  CHECK_NOTHROW(codegen::retarget_nvptx_for_emulator(*good));
+  auto bad = build(c, false);
+  try {
+    codegen::retarget_nvptx_for_emulator(*bad);
+    FAIL("an accumulator read before its wait went unreported");
+  } catch (const InternalError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("a wgmma accumulator register (site) is read before the wgmma.wait_group"));
+  }
+}

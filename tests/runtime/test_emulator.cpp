@@ -244,6 +244,56 @@ void run_order(tilec_emu_thread* c, void* const* args) {
 void divergent_shuffle(tilec_emu_thread* c, void* const* args) {
   if (tilec_emu_thread_id(c) % 32 != 0) tilec_emu_shfl_xor(c, 1, 1);
 }
+/* Warpgroup MMA, 128 threads: A (64 x 16) and B (16 x 16, as B[n][k]) f16 bits from args[0],
+   args[1] staged in shared memory by swizzle args[2] (0: none, in 8 x 16-byte core matrices;
+   32, 64 or 128 bytes: chunk c of row r at c ^ ((r / (128 / s)) % (s / 16))), then one
+   wgmma m64n16k16; out (args[4]) = D as [64][16]. args[3] is the mistake to make: 0 none,
+   1 no fence.proxy.async, 2 a write to A before the wait, 3 no wgmma.fence, 4 no wait,
+   5 thread 5 passes another descriptor. */
+static uint32_t staged(int32_t swz, uint32_t rows, uint32_t row, uint32_t kb) {
+  if (swz == 0) return (kb / 16) * (rows * 16) + row * 16 + kb % 16;
+  uint32_t per = 128 / (uint32_t)swz, chunks = (uint32_t)swz / 16;
+  return row * (uint32_t)swz + 16 * ((kb / 16) ^ ((row / per) % chunks)) + kb % 16;
+}
+static uint64_t descriptor(int32_t swz, uint32_t start, uint32_t rows) {
+  uint64_t lbo = swz == 0 ? rows * 16 : 16, sbo = swz == 0 ? 128 : 8 * (uint64_t)swz;
+  uint64_t mode = swz == 128 ? 1 : swz == 64 ? 2 : swz == 32 ? 3 : 0;
+  return (uint64_t)(start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | mode << 62;
+}
+void wgmma_ref(tilec_emu_thread* c, void* const* args) {
+  const uint16_t* a = ARG(uint16_t*, 0);
+  const uint16_t* b = ARG(uint16_t*, 1);
+  int32_t swz = ARG(int32_t, 2), mode = ARG(int32_t, 3);
+  float* out = ARG(float*, 4);
+  uint32_t t = tilec_emu_thread_id(c);
+  uint8_t* sm = (uint8_t*)tilec_emu_shared_base(c);
+  for (uint32_t i = t; i < 64 * 16 + 16 * 16; i += 128) {
+    int is_b = i >= 64 * 16;
+    uint32_t e = is_b ? i - 64 * 16 : i, row = e / 16, k = e % 16;
+    uint16_t v;
+    tilec_emu_load(c, is_b ? &b[e] : &a[e], 2, &v);
+    tilec_emu_shared_store(c, sm + (is_b ? 8192 : 0) + staged(swz, is_b ? 16 : 64, row, 2 * k), 2, &v, "wgmma_ref stage", 2);
+  }
+  if (mode != 1) tilec_emu_fence_proxy_async(c);
+  tilec_emu_barrier(c, 0);
+  float acc[8] = {0};
+  if (mode != 3) tilec_emu_wgmma_fence(c);
+  uint64_t da = descriptor(swz, 0, 64), db = descriptor(swz, 8192, 16);
+  if (mode == 5 && t == 5) da += 1;
+  tilec_emu_wgmma(c, 2, 16, da, db, 0, acc, "wgmma_ref mma");
+  tilec_emu_wgmma_commit(c);
+  if (mode == 2 && t == 0) {
+    uint16_t z = 0;
+    tilec_emu_shared_store(c, sm + 16, 2, &z, "wgmma_ref early write", 2);
+  }
+  if (mode == 4) return;
+  tilec_emu_wgmma_wait(c, 0);
+  uint32_t w = t / 32, g = (t % 32) / 4, q = t % 4;
+  for (uint32_t i = 0; i < 8; ++i) {
+    uint32_t row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * q + i % 2;
+    tilec_emu_store(c, &out[row * 16 + col], 4, &acc[i]);
+  }
+}
 )C";
 
 // Builds the kernels above once per process (at -O0, so branches keep their own barriers).
@@ -576,4 +626,39 @@ TEST_CASE("emulator: the schedule orders the threads of a block", "[emulator][ra
   CHECK(order_of({EmuSchedule::random, 5}) == random); // seeded: repeatable
   std::sort(random.begin(), random.end());
   CHECK(random == forward); // every thread ran once
+}
+
+TEST_CASE("emulator: a warpgroup MMA decodes every swizzle and reports fence, overwrite and wait misuse",
+          "[emulator][wgmma]") {
+  EmuModule m(manifest("wgmma_ref", {{"a", ptr(ScalarType::u16)}, {"b", ptr(ScalarType::u16)}, {"swz", ScalarType::i32},
+                                     {"mode", ScalarType::i32}, {"out", ptr(ScalarType::f32)}}, 128, 8192 + 16 * 128));
+  std::vector<std::uint16_t> a(64 * 16), b(16 * 16);
+  std::vector<float> fa(a.size()), fb(b.size()), out(64 * 16);
+  for (size_t i = 0; i < a.size(); ++i) fa[i] = float(int(i * 7 % 13) - 6) * 0.25f, a[i] = tilec::f32_to_f16_bits(fa[i]);
+  for (size_t i = 0; i < b.size(); ++i) fb[i] = float(int(i * 5 % 11) - 5) * 0.5f, b[i] = tilec::f32_to_f16_bits(fb[i]);
+  auto run = [&](int swz, int mode) {
+    std::fill(out.begin(), out.end(), -1.0f);
+    return error_of(m, {1, 1, 1}, {buf(a), buf(b), Arg(std::int32_t(swz)), Arg(std::int32_t(mode)), buf(out)});
+  };
+  for (int swz : {0, 32, 64, 128}) {
+    INFO("swizzle " << swz);
+    REQUIRE(run(swz, 0) == "");
+    for (int r = 0; r < 64; ++r)
+      for (int n = 0; n < 16; ++n) {
+        float want = 0;
+        for (int k = 0; k < 16; ++k) want += fa[size_t(16 * r + k)] * fb[size_t(16 * n + k)];
+        CHECK(out[size_t(16 * r + n)] == want);
+      }
+  }
+  std::string e = run(128, 1);
+  CHECK_THAT(e, Catch::Contains("with no fence.proxy.async since: the async proxy may not see it"));
+  e = run(128, 2);
+  CHECK_THAT(e, Catch::Contains("(at wgmma_ref early write) while a warpgroup MMA of warpgroup 0 still reads it "
+                                "(wgmma at wgmma_ref mma)"));
+  e = run(64, 3);
+  CHECK_THAT(e, Catch::Contains("with no wgmma.fence since the thread's last wgmma.wait_group"));
+  e = run(32, 4);
+  CHECK_THAT(e, Catch::Contains("warpgroup MMA never waited for (wgmma at wgmma_ref mma"));
+  e = run(0, 5);
+  CHECK_THAT(e, Catch::Contains("thread 5 passes other operands than thread 0"));
 }
