@@ -112,11 +112,12 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
 
 /* Hopper's warpgroup MMA, for the threads of one warpgroup (threads 128 q .. 128 q + 127) calling
  * together. wgmma.mma_async.sync.aligned.m64n{n}k16.f32.T.T (T = f16, dtype 2, or bf16, 3; n a
- * multiple of 8 up to 256): D = A B + (scale_d ? C : +0), A 64 x 16 and B (as n x 16, k-major)
- * in shared memory as the 64-bit matrix descriptors desc_a and desc_b describe them (start
- * address, leading and stride byte offsets, no swizzle or a 32-, 64- or 128-byte one; the
- * start address is the byte offset in the block's region, which the GPU places at a multiple
- * of 1024), acc[n / 2] the thread's accumulator in and its part of D out, owned as PTX says:
+ * multiple of 8 up to 256): D = A B + (scale_d ? C : +0), A 64 x 16 and B 16 x n in shared
+ * memory as the 64-bit matrix descriptors desc_a and desc_b describe them (PTX ISA, "Matrix
+ * Descriptor Format": start address, leading and stride byte offsets, no swizzle or a 32-,
+ * 64- or 128-byte one; the start address is the byte offset in the block's region, which the
+ * GPU places at a multiple of 1024), K-major or, with bit 0 (A) or 1 (B) of `trans` (the
+ * instruction's imm-trans-a, imm-trans-b), M- or N-major, acc[n / 2] the thread's accumulator in and its part of D out, owned as PTX says:
  * acc[i] is row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4) + i % 2.
  * Each element is C + the 16 exact products added in f32 in k order, as tilec_emu_mma_m16n8k16.
  * Every thread of the warpgroup must pass the same dtype, n, descriptors and scale_d. The
@@ -129,7 +130,7 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
  * closed groups. The result is delivered at once; reading it before the wait is checked when
  * the nvptx lowering is retargeted (codegen/nvptx_on_cpu.cpp), not here. */
 void tilec_emu_wgmma(tilec_emu_thread* ctx, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
-                     uint32_t scale_d, float* acc, const char* site);
+                     uint32_t scale_d, uint32_t trans, float* acc, const char* site);
 void tilec_emu_wgmma_fence(tilec_emu_thread* ctx);
 void tilec_emu_wgmma_commit(tilec_emu_thread* ctx);
 void tilec_emu_wgmma_wait(tilec_emu_thread* ctx, uint32_t groups);

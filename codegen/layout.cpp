@@ -172,13 +172,16 @@ Layout mma_layout(int64_t m, int64_t n, int num_warps) {
   return Layout{b, {0, 1}};
 }
 
-bool wgmma_fits(int64_t m, int64_t n, int64_t k, int elem_bytes, int num_warps) {
-  const int64_t k_step = elem_bytes == 1 ? 32 : 16, k_bytes = k * elem_bytes;
-  return num_warps % 4 == 0 && m % (16 * num_warps) == 0 && n % 8 == 0 && n >= 8 && n <= 256 && k % k_step == 0 &&
-         (k_bytes == 32 || k_bytes == 64 || k_bytes % 128 == 0);
+bool wgmma_fits(int64_t m, int64_t n, int64_t k, int num_warps) {
+  return num_warps % 4 == 0 && m % (16 * num_warps) == 0 && n % 8 == 0 && n >= 8 && n <= 256 && k % 16 == 0;
 }
 
-int wgmma_swizzle(int64_t k_bytes) { return int(std::min<int64_t>(k_bytes, 128)); }
+bool wgmma_operand_fits(bool kmajor, int64_t mn, int64_t k, int elem_bytes) {
+  const int64_t bytes = (kmajor ? k : mn) * elem_bytes;
+  return (kmajor || elem_bytes == 2) && (bytes == 32 || bytes == 64 || bytes % 128 == 0);
+}
+
+int wgmma_swizzle(int64_t bytes) { return int(std::min<int64_t>(bytes, 128)); }
 
 Layout wgmma_layout(int64_t m, int64_t n, int num_warps) {
   internal_assert(m % (16 * num_warps) == 0 && n % 8 == 0, "the wgmma accumulator layout fits the tile");

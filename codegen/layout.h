@@ -93,14 +93,18 @@ bool mma_layout_fits(int64_t m, int64_t n, int num_warps);
 Layout mma_layout(int64_t m, int64_t n, int num_warps);
 
 // Hopper's warpgroup MMA (wgmma.mma_async.m64nNk16, sm_90): the warps of a program form
-// warpgroups of 4, warpgroup q computing rows [64 q, 64 q + 64) of every 64 W-row block. A
-// dot fits when num_warps is a multiple of 4, M a multiple of 16 num_warps, N a multiple of 8
-// up to 256 and K a multiple of 16 (of 32 for 8-bit operands) whose row of K elements takes
-// 32 or 64 bytes or a multiple of 128 (one of the swizzled shared layouts, wgmma_swizzle).
-bool wgmma_fits(int64_t m, int64_t n, int64_t k, int elem_bytes, int num_warps);
-// The bytes of the swizzle pattern a K-major operand of `k_bytes` bytes per row is staged
-// in: 32, 64 or 128 (rows longer than 128 bytes go in 128-byte panels).
-int wgmma_swizzle(int64_t k_bytes);
+// warpgroups of 4, warpgroup q computing rows [64 q, 64 q + 64) of every 16 W-row pass. A
+// dot's shape fits when num_warps is a multiple of 4, M a multiple of 16 num_warps, N a
+// multiple of 8 up to 256 and K a multiple of 16.
+bool wgmma_fits(int64_t m, int64_t n, int64_t k, int num_warps);
+// Whether an operand with `mn` rows (M or N) and `k` columns of `elem_bytes`-byte elements can
+// be staged for it read along K (k-major) or along M or N (MN-major, 16-bit types only): the
+// contiguous dimension's bytes are 32 or 64 or a multiple of 128, the widths of the swizzled
+// shared layouts (wgmma_swizzle).
+bool wgmma_operand_fits(bool kmajor, int64_t mn, int64_t k, int elem_bytes);
+// The bytes of the swizzle pattern for an operand whose contiguous dimension takes `bytes`
+// bytes: 32, 64 or 128 (longer ones are staged in 128-byte panels).
+int wgmma_swizzle(int64_t bytes);
 // The layout of a wgmma accumulator [M, N]: lane (g, t) of warp w holds columns 2t, 2t + 1
 // of every 8-column tile, in rows 16w + g and 16w + g + 8 of every 16 W-row block:
 // blocked<[1, 2], [8, 4], [W, 1]> with the lanes repeating twice along M inside a warp.

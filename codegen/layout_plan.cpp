@@ -228,18 +228,22 @@ void LayoutPlan::forward_op(const Op& op) {
     const ir::Shape& s = res->type.shape;
     LayoutId d;
     const LayoutId la = nat_or_default(op.operands[0]), lb = nat_or_default(op.operands[1]);
-    // An operand read along K (its fastest dim): what wgmma's K-major shared layouts take.
+    // Each operand is staged along the dim it is read along (its layout's fastest dim): K
+    // (k-major) or M / N (MN-major).
     auto along_k = [&](LayoutId l, const Value* v, int k_dim) {
       const Layout& x = layout(l);
       return v->type.shape[size_t(k_dim)] > 1 && x.dims[size_t(k_dim)] == x.base.order[0];
     };
-    if (tensor_cores_ && wgmma_ && dot_on_tensor_cores(op) &&
-        wgmma_fits(s[0], s[1], op.operands[0]->type.shape[1], ir::dtype_bytes(op.operands[0]->type.dtype()),
-                   num_warps_) &&
-        along_k(la, op.operands[0], 1) && along_k(lb, op.operands[1], 0)) {
+    const int64_t kk = op.operands[0]->type.shape[1];
+    const int eb = ir::dtype_bytes(op.operands[0]->type.dtype());
+    const bool ka = along_k(la, op.operands[0], 1), kb = along_k(lb, op.operands[1], 0);
+    if (tensor_cores_ && wgmma_ && dot_on_tensor_cores(op) && wgmma_fits(s[0], s[1], kk, num_warps_) &&
+        wgmma_operand_fits(ka, s[0], kk, eb) && wgmma_operand_fits(kb, s[1], kk, eb)) {
       d = intern(wgmma_layout(s[0], s[1], num_warps_));
       mma_.insert(d);
       wgmma_dots_.insert(&op);
+      if (!ka) wgmma_mn_major_.insert({&op, 0});
+      if (!kb) wgmma_mn_major_.insert({&op, 1});
     } else if (tensor_cores_ && dot_on_tensor_cores(op) && mma_layout_fits(s[0], s[1], num_warps_)) {
       d = intern(mma_layout(s[0], s[1], num_warps_));
       mma_.insert(d);

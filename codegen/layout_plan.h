@@ -48,12 +48,15 @@ public:
   // `tensor_cores`: f16/bf16 dots run on them (CompileOptions::tensor_cores), and produce
   // their result in the MMA accumulator's layout where it fits (mma_layout).
   // `wgmma`: the target has Hopper's warpgroup MMA (sm_90, CompileOptions::wgmma): a
-  // tensor-core dot that fits it (wgmma_fits, both operands read along K) runs on it, its
-  // result in wgmma_layout.
+  // tensor-core dot that fits it (wgmma_fits, each operand staged along the dim it is read
+  // along, wgmma_operand_fits) runs on it, its result in wgmma_layout.
   LayoutPlan(const ir::Function& fn, const AxisAnalysis& axis, int num_warps, bool tensor_cores = true,
              bool wgmma = false);
   // Whether the dot runs as warpgroup MMAs (wgmma.mma_async).
   bool is_wgmma(const ir::Op* dot) const { return wgmma_dots_.count(dot) != 0; }
+  // Whether a warpgroup MMA's operand `idx` (0: A, 1: B) is staged k-major (read along K),
+  // else MN-major (the instruction's imm-trans flag).
+  bool wgmma_kmajor(const ir::Op* dot, int idx) const { return !wgmma_mn_major_.count({dot, idx}); }
   bool has_wgmma() const { return !wgmma_dots_.empty(); }
   int num_warps() const { return num_warps_; }
   // Whether `id` is a tensor-core dot's result layout (mma_layout): elementwise ops with an
@@ -129,6 +132,7 @@ private:
   std::unordered_map<const ir::Op*, std::vector<LayoutId>> op_layouts_;
   std::set<LayoutId> mma_;
   std::set<const ir::Op*> wgmma_dots_; // lookups only
+  std::set<std::pair<const ir::Op*, int>> wgmma_mn_major_; // lookups only
   bool tensor_cores_ = true;
   bool wgmma_ = false;
   std::vector<Conversion> conversions_;

@@ -131,11 +131,17 @@ public:
         const ir::Shape& a = op.operands[0]->type.shape;
         if (plan_.is_wgmma(&op)) {
           const int64_t n = op.operands[1]->type.shape[1];
-          const int s = wgmma_swizzle(a[1] * ir::dtype_bytes(op.operands[0]->type.dtype()));
+          const int eb = ir::dtype_bytes(op.operands[0]->type.dtype());
+          auto staged = [&](int idx) {
+            const bool k = plan_.wgmma_kmajor(&op, idx);
+            const int64_t mn = idx == 0 ? a[0] : n;
+            return fmt::format("{} {}, {}-byte swizzle", idx == 0 ? "A" : "B", k ? "k-major" : (idx == 0 ? "M-major" : "N-major"),
+                               wgmma_swizzle((k ? a[1] : mn) * eb));
+          };
           lines.push_back(fmt::format("// tensor cores: wgmma.mma_async.m64n{}k16 over {}x{}x{}, per warpgroup {} per "
-                                      "k step of 16; operands k-major in shared memory, {}-byte swizzle; accumulator "
-                                      "and result in registers (the wgmma layout)",
-                                      n, a[0], n, a[1], a[0] / (16 * plan_.num_warps()), s));
+                                      "k step of 16; operands in shared memory, {}, {}; accumulator and result in "
+                                      "registers (the wgmma layout)",
+                                      n, a[0], n, a[1], a[0] / (16 * plan_.num_warps()), staged(0), staged(1)));
         } else
         lines.push_back(dot_on_tensor_cores(op)
                             ? fmt::format("// tensor cores: mma.sync.m16n8k16 over {}x{}x{} padded to {}x{}x{}, "

@@ -240,7 +240,7 @@ MmaStaging Lowering::mma_operand_staging(const Op& op, int idx) {
   // vectorize: A as [M][K] (k-major) or [K][M], B as [N][K] (k-major) or [K][N]. A k-major
   // operand's fragment register is one 32-bit load of two consecutive k; the other kind
   // takes two 16-bit loads.
-  if (plan_.is_wgmma(&op)) return wgmma_staging(op, idx);
+  if (plan_.is_wgmma(&op)) return wgmma_staging(op, idx, plan_.wgmma_kmajor(&op, idx));
   if (const AsyncOperand* x = pipes_.async_operand(&op, idx)) return mma_staging(op, idx, x->staging.kmajor);
   const Value* v = op.operands[size_t(idx)];
   const LayoutId l = plan_.op_layouts(&op)[size_t(idx)];
@@ -260,7 +260,8 @@ void Lowering::stage_mma_operand(const Op& op, int idx, const MmaStaging& st, ll
     auto c = coord_of(l, sh, j);
     llvm::Value* mn = idx == 0 ? c[0] : c[1];
     llvm::Value* k = idx == 0 ? c[1] : c[0];
-    if (st.swizzle) return b_.CreateGEP(b_.getInt8Ty(), base, staged_byte(st, mn, bytes(b_, k, 2)));
+    if (st.swizzle)
+      return b_.CreateGEP(b_.getInt8Ty(), base, st.kmajor ? staged_byte(st, mn, bytes(b_, k, 2)) : staged_byte(st, k, bytes(b_, mn, 2)));
     return st.kmajor ? at(b_, base, st.row_bytes, mn, bytes(b_, k, 2)) : at(b_, base, st.row_bytes, k, bytes(b_, mn, 2));
   }, idx == 0 ? "dot (mma) operand A write" : "dot (mma) operand B write");
 }

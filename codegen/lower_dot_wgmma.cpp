@@ -8,14 +8,25 @@ namespace tilec::codegen::detail {
 
 namespace {
 
-// The constant part of a matrix descriptor for a k-major operand staged with swizzle `s`
-// (PTX ISA, "Matrix Descriptor Format"): bits 0-13 hold the start address >> 4, 16-29 the
-// leading-dimension byte offset >> 4 (unused by a k-major swizzled layout: 1, as CUTLASS
-// sets it), 32-45 the stride-dimension byte offset >> 4 (8 rows of s bytes: the distance
-// between the 8-row groups), 62-63 the swizzle mode (1: 128 bytes, 2: 64, 3: 32).
-uint64_t descriptor_bits(int s) {
+// The constant part of a matrix descriptor for an operand staged as `st` says (PTX ISA,
+// "Matrix Descriptor Format"): bits 0-13 hold the start address >> 4, 16-29 the leading
+// dimension byte offset >> 4, 32-45 the stride dimension byte offset >> 4, 62-63 the swizzle
+// mode (1: 128 bytes, 2: 64, 3: 32). The stride offset is the distance between 8-row groups
+// (8 rows of `swizzle` bytes); the leading offset is unused by a k-major swizzled layout (1,
+// as the ISA assumes it) and is the distance between panels of an MN-major one.
+uint64_t descriptor_bits(const MmaStaging& st) {
+  const int s = st.swizzle;
   const uint64_t mode = s == 128 ? 1 : s == 64 ? 2 : 3;
-  return (uint64_t(1) << 16) | (uint64_t(8 * s >> 4) << 32) | (mode << 62);
+  const uint64_t lbo = st.kmajor ? 1 : uint64_t(st.rows * s) >> 4;
+  return (lbo << 16) | (uint64_t(8 * s >> 4) << 32) | (mode << 62);
+}
+
+// Where the k step kk of the rows (k-major) or columns (MN-major) from mn0 (a multiple of the
+// panel's width) starts, from the staging's start.
+int64_t step_start(const MmaStaging& st, int64_t mn0, int64_t kk, int64_t eb) {
+  const int64_t s = st.swizzle, panel = st.rows * s;
+  if (st.kmajor) return (kk * 16 * eb / s) * panel + mn0 * s + kk * 16 * eb % s;
+  return (mn0 * eb / s) * panel + mn0 * eb % s + kk * 16 * s;
 }
 
 } // namespace
@@ -37,7 +48,8 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   const int64_t eb = ir::dtype_bytes(dt), W = opts_.num_warps;
   const AsyncOperand* async_a = pipes_.async_operand(&op, 0);
   const AsyncOperand* async_b = pipes_.async_operand(&op, 1);
-  const MmaStaging st_a = wgmma_staging(op, 0), st_b = wgmma_staging(op, 1);
+  const MmaStaging st_a = wgmma_staging(op, 0, plan_.wgmma_kmajor(&op, 0)),
+                   st_b = wgmma_staging(op, 1, plan_.wgmma_kmajor(&op, 1));
   const bool pipe_a = async_a && async_a->pipeline >= 0, pipe_b = async_b && async_b->pipeline >= 0;
   const auto res_a = resident_.find({&op, 0}), res_b = resident_.find({&op, 1});
   const bool keep_a = res_a != resident_.end(), keep_b = res_b != resident_.end();
@@ -86,25 +98,23 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   // Descriptors: the start address of this warpgroup's rows of pass p (A) and of the k step.
   llvm::Value* addr_a = hooks_.shared_address(b_, base_a);
   llvm::Value* addr_b = hooks_.shared_address(b_, base_b);
-  llvm::Value* wg_rows = b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(64 * st_a.row_bytes)));
-  auto descriptor = [&](llvm::Value* start, int s) {
+  internal_assert(st_a.kmajor || 64 * eb % st_a.swizzle == 0, "an M-major A's warpgroups start at whole panels");
+  llvm::Value* wg_rows =
+      b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(step_start(st_a, 64, 0, eb))));
+  auto descriptor = [&](llvm::Value* start, const MmaStaging& st) {
     llvm::Value* field = b_.CreateAnd(b_.CreateZExt(b_.CreateLShr(start, 4), b_.getInt64Ty()), 0x3fff);
-    return b_.CreateOr(field, b_.getInt64(descriptor_bits(s)));
-  };
-  auto k_byte = [&](const MmaStaging& st, int64_t kk) { // where k step kk starts, from the staging's start
-    const int64_t kb = kk * 16 * eb;
-    return (kb / st.swizzle) * st.rows * st.swizzle + kb % st.swizzle;
+    return b_.CreateOr(field, b_.getInt64(descriptor_bits(st)));
   };
   for (Elems& x : d) x = hooks_.fence_operands(b_, x);
   hooks_.wgmma_fence(b_);
   const std::string where = site("dot (wgmma) operands A and B read");
   for (int64_t kk = 0; kk < K / 16; ++kk) {
-    llvm::Value* desc_b = descriptor(b_.CreateAdd(addr_b, b_.getInt32(uint32_t(k_byte(st_b, kk)))), st_b.swizzle);
+    llvm::Value* desc_b = descriptor(b_.CreateAdd(addr_b, b_.getInt32(uint32_t(step_start(st_b, 0, kk, eb)))), st_b);
     for (int64_t p = 0; p < passes; ++p) {
-      llvm::Value* start_a = b_.CreateAdd(
-          b_.CreateAdd(addr_a, wg_rows), b_.getInt32(uint32_t(p * 16 * W * st_a.row_bytes + k_byte(st_a, kk))));
-      d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), descriptor(start_a, st_a.swizzle), desc_b, d[size_t(p)],
-                                  !(zero_acc && kk == 0), where);
+      llvm::Value* start_a = b_.CreateAdd(b_.CreateAdd(addr_a, wg_rows),
+                                          b_.getInt32(uint32_t(step_start(st_a, p * 16 * W, kk, eb))));
+      d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), descriptor(start_a, st_a), desc_b, d[size_t(p)],
+                                  !(zero_acc && kk == 0), !st_a.kmajor, !st_b.kmajor, where);
     }
   }
   hooks_.wgmma_commit(b_);

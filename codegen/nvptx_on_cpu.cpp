@@ -247,14 +247,16 @@ private:
       replace(call, call.getArgOperand(0));
       return;
     }
-    if (is_wgmma_mma(tag)) { // wgmma.N.T: the operands are desc_a, desc_b, scale_d, then the accumulator
-      const size_t dot = tag.find('.', 6);
-      const int n = std::stoi(tag.substr(6, dot - 6));
-      const unsigned dtype = tag.substr(dot + 1) == "bf16" ? 3 : 2;
+    if (is_wgmma_mma(tag)) { // wgmma.N.T.AB (A, B: 1 when M- / N-major): operands desc_a, desc_b, scale_d, accumulator
+      const size_t d1 = tag.find('.', 6), d2 = tag.find('.', d1 + 1);
+      const int n = std::stoi(tag.substr(6, d1 - 6));
+      const unsigned dtype = tag.substr(d1 + 1, d2 - d1 - 1) == "bf16" ? 3 : 2;
+      const unsigned trans = (tag[d2 + 1] == '1' ? 1u : 0u) | (tag[d2 + 2] == '1' ? 2u : 0u);
       std::vector<llvm::Value*> acc;
       for (unsigned i = 3; i < call.arg_size(); ++i) acc.push_back(call.getArgOperand(i));
       std::vector<llvm::Value*> d = emu_wgmma(b, emu_, dtype, n, call.getArgOperand(0), call.getArgOperand(1),
-                                              call.getArgOperand(2), acc, emu_.site(b, site_of(call, "nvptx wgmma")));
+                                              call.getArgOperand(2), trans, acc,
+                                              emu_.site(b, site_of(call, "nvptx wgmma")));
       llvm::Value* r = llvm::PoisonValue::get(call.getType());
       for (unsigned i = 0; i < d.size(); ++i) r = b.CreateInsertValue(r, d[i], i);
       replace(call, r);

@@ -70,16 +70,17 @@ MmaStaging mma_staging(const Op& dot, int idx, bool kmajor) {
   return {kmajor, ((kmajor ? K : mn) + 8) * 2, kmajor ? mn : K};
 }
 
-MmaStaging wgmma_staging(const Op& dot, int idx) {
+MmaStaging wgmma_staging(const Op& dot, int idx, bool kmajor) {
   const ir::Shape& a = dot.operands[0]->type.shape;
   const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
-  const int64_t k_bytes = K * ir::dtype_bytes(dot.operands[0]->type.dtype());
+  const int64_t mn = idx == 0 ? M : N, eb = ir::dtype_bytes(dot.operands[0]->type.dtype());
+  const int64_t bytes = (kmajor ? K : mn) * eb; // of the contiguous dim
   MmaStaging st;
-  st.kmajor = true;
-  st.rows = idx == 0 ? M : N;
-  st.swizzle = wgmma_swizzle(k_bytes);
+  st.kmajor = kmajor;
+  st.rows = kmajor ? mn : K;
+  st.swizzle = wgmma_swizzle(bytes);
   st.row_bytes = st.swizzle;
-  st.panels = k_bytes / st.swizzle;
+  st.panels = bytes / st.swizzle;
   return st;
 }
 
@@ -276,9 +277,10 @@ bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value
   int contig = view ? 1 - rd : rd; // in the dot's [M, K] or [K, N] coordinates
   bool kmajor = idx == 0 ? contig == 1 : contig == 0;
   async_index_[{&dot, idx}] = int(async_.size());
-  if (layouts_.is_wgmma(&dot)) internal_assert(kmajor, "a warpgroup MMA's operand is read along K");
-  async_.push_back({&dot, idx, load, view, layouts_.is_wgmma(&dot) ? wgmma_staging(dot, idx) : mma_staging(dot, idx, kmajor),
-                    -1, -1});
+  if (layouts_.is_wgmma(&dot))
+    internal_assert(kmajor == layouts_.wgmma_kmajor(&dot, idx), "a warpgroup MMA's operand is staged as it is read");
+  async_.push_back({&dot, idx, load, view,
+                    layouts_.is_wgmma(&dot) ? wgmma_staging(dot, idx, kmajor) : mma_staging(dot, idx, kmajor), -1, -1});
   deferred_.insert(load);
   if (view) deferred_.insert(view);
   return true;

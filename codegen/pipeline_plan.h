@@ -25,9 +25,10 @@ namespace tilec::codegen {
 // How a tensor-core dot stages operand `idx` (0: A [M, K], 1: B [K, N]) in shared memory:
 // `rows` rows of `row_bytes` bytes (padded by 16); k-major: the rows are M (or N) and each
 // holds K elements, else the rows are K.
-// A warpgroup MMA's operand (`swizzle` 32, 64 or 128) is k-major in `panels` panels of
-// `rows` rows of `swizzle` bytes (row_bytes), panel p holding bytes [p swizzle, (p + 1)
-// swizzle) of every row, its 16-byte chunks swizzled as wgmma reads them (staged_offset).
+// A warpgroup MMA's operand (`swizzle` 32, 64 or 128) is in `panels` panels of `rows` rows
+// (M or N when k-major, else K) of `swizzle` bytes (row_bytes), panel p holding bytes
+// [p swizzle, (p + 1) swizzle) of every row, its 16-byte chunks swizzled as wgmma reads them
+// (staged_offset).
 // It starts at a multiple of kSwizzleAlign bytes.
 struct MmaStaging {
   bool kmajor = false;
@@ -38,8 +39,9 @@ struct MmaStaging {
   static constexpr int64_t kSwizzleAlign = 1024;
 };
 MmaStaging mma_staging(const ir::Op& dot, int idx, bool kmajor);
-// A warpgroup MMA's operand `idx`: k-major, swizzled (wgmma_swizzle).
-MmaStaging wgmma_staging(const ir::Op& dot, int idx);
+// A warpgroup MMA's operand `idx`, k-major or MN-major (the rows are then K and the panels
+// hold M or N), swizzled (wgmma_swizzle).
+MmaStaging wgmma_staging(const ir::Op& dot, int idx, bool kmajor);
 // Byte (row, col_byte) of a staging, from its start: rows of row_bytes, or with a swizzle the
 // panel's rows with the address bits [4, 4 + log2(swizzle / 16)) XOR-ed with bits [7, ...):
 // the layout wgmma's swizzled matrix descriptors describe.

@@ -72,15 +72,16 @@ public:
 
   // Hopper's warpgroup MMA (sm_90a), every thread of a warpgroup (4 warps) calling together.
   // wgmma.mma_async.sync.aligned.m64n{n}k16.f32.T.T for the calling thread: D = A B + (scale_d
-  // ? C : 0) for a 64 x n tile, A (64 x 16) and B (n x 16, both K-major) in shared memory
-  // as the 64-bit matrix descriptors `desc_a`, `desc_b` describe them, `acc` the thread's
+  // ? C : 0) for a 64 x n tile, A (64 x 16) and B (16 x n) in shared memory as the 64-bit
+  // matrix descriptors `desc_a`, `desc_b` describe them (K-major, or M- / N-major with
+  // `trans_a` / `trans_b`: the instruction's imm-trans-a and imm-trans-b), `acc` the thread's
   // n / 2 accumulator registers (PTX's ownership: register i holds row 16 (warp % 4) + lane / 4
   // + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4) + i % 2). Returns the thread's part of
   // D, which it may read only after a wgmma_wait that retires its group; a later wgmma may
   // take it as its `acc` before that (the hardware orders the two).
   virtual std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a,
-                                          llvm::Value* desc_b, const std::vector<llvm::Value*>& acc,
-                                          bool scale_d, const std::string& site) {
+                                          llvm::Value* desc_b, const std::vector<llvm::Value*>& acc, bool scale_d,
+                                          bool trans_a, bool trans_b, const std::string& site) {
     internal_fail("this target has no warpgroup MMA");
   }
   virtual void wgmma_fence(Builder& b) {}         // wgmma.fence.sync.aligned: registers written before are seen
@@ -203,9 +204,10 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
 
 // The emulator's warpgroup MMA call (tilec_emu_wgmma): the accumulator through a stack array,
 // in place. Shared by the emu hooks and the nvptx rewrite.
+// `trans`: bit 0 A is M-major, bit 1 B is N-major.
 std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
-                                    llvm::Value* desc_b, llvm::Value* scale_d, const std::vector<llvm::Value*>& acc,
-                                    llvm::Value* site);
+                                    llvm::Value* desc_b, llvm::Value* scale_d, unsigned trans,
+                                    const std::vector<llvm::Value*>& acc, llvm::Value* site);
 
 // Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
 // emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes

@@ -63,13 +63,13 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
 }
 
 std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
-                                    llvm::Value* desc_b, llvm::Value* scale_d, const std::vector<llvm::Value*>& acc,
-                                    llvm::Value* site) {
+                                    llvm::Value* desc_b, llvm::Value* scale_d, unsigned trans,
+                                    const std::vector<llvm::Value*>& acc, llvm::Value* site) {
   auto* arr_ty = llvm::ArrayType::get(b.getFloatTy(), uint64_t(n / 2));
   llvm::Value* arr = emu.scratch(arr_ty);
   for (unsigned i = 0; i < unsigned(n / 2); ++i) b.CreateStore(acc[i], b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i));
   emu.call(b, "tilec_emu_wgmma", b.getVoidTy(),
-           {b.getInt32(dtype), b.getInt32(uint32_t(n)), desc_a, desc_b, scale_d, arr, site}, true);
+           {b.getInt32(dtype), b.getInt32(uint32_t(n)), desc_a, desc_b, scale_d, b.getInt32(trans), arr, site}, true);
   std::vector<llvm::Value*> d;
   for (unsigned i = 0; i < unsigned(n / 2); ++i)
     d.push_back(b.CreateLoad(b.getFloatTy(), b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i)));
@@ -156,9 +156,10 @@ public:
   }
 
   std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
-                                  const std::vector<llvm::Value*>& acc, bool scale_d, const std::string& site) override {
-    return emu_wgmma(b, emu_, operands == ir::DType::bf16 ? 3 : 2, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0), acc,
-                     emu_.site(b, site));
+                                  const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a, bool trans_b,
+                                  const std::string& site) override {
+    return emu_wgmma(b, emu_, operands == ir::DType::bf16 ? 3 : 2, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0),
+                     (trans_a ? 1u : 0u) | (trans_b ? 2u : 0u), acc, emu_.site(b, site));
   }
   void wgmma_fence(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_fence", b.getVoidTy(), {}, true); }
   void wgmma_commit(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_commit", b.getVoidTy(), {}, true); }

@@ -125,7 +125,8 @@ public:
   // Warpgroup MMA: inline PTX (LLVM 19's NVPTX back end has no wgmma intrinsics), tagged for
   // the emulator's rewrite. The asm takes the accumulator as tied "+f" operands.
   std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
-                                  const std::vector<llvm::Value*>& acc, bool scale_d, const std::string& site) override {
+                                  const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a, bool trans_b,
+                                  const std::string& site) override {
     const int regs = n / 2;
     const char* t = operands == ir::DType::bf16 ? "bf16" : "f16";
     std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(regs + 2) + ", 0;\n" +
@@ -135,7 +136,7 @@ public:
       text += (i ? ", $" : "$") + std::to_string(i);
       cons += (i ? ",=f" : "=f");
     }
-    text += fmt::format("}}, ${}, ${}, p, 1, 1, 0, 0;\n}}", regs, regs + 1);
+    text += fmt::format("}}, ${}, ${}, p, 1, 1, {}, {};\n}}", regs, regs + 1, trans_a ? 1 : 0, trans_b ? 1 : 0);
     cons += ",l,l,r";
     for (int i = 0; i < regs; ++i) cons += "," + std::to_string(i);
     cons += ",~{memory}";
@@ -148,7 +149,7 @@ public:
     llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
     c->addFnAttr(llvm::Attribute::Convergent);
     tag(*c, site, 0);
-    tag_asm(*c, fmt::format("wgmma.{}.{}", n, t));
+    tag_asm(*c, fmt::format("wgmma.{}.{}.{}{}", n, t, trans_a ? 1 : 0, trans_b ? 1 : 0));
     std::vector<llvm::Value*> d;
     for (int i = 0; i < regs; ++i) d.push_back(b.CreateExtractValue(c, unsigned(i)));
     uses_wgmma_ = true;

@@ -89,7 +89,7 @@ struct tilec_emu_thread {
   // Warpgroup MMA: while waiting at one (wgmma_n != 0), its operands; the group each wgmma
   // issued and not yet retired belongs to; whether a wgmma.fence ran since the last wait; how
   // many fence.proxy.async it ran.
-  std::uint32_t wgmma_n = 0, wgmma_dtype = 0, wgmma_scale = 0;
+  std::uint32_t wgmma_n = 0, wgmma_dtype = 0, wgmma_scale = 0, wgmma_trans = 0;
   std::uint64_t wgmma_desc_a = 0, wgmma_desc_b = 0;
   float* wgmma_acc = nullptr;
   const char* wgmma_site = "";
@@ -1002,17 +1002,27 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* t, uint32_t groups) {
 namespace {
 using namespace tilec::rt;
 
-// One element's byte offset in shared memory, from a k-major matrix descriptor (PTX ISA,
-// "Matrix Descriptor Format"): element (row, byte kb of its row) of the operand; rows in
-// 8-row core matrices `sbo` bytes apart, and without a swizzle 16-byte columns `lbo` apart.
-// A swizzle of s bytes (128, 64, 32) takes rows of s bytes and XORs the address bits
-// [4, 4 + log2(s / 16)) with bits [7, ...): what the GPU does to the address.
-std::size_t descriptor_offset(std::uint64_t desc, std::uint32_t row, std::uint32_t kb) {
+// Element (mn, k) of an operand in shared memory, as a matrix descriptor places it (PTX ISA,
+// "Canonical Layouts"), `kb` and `mnb` its byte offsets along K and along M or N:
+//   K-major, no swizzle: 8 x 16-byte core matrices, rows 16 bytes apart, 8-row groups `sbo`
+//     apart, 16-byte columns `lbo` apart;
+//   K-major, swizzle s: rows of s bytes, 8-row groups `sbo` apart;
+//   MN-major, no swizzle: 16-byte runs of M or N, K rows 16 bytes apart, 8-row groups `lbo`
+//     apart, runs `sbo` apart;
+//   MN-major, swizzle s: K rows of s bytes, 8-row groups `sbo` apart, panels of s bytes of M
+//     or N `lbo` apart.
+// A swizzle of s bytes (128, 64, 32) then XORs the address bits [4, 4 + log2(s / 16)) with
+// bits [7, ...): what the GPU does to the address.
+std::size_t descriptor_offset(std::uint64_t desc, bool mn_major, std::uint32_t mn, std::uint32_t k, std::uint32_t eb) {
   const std::size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
   const std::uint32_t mode = std::uint32_t(desc >> 62);
-  if (mode == 0) return start + (row / 8) * sbo + (kb / 16) * lbo + (row % 8) * 16 + kb % 16;
+  const std::size_t kb = std::size_t(k) * eb, mnb = std::size_t(mn) * eb;
+  if (mode == 0)
+    return mn_major ? start + (mnb / 16) * sbo + (k / 8) * lbo + (k % 8) * 16 + mnb % 16
+                    : start + (mn / 8) * sbo + (kb / 16) * lbo + (mn % 8) * 16 + kb % 16;
   const std::size_t s = mode == 1 ? 128 : mode == 2 ? 64 : 32;
-  const std::size_t logical = start + (row / 8) * sbo + (row % 8) * s + kb;
+  const std::size_t logical = mn_major ? start + (mnb / s) * lbo + (k / 8) * sbo + (k % 8) * s + mnb % s
+                                       : start + (mn / 8) * sbo + (mn % 8) * s + kb;
   return logical ^ (((logical >> 7) & (s / 16 - 1)) << 4);
 }
 
@@ -1023,11 +1033,12 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   for (std::uint32_t i = g0; i < g0 + 128; ++i) {
     const tilec_emu_thread& o = w.threads[i];
     if (o.wgmma_dtype != first.wgmma_dtype || o.wgmma_n != first.wgmma_n || o.wgmma_desc_a != first.wgmma_desc_a ||
-        o.wgmma_desc_b != first.wgmma_desc_b || o.wgmma_scale != first.wgmma_scale)
+        o.wgmma_desc_b != first.wgmma_desc_b || o.wgmma_scale != first.wgmma_scale || o.wgmma_trans != first.wgmma_trans)
       fail_thread(t, "warpgroup MMA (at {}): thread {} passes other operands than thread {} (dtype {}/{}, n {}/{}, "
                      "descriptors {:#x}/{:#x} and {:#x}/{:#x}, scale-d {}/{})",
                   first.wgmma_site, i, g0, o.wgmma_dtype, first.wgmma_dtype, o.wgmma_n, first.wgmma_n, o.wgmma_desc_a,
                   first.wgmma_desc_a, o.wgmma_desc_b, first.wgmma_desc_b, o.wgmma_scale, first.wgmma_scale);
+  // (trans differs only where the descriptors' meaning does: reported with them)
   }
   const std::uint32_t n = first.wgmma_n, dtype = first.wgmma_dtype;
   for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b})
@@ -1038,8 +1049,8 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   // byte must have been fenced to the async proxy by its writer.
   tilec_emu_thread* reader = &w.threads[g0];
   std::vector<std::size_t> offsets;
-  auto read = [&](std::uint64_t desc, std::uint32_t row, std::uint32_t k) {
-    std::size_t off = descriptor_offset(desc, row, 2 * k);
+  auto read = [&](std::uint64_t desc, bool mn_major, std::uint32_t row, std::uint32_t k) {
+    std::size_t off = descriptor_offset(desc, mn_major, row, k, 2);
     if (off + 2 > w.launch->shared_bytes)
       fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} addresses byte offset {} (row {}, k {}), outside the "
                      "kernel's {} bytes of shared memory", first.wgmma_site, desc, off, row, k, w.launch->shared_bytes);
@@ -1057,9 +1068,9 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   };
   std::vector<float> A(64 * 16), B(std::size_t(n) * 16);
   for (std::uint32_t r = 0; r < 64; ++r)
-    for (std::uint32_t k = 0; k < 16; ++k) A[r * 16 + k] = read(first.wgmma_desc_a, r, k);
+    for (std::uint32_t k = 0; k < 16; ++k) A[r * 16 + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
   for (std::uint32_t c = 0; c < n; ++c)
-    for (std::uint32_t k = 0; k < 16; ++k) B[c * 16 + k] = read(first.wgmma_desc_b, c, k);
+    for (std::uint32_t k = 0; k < 16; ++k) B[c * 16 + k] = read(first.wgmma_desc_b, first.wgmma_trans & 2, c, k);
   for (std::uint32_t i = g0; i < g0 + 128; ++i) {
     tilec_emu_thread& o = w.threads[i];
     const std::uint32_t warp = (i - g0) / 32, lane = i % 32;
@@ -1090,7 +1101,7 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
 extern "C" {
 
 void tilec_emu_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
-                     uint32_t scale_d, float* acc, const char* site) {
+                     uint32_t scale_d, uint32_t trans, float* acc, const char* site) {
   using namespace tilec::rt;
   if (dtype != 2 && dtype != 3) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
   if (n < 8 || n > 256 || n % 8 != 0) fail_thread(t, "warpgroup MMA (at {}) with n = {} (8, 16, ..., 256)", site, n);
@@ -1103,7 +1114,7 @@ void tilec_emu_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t d
     fail_thread(t, "warpgroup MMA (at {}) with no wgmma.fence since the thread's last wgmma.wait_group (or its "
                    "start): its accumulator registers' last writes are not ordered before it", site);
   t->wgmma_n = n, t->wgmma_dtype = dtype, t->wgmma_desc_a = desc_a, t->wgmma_desc_b = desc_b;
-  t->wgmma_scale = scale_d ? 1 : 0, t->wgmma_acc = acc, t->wgmma_site = site;
+  t->wgmma_scale = scale_d ? 1 : 0, t->wgmma_trans = trans & 3, t->wgmma_acc = acc, t->wgmma_site = site;
   bool all = true;
   for (std::uint32_t i = g0; i < g0 + 128 && all; ++i)
     all = &w.threads[i] == t || (w.threads[i].state == State::at_shuffle && w.threads[i].wgmma_n != 0);

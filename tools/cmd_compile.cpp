@@ -27,6 +27,7 @@ struct CompileArgs {
   std::string target = "nvptx";
   std::string out_dir;
   bool no_tensor_cores = false;
+  bool no_wgmma = false;
   bool stock_o3 = false;
   bool no_device_asserts = false;
   std::vector<std::string> large_buffers;
@@ -69,6 +70,9 @@ Action add_compile(CLI::App& app, Common& common) {
                "optimize GPU code with LLVM's stock O3 pipeline instead of tilec's own, to compare");
   app.add_flag("--no-tensor-cores", a->no_tensor_cores,
                "run every dot on CUDA cores (f16/bf16 dots take mma.sync by default), to compare");
+  app.add_flag("--no-wgmma", a->no_wgmma,
+               "on sm_90, keep every tensor-core dot on mma.sync (those that fit a warpgroup take wgmma.mma_async "
+               "and the module targets sm_90a by default), to compare");
   app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
   app.add_option("--large-buffers", a->large_buffers,
                  "pointer parameters whose buffers may pass 2^31 elements: 64-bit offsets into them (the "
@@ -85,6 +89,7 @@ Action add_compile(CLI::App& app, Common& common) {
     for (const ir::Kernel& each : kernels) ir::verify(*each);
     codegen::CompileOptions opts = backends::compile_options(params, a->arch, a->target);
     opts.tensor_cores = !a->no_tensor_cores;
+    opts.wgmma = !a->no_wgmma;
     opts.stock_o3 = a->stock_o3;
     opts.device_asserts = !a->no_device_asserts;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
@@ -136,6 +141,9 @@ Action add_compile(CLI::App& app, Common& common) {
                               ck.ptxas->spill_stores, ck.ptxas->spill_loads));
     else if (opts.target == codegen::Target::nvptx && !have_ptxas)
       say(common, "  ptxas not found (PATH, /usr/local/cuda/bin): wrote PTX only");
+    if (ck.stats.wgmma_dots)
+      say(common, fmt::format("  tensor cores: {} dot{} on warpgroup MMAs (wgmma.mma_async; code for {}a)",
+                              ck.stats.wgmma_dots, ck.stats.wgmma_dots == 1 ? "" : "s", opts.arch));
     if (ck.stats.shared_accesses)
       say(common, fmt::format("  shared memory: {} loads and stores per thread ({} vectors), {} B", ck.stats.shared_accesses,
                               ck.stats.shared_vector_accesses, ck.stats.shared_access_bytes));
@@ -164,6 +172,7 @@ Action add_compile(CLI::App& app, Common& common) {
       j.number("build_ms", build_ms).number("lower_ms", ck.phases.lower_ms);
       j.number("optimize_ms", ck.phases.optimize_ms).number("codegen_ms", ck.phases.codegen_ms);
       j.number("ptxas_ms", ck.phases.ptxas_ms);
+      j.number("wgmma_dots", ck.stats.wgmma_dots);
       auto opt_str = [&](const char* key, std::optional<std::string> v) {
         if (v) j.str(key, *v);
         else j.null(key);

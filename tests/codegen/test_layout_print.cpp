@@ -347,8 +347,12 @@ TEST_CASE("the layouts print shows a prefill tile's Q K^T on wgmma, its accumula
   INFO(text);
   CHECK(std::regex_search(text, std::regex(R"(#L\d+ = blocked<size_per_thread=\[1,2\], threads_per_warp=\[8,4\], )"
                                            R"(warps_per_block=\[4,1\], order=\[1,0\], warp_repeat=\[2,1\]>  // wgmma )")));
-  // Q K^T (K read along head_dim) on wgmma; P V (V read along head_dim, its N) on mma.sync.
+  // Q K^T (K read along head_dim: B k-major) and P V (V read along head_dim, its N: B N-major).
   CHECK(text.find("// tensor cores: wgmma.mma_async.m64n64k16 over 64x64x128, per warpgroup 1 per k step of 16; "
-                  "operands k-major in shared memory, 128-byte swizzle") != std::string::npos);
-  CHECK(text.find("// tensor cores: mma.sync.m16n8k16 over 64x128x64") != std::string::npos);
+                  "operands in shared memory, A k-major, 128-byte swizzle, B k-major, 128-byte swizzle") !=
+        std::string::npos);
+  CHECK(text.find("// tensor cores: wgmma.mma_async.m64n128k16 over 64x128x64, per warpgroup 1 per k step of 16; "
+                  "operands in shared memory, A k-major, 128-byte swizzle, B N-major, 128-byte swizzle") !=
+        std::string::npos);
+  CHECK(text.find("mma.sync") == std::string::npos);
 }

@@ -27,17 +27,30 @@ struct Case {
   DType dt;
   bool with_acc;
   int warps;
+  bool trans_a = false, b_kn = false;
 };
 
-// A [M, K] row-major, B read from [N, K] (k-major, as a weight matrix is stored).
+// A [M, K] row-major (or from [K, M]: M-major), B read from [N, K] (k-major, as a weight
+// matrix is stored) or [K, N] (N-major).
 ir::Kernel wgmma_dot(const Case& c) {
-  return codegen::test::dot_kernel("wgmma_dot", c.m, c.n, c.k, c.dt, false, true, c.with_acc);
+  return codegen::test::dot_kernel("wgmma_dot", c.m, c.n, c.k, c.dt, c.trans_a, !c.b_kn, c.with_acc);
 }
 
 bool on_wgmma(const ir::Function& fn, int warps, bool wgmma = true) {
   codegen::AxisAnalysis axis(fn);
   codegen::LayoutPlan plan(fn, axis, warps, true, wgmma);
   return plan.has_wgmma();
+}
+
+// Whether the one dot's operands are staged k-major: {A, B}.
+std::pair<bool, bool> kmajor(const ir::Function& fn, int warps) {
+  codegen::AxisAnalysis axis(fn);
+  codegen::LayoutPlan plan(fn, axis, warps, true, true);
+  std::pair<bool, bool> r{false, false};
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) {
+    if (op.kind == ir::OpKind::Dot) r = {plan.wgmma_kmajor(&op, 0), plan.wgmma_kmajor(&op, 1)};
+  });
+  return r;
 }
 
 } // namespace
@@ -53,21 +66,30 @@ TEST_CASE("wgmma: the accumulator layout gives warp w rows 16w + g and 16w + g +
       for (int64_t h : {0, 8})
         for (int64_t col : {0, 1, 8, 9}) CHECK(offs.count({pass * 16 * warps + h, col}) == 1);
   }
-  CHECK(codegen::wgmma_fits(64, 256, 64, 2, 4));
-  CHECK(codegen::wgmma_fits(128, 8, 16, 2, 8));
-  CHECK_FALSE(codegen::wgmma_fits(32, 64, 64, 2, 4));  // M below a warpgroup's 64 rows per 4 warps
-  CHECK_FALSE(codegen::wgmma_fits(64, 264, 64, 2, 4)); // N past 256
-  CHECK_FALSE(codegen::wgmma_fits(64, 64, 48, 2, 4));  // 96-byte rows: no swizzle takes them
-  CHECK_FALSE(codegen::wgmma_fits(64, 64, 64, 2, 2));  // not whole warpgroups
+  CHECK(codegen::wgmma_fits(64, 256, 64, 4));
+  CHECK(codegen::wgmma_fits(128, 8, 16, 8));
+  CHECK_FALSE(codegen::wgmma_fits(32, 64, 64, 4));  // M below a warpgroup's 64 rows per 4 warps
+  CHECK_FALSE(codegen::wgmma_fits(64, 264, 64, 4)); // N past 256
+  CHECK_FALSE(codegen::wgmma_fits(64, 64, 64, 2));  // not whole warpgroups
+  CHECK(codegen::wgmma_operand_fits(true, 64, 64, 2));
+  CHECK_FALSE(codegen::wgmma_operand_fits(true, 64, 48, 2)); // 96-byte rows: no swizzle takes them
+  CHECK(codegen::wgmma_operand_fits(false, 16, 48, 2));      // N-major: 32-byte rows of N
+  CHECK_FALSE(codegen::wgmma_operand_fits(false, 8, 64, 2)); // 16-byte rows
+  CHECK_FALSE(codegen::wgmma_operand_fits(false, 64, 64, 1)); // 8-bit types are K-major only
 }
 
 TEST_CASE("wgmma: which dots take it (sm_90, both operands read along K)", "[codegen][wgmma]") {
   CHECK(on_wgmma(*wgmma_dot({128, 128, 64, DType::bf16, false, 4}), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({128, 128, 64, DType::bf16, false, 4}), 4, false));
-  // B read along N (a [K, N] row-major array): the K-major descriptors do not describe it.
-  CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("kn", 64, 64, 64, DType::f16, false, false, false), 4));
-  // A read along M.
-  CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("mk", 64, 64, 64, DType::f16, true, true, false), 4));
+  // B read along N (a [K, N] row-major array): N-major; A read along M: M-major.
+  ir::Kernel kn = codegen::test::dot_kernel("kn", 64, 64, 64, DType::f16, false, false, false);
+  CHECK(on_wgmma(*kn, 4));
+  CHECK(kmajor(*kn, 4) == std::pair<bool, bool>{true, false});
+  ir::Kernel mk = codegen::test::dot_kernel("mk", 64, 64, 64, DType::f16, true, true, false);
+  CHECK(on_wgmma(*mk, 4));
+  CHECK(kmajor(*mk, 4) == std::pair<bool, bool>{false, true});
+  // N-major B of 8 columns: 16-byte rows, which no swizzle takes.
+  CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("kn8", 64, 8, 64, DType::f16, false, false, false), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({16, 64, 64, DType::f16, false, 4}), 4)); // decode's few rows: mma.sync
   CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 64, DType::f32, false, 4}), 4)); // f32: CUDA cores
   codegen::CompileOptions o;
@@ -83,10 +105,14 @@ TEST_CASE("wgmma: the emulator agrees with the interpreter bit for bit (every sw
       {64, 8, 16, DType::f16, false, 4},     {64, 64, 32, DType::bf16, true, 4},  {128, 128, 64, DType::bf16, false, 4},
       {64, 256, 16, DType::f16, true, 4},    {128, 32, 128, DType::bf16, true, 8}, {256, 16, 64, DType::f16, false, 8},
       {64, 16, 128, DType::bf16, false, 4},
+      // M-major A, N-major B: 32-, 64- and 128-byte rows of N, and two panels of them.
+      {64, 16, 32, DType::f16, true, 4, false, true},  {64, 32, 16, DType::bf16, false, 4, true, true},
+      {128, 64, 64, DType::bf16, true, 4, true, false}, {128, 256, 32, DType::f16, false, 8, false, true},
+      {64, 128, 128, DType::bf16, true, 4, true, true},
   };
   for (const Case& c : cases) {
     INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " acc " << c.with_acc
-              << " warps " << c.warps);
+              << " warps " << c.warps << " A M-major " << c.trans_a << " B N-major " << c.b_kn);
     ir::Kernel k = wgmma_dot(c);
     REQUIRE(on_wgmma(*k, c.warps));
     launch::Buffer a("a", c.dt, size_t(c.m * c.k)), b("b", c.dt, size_t(c.k * c.n));
@@ -181,7 +207,7 @@ TEST_CASE("wgmma: reading an accumulator before its wait is reported when the nv
     std::vector<llvm::Value*> params = hooks->kernel_params(b);
     std::vector<llvm::Value*> acc(4, llvm::ConstantFP::get(b.getFloatTy(), 0.0));
     hooks->wgmma_fence(b);
-    std::vector<llvm::Value*> d = hooks->wgmma(b, ir::DType::f16, 8, b.getInt64(0), b.getInt64(0), acc, false, "site");
+    std::vector<llvm::Value*> d = hooks->wgmma(b, ir::DType::f16, 8, b.getInt64(0), b.getInt64(0), acc, false, false, false, "site");
     hooks->wgmma_commit(b);
     if (waited) {
       hooks->wgmma_wait(b, 0);

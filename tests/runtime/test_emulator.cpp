@@ -280,7 +280,7 @@ void wgmma_ref(tilec_emu_thread* c, void* const* args) {
   if (mode != 3) tilec_emu_wgmma_fence(c);
   uint64_t da = descriptor(swz, 0, 64), db = descriptor(swz, 8192, 16);
   if (mode == 5 && t == 5) da += 1;
-  tilec_emu_wgmma(c, 2, 16, da, db, 0, acc, "wgmma_ref mma");
+  tilec_emu_wgmma(c, 2, 16, da, db, 0, 0, acc, "wgmma_ref mma");
   tilec_emu_wgmma_commit(c);
   if (mode == 2 && t == 0) {
     uint16_t z = 0;
