@@ -243,8 +243,10 @@ private:
       call.eraseFromParent();
       return;
     }
-    if (tag == "fence.operand") {
-      replace(call, call.getArgOperand(0));
+    if (tag == "fence.operand") { // the registers, as they are
+      llvm::Value* r = llvm::PoisonValue::get(call.getType());
+      for (unsigned i = 0; i < call.arg_size(); ++i) r = b.CreateInsertValue(r, call.getArgOperand(i), i);
+      replace(call, r);
       return;
     }
     if (is_wgmma_mma(tag)) { // wgmma.N.T.AB (A, B: 1 when M- / N-major): operands desc_a, desc_b, scale_d, accumulator

@@ -163,15 +163,20 @@ public:
   void fence_proxy_async(Builder& b) override {
     asm_statement(b, "fence.proxy.async.shared::cta;", "fence.proxy.async");
   }
+  // One empty asm statement taking and giving every register ("+f"), ordered with the wgmma
+  // statements around it: no code moves across it.
   std::vector<llvm::Value*> fence_operands(Builder& b, const std::vector<llvm::Value*>& regs) override {
-    auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy()}, false);
-    auto* asm_ = llvm::InlineAsm::get(fty, "", "=f,0,~{memory}", true);
+    if (regs.empty()) return regs;
+    std::string cons;
+    for (size_t i = 0; i < regs.size(); ++i) cons += (i ? ",=f" : "=f");
+    for (size_t i = 0; i < regs.size(); ++i) cons += "," + std::to_string(i);
+    cons += ",~{memory}";
+    std::vector<llvm::Type*> tys(regs.size(), b.getFloatTy());
+    auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), tys), tys, false);
+    llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, "", cons, true), regs);
+    tag_asm(*c, "fence.operand");
     std::vector<llvm::Value*> r;
-    for (llvm::Value* v : regs) {
-      llvm::CallInst* c = b.CreateCall(fty, asm_, {v});
-      tag_asm(*c, "fence.operand");
-      r.push_back(c);
-    }
+    for (unsigned i = 0; i < regs.size(); ++i) r.push_back(b.CreateExtractValue(c, i));
     return r;
   }
   llvm::Value* shared_address(Builder& b, llvm::Value* ptr) override { return b.CreatePtrToInt(ptr, b.getInt32Ty()); }

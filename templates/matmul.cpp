@@ -1,19 +1,38 @@
 #include "templates/kernels.h"
 
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "abi/error.h"
+
 namespace tilec::templates {
 
 using namespace dsl;
 
-// C[M, N] = A[M, K] . B[K, N], row-major, one [block_m, block_n] tile of C per
-// program, walking K in steps of block_k.
-ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k) {
+namespace {
+constexpr std::array<std::string_view, 3> kDtypes = {"f32", "f16", "bf16"};
+} // namespace
+
+// C[M, N] = A[M, K] . B[K, N], row-major, A and B of `dt` (f32, f16 or bf16), C f32; one
+// [block_m, block_n] tile of C per program, walking K in steps of block_k, the loads of the
+// next num_stages - 1 steps in flight (f16/bf16, whose dot takes the tensor cores).
+// `n_multiple`, `k_multiple`: powers of two the launches promise divide n and k (1: none), so
+// the row strides keep 16-byte chunks aligned and the masks whole per chunk: what copying the
+// tiles asynchronously (num_stages > 1) needs.
+ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k, ir::DType dt, int64_t num_stages,
+                  int64_t n_multiple, int64_t k_multiple) {
   KernelBuilder k("matmul");
-  auto a = k.arg<Ptr<f32>>("a"), b = k.arg<Ptr<f32>>("b"), c = k.arg<Ptr<f32>>("c");
-  auto m = k.arg<i32>("m"), n = k.arg<i32>("n"), kk = k.arg<i32>("k");
+  auto a = k.arg(ptr_to(dt), "a"), b = k.arg(ptr_to(dt), "b");
+  auto c = k.arg<Ptr<f32>>("c");
+  Tile m = k.arg<i32>("m"), n = k.arg<i32>("n"), kk = k.arg<i32>("k");
+  if (n_multiple > 1) n = multiple_of(n, n_multiple);
+  if (k_multiple > 1) kk = multiple_of(kk, k_multiple);
   auto rm = program_id(0) * block_m + arange(0, block_m);
   auto rn = program_id(1) * block_n + arange(0, block_n);
   Var acc = zeros({block_m, block_n});
-  for_range(0, kk, block_k, [&](Scalar k0) {
+  for_range(0, kk, block_k, RangeOptions{num_stages}, [&](Scalar k0) {
     auto rk = k0 + arange(0, block_k);
     auto at = load(a + rm.col() * kk + rk.row(), (rm.col() < m) & (rk.row() < kk), 0.0f);
     auto bt = load(b + rk.col() * n + rn.row(), (rk.col() < kk) & (rn.row() < n), 0.0f);
@@ -23,27 +42,46 @@ ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k) {
   return k.finish();
 }
 
+ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k) {
+  return matmul(block_m, block_n, block_k, ir::DType::f32, 1, 1, 1);
+}
+
 KernelTemplate matmul_template() {
   KernelTemplate t;
   t.name = "matmul";
-  t.summary = "C = A . B for row-major f32 matrices, tiled, f32 accumulation";
+  t.summary = "C = A . B for row-major matrices (f32, f16 or bf16; C in f32), tiled, f32 accumulation";
   t.params = {{"block_m", 32, "rows of C per program (power of two)"},
               {"block_n", 32, "columns of C per program (power of two)"},
               {"block_k", 16, "K step of the inner loop (power of two)"},
-              {"num_warps", 4, "warps per program on the GPU"}};
-  t.shape = {{"m", 100, "rows of A and C"}, {"n", 75, "columns of B and C"}, {"k", 50, "columns of A, rows of B"}};
-  t.build = [](const ParamMap& p, const ParamMap&) {
+              {"num_warps", 4, "warps per program on the GPU"},
+              {"num_stages", 1, "K steps whose A and B tiles are in flight: software-pipeline stages (1: none; "
+                                "f16/bf16 on tensor cores)"}};
+  t.shape = {{"m", 100, "rows of A and C"}, {"n", 75, "columns of B and C"}, {"k", 50, "columns of A, rows of B"},
+             {"dtype", 0, "A and B dtype (C is f32)", {kDtypes.begin(), kDtypes.end()}}};
+  t.build = [](const ParamMap& p, const ParamMap& s) {
     for (const char* name : {"block_m", "block_n", "block_k"}) require_pow2(p, name, 1, 256);
-    return matmul(p.at("block_m"), p.at("block_n"), p.at("block_k"));
+    const int64_t stages = p.count("num_stages") ? p.at("num_stages") : 1;
+    if (stages < 1 || stages > ir::kMaxPipelineStages)
+      throw UserError(fmt::format("matmul: num_stages {} must be from 1 to {}", stages, ir::kMaxPipelineStages));
+    // A module is built for one problem size (every size specializes it): the largest power of
+    // two up to 16 that divides n and k is a promise its launches keep.
+    auto multiple = [&](const char* name) {
+      const int64_t v = s.count(name) ? s.at(name) : 0;
+      return v > 0 ? std::min<int64_t>(16, v & -v) : 1;
+    };
+    return matmul(p.at("block_m"), p.at("block_n"), p.at("block_k"),
+                  *ir::parse_dtype(kDtypes.at(size_t(s.count("dtype") ? s.at("dtype") : 0))), stages, multiple("n"),
+                  multiple("k"));
   };
   t.make_problem = [](const ProblemRequest& r) {
     const ParamMap& s = r.shape;
     const uint64_t seed = r.seed;
     for (const char* name : {"m", "n", "k"}) require_range(s, name, 1, 1 << 14);
     int64_t m = s.at("m"), n = s.at("n"), k = s.at("k");
+    const ir::DType dt = *ir::parse_dtype(kDtypes.at(size_t(s.at("dtype"))));
     Problem pr;
-    int a = pr.add_buffer({"a", ir::DType::f32, size_t(m * k)});
-    int b = pr.add_buffer({"b", ir::DType::f32, size_t(k * n)});
+    int a = pr.add_buffer({"a", dt, size_t(m * k)});
+    int b = pr.add_buffer({"b", dt, size_t(k * n)});
     int c = pr.add_buffer({"c", ir::DType::f32, size_t(m * n)});
     fill_uniform(pr.buffers[a], seed, -1, 1);
     fill_uniform(pr.buffers[b], seed + 1, -1, 1);
@@ -52,7 +90,7 @@ KernelTemplate matmul_template() {
     pr.arg_int(n);
     pr.arg_int(k);
     pr.outputs = {c};
-    pr.ideal_bytes = 4 * (m * k + k * n + m * n);
+    pr.ideal_bytes = ir::dtype_bytes(dt) * (m * k + k * n) + 4 * m * n;
     pr.atol = 1e-5 * double(k);
     pr.rtol = 1e-5;
     return pr;
@@ -72,7 +110,7 @@ KernelTemplate matmul_template() {
       }
     pr.expected = {std::move(want)};
   };
-  t.tensors = {{"a", {"m", "k"}}, {"b", {"k", "n"}}, {"c", {"m", "n"}, true}};
+  t.tensors = {{"a", {"m", "k"}, false, "dtype"}, {"b", {"k", "n"}, false, "dtype"}, {"c", {"m", "n"}, true}};
   t.size_fields = {"m", "n", "k"};
   return t;
 }

@@ -72,6 +72,13 @@ TEST_CASE("emulate matches the interpreter on vector_add, softmax and matmul", "
                     {"block_k", int64_t(8) << pick(0, 1)},
                     {"num_warps", warps}},
                    {{"m", pick(1, 70)}, {"n", pick(1, 70)}, {"k", pick(1, 40)}}, 21 + round);
+    // f16 / bf16 on the tensor cores, pipelined: a warpgroup MMA tile (sm_90's wgmma in the
+    // emulator) whose n and k are multiples of 16 or not (then its copies are not asynchronous).
+    check_template("matmul",
+                   {{"block_m", 64 << pick(0, 1)}, {"block_n", int64_t(16) << pick(0, 3)}, {"block_k", int64_t(16) << pick(0, 2)},
+                    {"num_warps", 4}, {"num_stages", pick(1, 3)}},
+                   {{"m", pick(1, 150)}, {"n", 16 * pick(1, 9) - (round == 2 ? 3 : 0)}, {"k", 16 * pick(1, 9)},
+                    {"dtype", 1 + round % 2}}, 31 + round);
   }
 }
 
