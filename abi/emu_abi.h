@@ -112,7 +112,8 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
 
 /* Hopper's warpgroup MMA, for the threads of one warpgroup (threads 128 q .. 128 q + 127) calling
  * together. wgmma.mma_async.sync.aligned.m64n{n}k16.f32.T.T (T = f16, dtype 2, or bf16, 3; n a
- * multiple of 8 up to 256): D = A B + (scale_d ? C : +0), A 64 x 16 and B 16 x n in shared
+ * multiple of 8 up to 256), or m64n{n}k32 with 8-bit floats (e4m3, dtype 4; e5m2, 5; K-major
+ * only, and 32 in place of 16 below): D = A B + (scale_d ? C : +0), A 64 x 16 and B 16 x n in shared
  * memory as the 64-bit matrix descriptors desc_a and desc_b describe them (PTX ISA, "Matrix
  * Descriptor Format": start address, leading and stride byte offsets, no swizzle or a 32-,
  * 64- or 128-byte one; the start address is the byte offset in the block's region, which the

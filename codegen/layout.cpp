@@ -255,6 +255,11 @@ Layout permute_layout(const Layout& l, const std::vector<int64_t>& perm) {
   return r;
 }
 
+bool dot_on_wgmma_only(const ir::Op& dot) {
+  ir::DType a = dot.operands[0]->type.dtype(), b = dot.operands[1]->type.dtype();
+  return a == b && ir::is_fp8(a) && dot.results[0]->type.dtype() == ir::DType::f32;
+}
+
 bool dot_on_tensor_cores(const ir::Op& dot) {
   ir::DType a = dot.operands[0]->type.dtype(), b = dot.operands[1]->type.dtype();
   return a == b && (a == ir::DType::f16 || a == ir::DType::bf16) && dot.operands[0]->type.shape[1] >= 2;

@@ -95,8 +95,14 @@ Layout mma_layout(int64_t m, int64_t n, int num_warps);
 // Hopper's warpgroup MMA (wgmma.mma_async.m64nNk16, sm_90): the warps of a program form
 // warpgroups of 4, warpgroup q computing rows [64 q, 64 q + 64) of every 16 W-row pass. A
 // dot's shape fits when num_warps is a multiple of 4, M a multiple of 16 num_warps, N a
-// multiple of 8 up to 256 and K a multiple of 16.
+// multiple of 8 up to 256 and K a multiple of 16 (32 for 8-bit operands: check that with
+// wgmma_k_step).
 bool wgmma_fits(int64_t m, int64_t n, int64_t k, int num_warps);
+// The dtypes a warpgroup MMA takes besides mma.sync's f16 and bf16: the 8-bit floats (f8e4m3,
+// f8e5m2; both operands of one, k steps of 32, both operands k-major).
+bool dot_on_wgmma_only(const ir::Op& dot);
+// The k step of one wgmma for operands of `elem_bytes` bytes: 32 bytes' worth (16 or 32).
+inline int64_t wgmma_k_step(int elem_bytes) { return 32 / elem_bytes; }
 // Whether an operand with `mn` rows (M or N) and `k` columns of `elem_bytes`-byte elements can
 // be staged for it read along K (k-major) or along M or N (MN-major, 16-bit types only): the
 // contiguous dimension's bytes are 32 or 64 or a multiple of 128, the widths of the swizzled

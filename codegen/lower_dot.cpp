@@ -7,7 +7,7 @@ namespace tilec::codegen::detail {
 // f16 x f16 or bf16 x bf16 with an f32 accumulator takes the tensor cores (emit_dot_mma)
 // unless CompileOptions::tensor_cores is off; everything else runs on CUDA cores.
 bool Lowering::mma_eligible(const Op& op) const {
-  return opts_.tensor_cores && dot_on_tensor_cores(op);
+  return opts_.tensor_cores && (dot_on_tensor_cores(op) || plan_.is_wgmma(&op));
 }
 
 Elems Lowering::k_loop(const char* name, int64_t end, int64_t step, const Elems& init,

@@ -256,12 +256,13 @@ void Lowering::stage_mma_operand(const Op& op, int idx, const MmaStaging& st, ll
   // Element (m, k) of A, (k, n) of B: along the stored rows when k-major.
   const int contig_dim = idx == 0 ? (st.kmajor ? 1 : 0) : (st.kmajor ? 0 : 1);
   // A swizzled staging keeps 16-byte chunks whole: runs of at most 16 bytes stay contiguous.
-  store_runs(get(v, l), l, sh, contig_dim, 2, v->type.dtype(), [&](size_t j) {
+  const int eb = ir::dtype_bytes(v->type.dtype());
+  store_runs(get(v, l), l, sh, contig_dim, eb, v->type.dtype(), [&](size_t j) {
     auto c = coord_of(l, sh, j);
     llvm::Value* mn = idx == 0 ? c[0] : c[1];
     llvm::Value* k = idx == 0 ? c[1] : c[0];
     if (st.swizzle)
-      return b_.CreateGEP(b_.getInt8Ty(), base, st.kmajor ? staged_byte(st, mn, bytes(b_, k, 2)) : staged_byte(st, k, bytes(b_, mn, 2)));
+      return b_.CreateGEP(b_.getInt8Ty(), base, st.kmajor ? staged_byte(st, mn, bytes(b_, k, eb)) : staged_byte(st, k, bytes(b_, mn, eb)));
     return st.kmajor ? at(b_, base, st.row_bytes, mn, bytes(b_, k, 2)) : at(b_, base, st.row_bytes, k, bytes(b_, mn, 2));
   }, idx == 0 ? "dot (mma) operand A write" : "dot (mma) operand B write");
 }

@@ -23,10 +23,11 @@ uint64_t descriptor_bits(const MmaStaging& st) {
 
 // Where the k step kk of the rows (k-major) or columns (MN-major) from mn0 (a multiple of the
 // panel's width) starts, from the staging's start.
+// A k step is 32 bytes of K: 16 16-bit or 32 8-bit elements.
 int64_t step_start(const MmaStaging& st, int64_t mn0, int64_t kk, int64_t eb) {
-  const int64_t s = st.swizzle, panel = st.rows * s;
-  if (st.kmajor) return (kk * 16 * eb / s) * panel + mn0 * s + kk * 16 * eb % s;
-  return (mn0 * eb / s) * panel + mn0 * eb % s + kk * 16 * s;
+  const int64_t s = st.swizzle, panel = st.rows * s, k0 = kk * wgmma_k_step(int(eb));
+  if (st.kmajor) return (k0 * eb / s) * panel + mn0 * s + k0 * eb % s;
+  return (mn0 * eb / s) * panel + mn0 * eb % s + k0 * s;
 }
 
 } // namespace
@@ -108,7 +109,7 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   for (Elems& x : d) x = hooks_.fence_operands(b_, x);
   hooks_.wgmma_fence(b_);
   const std::string where = site("dot (wgmma) operands A and B read");
-  for (int64_t kk = 0; kk < K / 16; ++kk) {
+  for (int64_t kk = 0; kk < K / wgmma_k_step(int(eb)); ++kk) {
     llvm::Value* desc_b = descriptor(b_.CreateAdd(addr_b, b_.getInt32(uint32_t(step_start(st_b, 0, kk, eb)))), st_b);
     for (int64_t p = 0; p < passes; ++p) {
       llvm::Value* start_a = b_.CreateAdd(b_.CreateAdd(addr_a, wg_rows),

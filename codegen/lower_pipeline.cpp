@@ -33,7 +33,7 @@ void Lowering::issue_copies(const AsyncOperand& x, llvm::Value* base, const char
     llvm::Value* d1 = transposed ? cs[j0][0] : cs[j0][1];
     llvm::Value* mn = is_a ? d0 : d1, *k = is_a ? d1 : d0;
     llvm::Value* row = st.kmajor ? mn : k, *col = st.kmajor ? k : mn;
-    llvm::Value* byte = staged_byte(st, row, b_.CreateMul(col, b_.getInt32(2), "", true, true));
+    llvm::Value* byte = staged_byte(st, row, b_.CreateMul(col, b_.getInt32(uint32_t(ir::dtype_bytes(load.results[0]->type.dtype()))), "", true, true));
     llvm::Value* pred = and_pred(mask ? (*mask)[j0] : nullptr, ahead_pred_);
     hooks_.cp_async_16(b_, b_.CreateGEP(b_.getInt8Ty(), base, byte), P[j0], pred, where);
   }

@@ -19,7 +19,7 @@
 //   mma.m16n8k16 f16/bf16 -> f32    tilec_emu_mma_m16n8k16 (the warp's fragments, PTX's layout)
 //   ldmatrix.m8n8.x{1,2,4}[.trans]  tilec_emu_ldmatrix (rows read through the shared checks)
 //   cp.async.cg 16 / commit / wait   tilec_emu_cp_async / _commit / _wait (copies land at the wait)
-//   wgmma.mma_async m64nNk16         tilec_emu_wgmma (the warpgroup's accumulators, PTX's layout;
+//   wgmma.mma_async m64nNk16 / k32  tilec_emu_wgmma (the warpgroup's accumulators, PTX's layout;
 //                                   operands decoded from the matrix descriptors)
 //   wgmma.fence / commit / wait,     tilec_emu_wgmma_fence / _commit / _wait,
 //   fence.proxy.async                tilec_emu_fence_proxy_async
@@ -252,7 +252,8 @@ private:
     if (is_wgmma_mma(tag)) { // wgmma.N.T.AB (A, B: 1 when M- / N-major): operands desc_a, desc_b, scale_d, accumulator
       const size_t d1 = tag.find('.', 6), d2 = tag.find('.', d1 + 1);
       const int n = std::stoi(tag.substr(6, d1 - 6));
-      const unsigned dtype = tag.substr(d1 + 1, d2 - d1 - 1) == "bf16" ? 3 : 2;
+      const std::string t = tag.substr(d1 + 1, d2 - d1 - 1);
+      const unsigned dtype = t == "bf16" ? 3 : t == "e4m3" ? 4 : t == "e5m2" ? 5 : 2;
       const unsigned trans = (tag[d2 + 1] == '1' ? 1u : 0u) | (tag[d2 + 2] == '1' ? 2u : 0u);
       std::vector<llvm::Value*> acc;
       for (unsigned i = 3; i < call.arg_size(); ++i) acc.push_back(call.getArgOperand(i));

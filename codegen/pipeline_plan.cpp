@@ -111,7 +111,8 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       ++uses[v];
       users[v].push_back(&op);
     }
-    if (op.kind == OpKind::Dot && tensor_cores && dot_on_tensor_cores(op)) dots.push_back(&op);
+    if (op.kind == OpKind::Dot && tensor_cores && (dot_on_tensor_cores(op) || layouts_.is_wgmma(&op)))
+      dots.push_back(&op);
     if (op.kind == OpKind::For && op.attrs.num_stages > 1) staged_.push_back(&op);
   });
   std::map<std::pair<const Op*, int>, Failure> failed; // lookups only

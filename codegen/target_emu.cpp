@@ -158,7 +158,11 @@ public:
   std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
                                   const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a, bool trans_b,
                                   const std::string& site) override {
-    return emu_wgmma(b, emu_, operands == ir::DType::bf16 ? 3 : 2, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0),
+    const unsigned dtype = operands == ir::DType::bf16     ? 3
+                           : operands == ir::DType::f8e4m3 ? 4
+                           : operands == ir::DType::f8e5m2 ? 5
+                                                           : 2;
+    return emu_wgmma(b, emu_, dtype, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0),
                      (trans_a ? 1u : 0u) | (trans_b ? 2u : 0u), acc, emu_.site(b, site));
   }
   void wgmma_fence(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_fence", b.getVoidTy(), {}, true); }

@@ -128,15 +128,21 @@ public:
                                   const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a, bool trans_b,
                                   const std::string& site) override {
     const int regs = n / 2;
-    const char* t = operands == ir::DType::bf16 ? "bf16" : "f16";
+    const char* t = operands == ir::DType::bf16     ? "bf16"
+                    : operands == ir::DType::f8e4m3 ? "e4m3"
+                    : operands == ir::DType::f8e5m2 ? "e5m2"
+                                                    : "f16";
+    const bool fp8 = ir::is_fp8(operands); // k32, and no transposes (8-bit operands are K-major)
     std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(regs + 2) + ", 0;\n" +
-                       fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}.{} {{", n, t, t);
+                       fmt::format("wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{}.{} {{", n, fp8 ? 32 : 16, t, t);
     std::string cons;
     for (int i = 0; i < regs; ++i) {
       text += (i ? ", $" : "$") + std::to_string(i);
       cons += (i ? ",=f" : "=f");
     }
-    text += fmt::format("}}, ${}, ${}, p, 1, 1, {}, {};\n}}", regs, regs + 1, trans_a ? 1 : 0, trans_b ? 1 : 0);
+    if (fp8) internal_assert(!trans_a && !trans_b, "8-bit wgmma operands are K-major");
+    text += fp8 ? fmt::format("}}, ${}, ${}, p, 1, 1;\n}}", regs, regs + 1)
+                : fmt::format("}}, ${}, ${}, p, 1, 1, {}, {};\n}}", regs, regs + 1, trans_a ? 1 : 0, trans_b ? 1 : 0);
     cons += ",l,l,r";
     for (int i = 0; i < regs; ++i) cons += "," + std::to_string(i);
     cons += ",~{memory}";

@@ -1041,6 +1041,10 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   // (trans differs only where the descriptors' meaning does: reported with them)
   }
   const std::uint32_t n = first.wgmma_n, dtype = first.wgmma_dtype;
+  const std::uint32_t eb = dtype >= 4 ? 1 : 2, ks = 32 / eb; // element bytes; k step: 16 or 32
+  if (eb == 1 && first.wgmma_trans)
+    fail_thread(t, "warpgroup MMA (at {}) on 8-bit operands with a transposed operand: they are K-major only",
+                first.wgmma_site);
   for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b})
     if ((d >> 49) & 7)
       fail_thread(t, "warpgroup MMA (at {}): matrix descriptor {:#x} has a base offset ({}): tilec places swizzled "
@@ -1050,11 +1054,11 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   tilec_emu_thread* reader = &w.threads[g0];
   std::vector<std::size_t> offsets;
   auto read = [&](std::uint64_t desc, bool mn_major, std::uint32_t row, std::uint32_t k) {
-    std::size_t off = descriptor_offset(desc, mn_major, row, k, 2);
-    if (off + 2 > w.launch->shared_bytes)
+    std::size_t off = descriptor_offset(desc, mn_major, row, k, eb);
+    if (off + eb > w.launch->shared_bytes)
       fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} addresses byte offset {} (row {}, k {}), outside the "
                      "kernel's {} bytes of shared memory", first.wgmma_site, desc, off, row, k, w.launch->shared_bytes);
-    for (std::size_t i = off; i < off + 2; ++i) {
+    for (std::size_t i = off; i < off + eb; ++i) {
       const ShadowByte& sb = w.shadow[i];
       if (sb.write_epoch >= w.block_epoch && w.threads[sb.writer].proxy_fences == sb.writer_fences)
         fail_thread(t, "warpgroup MMA (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
@@ -1062,30 +1066,35 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
                     sb.write_site);
     }
     std::uint16_t bits = 0;
-    tilec_emu_shared_load(reader, w.shared + off, 2, &bits, first.wgmma_site);
+    tilec_emu_shared_load(reader, w.shared + off, eb, &bits, first.wgmma_site);
     offsets.push_back(off);
-    return dtype == 3 ? tilec::bf16_bits_to_f32(bits) : tilec::f16_bits_to_f32(bits);
+    switch (dtype) {
+    case 3: return tilec::bf16_bits_to_f32(bits);
+    case 4: return tilec::f8e4m3_bits_to_f32(std::uint8_t(bits));
+    case 5: return tilec::f8e5m2_bits_to_f32(std::uint8_t(bits));
+    default: return tilec::f16_bits_to_f32(bits);
+    }
   };
-  std::vector<float> A(64 * 16), B(std::size_t(n) * 16);
+  std::vector<float> A(64 * ks), B(std::size_t(n) * ks);
   for (std::uint32_t r = 0; r < 64; ++r)
-    for (std::uint32_t k = 0; k < 16; ++k) A[r * 16 + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
+    for (std::uint32_t k = 0; k < ks; ++k) A[r * ks + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
   for (std::uint32_t c = 0; c < n; ++c)
-    for (std::uint32_t k = 0; k < 16; ++k) B[c * 16 + k] = read(first.wgmma_desc_b, first.wgmma_trans & 2, c, k);
+    for (std::uint32_t k = 0; k < ks; ++k) B[c * ks + k] = read(first.wgmma_desc_b, first.wgmma_trans & 2, c, k);
   for (std::uint32_t i = g0; i < g0 + 128; ++i) {
     tilec_emu_thread& o = w.threads[i];
     const std::uint32_t warp = (i - g0) / 32, lane = i % 32;
     for (std::uint32_t r = 0; r < n / 2; ++r) {
       const std::uint32_t row = 16 * warp + lane / 4 + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
       float acc = first.wgmma_scale ? o.wgmma_acc[r] : 0.0f;
-      for (std::uint32_t k = 0; k < 16; ++k) acc += A[row * 16 + k] * B[col * 16 + k]; // exact product, rounded sum
+      for (std::uint32_t k = 0; k < ks; ++k) acc += A[row * ks + k] * B[col * ks + k]; // exact product, rounded sum
       o.wgmma_acc[r] = acc;
     }
   }
   std::sort(offsets.begin(), offsets.end());
   tilec_emu_worker::PendingWgmma p{g0 / 128, first.wgmma_open, {}, first.wgmma_site, std::vector<bool>(128), UINT64_MAX};
   for (std::size_t off : offsets) {
-    if (!p.ranges.empty() && off <= p.ranges.back().second) p.ranges.back().second = std::max(p.ranges.back().second, off + 2);
-    else p.ranges.push_back({off, off + 2});
+    if (!p.ranges.empty() && off <= p.ranges.back().second) p.ranges.back().second = std::max(p.ranges.back().second, off + eb);
+    else p.ranges.push_back({off, off + eb});
   }
   w.wgmmas.push_back(std::move(p));
   for (std::uint32_t i = g0; i < g0 + 128; ++i) {
@@ -1103,7 +1112,7 @@ extern "C" {
 void tilec_emu_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
                      uint32_t scale_d, uint32_t trans, float* acc, const char* site) {
   using namespace tilec::rt;
-  if (dtype != 2 && dtype != 3) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
+  if (dtype < 2 || dtype > 5) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
   if (n < 8 || n > 256 || n % 8 != 0) fail_thread(t, "warpgroup MMA (at {}) with n = {} (8, 16, ..., 256)", site, n);
   tilec_emu_worker& w = *t->worker;
   const std::uint32_t g0 = t->tid / 128 * 128;

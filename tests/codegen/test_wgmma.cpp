@@ -92,6 +92,9 @@ TEST_CASE("wgmma: which dots take it (sm_90, both operands read along K)", "[cod
   CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("kn8", 64, 8, 64, DType::f16, false, false, false), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({16, 64, 64, DType::f16, false, 4}), 4)); // decode's few rows: mma.sync
   CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 64, DType::f32, false, 4}), 4)); // f32: CUDA cores
+  CHECK(on_wgmma(*wgmma_dot({64, 64, 64, DType::f8e4m3, false, 4}), 4));      // fp8: K-major, K a multiple of 32
+  CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 16, DType::f8e4m3, false, 4}), 4));
+  CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 64, DType::f8e5m2, false, 4, false, true}), 4)); // N-major fp8: CUDA cores
   codegen::CompileOptions o;
   CHECK(codegen::wgmma_enabled(o));
   o.arch = "sm_80";
@@ -109,6 +112,9 @@ TEST_CASE("wgmma: the emulator agrees with the interpreter bit for bit (every sw
       {64, 16, 32, DType::f16, true, 4, false, true},  {64, 32, 16, DType::bf16, false, 4, true, true},
       {128, 64, 64, DType::bf16, true, 4, true, false}, {128, 256, 32, DType::f16, false, 8, false, true},
       {64, 128, 128, DType::bf16, true, 4, true, true},
+      // 8-bit floats: m64nNk32, both operands K-major, 32-, 64- and 128-byte rows.
+      {64, 64, 64, DType::f8e4m3, true, 4},  {128, 32, 128, DType::f8e5m2, false, 4},
+      {64, 16, 32, DType::f8e4m3, false, 4}, {128, 64, 256, DType::f8e5m2, true, 8},
   };
   for (const Case& c : cases) {
     INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " acc " << c.with_acc
@@ -172,6 +178,17 @@ TEST_CASE("wgmma: the PTX for sm_90 is sm_90a's, with descriptors, fences and on
   codegen::CompileOptions ampere = o;
   ampere.arch = "sm_80";
   CHECK(codegen::compile(*k, ampere).ptx.find("wgmma.") == std::string::npos);
+
+  // fp8: k steps of 32 elements (two of them over K = 64), no transpose immediates.
+  codegen::CompiledKernel f8 = codegen::compile(*wgmma_dot({64, 64, 64, DType::f8e4m3, false, 4}), o);
+  INFO(f8.ptx);
+  CHECK(codegen::test::count(f8.ptx, "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == 2);
+  CHECK(codegen::test::count(f8.ptx, "p, 1, 1;") == 2);
+  if (codegen::test::have_ptxas()) {
+    REQUIRE(f8.ptxas.has_value());
+    INFO(f8.ptxas->log);
+    CHECK(!f8.cubin.empty());
+  }
 }
 
 TEST_CASE("wgmma: staged operands are swizzled as the descriptors say", "[codegen][wgmma]") {
