@@ -191,7 +191,13 @@ void LayoutPlan::forward_op(const Op& op) {
       ThreadElems te = thread_elems(vl, ptr->type.shape);
       bool coalesced = te.run_dim == a.contig_dim && te.run >= a.vec &&
                        vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 4;
-      if (coalesced || a.vec == 1) l = v;
+      // A tensor-core accumulator (2 consecutive elements a lane, 4 lanes along a row) writes
+      // whole 32-byte sectors of f32 rows: stored as it is, with no trip through shared memory.
+      const int eb = ir::dtype_bytes(op.operands[1]->type.dtype());
+      bool whole_sectors = is_mma(v) && te.run_dim == a.contig_dim && te.run * eb >= 8 &&
+                           te.run * eb * vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 32 &&
+                           a.vec * eb >= te.run * eb;
+      if (coalesced || whole_sectors || a.vec == 1) l = v;
     }
     op_layouts_[&op] = {l};
     return;
