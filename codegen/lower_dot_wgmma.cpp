@@ -96,27 +96,30 @@ void Lowering::emit_dot_wgmma(const Op& op) {
     for (int64_t i = 0; i < regs; ++i)
       d[size_t(p)].push_back(acc ? (*acc)[slot(p, i)] : llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
 
-  // Descriptors: the start address of this warpgroup's rows of pass p (A) and of the k step.
-  llvm::Value* addr_a = hooks_.shared_address(b_, base_a);
-  llvm::Value* addr_b = hooks_.shared_address(b_, base_b);
-  internal_assert(st_a.kmajor || 64 * eb % st_a.swizzle == 0, "an M-major A's warpgroups start at whole panels");
-  llvm::Value* wg_rows =
-      b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(step_start(st_a, 64, 0, eb))));
+  // Descriptors: one built at run time per operand (A: from this warpgroup's first row), the
+  // others from it by a constant: a k step's or pass's byte offset >> 4 added to the start
+  // address field, which cannot carry out of it (shared memory ends below 2^18 bytes).
   auto descriptor = [&](llvm::Value* start, const MmaStaging& st) {
     llvm::Value* field = b_.CreateAnd(b_.CreateZExt(b_.CreateLShr(start, 4), b_.getInt64Ty()), 0x3fff);
     return b_.CreateOr(field, b_.getInt64(descriptor_bits(st)));
+  };
+  internal_assert(st_a.kmajor || 64 * eb % st_a.swizzle == 0, "an M-major A's warpgroups start at whole panels");
+  llvm::Value* wg_rows =
+      b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(step_start(st_a, 64, 0, eb))));
+  llvm::Value* desc_a0 = descriptor(b_.CreateAdd(hooks_.shared_address(b_, base_a), wg_rows), st_a);
+  llvm::Value* desc_b0 = descriptor(hooks_.shared_address(b_, base_b), st_b);
+  auto plus = [&](llvm::Value* desc, int64_t bytes) {
+    internal_assert(bytes % 16 == 0, "descriptor offsets are whole 16 bytes");
+    return bytes ? b_.CreateAdd(desc, b_.getInt64(uint64_t(bytes >> 4)), "", true, true) : desc;
   };
   for (Elems& x : d) x = hooks_.fence_operands(b_, x);
   hooks_.wgmma_fence(b_);
   const std::string where = site("dot (wgmma) operands A and B read");
   for (int64_t kk = 0; kk < K / wgmma_k_step(int(eb)); ++kk) {
-    llvm::Value* desc_b = descriptor(b_.CreateAdd(addr_b, b_.getInt32(uint32_t(step_start(st_b, 0, kk, eb)))), st_b);
-    for (int64_t p = 0; p < passes; ++p) {
-      llvm::Value* start_a = b_.CreateAdd(b_.CreateAdd(addr_a, wg_rows),
-                                          b_.getInt32(uint32_t(step_start(st_a, p * 16 * W, kk, eb))));
-      d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), descriptor(start_a, st_a), desc_b, d[size_t(p)],
-                                  !(zero_acc && kk == 0), !st_a.kmajor, !st_b.kmajor, where);
-    }
+    llvm::Value* desc_b = plus(desc_b0, step_start(st_b, 0, kk, eb));
+    for (int64_t p = 0; p < passes; ++p)
+      d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), plus(desc_a0, step_start(st_a, p * 16 * W, kk, eb)), desc_b,
+                                  d[size_t(p)], !(zero_acc && kk == 0), !st_a.kmajor, !st_b.kmajor, where);
   }
   hooks_.wgmma_commit(b_);
   hooks_.wgmma_wait(b_, 0);

@@ -133,29 +133,31 @@ public:
                     : operands == ir::DType::f8e5m2 ? "e5m2"
                                                     : "f16";
     const bool fp8 = ir::is_fp8(operands); // k32, and no transposes (8-bit operands are K-major)
-    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(regs + 2) + ", 0;\n" +
-                       fmt::format("wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{}.{} {{", n, fp8 ? 32 : 16, t, t);
+    // scale-d, imm-scale-a/b (and imm-trans-a/b) as immediates: D = A B + (scale-d ? C : 0).
+    std::string text = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{}.{} {{", n, fp8 ? 32 : 16, t, t);
     std::string cons;
     for (int i = 0; i < regs; ++i) {
       text += (i ? ", $" : "$") + std::to_string(i);
       cons += (i ? ",=f" : "=f");
     }
     if (fp8) internal_assert(!trans_a && !trans_b, "8-bit wgmma operands are K-major");
-    text += fp8 ? fmt::format("}}, ${}, ${}, p, 1, 1;\n}}", regs, regs + 1)
-                : fmt::format("}}, ${}, ${}, p, 1, 1, {}, {};\n}}", regs, regs + 1, trans_a ? 1 : 0, trans_b ? 1 : 0);
-    cons += ",l,l,r";
+    text += fp8 ? fmt::format("}}, ${}, ${}, {}, 1, 1;", regs, regs + 1, scale_d ? 1 : 0)
+                : fmt::format("}}, ${}, ${}, {}, 1, 1, {}, {};", regs, regs + 1, scale_d ? 1 : 0, trans_a ? 1 : 0,
+                              trans_b ? 1 : 0);
+    cons += ",l,l";
     for (int i = 0; i < regs; ++i) cons += "," + std::to_string(i);
     cons += ",~{memory}";
     std::vector<llvm::Type*> outs(size_t(regs), b.getFloatTy());
-    std::vector<llvm::Type*> ins{b.getInt64Ty(), b.getInt64Ty(), b.getInt32Ty()};
+    std::vector<llvm::Type*> ins{b.getInt64Ty(), b.getInt64Ty()};
     ins.insert(ins.end(), size_t(regs), b.getFloatTy());
     auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), outs), ins, false);
-    std::vector<llvm::Value*> args{desc_a, desc_b, b.getInt32(scale_d ? 1 : 0)};
+    std::vector<llvm::Value*> args{desc_a, desc_b};
     args.insert(args.end(), acc.begin(), acc.end());
     llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
     c->addFnAttr(llvm::Attribute::Convergent);
     tag(*c, site, 0);
-    tag_asm(*c, fmt::format("wgmma.{}.{}.{}{}", n, t, trans_a ? 1 : 0, trans_b ? 1 : 0));
+    // wgmma.N.T.AB.S: A / B M- / N-major (1) or K-major (0), S scale-d.
+    tag_asm(*c, fmt::format("wgmma.{}.{}.{}{}.{}", n, t, trans_a ? 1 : 0, trans_b ? 1 : 0, scale_d ? 1 : 0));
     std::vector<llvm::Value*> d;
     for (int i = 0; i < regs; ++i) d.push_back(b.CreateExtractValue(c, unsigned(i)));
     uses_wgmma_ = true;

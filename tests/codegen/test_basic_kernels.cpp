@@ -135,7 +135,7 @@ TEST_CASE("tiled matmul with a K loop and dot", "[codegen]") {
       } else if (arch == "sm_90") { // a warpgroup: one m64n64k16 per k step of 16, A k-major, B N-major
         std::string t = dt == DType::f16 ? "f16" : "bf16";
         CHECK(count_matches(k.ptx, "wgmma\\.mma_async\\.sync\\.aligned\\.m64n64k16\\.f32\\." + t + "\\." + t) == 1);
-        CHECK(count_matches(k.ptx, R"(p, 1, 1, 0, 1;)") == 1);
+        CHECK(count_matches(k.ptx, R"(, 1, 1, 1, 0, 1;)") == 1); // scale-d; B N-major (imm-trans-b)
         CHECK(count_matches(k.ptx, R"(fma\.rn\.f32)") == 0);
       } else { // tensor cores: 32 tiles of 16x8 over 4 warps, 8 each
         std::string t = dt == DType::f16 ? "f16" : "bf16";
