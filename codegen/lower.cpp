@@ -250,7 +250,7 @@ void Lowering::global_access(const Value* ptr, LayoutId l, bool write) {
 }
 
 Lowering::SyncState Lowering::sync_state() const {
-  SyncState s{touched_, pipe_read_unfenced_, pipe_landed_unfenced_, pipe_written_unfenced_, {}};
+  SyncState s{touched_, pipe_read_unfenced_, pipe_landed_unfenced_, pipe_written_unfenced_, proxy_unfenced_, {}};
   for (const LoopFence& f : loop_fences_) s.loop_fenced.push_back(f.fenced);
   return s;
 }
@@ -260,6 +260,7 @@ void Lowering::set_sync_state(const SyncState& s) {
   pipe_read_unfenced_ = s.pipe_read;
   pipe_landed_unfenced_ = s.pipe_landed;
   pipe_written_unfenced_ = s.pipe_written;
+  proxy_unfenced_ = s.proxy;
   for (size_t i = 0; i < s.loop_fenced.size(); ++i) loop_fences_[i].fenced = s.loop_fenced[i];
 }
 
@@ -268,6 +269,7 @@ void Lowering::join_sync(SyncState& s, const SyncState& o) {
   s.pipe_read = s.pipe_read || o.pipe_read;
   s.pipe_landed = s.pipe_landed || o.pipe_landed;
   s.pipe_written = s.pipe_written || o.pipe_written;
+  s.proxy = s.proxy || o.proxy;
   for (size_t i = 0; i < s.loop_fenced.size(); ++i) s.loop_fenced[i] = s.loop_fenced[i] && o.loop_fenced[i];
 }
 
@@ -522,13 +524,14 @@ void Lowering::emit_for(const Op& op) {
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), body_bb, exit);
   b_.SetInsertPoint(body_bb);
   loop_fences_.push_back({});
+  proxy_unfenced_ = true; // the previous trip's last writes may be unfenced (emitted once for both)
   if (pl) {
     // This iteration's group has landed once at most the S - 2 newer ones are pending; the
     // barrier before its dot's first read shows it to every thread. Then the copies of
     // iteration + S - 1 go into the buffer the previous iteration read (every read of it was
     // followed by a barrier: pipe_read_unfenced_).
     // With late slots the group after this iteration's is its late one (2 S - 3 = 1).
-    hooks_.cp_async_wait(b_, int(pl->has_late() ? 2 * S - 3 : S - 2));
+    cp_async_wait(int(pl->has_late() ? 2 * S - 3 : S - 2));
     pipe_landed_unfenced_ = true;
     llvm::Value* fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
                                         b_.CreateSub(stage, b_.getInt32(1)));
@@ -550,6 +553,7 @@ void Lowering::emit_for(const Op& op) {
   if (std::any_of(fence.exposed.begin(), fence.exposed.end(), [&](const Access& a) { return conflicts_with_touched(a); })) {
     llvm::IRBuilder<>::InsertPointGuard guard(b_);
     b_.SetInsertPoint(body_bb, body_bb->getFirstInsertionPt());
+    if (has_wgmma_) hooks_.fence_proxy_async(b_); // the previous trip's writes reach the async proxy
     hooks_.barrier(b_);
     ++stats_.barriers;
   }
@@ -574,7 +578,7 @@ void Lowering::emit_for(const Op& op) {
   for (auto it = resident_.begin(); it != resident_.end();)
     it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
   if (pl) {
-    hooks_.cp_async_wait(b_, 0); // the copies issued past the end (all masked off: zero-filled)
+    cp_async_wait(0); // the copies issued past the end (all masked off: zero-filled)
     pipe_written_unfenced_ = true;
   }
   for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));

@@ -161,13 +161,13 @@ void Lowering::emit_dot_mma(const Op& op) {
     }, "dot (mma) accumulator write");
   if ((async_a && !pipe_a) || (async_b && !pipe_b)) { // one group, waited for at once: the copies land before the barrier
     hooks_.cp_async_commit(b_);
-    hooks_.cp_async_wait(b_, 0);
+    cp_async_wait(0);
   }
   // A late pipeline slot's copies (issued at the end of the previous trip) are the group
   // before this trip's early one.
   for (const AsyncOperand* x : {pipe_a ? async_a : nullptr, pipe_b ? async_b : nullptr})
     if (x && pipes_.pipelines()[size_t(x->pipeline)].late[size_t(x->slot)]) {
-      hooks_.cp_async_wait(b_, 1);
+      cp_async_wait(1);
       pipe_landed_unfenced_ = true;
     }
   // The fragment reads wait for this dot's writes, and for a pipeline's copies waited for

@@ -72,7 +72,7 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   else if (stage_b) stage_mma_operand(op, 1, st_b, base_b);
   if ((async_a && !pipe_a) || (async_b && !pipe_b)) {
     hooks_.cp_async_commit(b_);
-    hooks_.cp_async_wait(b_, 0);
+    cp_async_wait(0);
   }
   // Every thread's writes (and waited copies) reach the async proxy (barrier() fences it) and
   // the other threads before any warpgroup's MMA reads them.

@@ -121,6 +121,7 @@ private:
                                                : 0;
     count_smem(v->getType());
     hooks_.shared_store(b_, ptr, v, site(what), float_type);
+    proxy_unfenced_ = true;
   }
   std::string site(const char* what) const;
   // Scratch shared memory (everything but the pipelines' buffers) starts above those buffers.
@@ -178,7 +179,7 @@ private:
   // touched on either, unfenced on either, a body fenced only on both.
   struct SyncState {
     std::vector<Access> touched;
-    bool pipe_read = false, pipe_landed = false, pipe_written = false;
+    bool pipe_read = false, pipe_landed = false, pipe_written = false, proxy = false;
     std::vector<bool> loop_fenced;
   };
   SyncState sync_state() const;
@@ -191,7 +192,8 @@ private:
   void barrier() {
     // In a kernel with warpgroup MMAs, every thread's shared-memory writes before a barrier
     // are made visible to the async proxy that wgmma reads its operands through.
-    if (has_wgmma_) hooks_.fence_proxy_async(b_);
+    if (has_wgmma_ && proxy_unfenced_) hooks_.fence_proxy_async(b_);
+    proxy_unfenced_ = false;
     hooks_.barrier(b_);
     ++stats_.barriers;
     touched_.clear();
@@ -366,6 +368,13 @@ private:
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
   LoweringStats stats_;
   bool has_wgmma_ = false; // some dot runs as warpgroup MMAs
+  // This thread wrote shared memory through the generic proxy (stores, landed cp.async) since
+  // its last fence.proxy.async: the next barrier fences first (in a kernel with wgmma).
+  bool proxy_unfenced_ = false;
+  void cp_async_wait(int groups) {
+    hooks_.cp_async_wait(b_, groups);
+    proxy_unfenced_ = true;
+  }
 };
 
 } // namespace tilec::codegen::detail
