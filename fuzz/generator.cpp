@@ -584,7 +584,12 @@ void Generator::act_dot() {
 // main shape (M N = its element count): the 16-byte loads that a loop with stages copies
 // ahead (cp.async), including their addresses. Exact, as every dot is between backends.
 void Generator::act_pipe_dot() {
-  const int64_t M = std::min<int64_t>(elems_, r_.pick(std::vector<int64_t>{1, 2, 4, 8, 16})), N = elems_ / M;
+  // A warpgroup MMA's tile at 4 warps (sm_90's wgmma in the emulator): 64 rows and N of 16 to
+  // 64 (32 to 128-byte rows of an N-major B), its [64, N] result folded to the main shape by a
+  // max over groups of elements (exact in any order).
+  const bool wide = prog_.num_warps == 4 && r_.chance(0.3);
+  const int64_t M = wide ? 64 : std::min<int64_t>(elems_, r_.pick(std::vector<int64_t>{1, 2, 4, 8, 16}));
+  const int64_t N = wide ? r_.pick(std::vector<int64_t>{16, 32, 64}) : elems_ / M;
   const int64_t K = r_.pick(std::vector<int64_t>{16, 32, 64, 64});
   if (N > kMat) return act_dot();
   Type it = ir::scalar_type(DType::i32);
@@ -610,7 +615,10 @@ void Generator::act_pipe_dot() {
   if (r_.chance(0.5)) b = b_->load(at(b_->arange(0, K), range_from(c0, N)), nullptr, nullptr); // [K, N]
   else b = b_->permute(b_->load(at(range_from(c0, N), b_->arange(0, K)), nullptr, nullptr), {1, 0});
   Value* acc = cst(ir::tile_type(DType::f32, {M, N}), r_.pick(std::vector<double>{0.0, -1.0, 0.5}));
-  add(b_->reshape(b_->dot(a, b, acc), shape_), {false, false, true});
+  Value* d = b_->dot(a, b, acc);
+  if (M * N != elems_) // elems_ (at most max_elems) divides M N: the max of each group of M N / elems_
+    d = b_->reduce(ir::ReduceKind::max, b_->reshape(d, {elems_, M * N / elems_}), 1);
+  add(b_->reshape(d, shape_), {false, false, true});
 }
 
 void Generator::act_splat() {

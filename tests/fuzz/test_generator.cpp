@@ -58,7 +58,8 @@ TEST_CASE("fuzz: a program's text names its seed, grid and parameter values", "[
 TEST_CASE("fuzz: the generator reaches tensor-core dots with asynchronous copies and pipelined loops", "[fuzz][pipeline]") {
   // Loops with num_stages > 1 whose dot operands are 16-byte loads: `tilec fuzz` runs them on
   // the emulator against the interpreter, so the pipeline's copies ahead are checked too.
-  int async = 0, pipelined = 0;
+  // And dots of a warpgroup's shape, which the emulator runs as sm_90's wgmma.
+  int async = 0, pipelined = 0, wgmma = 0;
   for (uint64_t seed = 1; seed <= 600; ++seed) {
     Program p = generate(seed);
     codegen::CompileOptions o;
@@ -66,7 +67,10 @@ TEST_CASE("fuzz: the generator reaches tensor-core dots with asynchronous copies
     codegen::LoweredKernel k = codegen::lower_to_llvm(*p.kernel, o);
     async += k.llvm_ir.find("cp.async") != std::string::npos;
     pipelined += k.stats.pipelined_loops > 0;
+    wgmma += k.stats.wgmma_dots > 0;
   }
   CHECK(async >= 6);
   CHECK(pipelined >= 3);
+  INFO("generated programs with a warpgroup MMA: " << wgmma);
+  CHECK(wgmma >= 3);
 }
