@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (32 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (38 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -18,6 +18,7 @@ By default a mutant stops at the first check that catches it; --all-checks runs 
   scripts/mutation_test.py                    # every mutation
   scripts/mutation_test.py --only butterfly-skip --all-checks
   scripts/mutation_test.py --list
+  scripts/mutation_test.py --check-snippets   # every snippet still applies (scripts/test.sh runs it)
 
 Needs what the build needs (scripts/setup.sh) and about 2 minutes per mutant on 2 cores.
 Exit status 0 when every mutant is caught, 1 otherwise.
@@ -34,43 +35,48 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (name, file, what the bug is, old snippet, new snippet)
 MUTATIONS = [
-    ("barrier-share-owners", "codegen/lower.cpp",
-     "no barrier between the owners' writes and every thread's reads (share_from_owners)",
-     "    return nullptr;\n  });\n  barrier();\n  Elems r;",
-     "    return nullptr;\n  });\n  Elems r;"),
-    ("barrier-reduce-war", "codegen/lower.cpp",
-     "no barrier before the reduction partials overwrite shared memory others may still read",
-     "    need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);\n    before_smem_write();",
-     "    need_smem(std::max<int64_t>(1, ir::num_elements(rs)) * warps * cb);"),
-    ("barrier-reduce-raw", "codegen/lower.cpp",
+    ("barrier-share-owners",
+     "codegen/lower.cpp",
+     "owners share an element through shared memory without the barrier between the owners' writes and everyone's reads",
+     '    return nullptr;\n  });\n  barrier();\n  Elems r = load_runs(ty, l, s, dim, vb, at, "share from owners read");',
+     '    return nullptr;\n  });\n  Elems r = load_runs(ty, l, s, dim, vb, at, "share from owners read");'),
+    ("barrier-reduce-war",
+     "codegen/lower.cpp",
+     "an exchange takes the lowest scratch region even when an access since the last barrier conflicts with it (a write after other threads' reads)",
+     '    if (!conflicts_with_touched({kScratch, at, at + bytes, true})) {',
+     '    if (true) {'),
+    ("barrier-reduce-raw", "codegen/lower_reduce.cpp",
      "no barrier between writing the reduction partials and combining them",
      "ir::is_float(dt) ? DType::f32 : DType::i64);\n    barrier();",
      "ir::is_float(dt) ? DType::f32 : DType::i64);"),
-    ("barrier-convert", "codegen/lower.cpp",
-     "no barrier inside a layout conversion",
-     "\"layout conversion write\", e.dtype);\n  barrier();",
-     "\"layout conversion write\", e.dtype);"),
-    ("barrier-dot", "codegen/lower.cpp",
+    ("barrier-convert",
+     "codegen/lower.cpp",
+     'a layout conversion reads shared memory without the barrier after the writes',
+     '"layout conversion write");\n  barrier();',
+     '"layout conversion write");'),
+    ("barrier-dot", "codegen/lower_dot.cpp",
      "no barrier between staging the dot operands and the K loop",
      "  }\n  barrier();\n  const ir::Shape& rs = res->type.shape;",
      "  }\n  const ir::Shape& rs = res->type.shape;"),
-    ("barrier-loop-carried", "codegen/lower.cpp",
-     "a loop body assumes shared memory is free at the top of each trip (no write-after-read barrier across trips)",
-     "  smem_dirty_ = true; // an earlier trip may still be reading shared memory",
-     "  smem_dirty_ = false; // an earlier trip may still be reading shared memory"),
-    ("smem-stride", "codegen/lower.cpp",
+    ("barrier-loop-carried",
+     "codegen/lower.cpp",
+     "a loop body's first accesses never wait at the top for the previous trip's conflicting last ones",
+     '  if (std::any_of(fence.exposed.begin(), fence.exposed.end(), [&](const Access& a) { return conflicts_with_touched(a); })) {',
+     '  if (false) {'),
+    ("smem-stride", "codegen/lower_dot.cpp",
      "the dot's B operand is read with a wrong shared-memory row stride",
      "llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb)));",
      "llvm::Value* kb = b_.CreateMul(kk, b_.getInt32(static_cast<uint32_t>(sb - 1)));"),
-    ("smem-undersized", "codegen/lower.cpp",
-     "a layout conversion's shared buffer is sized without its padding",
-     "need_smem((n + n / 32 + 1) * mem_bytes(e));",
-     "need_smem((n + 1) * mem_bytes(e));"),
-    ("butterfly-skip", "codegen/lower.cpp",
+    ("smem-undersized",
+     "codegen/lower.cpp",
+     "a layout conversion's scratch region is sized without the bank-conflict padding",
+     '  scratch_begin((n + n / 32 + p) * eb);',
+     '  scratch_begin(n * eb);'),
+    ("butterfly-skip", "codegen/lower_reduce.cpp",
      "the warp reduction skips its first butterfly step",
      "for (int k = 0; k < log2i(lanes); ++k)",
      "for (int k = 1; k < log2i(lanes); ++k)"),
-    ("load-mask-dropped", "codegen/lower.cpp",
+    ("load-mask-dropped", "codegen/lower_memory.cpp",
      "scalar loads ignore their mask",
      "out[j0 + k] = hooks_.load(b_, P[j0 + k], ty, eb, M ? (*M)[j0 + k] : nullptr);",
      "out[j0 + k] = hooks_.load(b_, P[j0 + k], ty, eb, nullptr);"),
@@ -80,42 +86,46 @@ MUTATIONS = [
      "    llvm::Value* wc = pb_.CreateAnd(pb_.CreateLShr(warp_, warp_shift(bl, d)), wpb - 1);",
      "llvm::Value* lc = pb_.CreateAnd(pb_.CreateLShr(warp_, lane_shift(bl, d)), tpw - 1);\n"
      "    llvm::Value* wc = pb_.CreateAnd(pb_.CreateLShr(lane_, warp_shift(bl, d)), wpb - 1);"),
-    ("cross-warp-skip", "codegen/lower.cpp",
+    ("cross-warp-skip", "codegen/lower_reduce.cpp",
      "a reduction across warps never combines the warps' partials",
      "  if (warps > 1) {\n    int cb =",
      "  if (warps > 1 && false) {\n    int cb ="),
-    ("over-wide-vector", "codegen/lower.cpp",
+    ("over-wide-vector", "codegen/lower_memory.cpp",
      "vector loads read twice the bytes they use",
      "auto* vty = llvm::FixedVectorType::get(ty, vec);",
      "auto* vty = llvm::FixedVectorType::get(ty, 2 * vec);"),
-    ("mma-a-fragment-order", "codegen/lower.cpp",
+    ("mma-a-fragment-order",
+     "codegen/lower_dot_mma.cpp",
      "the tensor-core dot hands A's fragment registers to mma in the wrong order (rows and k halves swapped)",
-     "for (int i : need) mats.push_back({(i & 1) * 8, (i >> 1) * 8});",
-     "for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * 8});"),
-    ("ldmatrix-trans-flipped", "codegen/lower.cpp",
+     '    for (int i : need) mats.push_back({(i & 1) * dot.half, (i >> 1) * 8});',
+     '    for (int i : need) mats.push_back({(i >> 1) * 8, (i & 1) * dot.half});'),
+    ("ldmatrix-trans-flipped", "codegen/lower_dot_mma.cpp",
      "ldmatrix loads operands stored along M or N without .trans (and the others with it)",
      "hooks_.ldmatrix(b_, p, count, !kmajor, site(what));",
      "hooks_.ldmatrix(b_, p, count, kmajor, site(what));"),
-    ("cp-async-no-wait", "codegen/lower.cpp",
-     "the dot reads operands copied with cp.async without waiting for the copies",
-     "    hooks_.cp_async_wait(b_, 0);\n",
-     ""),
-    ("pipeline-wait-late", "codegen/lower.cpp",
+    ("cp-async-no-wait",
+     "codegen/lower_dot_mma.cpp",
+     'the dot reads operands copied with cp.async without waiting for the copies',
+     '    hooks_.cp_async_commit(b_);\n    cp_async_wait(0);\n  }\n  // A late pipeline slot',
+     '    hooks_.cp_async_commit(b_);\n  }\n  // A late pipeline slot'),
+    ("pipeline-wait-late",
+     "codegen/lower.cpp",
      "a pipelined loop waits for one group too few: this trip's copies may not have landed",
-     "hooks_.cp_async_wait(b_, int(S - 2));",
-     "hooks_.cp_async_wait(b_, int(S - 1));"),
+     'cp_async_wait(int(pl->has_late() ? 2 * S - 3 : S - 2));',
+     'cp_async_wait(int(pl->has_late() ? 2 * S - 2 : S - 1));'),
     ("pipeline-refill-current", "codegen/lower.cpp",
      "a pipelined loop refills the buffer this trip reads instead of the one the last trip read",
      "b_.CreateSub(stage, b_.getInt32(1)));",
      "stage);"),
-    ("pipeline-ahead-unguarded", "codegen/lower.cpp",
+    ("pipeline-ahead-unguarded", "codegen/lower_pipeline.cpp",
      "copies (and the block-table loads) issued ahead are not guarded by the loop's end",
      "ahead_pred_ = b_.CreateICmpSLT(iv, get(pl.loop->operands[1], kScalar)[0]);",
      "ahead_pred_ = b_.getTrue();"),
-    ("pipeline-written-buffer", "codegen/lower.cpp",
-     "a load from a buffer the loop writes is copied ahead (it misses the writes)",
-     "loop->attrs.num_stages < 2 || !read_only(x.load->operands[0])) continue;",
-     "loop->attrs.num_stages < 2) continue;"),
+    ("pipeline-written-buffer",
+     "codegen/pipeline_plan.cpp",
+     'a load from a buffer the loop writes is copied ahead (it misses the writes)',
+     '  if (!read_only(x.load->operands[0])) {',
+     '  if (false) {'),
     ("nvptx-shfl-mask", "codegen/target_nvptx.cpp",
      "the nvptx target's butterfly shuffle has member mask 0xffff (half the warp)",
      "{b.getInt32(0xffffffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)}",
@@ -135,7 +145,7 @@ MUTATIONS = [
      "sm_89+ fp8 widening hands back the two halves of cvt.rn.f16x2 swapped",
      "return std::array<llvm::Value*, 2>{half(0), half(16)};",
      "return std::array<llvm::Value*, 2>{half(16), half(0)};"),
-    ("shift-unclamped", "codegen/lower.cpp",
+    ("shift-unclamped", "codegen/lower_elementwise.cpp",
      "shl/lshr by the width or more are not clamped to 0 (LLVM poison; x86 masks the amount)",
      "llvm::Value* in_range = b_.CreateICmpULT(y, width);",
      "llvm::Value* in_range = b_.getTrue();"),
@@ -155,18 +165,48 @@ MUTATIONS = [
      "device_print lets every thread holding an element print it, not only its owner",
      "  llvm::Value* own = owner(l, s);\n  hooks_.print_op(b_);",
      "  llvm::Value* own = nullptr;\n  hooks_.print_op(b_);"),
-    ("combine-args-swapped", "codegen/lower.cpp",
+    ("combine-args-swapped", "codegen/lower_reduce.cpp",
      "a user's combine function gets its operands in the wrong order (the later segment first)",
      "    define(fn.args[0], kScalar, {to_dtype(x)});\n    define(fn.args[1], kScalar, {to_dtype(y)});",
      "    define(fn.args[0], kScalar, {to_dtype(y)});\n    define(fn.args[1], kScalar, {to_dtype(x)});"),
-    ("unsigned-div-signed", "codegen/lower.cpp",
+    ("unsigned-div-signed", "codegen/lower_elementwise.cpp",
      "unsigned division and remainder compiled as signed",
      "    return k == OpKind::Div ? b_.CreateUDiv(x, y) : b_.CreateURem(x, y);",
      "    return k == OpKind::Div ? b_.CreateSDiv(x, y) : b_.CreateSRem(x, y);"),
-    ("unsigned-widen-signed", "codegen/lower.cpp",
+    ("unsigned-widen-signed", "codegen/lowering.h",
      "an unsigned value widened with its sign (reductions, casts, offsets)",
      "    return from == DType::i1 || ir::is_unsigned(from) ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);",
      "    return from == DType::i1 ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);"),
+    ("wgmma-swizzle-unstaged",
+     "codegen/lower_dot_mma.cpp",
+     'operands for a warpgroup MMA are staged without the XOR swizzle its descriptors declare',
+     '  return b_.CreateXor(logical, bits);',
+     '  return logical;'),
+    ("wgmma-stride-offset",
+     "codegen/lower_dot_wgmma.cpp",
+     'wgmma descriptors give the 8-row groups half their stride',
+     '(uint64_t(8 * s >> 4) << 32)',
+     '(uint64_t(4 * s >> 4) << 32)'),
+    ("wgmma-no-wait",
+     "codegen/lower_dot_wgmma.cpp",
+     'the accumulator of a warpgroup MMA is read with no wgmma.wait_group',
+     '  hooks_.wgmma_wait(b_, 0);\n',
+     ''),
+    ("wgmma-no-proxy-fence",
+     "codegen/lowering.h",
+     'generic-proxy shared-memory writes are not fenced to the async proxy before wgmma reads them',
+     '    if (has_wgmma_ && proxy_unfenced_) hooks_.fence_proxy_async(b_);\n',
+     ''),
+    ("wgmma-warp-rows",
+     "codegen/layout.cpp",
+     "the wgmma accumulator's layout gives each warp rows 8 apart in two warps' spans (no repeat inside a warp)",
+     '  b.warp_repeat = {2, 1};\n',
+     ''),
+    ("wgmma-pass-rows",
+     "codegen/lower_dot_wgmma.cpp",
+     "a warpgroup's second pass of A rows starts half a pass too early",
+     'step_start(st_a, p * 16 * W, kk, eb)',
+     'step_start(st_a, p * 8 * W, kk, eb)'),
 ]
 
 
@@ -203,13 +243,25 @@ def main():
     ap.add_argument("--all-checks", action="store_true", help="run every check, not only up to the first catch")
     ap.add_argument("--scratch", default="/tmp/tilec-mutants", help="scratch folder (default %(default)s)")
     ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--check-snippets", action="store_true",
+                    help="only check that every mutation's snippet occurs exactly once in its file (what "
+                         "scripts/test.sh runs, in a second); exit 1 naming the stale ones")
     ap.add_argument("--fuzz-count", type=int, default=300)
     a = ap.parse_args()
 
+    def occurrences(rel, old):
+        return open(os.path.join(ROOT, rel)).read().count(old)
+
     if a.list:
-        for name, f, what, _, _ in MUTATIONS:
-            print(f"{name:22} {f:26} {what}")
+        for name, f, what, old, _ in MUTATIONS:
+            print(f"{name:24} {f:30} {what}{'' if occurrences(f, old) == 1 else '  [STALE]'}")
         return 0
+    if a.check_snippets:
+        stale = [(name, f, occurrences(f, old)) for name, f, _, old, _ in MUTATIONS if occurrences(f, old) != 1]
+        for name, f, n in stale:
+            print(f"mutation_test: {name}: its snippet occurs {n} times in {f} (once expected): update it")
+        print(f"mutation_test: {len(MUTATIONS) - len(stale)} of {len(MUTATIONS)} mutations apply")
+        return 1 if stale else 0
     chosen = [m for m in MUTATIONS if not a.only or m[0] in a.only]
     unknown = set(a.only or []) - {m[0] for m in MUTATIONS}
     if unknown:

@@ -26,6 +26,10 @@ elapsed() { echo "    ($((SECONDS - start)) s so far)"; }
 echo "==> testing"
 ctest --test-dir "$build" --output-on-failure -j2
 elapsed
+# Every planted bug of the mutation test still applies to the code (a refactoring that moves a
+# snippet must move its mutant too); the mutants themselves run in scripts/mutation_test.py.
+echo "==> the mutation test's snippets (scripts/mutation_test.py --check-snippets)"
+python3 scripts/mutation_test.py --check-snippets
 # Hosts in other languages through the C ABI (runtime/tilec.h): the Python package's tests and
 # the Rust example, on the folder ctest's hosts_deploy fixture exported (the C host ran in ctest).
 echo "==> hosts: the Python package (pytest) and the Rust example (scripts/test_hosts.sh)"
