@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compiles what scripts/gpu_check.sh runs on a GPU machine, into one folder to carry there:
-# every template kernel and a set of paged-attention configs for sm_80 and sm_90, the plan of
+# every template kernel and a set of paged-attention configs for sm_80 and sm_90, the GEMM
+# step's bf16 matmul configs for sm_90 (gemm/, one folder each), the plan of
 # the check's paged-decode problems (tilec autotune --prepare over configs/gpu_check.toml, for
 # tilec-measure to time there), the list of those problems, and the fmt and toml++ headers
 # (so that machine needs neither package, nor LLVM).
@@ -89,6 +90,33 @@ else
   pa f16_page32_sq4 --shape batch=8 --shape hq=32 --shape hkv=8 --shape sq=4 --shape head_dim=128 \
     --shape block_size=32 --shape ctx=2048 --shape dtype=f16
 fi
+rm -f "$out/.last.log"
+
+# The GEMM step's matmul configs (tiles of configs/matmul_sm90.toml, bf16, wgmma on sm_90): one
+# folder each, a module and its kernel card, which scripts/gpu_gemm.py loads through python/tilec.
+echo "==> compiling the GEMM step's matmul configs into $out/gemm"
+if [ $dry = 1 ]; then
+  gemm_size=256
+  gemm_target=(--target emu)
+  gemm_cfgs=("128 128 64 4 2" "64 64 32 4 2")
+else
+  gemm_size=4096
+  gemm_target=(--arch sm_90)
+  gemm_cfgs=("128 128 64 4 3" "128 256 32 8 3" "128 128 64 8 4" "64 256 64 4 3")
+fi
+mkdir -p "$out/gemm"
+echo "$gemm_size" >"$out/gemm/size"
+for cfg in "${gemm_cfgs[@]}"; do
+  read -r bm bn bk w st <<<"$cfg"
+  dir=$out/gemm/${bm}x${bn}x${bk}_w${w}_s${st}
+  if ! "$tilec" compile matmul --set block_m="$bm" block_n="$bn" block_k="$bk" num_warps="$w" num_stages="$st"       --shape m="$gemm_size" n="$gemm_size" k="$gemm_size" dtype=bf16 "${gemm_target[@]}" -o "$dir" --json       >"$out/.last.log" 2>&1; then
+    cat "$out/.last.log" >&2
+    die "tilec compile matmul ($cfg) failed"
+  fi
+  tail -n 1 "$out/.last.log" | sed "s/^{/{\"module\":\"gemm\/${bm}x${bn}x${bk}_w${w}_s${st}\",/" >>"$out/compile.jsonl"
+  count=$((count + 1))
+  echo "  gemm ${bm}x${bn}x${bk} num_warps=$w num_stages=$st"
+done
 rm -f "$out/.last.log"
 
 # The paged-decode problems the check compares tilec with its peers on: NAME, then --shape values.

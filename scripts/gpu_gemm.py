@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The GPU check's GEMM step: C = A B with A [M, K] and B [K, N] in bf16 and f32 accumulation,
+tilec's matmul through its Python package (python/tilec over libtilec.so; one folder per config,
+each written by `tilec compile matmul ... -o DIR`: its module and kernel card) against
+torch.matmul and a Triton matmul (bench/matmul_vs_triton.py's kernel, the same tile source the
+PTX side-by-side compiles), each timed and checked against an fp32 product; prints us, TFLOP/s
+and % of the GPU's dense bf16 peak (H100/H200 SXM: 989.4 TFLOP/s).
+
+  scripts/gpu_gemm.py --deploy DIR [--deploy DIR ...] --size N [--backend cuda|emulate]
+                      [--repeats R] [--json-out FILE]
+
+--backend emulate is the dry run (scripts/gpu_check.sh --dry-run, CI): NumPy inputs, tilec on
+the CPU emulator, NumPy's float64 product as the reference, no peers and no timing claims.
+Exit status: 0 every result right; 1 a result wrong; 2 an error (message on stderr).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
+import gpu_peers  # noqa: E402  (timing, bf16 helpers, ToolError)
+import tilec_py_peer  # noqa: E402  (import_tilec, Bf16Bits)
+
+PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4}  # dense bf16, SXM
+
+
+def peak_of(device):
+    return next((v for k, v in PEAK_TFLOPS.items() if k in device), None)
+
+
+def check(got, ref, k):
+    """(ok, max abs error, atol): f32 sums of k exact products of values in [-1, 1]."""
+    atol, rtol = 1e-5 * k, 1e-5
+    err = float(np.max(np.abs(got - ref))) if got.size else 0.0
+    return bool(np.all(np.abs(got - ref) <= atol + rtol * np.abs(ref))), err, atol
+
+
+def config_of(deploy):
+    """The config a folder's module was compiled for, from its manifest's [specialization]."""
+    try:
+        text = open(os.path.join(deploy, "matmul.toml")).read()
+    except OSError as e:
+        raise gpu_peers.ToolError(f"{deploy}: no matmul.toml ({e}); write it with tilec compile matmul -o {deploy}")
+    keys = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+    section, vals = "", {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+            continue
+        name, _, value = line.partition("=")
+        if section == "[specialization]" and name.strip() in keys and value.strip().isdigit():
+            vals[name.strip()] = int(value.strip())
+    if set(vals) != set(keys):
+        raise gpu_peers.ToolError(f"{deploy}/matmul.toml: its [specialization] lacks {sorted(set(keys) - set(vals))}")
+    return vals
+
+
+def config_text(config):
+    return " ".join(f"{k}={config[k]}" for k in ("block_m", "block_n", "block_k", "num_warps", "num_stages"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--deploy", action="append", required=True, help="a folder of one compiled matmul config")
+    ap.add_argument("--size", type=int, required=True, help="M = N = K")
+    ap.add_argument("--backend", choices=("cuda", "emulate"), default="cuda")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--json-out", help="append one JSON line per implementation")
+    args = ap.parse_args()
+    try:
+        return run(args)
+    except gpu_peers.ToolError as e:
+        print(f"gpu_gemm: error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(args):
+    if args.size < 1 or args.repeats < 1:
+        raise gpu_peers.ToolError("--size and --repeats must be positive")
+    tilec = tilec_py_peer.import_tilec()
+    n = args.size
+    flop = 2.0 * n * n * n
+    rng = np.random.default_rng(7)
+    a_bits = gpu_peers.f32_to_bf16_bits(rng.uniform(-1, 1, (n, n)).astype(np.float32))
+    b_bits = gpu_peers.f32_to_bf16_bits(rng.uniform(-1, 1, (n, n)).astype(np.float32))
+    rows, failed = [], False
+    if args.backend == "cuda":
+        torch = gpu_peers._import_torch()
+        torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
+        dev = torch.device("cuda")
+        a = torch.from_numpy(a_bits.view(np.int16)).to(dev).view(torch.bfloat16)
+        b = torch.from_numpy(b_bits.view(np.int16)).to(dev).view(torch.bfloat16)
+        ref = (a.float() @ b.float()).cpu().numpy().astype(np.float64)
+        device = torch.cuda.get_device_name()
+        peak = peak_of(device)
+        impls = []
+        impls.append(("torch.matmul", lambda: torch.matmul(a, b), True))
+        import matmul_vs_triton as mvt
+        _, gemm_tile = mvt.define_triton_kernel()
+        c_triton = torch.empty((n, n), dtype=torch.float32, device=dev)
+
+        def triton_run():
+            grid = ((n + mvt.BM - 1) // mvt.BM, (n + mvt.BN - 1) // mvt.BN)
+            gemm_tile[grid](a, b, c_triton, n, n, n, n, n, n, BLOCK_M=mvt.BM, BLOCK_N=mvt.BN, BLOCK_K=mvt.BK,
+                            num_warps=mvt.WARPS, num_stages=mvt.STAGES)
+            return c_triton
+        impls.append((f"triton (tile {mvt.BM}x{mvt.BN}x{mvt.BK})", triton_run, False))
+        for d in args.deploy:
+            store = tilec.load(d, backend="cuda")
+            cfg = config_of(d)
+            impls.append((f"tilec {config_text(cfg)}", (lambda s=store, c=cfg: s.run("matmul", config=c, a=a, b=b)),
+                          False))
+        for name, fn, bf16_out in impls:
+            t = gpu_peers.time_cuda(torch, fn, args.repeats)
+            got = fn().float().cpu().numpy().astype(np.float64)
+            if bf16_out:  # torch's bf16 output is rounded to bf16: 2^-8 relative
+                err = float(np.max(np.abs(got - ref)))
+                ok = bool(np.all(np.abs(got - ref) <= 1e-5 * n + 8e-3 * np.abs(ref)))
+                atol = 1e-5 * n
+            else:
+                ok, err, atol = check(got, ref, n)
+            tflops = flop / (t["median_us"] * 1e-6) / 1e12
+            rows.append({"name": f"gemm_bf16_{n}", "impl": name, "median_us": t["median_us"], "min_us": t["min_us"],
+                         "tflops": tflops, "pct_peak": 100 * tflops / peak if peak else None, "ok": ok,
+                         "max_abs_err": err, "atol": atol, "device": device, "repeats": args.repeats})
+    else:
+        ref = gpu_peers.to_f64(a_bits, "bf16") @ gpu_peers.to_f64(b_bits, "bf16")
+        device = "CPU emulator (dry run)"
+        for d in args.deploy:
+            store = tilec.load(d, backend="emulate")
+            out = np.empty((n, n), dtype=np.float32)
+            cfg = config_of(d)
+            call = lambda s=store, c=cfg: s.run("matmul", config=c, a=tilec_py_peer.Bf16Bits(a_bits),
+                                                b=tilec_py_peer.Bf16Bits(b_bits), c=out)
+            call()
+            us = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                call()
+                us.append((time.perf_counter() - t0) * 1e6)
+            ok, err, atol = check(out.astype(np.float64), ref, n)
+            rows.append({"name": f"gemm_bf16_{n}", "impl": f"tilec {config_text(cfg)}", "median_us": statistics.median(us),
+                         "min_us": min(us), "tflops": None, "pct_peak": None, "ok": ok, "max_abs_err": err,
+                         "atol": atol, "device": device, "repeats": args.repeats})
+    print(f"GEMM C = A B, bf16 {n}x{n}x{n}, f32 accumulation, on {device} (median of {args.repeats})")
+    print(f"{'implementation':<58}{'us':>10}{'TFLOP/s':>10}{'% peak':>8}  check")
+    for r in rows:
+        tf = f"{r['tflops']:.1f}" if r["tflops"] is not None else "-"
+        pk = f"{r['pct_peak']:.1f}" if r["pct_peak"] is not None else "-"
+        print(f"{r['impl']:<58}{r['median_us']:>10.1f}{tf:>10}{pk:>8}  "
+              f"{'ok' if r['ok'] else 'WRONG'} (max abs err {r['max_abs_err']:.2e}, atol {r['atol']:.2e})")
+        failed = failed or not r["ok"]
+    if args.json_out:
+        with open(args.json_out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
