@@ -221,6 +221,11 @@ void ArenaRelease::operator()(StackArena* a) const {
 }
 
 PooledArena acquire_stacks(std::size_t count, std::size_t bytes) {
+  // AddressSanitizer's frames (redzones around every local) take several times the stack of
+  // the uninstrumented runtime: a warpgroup MMA's operand reads and sort, run on the last
+  // arriving thread's fiber, overflowed 64 KiB. The pages are reserved lazily, so the larger
+  // stacks cost only what is touched.
+  if (TILEC_ASAN) bytes *= 8;
   {
     std::lock_guard lock(g_pool_mutex);
     auto& p = pool();

@@ -197,6 +197,10 @@ struct tilec_emu_worker {
     std::uint64_t retired_epoch = UINT64_MAX;  // the barrier interval of its first wait
   };
   std::vector<PendingWgmma> wgmmas;
+  // run_wgmma's operands and the offsets it read: the worker's, reused, since a fiber that
+  // fails is never unwound (its own vectors would leak).
+  std::vector<float> wgmma_a, wgmma_b;
+  std::vector<std::size_t> wgmma_offsets;
 };
 
 namespace tilec::rt {
@@ -1052,7 +1056,8 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   // The operands, read as the warpgroup's first thread through the shared-memory checks; each
   // byte must have been fenced to the async proxy by its writer.
   tilec_emu_thread* reader = &w.threads[g0];
-  std::vector<std::size_t> offsets;
+  std::vector<std::size_t>& offsets = w.wgmma_offsets;
+  offsets.clear();
   auto read = [&](std::uint64_t desc, bool mn_major, std::uint32_t row, std::uint32_t k) {
     std::size_t off = descriptor_offset(desc, mn_major, row, k, eb);
     if (off + eb > w.launch->shared_bytes)
@@ -1075,7 +1080,10 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
     default: return tilec::f16_bits_to_f32(bits);
     }
   };
-  std::vector<float> A(64 * ks), B(std::size_t(n) * ks);
+  std::vector<float>& A = w.wgmma_a;
+  std::vector<float>& B = w.wgmma_b;
+  A.assign(64 * ks, 0.0f);
+  B.assign(std::size_t(n) * ks, 0.0f);
   for (std::uint32_t r = 0; r < 64; ++r)
     for (std::uint32_t k = 0; k < ks; ++k) A[r * ks + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
   for (std::uint32_t c = 0; c < n; ++c)
