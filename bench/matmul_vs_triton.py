@@ -55,40 +55,6 @@ def k_loop(ptx, path):
     return loops[0]
 
 
-def ptxas_info(ptxas, ptx_path, entry):
-    """(registers, spill bytes) from ptxas -v for sm_90a, or (None, None) without ptxas."""
-    if not ptxas:
-        return None, None
-    p = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx_path, "-o", os.devnull], capture_output=True, text=True)
-    m = re.search(r"Unsupported \.version ([\d.]+); current version is '([\d.]+)'", p.stderr)
-    if p.returncode != 0 and m:
-        # Triton's PTX may name a newer ISA version than this ptxas reads; the kernel's
-        # instructions are older than either, so the version line is lowered (and said so).
-        with open(ptx_path) as f:
-            text = f.read()
-        lowered = ptx_path + f".v{m.group(2)}.ptx"
-        with open(lowered, "w") as f:
-            f.write(re.sub(r"^\.version [\d.]+", f".version {m.group(2)}", text, count=1, flags=re.M))
-        print(f"({ptxas} reads PTX {m.group(2)}, {ptx_path} says {m.group(1)}: assembled as {m.group(2)})")
-        p = subprocess.run([ptxas, "-arch=sm_90a", "-v", lowered, "-o", os.devnull], capture_output=True, text=True)
-    if p.returncode != 0:
-        fail(f"{ptxas} -v {ptx_path} exited {p.returncode}:\n{p.stderr}")
-    regs = spills = None
-    current = None
-    for line in p.stderr.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line)
-        if m:
-            current = m.group(1)
-        if current and entry in current:
-            m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-            if m:
-                spills = int(m.group(1)) + int(m.group(2))
-            m = re.search(r"Used (\d+) registers", line)
-            if m:
-                regs = int(m.group(1))
-    return regs, spills
-
-
 def tilec_side(tilec, out):
     cmd = [tilec, *TILEC_ARGS, "-o", out, "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -185,7 +151,7 @@ def main():
     print("-" * len(head))
     result = {"triton_version": triton.__version__, "ptxas": ptxas, "kernels": []}
     for who, side in sides:
-        regs, spills = ptxas_info(ptxas, side["ptx_path"], side["entry"])
+        regs, spills = pvt.ptxas_registers(ptxas, side["ptx_path"], side["entry"], "sm_90a")
         lp = side["loop"]
         cells = [lp["instructions"]] + [pvt.count(lp, p) for _, p in COLUMNS[1:]]
         print(f"{who:<14}" + "".join(f"{c:>{w}}" for c, w in zip(cells, width)) +

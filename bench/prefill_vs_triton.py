@@ -125,11 +125,22 @@ def kv_loops(ptx):
         for o in loops)]
 
 
-def ptxas_registers(ptxas, ptx_path, kernel_name):
-    """(registers, spill bytes) from ptxas -v, or (None, None) when there is no ptxas."""
+def ptxas_registers(ptxas, ptx_path, kernel_name, arch=f"sm_{ARCH}"):
+    """(registers, spill bytes) from ptxas -v, or (None, None) when there is no ptxas. A PTX
+    file naming a newer ISA version than this ptxas reads (Triton's may) is assembled with its
+    version line lowered to the ptxas's, which is said on stdout."""
     if not ptxas:
         return None, None
-    p = subprocess.run([ptxas, f"-arch=sm_{ARCH}", "-v", ptx_path, "-o", os.devnull], capture_output=True, text=True)
+    p = subprocess.run([ptxas, f"-arch={arch}", "-v", ptx_path, "-o", os.devnull], capture_output=True, text=True)
+    m = re.search(r"Unsupported \.version ([\d.]+); current version is '([\d.]+)'", p.stderr)
+    if p.returncode != 0 and m:
+        with open(ptx_path) as f:
+            text = f.read()
+        lowered = ptx_path + f".v{m.group(2)}.ptx"
+        with open(lowered, "w") as f:
+            f.write(re.sub(r"^\.version [\d.]+", f".version {m.group(2)}", text, count=1, flags=re.M))
+        print(f"({ptxas} reads PTX {m.group(2)}, {ptx_path} says {m.group(1)}: assembled as {m.group(2)})")
+        p = subprocess.run([ptxas, f"-arch={arch}", "-v", lowered, "-o", os.devnull], capture_output=True, text=True)
     if p.returncode != 0:
         fail(f"{ptxas} -v {ptx_path} exited {p.returncode}:\n{p.stderr}")
     regs = spills = None
