@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compiles what scripts/gpu_check.sh runs on a GPU machine, into one folder to carry there:
 # every template kernel and a set of paged-attention configs for sm_80 and sm_90, the GEMM
-# step's bf16 matmul configs for sm_90 (gemm/, one folder each), the plan of
+# step's bf16 matmul configs for sm_90 (gemm/, one folder each), the prefill step's causal
+# paged-attention config (prefill/), the plan of
 # the check's paged-decode problems (tilec autotune --prepare over configs/gpu_check.toml, for
 # tilec-measure to time there), the list of those problems, and the fmt and toml++ headers
 # (so that machine needs neither package, nor LLVM).
@@ -117,6 +118,27 @@ for cfg in "${gemm_cfgs[@]}"; do
   count=$((count + 1))
   echo "  gemm ${bm}x${bn}x${bk} num_warps=$w num_stages=$st"
 done
+rm -f "$out/.last.log"
+
+# The prefill step's paged-attention config (causal, Sq = ctx; the 128-row tile, both dots on
+# wgmma on sm_90), one folder, which scripts/gpu_prefill.py loads through python/tilec.
+echo "==> compiling the prefill step's paged-attention config into $out/prefill"
+if [ $dry = 1 ]; then
+  prefill_sizes=(batch=1 hq=8 hkv=2 sq=64 head_dim=64)
+  prefill_set=(--set block_n=32 num_warps=4 block_m=64 head_group=4)
+else
+  prefill_sizes=(batch=1 hq=32 hkv=8 sq=2048 head_dim=128)
+  prefill_set=(--set block_n=64 num_warps=8 block_m=128 head_group=4)
+fi
+prefill_sq=${prefill_sizes[3]#sq=}
+if ! "$tilec" compile paged_attention "${prefill_set[@]}" --shape "${prefill_sizes[@]}" block_size=16 \
+    ctx="$prefill_sq" dtype=bf16 causal=1 "${gemm_target[@]}" -o "$out/prefill" --json >"$out/.last.log" 2>&1; then
+  cat "$out/.last.log" >&2
+  die "tilec compile paged_attention (prefill) failed"
+fi
+tail -n 1 "$out/.last.log" | sed "s/^{/{\"module\":\"prefill\",/" >>"$out/compile.jsonl"
+echo "${prefill_sizes[*]}" >"$out/prefill/sizes"
+count=$((count + 1))
 rm -f "$out/.last.log"
 
 # The paged-decode problems the check compares tilec with its peers on: NAME, then --shape values.

@@ -18,8 +18,12 @@
 #   6. the GEMM step: bf16 4096^3 (256^3 in the dry run), tilec's matmul configs (wgmma on
 #      sm_90, through python/tilec) against torch.matmul and a Triton matmul, TFLOP/s and % of
 #      the dense bf16 peak, each checked against an fp32 product (scripts/gpu_gemm.py);
-#   7. runs every template module against its reference (gpu_bench);
-#   8. prints us, GB/s and % of the copy bandwidth per problem and implementation, and
+#   7. the prefill step: causal paged attention over a 2048-token prompt (64 in the dry run),
+#      tilec's 128-row tile (wgmma on sm_90, through python/tilec) against PyTorch's SDPA on
+#      dense K/V, TFLOP/s and % of peak, each checked against an fp32 reference
+#      (scripts/gpu_prefill.py);
+#   8. runs every template module against its reference (gpu_bench);
+#   9. prints us, GB/s and % of the copy bandwidth per problem and implementation, and
 #      draws them (roofline.svg).
 # The modules and the plan come from scripts/build_gpu_modules.sh on a machine with LLVM.
 #
@@ -34,7 +38,8 @@
 #
 # RESULTS_DIR gets: gpu_check.log (everything), environment.txt, build.log, tuning.toml (the
 # plan's measurements), deploy/ (the folder the Python package loads), copy.jsonl, decode.jsonl
-# (one line per problem and implementation), gemm.jsonl and gemm.txt (the GEMM step), gpu_bench.jsonl, roofline.svg, summary.txt, and
+# (one line per problem and implementation), gemm.jsonl and gemm.txt (the GEMM step),
+# prefill.jsonl and prefill.txt (the prefill step), gpu_bench.jsonl, roofline.svg, summary.txt, and
 # inputs/ and outputs per problem. Exit 0 only
 # when every step passed.
 set -uo pipefail
@@ -228,6 +233,9 @@ for line in open(sys.argv[1]):
   problem=$((problem + 1))
 done 3<"$modules/problems.txt"
 
+gemm_backend=cuda
+gemm_repeats=20
+[ $dry = 1 ] && gemm_backend=emulate gemm_repeats=1
 gemm_dirs=()
 for d in "$modules"/gemm/*/; do [ -f "$d/matmul.toml" ] && gemm_dirs+=(--deploy "$d"); done
 if [ ${#gemm_dirs[@]} -eq 0 ] || [ ! -f "$modules/gemm/size" ]; then
@@ -236,12 +244,22 @@ if [ ${#gemm_dirs[@]} -eq 0 ] || [ ! -f "$modules/gemm/size" ]; then
 else
   gemm_size=$(cat "$modules/gemm/size")
   step "GEMM: bf16 ${gemm_size}^3, tilec's matmul configs$([ $dry = 0 ] && echo ', torch.matmul and Triton') (scripts/gpu_gemm.py)"
-  gemm_backend=cuda
-  gemm_repeats=20
-  [ $dry = 1 ] && gemm_backend=emulate gemm_repeats=1
   run gemm 150 "$python" "$root/scripts/gpu_gemm.py" --backend "$gemm_backend" --size "$gemm_size" \
     --repeats "$gemm_repeats" "${gemm_dirs[@]}" --json-out "$results/gemm.jsonl" >"$results/gemm.txt" 2>&1
   cat "$results/gemm.txt"
+fi
+
+if [ ! -f "$modules/prefill/paged_attention.toml" ] || [ ! -f "$modules/prefill/sizes" ]; then
+  echo "gpu_check: $modules has no prefill/ config; rebuild it with this checkout's scripts/build_gpu_modules.sh"
+  failed+=("prefill (no module)")
+else
+  declare -A pv=()
+  for kv in $(cat "$modules/prefill/sizes"); do pv[${kv%%=*}]=${kv#*=}; done
+  step "prefill: causal paged attention, Sq=${pv[sq]}$([ $dry = 0 ] && echo ', against PyTorch SDPA') (scripts/gpu_prefill.py)"
+  run prefill 120 "$python" "$root/scripts/gpu_prefill.py" --backend "$gemm_backend" --deploy "$modules/prefill" \
+    --batch "${pv[batch]}" --hq "${pv[hq]}" --hkv "${pv[hkv]}" --head-dim "${pv[head_dim]}" --sq "${pv[sq]}" \
+    --repeats "$gemm_repeats" --json-out "$results/prefill.jsonl" >"$results/prefill.txt" 2>&1
+  cat "$results/prefill.txt"
 fi
 
 step "gpu_bench: every template module, checked against a CPU reference and timed"
@@ -264,6 +282,7 @@ run roofline 30 "$python" "$root/scripts/gpu_peers.py" roofline --results "$resu
   echo "gpu_check: $(grep -c '"ok":true' "$results/gpu_bench.jsonl" 2>/dev/null || echo 0) of" \
     "$(wc -l <"$results/gpu_bench.jsonl" 2>/dev/null || echo 0) template modules ok in $((SECONDS - start))s"
   [ -s "$results/gemm.txt" ] && cat "$results/gemm.txt"
+  [ -s "$results/prefill.txt" ] && cat "$results/prefill.txt"
   for f in "${failed[@]}"; do echo "FAILED: $f"; done
 } | tee -a "$results/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then
