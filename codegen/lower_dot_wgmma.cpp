@@ -60,6 +60,13 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   const int64_t off_b = stage_a ? (st_a.bytes() + kAlign - 1) / kAlign * kAlign : 0;
   const bool uses_scratch = stage_a || stage_b;
   if (uses_scratch) scratch_begin(off_b + (stage_b ? st_b.bytes() : 0), kAlign);
+  // The hardware swizzles absolute shared addresses: every staging starts on the pattern.
+  internal_assert(pipes_.buffer_bytes() % kAlign == 0 && (!uses_scratch || region_.lo % kAlign == 0) &&
+                      (!keep_a || res_a->second % kAlign == 0) && (!keep_b || res_b->second % kAlign == 0),
+                  "a warpgroup MMA's operands start at multiples of the swizzle pattern");
+  for (const AsyncOperand* x : {pipe_a ? async_a : nullptr, pipe_b ? async_b : nullptr})
+    internal_assert(!x || !pipes_.pipelines()[size_t(x->pipeline)].late[size_t(x->slot)],
+                    "a warpgroup MMA's operand is never a late pipeline slot (its A has 64 rows or more)");
   llvm::Value* base_a = pipe_a   ? pipe_read_buffer(*async_a)
                         : keep_a ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_a->second)
                                  : smem(b_.getInt8Ty(), b_.getInt32(0), 0);

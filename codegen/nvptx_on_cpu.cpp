@@ -26,7 +26,8 @@
 //   ptrtoint of a shared pointer     its offset in the block's region (what descriptors hold)
 //
 // Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
-// hardware orders after it) or an operand fence after the wgmma.wait_group that retires it.
+// hardware orders after it) or an operand fence after a wgmma.commit_group and a
+// wgmma.wait_group 0 that retire it.
 // Anything else reads registers the asynchronous MMA may still write, and is an internal
 // error naming the kernel.
 //
@@ -141,11 +142,14 @@ private:
             auto* rc = llvm::dyn_cast<llvm::CallInst>(r);
             const std::string tag = rc && rc->isInlineAsm() ? asm_tag(*rc) : "";
             if (is_wgmma_mma(tag)) continue;
-            bool waited = false;
+            // Retired: its group committed, then a wait for every group (tilec waits with 0).
+            bool committed = false, waited = false;
             if (tag == "fence.operand" && rc->getParent() == call->getParent())
               for (llvm::Instruction* x = call->getNextNode(); x && x != rc; x = x->getNextNode())
-                if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm() && asm_tag(*w).starts_with("wgmma.wait"))
-                  waited = true;
+                if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm()) {
+                  committed = committed || asm_tag(*w) == "wgmma.commit";
+                  waited = waited || (committed && asm_tag(*w) == "wgmma.wait.0");
+                }
             if (!waited)
               internal_fail(fmt::format("kernel '{}': a wgmma accumulator register ({}) is read before the "
                                         "wgmma.wait_group that retires its MMA: it may still be written",

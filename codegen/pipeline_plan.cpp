@@ -183,7 +183,9 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
     }
     buffers_end[loop] = pl.end();
     buffer_bytes_ = std::max(buffer_bytes_, buffers_end[loop]);
-    if (swizzled) buffer_bytes_ = align_up(buffer_bytes_, MmaStaging::kSwizzleAlign);
+    // Scratch starts where the buffers end: a wgmma operand staged there (or kept resident)
+    // is swizzled by address, so the buffers end at a multiple of the pattern too.
+    if (swizzled || layouts_.has_wgmma()) buffer_bytes_ = align_up(buffer_bytes_, MmaStaging::kSwizzleAlign);
     const std::set<const Op*>& in_slice = slices[loop];
     for (const auto& o : loop->region(0).ops) // the slices of all its operands, in body order
       if (in_slice.count(o.get())) pl.slice.push_back(o.get());

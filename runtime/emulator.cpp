@@ -97,6 +97,7 @@ struct tilec_emu_thread {
   std::uint64_t wgmma_open = 0;
   bool wgmma_fenced = false;
   std::uint32_t proxy_fences = 0;
+  std::uint32_t fences_at_barrier = 0; // proxy_fences when the block's last barrier released it
   // How often this thread has run each global access site (the call's return address) in
   // this block: the n-th run of a site by each lane of a warp is one warp-wide request.
   std::unordered_map<std::uintptr_t, std::uint32_t> site_runs;
@@ -592,7 +593,7 @@ bool run_block(Worker& w) {
     }
     if (runnable || release_shuffles(w)) continue;
     if (at_barrier == n && one_barrier) {
-      for (tilec_emu_thread& t : w.threads) t.state = State::runnable;
+      for (tilec_emu_thread& t : w.threads) t.state = State::runnable, t.fences_at_barrier = t.proxy_fences;
       ++w.epoch; // accesses on either side of a barrier never race
       continue;
     }
@@ -1053,6 +1054,16 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
     if ((d >> 49) & 7)
       fail_thread(t, "warpgroup MMA (at {}): matrix descriptor {:#x} has a base offset ({}): tilec places swizzled "
                      "operands at multiples of the pattern, where it is 0", first.wgmma_site, d, (d >> 49) & 7);
+  // A swizzled operand's rows start on the pattern: the start's row bits within it are those
+  // of the pattern's start, which a base offset of 0 says is aligned.
+  for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b}) {
+    const std::uint32_t mode = std::uint32_t(d >> 62);
+    const std::size_t s = mode == 1 ? 128 : mode == 2 ? 64 : 32, start = (d & 0x3fff) << 4;
+    if (mode && ((start >> 7) & (s / 16 - 1)) != 0)
+      fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} starts at byte offset {}, inside a {}-byte swizzle "
+                     "pattern that does not start at a multiple of {} bytes (base offset 0)",
+                  first.wgmma_site, d, start, s, 8 * s);
+  }
   // The operands, read as the warpgroup's first thread through the shared-memory checks; each
   // byte must have been fenced to the async proxy by its writer.
   tilec_emu_thread* reader = &w.threads[g0];
@@ -1065,7 +1076,11 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
                      "kernel's {} bytes of shared memory", first.wgmma_site, desc, off, row, k, w.launch->shared_bytes);
     for (std::size_t i = off; i < off + eb; ++i) {
       const ShadowByte& sb = w.shadow[i];
-      if (sb.write_epoch >= w.block_epoch && w.threads[sb.writer].proxy_fences == sb.writer_fences)
+      // The writer's fence must precede the barrier that orders its write before this read
+      // (or, for a write since the last barrier, the read itself).
+      const tilec_emu_thread& wr = w.threads[sb.writer];
+      const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
+      if (sb.write_epoch >= w.block_epoch && fenced == sb.writer_fences)
         fail_thread(t, "warpgroup MMA (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
                        "fence.proxy.async since: the async proxy may not see it", first.wgmma_site, i, sb.writer,
                     sb.write_site);

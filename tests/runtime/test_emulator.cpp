@@ -249,7 +249,8 @@ void divergent_shuffle(tilec_emu_thread* c, void* const* args) {
    32, 64 or 128 bytes: chunk c of row r at c ^ ((r / (128 / s)) % (s / 16))), then one
    wgmma m64n16k16; out (args[4]) = D as [64][16]. args[3] is the mistake to make: 0 none,
    1 no fence.proxy.async, 2 a write to A before the wait, 3 no wgmma.fence, 4 no wait,
-   5 thread 5 passes another descriptor. */
+   5 thread 5 passes another descriptor, 6 the fence after the barrier instead of before,
+   7 B's descriptor starting 128 bytes into its swizzle pattern. */
 static uint32_t staged(int32_t swz, uint32_t rows, uint32_t row, uint32_t kb) {
   if (swz == 0) return (kb / 16) * (rows * 16) + row * 16 + kb % 16;
   uint32_t per = 128 / (uint32_t)swz, chunks = (uint32_t)swz / 16;
@@ -274,12 +275,14 @@ void wgmma_ref(tilec_emu_thread* c, void* const* args) {
     tilec_emu_load(c, is_b ? &b[e] : &a[e], 2, &v);
     tilec_emu_shared_store(c, sm + (is_b ? 8192 : 0) + staged(swz, is_b ? 16 : 64, row, 2 * k), 2, &v, "wgmma_ref stage", 2);
   }
-  if (mode != 1) tilec_emu_fence_proxy_async(c);
+  if (mode != 1 && mode != 6) tilec_emu_fence_proxy_async(c);
   tilec_emu_barrier(c, 0);
+  if (mode == 6) tilec_emu_fence_proxy_async(c); /* too late: after the barrier */
   float acc[8] = {0};
   if (mode != 3) tilec_emu_wgmma_fence(c);
   uint64_t da = descriptor(swz, 0, 64), db = descriptor(swz, 8192, 16);
   if (mode == 5 && t == 5) da += 1;
+  if (mode == 7) db += 128 >> 4;
   tilec_emu_wgmma(c, 2, 16, da, db, 0, 0, acc, "wgmma_ref mma");
   tilec_emu_wgmma_commit(c);
   if (mode == 2 && t == 0) {
@@ -661,4 +664,8 @@ TEST_CASE("emulator: a warpgroup MMA decodes every swizzle and reports fence, ov
   CHECK_THAT(e, Catch::Contains("warpgroup MMA never waited for (wgmma at wgmma_ref mma"));
   e = run(0, 5);
   CHECK_THAT(e, Catch::Contains("thread 5 passes other operands than thread 0"));
+  e = run(128, 6);
+  CHECK_THAT(e, Catch::Contains("with no fence.proxy.async since: the async proxy may not see it"));
+  e = run(128, 7);
+  CHECK_THAT(e, Catch::Contains("inside a 128-byte swizzle pattern that does not start at a multiple of 1024 bytes"));
 }
