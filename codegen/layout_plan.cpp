@@ -194,9 +194,8 @@ void LayoutPlan::forward_op(const Op& op) {
       // A tensor-core accumulator (2 consecutive elements a lane, 4 lanes along a row) writes
       // whole 32-byte sectors of f32 rows: stored as it is, with no trip through shared memory.
       const int eb = ir::dtype_bytes(op.operands[1]->type.dtype());
-      bool whole_sectors = is_mma(v) && te.run_dim == a.contig_dim && te.run * eb >= 8 &&
-                           te.run * eb * vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 32 &&
-                           a.vec * eb >= te.run * eb;
+      bool whole_sectors = is_mma(v) && te.run_dim == a.contig_dim && te.run <= a.vec && te.run * eb >= 8 &&
+                           te.run * eb * vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 32;
       if (coalesced || whole_sectors || a.vec == 1) l = v;
     }
     op_layouts_[&op] = {l};

@@ -198,9 +198,7 @@ private:
 
   // Inline PTX the nvptx hooks emit, known by its `tilec.asm` tag.
   void rewrite_asm(llvm::CallInst& call) {
-    std::string tag;
-    if (auto* md = call.getMetadata("tilec.asm"))
-      if (auto* s = llvm::dyn_cast<llvm::MDString>(md->getOperand(0))) tag = s->getString().str();
+    const std::string tag = asm_tag(call);
     Builder b(&call);
     // cvt between fp8 pairs and f16 / f32 pairs (format 0 e4m3, 1 e5m2).
     for (int format : {0, 1}) {

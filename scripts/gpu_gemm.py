@@ -43,13 +43,13 @@ def check(got, ref, k):
     return bool(np.all(np.abs(got - ref) <= atol + rtol * np.abs(ref))), err, atol
 
 
-def config_of(deploy):
-    """The config a folder's module was compiled for, from its manifest's [specialization]."""
+def read_spec(deploy, kernel, keys):
+    """The values of `keys` in the [specialization] of DEPLOY/KERNEL.toml (a module's manifest):
+    the config the folder's module was compiled for."""
     try:
-        text = open(os.path.join(deploy, "matmul.toml")).read()
+        text = open(os.path.join(deploy, kernel + ".toml")).read()
     except OSError as e:
-        raise gpu_peers.ToolError(f"{deploy}: no matmul.toml ({e}); write it with tilec compile matmul -o {deploy}")
-    keys = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+        raise gpu_peers.ToolError(f"{deploy}: no {kernel}.toml ({e}); write it with tilec compile {kernel} -o {deploy}")
     section, vals = "", {}
     for line in text.splitlines():
         line = line.strip()
@@ -60,12 +60,47 @@ def config_of(deploy):
         if section == "[specialization]" and name.strip() in keys and value.strip().isdigit():
             vals[name.strip()] = int(value.strip())
     if set(vals) != set(keys):
-        raise gpu_peers.ToolError(f"{deploy}/matmul.toml: its [specialization] lacks {sorted(set(keys) - set(vals))}")
+        raise gpu_peers.ToolError(f"{deploy}/{kernel}.toml: its [specialization] lacks {sorted(set(keys) - set(vals))}")
     return vals
 
 
+CONFIG_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+
+
+def config_of(deploy):
+    return read_spec(deploy, "matmul", CONFIG_KEYS)
+
+
+def host_times(call, repeats):
+    """median_us and min_us of `call` by the host clock (the emulator: nothing is asynchronous)."""
+    us = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        us.append((time.perf_counter() - t0) * 1e6)
+    return {"median_us": statistics.median(us), "min_us": min(us)}
+
+
+def report(title, rows, json_out):
+    """Prints the table of `rows` (impl, median_us, tflops, pct_peak, ok, max_abs_err) under
+    `title`, appends them to json_out as JSON lines; returns whether every row is right."""
+    width = max(len(r["impl"]) for r in rows) + 2
+    print(title)
+    print(f"{'implementation':<{width}}{'us':>10}{'TFLOP/s':>10}{'% peak':>8}  check")
+    for r in rows:
+        tf = f"{r['tflops']:.1f}" if r["tflops"] is not None else "-"
+        pk = f"{r['pct_peak']:.1f}" if r["pct_peak"] is not None else "-"
+        print(f"{r['impl']:<{width}}{r['median_us']:>10.1f}{tf:>10}{pk:>8}  "
+              f"{'ok' if r['ok'] else 'WRONG'} (max abs err {r['max_abs_err']:.2e}, atol {r['atol']:.2e})")
+    if json_out:
+        with open(json_out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return all(r["ok"] for r in rows)
+
+
 def config_text(config):
-    return " ".join(f"{k}={config[k]}" for k in ("block_m", "block_n", "block_k", "num_warps", "num_stages"))
+    return " ".join(f"{k}={config[k]}" for k in config)
 
 
 def main():
@@ -92,7 +127,7 @@ def run(args):
     rng = np.random.default_rng(7)
     a_bits = gpu_peers.f32_to_bf16_bits(rng.uniform(-1, 1, (n, n)).astype(np.float32))
     b_bits = gpu_peers.f32_to_bf16_bits(rng.uniform(-1, 1, (n, n)).astype(np.float32))
-    rows, failed = [], False
+    rows = []
     if args.backend == "cuda":
         torch = gpu_peers._import_torch()
         torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
@@ -141,30 +176,15 @@ def run(args):
             cfg = config_of(d)
             call = lambda s=store, c=cfg: s.run("matmul", config=c, a=tilec_py_peer.Bf16Bits(a_bits),
                                                 b=tilec_py_peer.Bf16Bits(b_bits), c=out)
-            call()
-            us = []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                call()
-                us.append((time.perf_counter() - t0) * 1e6)
+            call()  # warm-up: the emulator loads the module
+            t = host_times(call, args.repeats)
             ok, err, atol = check(out.astype(np.float64), ref, n)
-            rows.append({"name": f"gemm_bf16_{n}", "impl": f"tilec {config_text(cfg)}", "median_us": statistics.median(us),
-                         "min_us": min(us), "tflops": None, "pct_peak": None, "ok": ok, "max_abs_err": err,
-                         "atol": atol, "device": device, "repeats": args.repeats})
-    print(f"GEMM C = A B, bf16 {n}x{n}x{n}, f32 accumulation, on {device} (median of {args.repeats})")
-    print(f"{'implementation':<58}{'us':>10}{'TFLOP/s':>10}{'% peak':>8}  check")
-    for r in rows:
-        tf = f"{r['tflops']:.1f}" if r["tflops"] is not None else "-"
-        pk = f"{r['pct_peak']:.1f}" if r["pct_peak"] is not None else "-"
-        print(f"{r['impl']:<58}{r['median_us']:>10.1f}{tf:>10}{pk:>8}  "
-              f"{'ok' if r['ok'] else 'WRONG'} (max abs err {r['max_abs_err']:.2e}, atol {r['atol']:.2e})")
-        failed = failed or not r["ok"]
-    if args.json_out:
-        with open(args.json_out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-    return 1 if failed else 0
-
+            rows.append({"name": f"gemm_bf16_{n}", "impl": f"tilec {config_text(cfg)}", **t, "tflops": None,
+                         "pct_peak": None, "ok": ok, "max_abs_err": err, "atol": atol, "device": device,
+                         "repeats": args.repeats})
+    ok = report(f"GEMM C = A B, bf16 {n}x{n}x{n}, f32 accumulation, on {device} (median of {args.repeats})", rows,
+                args.json_out)
+    return 0 if ok else 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,12 +15,9 @@ reference, no peers. Exit status: 0 every result right; 1 a result wrong; 2 an e
 """
 
 import argparse
-import json
 import math
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -35,24 +32,7 @@ CONFIG_KEYS = ("block_n", "num_warps", "num_stages", "head_group", "num_splits",
 
 
 def config_of(deploy):
-    """The config the folder's module was compiled for, from its manifest's [specialization]."""
-    try:
-        text = open(os.path.join(deploy, "paged_attention.toml")).read()
-    except OSError as e:
-        raise gpu_peers.ToolError(f"{deploy}: no paged_attention.toml ({e}); write it with tilec compile -o {deploy}")
-    section, vals = "", {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("["):
-            section = line
-            continue
-        name, _, value = line.partition("=")
-        if section == "[specialization]" and name.strip() in CONFIG_KEYS and value.strip().isdigit():
-            vals[name.strip()] = int(value.strip())
-    missing = set(CONFIG_KEYS) - set(vals)
-    if missing:
-        raise gpu_peers.ToolError(f"{deploy}/paged_attention.toml: its [specialization] lacks {sorted(missing)}")
-    return vals
+    return gpu_gemm.read_spec(deploy, "paged_attention", CONFIG_KEYS)
 
 
 def causal_reference(q, k, v, scale):
@@ -130,14 +110,14 @@ def run(args):
         store = tilec.load(args.deploy, backend="cuda")
         k_rep, v_rep = k_dense.repeat_interleave(hq // hkv, 1), v_dense.repeat_interleave(hq // hkv, 1)
         impls = [("torch SDPA (dense K/V, causal)", lambda: sdpa(q, k_rep, v_rep, is_causal=True, scale=scale)),
-                 ("tilec " + " ".join(f"{k}={cfg[k]}" for k in CONFIG_KEYS),
+                 ("tilec " + gpu_gemm.config_text(cfg),
                   lambda: store.run("paged_attention", config=cfg, q=q, k_cache=k_cache, v_cache=v_cache,
                                     block_table=bt, context_lens=cl, **tilec_args))]
         for name, fn in impls:
             t = gpu_peers.time_cuda(torch, fn, args.repeats)
             ok, err, _ = gpu_peers.compare(fn().float().cpu().numpy(), ref, atol, rtol)
             tflops = flop / (t["median_us"] * 1e-6) / 1e12
-            rows.append({"impl": name, "median_us": t["median_us"], "tflops": tflops,
+            rows.append({"impl": name, "median_us": t["median_us"], "min_us": t["min_us"], "tflops": tflops,
                          "pct_peak": 100 * tflops / peak if peak else None, "ok": ok, "max_abs_err": err,
                          "device": device})
     else:
@@ -147,32 +127,17 @@ def run(args):
         call = lambda: store.run("paged_attention", config=cfg, q=tilec_py_peer.Bf16Bits(q_bits),
                                  k_cache=tilec_py_peer.Bf16Bits(k_bits), v_cache=tilec_py_peer.Bf16Bits(v_bits),
                                  block_table=block_table, context_lens=context_lens, out=out, **tilec_args)
-        call()
-        us = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            call()
-            us.append((time.perf_counter() - t0) * 1e6)
+        call()  # warm-up: the emulator loads the modules
+        t = gpu_gemm.host_times(call, args.repeats)
         ok, err, _ = gpu_peers.compare(gpu_peers.to_f64(out.bits, "bf16"), ref, atol, rtol)
-        rows.append({"impl": "tilec " + " ".join(f"{k}={cfg[k]}" for k in CONFIG_KEYS), "median_us": statistics.median(us),
-                     "tflops": None, "pct_peak": None, "ok": ok, "max_abs_err": err, "device": "CPU emulator (dry run)"})
+        rows.append({"impl": "tilec " + gpu_gemm.config_text(cfg), **t, "tflops": None, "pct_peak": None, "ok": ok,
+                     "max_abs_err": err, "device": "CPU emulator (dry run)"})
     name = f"prefill_b{b}_hq{hq}_hkv{hkv}_d{d}_s{s}_causal"
-    print(f"prefill {name}: bf16, page {BLOCK_SIZE}, causal, on {rows[0]['device']} (median of {args.repeats})")
-    print(f"{'implementation':<72}{'us':>10}{'TFLOP/s':>10}{'% peak':>8}  check")
-    failed = False
     for r in rows:
         r.update(name=name, atol=atol, rtol=rtol, repeats=args.repeats)
-        tf = f"{r['tflops']:.1f}" if r["tflops"] is not None else "-"
-        pk = f"{r['pct_peak']:.1f}" if r["pct_peak"] is not None else "-"
-        print(f"{r['impl']:<72}{r['median_us']:>10.1f}{tf:>10}{pk:>8}  "
-              f"{'ok' if r['ok'] else 'WRONG'} (max abs err {r['max_abs_err']:.2e})")
-        failed = failed or not r["ok"]
-    if args.json_out:
-        with open(args.json_out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-    return 1 if failed else 0
-
+    ok = gpu_gemm.report(f"prefill {name}: bf16, page {BLOCK_SIZE}, causal, on {rows[0]['device']} "
+                         f"(median of {args.repeats})", rows, args.json_out)
+    return 0 if ok else 1
 
 if __name__ == "__main__":
     sys.exit(main())
