@@ -139,6 +139,34 @@ void tilec_emu_wgmma_wait(tilec_emu_thread* ctx, uint32_t groups);
  * visible to the async proxy (wgmma's operand reads). */
 void tilec_emu_fence_proxy_async(tilec_emu_thread* ctx);
 
+/* Hopper's TMA and mbarriers. A tensor map is what the launch passes for each of the module's
+ * [[tensor_maps]], after its parameters (args[i] points at the map itself): */
+typedef struct tilec_emu_tensor_map {
+  uint64_t base;        /* the tensor's first element */
+  uint64_t sizes[5];    /* elements, innermost first */
+  uint64_t strides[5];  /* bytes, innermost first ([0]: the element's size) */
+  uint32_t box[5];      /* the box a copy moves, innermost first */
+  uint32_t rank;        /* 1 to 5 */
+  uint32_t swizzle;     /* 0, 32, 64 or 128 */
+} tilec_emu_tensor_map;
+/* An mbarrier is 8 bytes of shared memory (8-byte aligned) that mbarrier_init (one thread)
+ * gives an arrival count; a phase completes when that many arrivals and every byte they
+ * expect (arrive_expect_tx) have come, and the next begins. mbarrier_wait(parity) blocks until
+ * the phase of that parity has completed: the calling thread's phases must be waited in order
+ * (an error otherwise, as is waiting for a phase a later one has already overtaken). tma_load
+ * copies the box of `map` at `coords` (rank of them, innermost first; coordinates outside the
+ * tensor give zeros, as do negative ones) into shared memory at `dst` in the map's swizzle
+ * (16-byte chunk c of each 128-byte line of the region XOR-ed with the line's row within the
+ * pattern, by absolute offset), the global reads checked and counted like tilec_emu_load, and
+ * completes its bytes on `bar` at once. Its bytes belong to the phase: reading them (a load,
+ * ldmatrix or wgmma) before waiting for it is an error, as is writing them while another
+ * thread may read them, or a block that ends with a phase begun and not completed. */
+void tilec_emu_mbarrier_init(tilec_emu_thread* ctx, void* bar, uint32_t count);
+void tilec_emu_mbarrier_arrive_expect_tx(tilec_emu_thread* ctx, void* bar, uint32_t bytes, const char* site);
+void tilec_emu_mbarrier_wait(tilec_emu_thread* ctx, void* bar, uint32_t parity, const char* site);
+void tilec_emu_tma_load(tilec_emu_thread* ctx, void* dst, const tilec_emu_tensor_map* map, uint32_t rank, int32_t c0,
+                        int32_t c1, int32_t c2, int32_t c3, int32_t c4, void* bar, const char* site);
+
 /* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
  * emulator checks [addr, addr + bytes) against the launch's buffers (an error
  * names the kernel, the buffer and the offset) and counts the bytes. Masked-off

@@ -82,6 +82,69 @@ std::map<std::string, SpecValue> read_values(const Reader& r, const toml::table&
   return values;
 }
 
+// [[tensor_maps]]: each names a pointer parameter, sizes and strides (numbers or integer
+// parameters) and a box of the base's rank, and a swizzle.
+std::vector<ModuleTensorMap> read_tensor_maps(const Reader& r, const toml::table& doc,
+                                              const std::vector<ModuleParam>& params) {
+  std::vector<ModuleTensorMap> maps;
+  const toml::node* node = doc.get("tensor_maps");
+  if (!node) return maps;
+  if (!node->is_array())
+    r.fail(node, fmt::format("key 'tensor_maps' must be an array of tables, got {}", toml_kind(*node)));
+  const toml::array& array = *node->as_array();
+  auto param = [&](const std::string& name) -> const ModuleParam* {
+    for (const ModuleParam& p : params)
+      if (p.name == name) return &p;
+    return nullptr;
+  };
+  for (std::size_t i = 0; i < array.size(); ++i) {
+    std::string path = fmt::format("tensor_maps[{}]", i);
+    const toml::table& t = r.table(array[i], path);
+    ModuleTensorMap tm;
+    tm.base = r.string(t, "base", path + ".base", &t);
+    const ModuleParam* b = param(tm.base);
+    if (!b || !b->type.is_pointer)
+      r.fail(t.get("base"), fmt::format("key '{}.base' names no pointer parameter ('{}')", path, tm.base));
+    auto list = [&](const char* name, bool ints_only) {
+      const toml::node* n = r.find(t, name, path + "." + name, &t, true);
+      if (!n->is_array()) r.fail(n, fmt::format("key '{}.{}' must be an array", path, name));
+      std::vector<SpecValue> out;
+      for (const toml::node& e : *n->as_array()) {
+        if (e.is_integer()) out.push_back(e.as_integer()->get());
+        else if (!ints_only && e.is_string()) {
+          std::string pname = e.as_string()->get();
+          const ModuleParam* p = param(pname);
+          if (!p || p->type.is_pointer || !is_integer(p->type.element))
+            r.fail(&e, fmt::format("key '{}.{}' names no integer parameter ('{}')", path, name, pname));
+          out.push_back(pname);
+        } else {
+          r.fail(&e, fmt::format("key '{}.{}' holds {}: {}", path, name, toml_kind(e),
+                                 ints_only ? "integers only" : "integers or integer parameters' names"));
+        }
+      }
+      return out;
+    };
+    tm.sizes = list("sizes", false);
+    tm.strides = list("strides", false);
+    for (const SpecValue& v : list("box", true)) {
+      const std::int64_t d = std::get<std::int64_t>(v);
+      if (d < 1 || d > 256) r.fail(t.get("box"), fmt::format("key '{}.box' holds {}: each from 1 to 256", path, d));
+      tm.box.push_back(d);
+    }
+    const std::size_t rank = tm.box.size();
+    if (rank < 1 || rank > 5 || tm.sizes.size() != rank || tm.strides.size() != rank)
+      r.fail(&t, fmt::format("'{}': sizes, strides and box must have one entry per dim (1 to 5), got {}, {} and {}",
+                             path, tm.sizes.size(), tm.strides.size(), rank));
+    if (tm.strides.back() != SpecValue(std::int64_t(1)))
+      r.fail(t.get("strides"), fmt::format("key '{}.strides': the last stride must be 1", path));
+    tm.swizzle = int(r.integer(t, "swizzle", path + ".swizzle", &t, 0, 128));
+    if (tm.swizzle != 0 && tm.swizzle != 32 && tm.swizzle != 64 && tm.swizzle != 128)
+      r.fail(t.get("swizzle"), fmt::format("key '{}.swizzle' is {}: 0, 32, 64 or 128", path, tm.swizzle));
+    maps.push_back(std::move(tm));
+  }
+  return maps;
+}
+
 Manifest read_document(const Reader& r, const toml::table& doc) {
   Manifest m;
   m.kernel = r.string(doc, "kernel", "kernel", nullptr);
@@ -101,6 +164,7 @@ Manifest read_document(const Reader& r, const toml::table& doc) {
     r.fail(&code, "missing key 'code.ptx' (the [code] table names no ptx, cubin or emulator file)");
 
   m.params = read_params(r, doc);
+  m.tensor_maps = read_tensor_maps(r, doc, m.params);
   m.specialization = read_values(r, doc, "specialization");
   m.problem = read_values(r, doc, "problem");
   for (const auto& [name, value] : read_values(r, doc, "divisibility")) {
@@ -221,6 +285,23 @@ std::string format_manifest(const Manifest& m) {
   for (const ModuleParam& p : m.params)
     out += fmt::format("\n[[params]]\nname = {}\ntype = {}\n{}{}", quote(p.name), quote(p.type.str()),
                        p.read_only ? "access = \"read\"\n" : "", p.offsets64 ? "offsets = 64\n" : "");
+
+  auto value = [&](const SpecValue& v) {
+    if (auto* i = std::get_if<std::int64_t>(&v)) return fmt::format("{}", *i);
+    return quote(std::get<std::string>(v));
+  };
+  for (const ModuleTensorMap& t : m.tensor_maps) {
+    auto join = [&](const auto& vs) {
+      std::string s;
+      for (const auto& v : vs) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, SpecValue>) s += (s.empty() ? "" : ", ") + value(v);
+        else s += (s.empty() ? "" : ", ") + fmt::format("{}", v);
+      }
+      return "[" + s + "]";
+    };
+    out += fmt::format("\n[[tensor_maps]]\nbase = {}\nsizes = {}\nstrides = {}\nbox = {}\nswizzle = {}\n", quote(t.base),
+                       join(t.sizes), join(t.strides), join(t.box), t.swizzle);
+  }
 
   auto values = [&](const char* table, const std::map<std::string, SpecValue>& vs) {
     out += fmt::format("\n[{}]\n", table);

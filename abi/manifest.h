@@ -35,6 +35,13 @@
 //   [problem]                   # optional: the problem sizes it was compiled for (not matched;
 //   n = 4096                    # benchmarks run that problem)
 //
+//   [[tensor_maps]]             # optional: TMA tensor maps the kernel takes after its
+//   base = "a"                  # params, in order; the launch encodes each from the
+//   sizes = ["m", "k"]          # arguments: sizes and strides (elements, outermost first)
+//   strides = ["k", 1]          # are integer parameters' names or numbers; box: the block
+//   box = [128, 64]             # one copy moves; swizzle: 0, 32, 64 or 128 bytes
+//   swizzle = 128
+//
 //   [ptxas]                     # optional
 //   registers = 16
 //   spills = 0
@@ -65,6 +72,17 @@ struct ModuleParam {
 };
 
 using SpecValue = std::variant<std::int64_t, std::string>;
+
+// A tensor map the kernel takes after its [[params]], for its TMA copies (sm_90): the launch
+// encodes it from the arguments (cuTensorMapEncodeTiled) and passes it by value.
+struct ModuleTensorMap {
+  std::string base;                 // the pointer parameter: the tensor's first element
+  std::vector<SpecValue> sizes;     // outermost first: a number, or an integer parameter's name
+  std::vector<SpecValue> strides;   // likewise, in elements; the last is 1
+  std::vector<std::int64_t> box;    // the box one copy moves, outermost first
+  int swizzle = 0;                  // 0, 32, 64 or 128: the shared layout's swizzle pattern in bytes
+  bool operator==(const ModuleTensorMap&) const = default;
+};
 
 struct PtxasReport {
   int registers = 0;
@@ -97,6 +115,8 @@ struct Manifest {
   // Integer parameters (by name) compiled in with one value (CompileOptions::int_arg_values);
   // check_launch_args refuses any other.
   std::map<std::string, std::int64_t> fixed;
+  // The tensor maps the kernel takes after `params`, in order.
+  std::vector<ModuleTensorMap> tensor_maps;
 
   // The folder the manifest was read from (not written); code paths are relative to it.
   std::filesystem::path dir;

@@ -38,6 +38,7 @@
 
 #include "abi/limits.h"
 #include "codegen/lower.h"
+#include "codegen/tma.h"
 #include "ir/param_access.h"
 #include "ir/passes.h"
 #include "codegen/target.h"
@@ -276,6 +277,9 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
                                            llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
                                            LoweringStats& stats, CompilePhases* phases = nullptr) {
   auto t0 = std::chrono::steady_clock::now();
+  // Tensor descriptor ops as masked loads and stores, but for the loads TMA copies (first, so
+  // large buffers widen the offsets the expansion computes).
+  if (ir::Kernel prepared = prepare_descriptors(fn, o)) return lower_module(*prepared, o, ctx, tm, stats, phases);
   ir::Kernel widened; // the kernel with 64-bit offsets into the large buffers
   if (!o.large_buffers.empty()) {
     for (const std::string& name : o.large_buffers) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "abi/manifest.h"
 #include "ir/error.h"
 #include "ir/ir.h"
 
@@ -34,6 +35,10 @@ struct CompileOptions {
   // shared memory, and the module targets sm_90a; the emulator runs it with the same
   // fragment ownership. Off (`tilec compile --no-wgmma`): mma.sync, as on sm_80.
   bool wgmma = true;
+  // On sm_90 with wgmma, a tensor descriptor load (dsl::TensorDesc) feeding a warpgroup MMA's
+  // operand is a TMA copy (cp.async.bulk.tensor on an mbarrier; codegen/tma.h says when); off
+  // (`tilec compile --no-tma`): the masked load it describes, copied by cp.async.
+  bool tma = true;
   // device_assert ops: checked (a failed one stops the launch with its message: __assertfail
   // on the GPU, an error naming block and thread in the emulator), or compiled out.
   bool device_asserts = true;
@@ -83,6 +88,10 @@ struct LoweringStats {
   int pipeline_stage_bytes = 0; // the most shared memory one stage of one of them takes
   int pipeline_late_bytes = 0;  // and its single buffer for late slots (PipelinePlan::Pipeline::late)
   int wgmma_dots = 0;           // dots lowered to warpgroup MMAs (CompileOptions::wgmma)
+  int tma_loads = 0;            // descriptor loads copied by TMA (CompileOptions::tma)
+  // The tensor maps the kernel takes after its own parameters, which its launches encode
+  // (the manifest's [[tensor_maps]]).
+  std::vector<rt::ModuleTensorMap> tensor_maps;
   // Shared-memory loads and stores the lowering emits (per thread; cp.async and ldmatrix not
   // counted), those of them that are vectors, and the bytes they move.
   int shared_accesses = 0;

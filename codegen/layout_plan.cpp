@@ -175,6 +175,17 @@ void LayoutPlan::forward_op(const Op& op) {
     set_native(res, l);
     return;
   }
+  case OpKind::DescLoad: { // a TMA copy (prepare_descriptors expands the others): laid out as a
+    // load along its contiguous innermost dim would be, which tells its dot how it is read
+    const ir::Shape& s = res->type.shape;
+    const int inner = int(s.size()) - 1;
+    const int vec = int(std::min<int64_t>(s[size_t(inner)], 16 / ir::dtype_bytes(res->type.dtype())));
+    LayoutId l = intern(access_layout(s, inner, vec, num_warps_));
+    op_layouts_[&op] = {l};
+    set_native(res, l);
+    return;
+  }
+  case OpKind::DescStore: internal_fail("descriptor stores are expanded before the layout plan");
   case OpKind::Store: {
     const Value* ptr = op.operands[0];
     if (ptr->type.is_scalar()) {
@@ -347,6 +358,7 @@ void LayoutPlan::backward_op(const Op& op) {
     }
     request(op.operands[0], op_layouts(&op)[0]);
     return;
+  case OpKind::DescLoad: return; // scalar operands
   case OpKind::Load:
   case OpKind::Store:
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)

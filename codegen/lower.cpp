@@ -38,7 +38,7 @@ LoweringStats Lowering::run() {
                                   fn_.name, p->name, p->type.str()));
     params.push_back(mem_type(p->type.elem));
   }
-  kernel_ = hooks_.create_kernel(m_, fn_.name, params, threads);
+  kernel_ = hooks_.create_kernel(m_, fn_.name, params, threads, int(pipes_.tensor_maps().size()));
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(c_, "entry", kernel_);
   llvm::BasicBlock* body = llvm::BasicBlock::Create(c_, "body", kernel_);
   pb_.SetInsertPoint(entry);
@@ -54,11 +54,28 @@ LoweringStats Lowering::run() {
       a = llvm::ConstantInt::get(a->getType(), uint64_t(it->second), true);
     vals_[{fn_.params[i], kScalar}] = {a};
   }
+  tensor_maps_.assign(args.begin() + std::ptrdiff_t(fn_.params.size()), args.end());
+  // What the launch encodes for each: the parameters' names, or numbers.
+  for (const TensorMapPlan& t : pipes_.tensor_maps()) {
+    auto spec = [](const Value* v) -> rt::SpecValue {
+      if (v->def) return v->def->attrs.value.i; // a constant (tma_unfit)
+      return v->name;
+    };
+    rt::ModuleTensorMap mt;
+    mt.base = t.base->name;
+    for (const Value* v : t.sizes) mt.sizes.push_back(spec(v));
+    for (const Value* v : t.strides) mt.strides.push_back(spec(v));
+    mt.box = t.box;
+    mt.swizzle = t.swizzle;
+    stats_.tensor_maps.push_back(std::move(mt));
+  }
+  for (const AsyncOperand& x : pipes_.async_operands()) stats_.tma_loads += x.tma();
   tid_ = hooks_.thread_id(pb_);
   lane_ = pb_.CreateAnd(tid_, 31, "lane");
   warp_ = pb_.CreateLShr(tid_, 5, "warp");
   read_stage_.assign(pipes_.pipelines().size(), nullptr);
   need_smem(0); // the pipelines' buffers
+  init_mbarriers();
   emit_block(fn_.body);
   for (const Pipeline& pl : pipes_.pipelines()) {
     ++stats_.pipelined_loops;
@@ -451,6 +468,8 @@ void Lowering::emit_op(const Op& op) {
     return;
   case OpKind::Load: return emit_load(op);
   case OpKind::Store: return emit_store(op);
+  case OpKind::DescLoad: internal_fail("a descriptor load is a TMA copy its dot issues (prepare_descriptors)");
+  case OpKind::DescStore: internal_fail("descriptor stores are expanded before lowering (prepare_descriptors)");
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
   case OpKind::AtomicCas: return emit_atomic(op);
   case OpKind::Dot: return emit_dot(op);
@@ -492,7 +511,12 @@ void Lowering::emit_for(const Op& op) {
   const Pipeline* pl = pipes_.pipeline_of(&op);
   const int64_t S = pl ? pl->stages : 1;
   if (pl) {
-    if (pipe_read_unfenced_ || pipe_written_unfenced_) barrier();
+    // The copy engine writes through the async proxy: the generic accesses before the barrier
+    // are fenced to it first.
+    if (pipe_read_unfenced_ || pipe_written_unfenced_) {
+      if (pl->mbarriers >= 0) proxy_unfenced_ = true;
+      barrier();
+    }
     for (int64_t s = 0; s + 1 < S; ++s)
       issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
                   b_.getInt32(uint32_t(s)), false);
@@ -531,8 +555,12 @@ void Lowering::emit_for(const Op& op) {
     // iteration + S - 1 go into the buffer the previous iteration read (every read of it was
     // followed by a barrier: pipe_read_unfenced_).
     // With late slots the group after this iteration's is its late one (2 S - 3 = 1).
-    cp_async_wait(int(pl->has_late() ? 2 * S - 3 : S - 2));
-    pipe_landed_unfenced_ = true;
+    if (pl->cp_async) {
+      cp_async_wait(int(pl->has_late() ? 2 * S - 3 : S - 2));
+      pipe_landed_unfenced_ = true;
+    }
+    // TMA copies land for the threads that wait for their phase: no barrier needed.
+    if (pl->mbarriers >= 0) wait_tma(pl->mbarriers, stage);
     llvm::Value* fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
                                         b_.CreateSub(stage, b_.getInt32(1)));
     issue_ahead(*pl, b_.CreateAdd(iv, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(S - 1)))),
@@ -577,7 +605,7 @@ void Lowering::emit_for(const Op& op) {
   scratch_floor_ = floor_before;
   for (auto it = resident_.begin(); it != resident_.end();)
     it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
-  if (pl) {
+  if (pl && pl->cp_async) {
     cp_async_wait(0); // the copies issued past the end (all masked off: zero-filled)
     pipe_written_unfenced_ = true;
   }

@@ -73,11 +73,24 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   llvm::Value* base_b = pipe_b   ? pipe_read_buffer(*async_b)
                         : keep_b ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_b->second)
                                  : smem(b_.getInt8Ty(), b_.getInt32(0), off_b);
-  if (async_a && !pipe_a) issue_copies(*async_a, base_a, "dot (wgmma) operand A, asynchronous copy");
-  else if (stage_a) stage_mma_operand(op, 0, st_a, base_a);
-  if (async_b && !pipe_b) issue_copies(*async_b, base_b, "dot (wgmma) operand B, asynchronous copy");
-  else if (stage_b) stage_mma_operand(op, 1, st_b, base_b);
-  if ((async_a && !pipe_a) || (async_b && !pipe_b)) {
+  // TMA copies of operands not pipelined: into scratch after a barrier (every earlier access
+  // to it done, and fenced to the async proxy the copy engine writes through), then waited for.
+  const bool tma_a = async_a && !pipe_a && async_a->tma(), tma_b = async_b && !pipe_b && async_b->tma();
+  if (tma_a || tma_b) {
+    proxy_unfenced_ = true;
+    barrier();
+  }
+  for (const auto& [x, base, is_tma] : {std::tuple{async_a, base_a, tma_a}, std::tuple{async_b, base_b, tma_b}})
+    if (is_tma) {
+      issue_tma({x}, {base}, mbarrier(x->mbarrier, b_.getInt32(0)), "dot (wgmma) operand, TMA copy");
+      wait_tma(x->mbarrier, b_.getInt32(0));
+    }
+  const bool cp_a = async_a && !pipe_a && !tma_a, cp_b = async_b && !pipe_b && !tma_b;
+  if (cp_a) issue_copies(*async_a, base_a, "dot (wgmma) operand A, asynchronous copy");
+  else if (stage_a && !tma_a) stage_mma_operand(op, 0, st_a, base_a);
+  if (cp_b) issue_copies(*async_b, base_b, "dot (wgmma) operand B, asynchronous copy");
+  else if (stage_b && !tma_b) stage_mma_operand(op, 1, st_b, base_b);
+  if (cp_a || cp_b) {
     hooks_.cp_async_commit(b_);
     cp_async_wait(0);
   }

@@ -57,7 +57,7 @@ void Lowering::issue_ahead(const Pipeline& pl, llvm::Value* iv, llvm::Value* sta
   }
   emitting_ahead_ = false;
   issue_slots(pl, stage, false);
-  hooks_.cp_async_commit(b_);
+  if (pl.cp_async) hooks_.cp_async_commit(b_);
   if (pl.has_late()) {
     if (in_loop) { // at the end of this trip (issue_late), from the slice's values
       late_vals_ = vals_;
@@ -72,9 +72,21 @@ void Lowering::issue_ahead(const Pipeline& pl, llvm::Value* iv, llvm::Value* sta
 }
 
 void Lowering::issue_slots(const Pipeline& pl, llvm::Value* stage, bool late) {
+  std::vector<const AsyncOperand*> tma;
+  std::vector<llvm::Value*> tma_bases;
+  for (size_t slot = 0; slot < pl.operands.size(); ++slot) {
+    const AsyncOperand& x = pipes_.async_operands()[size_t(pl.operands[slot])];
+    if (x.tma() && !pl.late[slot]) {
+      tma.push_back(&x);
+      tma_bases.push_back(pipe_buffer(pl, stage, int(slot)));
+    }
+  }
+  if (!late && !tma.empty())
+    issue_tma(tma, tma_bases, mbarrier(pl.mbarriers, stage), "dot (wgmma) operand, TMA copy issued ahead");
   for (size_t slot = 0; slot < pl.operands.size(); ++slot) {
     if (pl.late[slot] != late) continue;
     const AsyncOperand& x = pipes_.async_operands()[size_t(pl.operands[slot])];
+    if (x.tma()) continue;
     const char* what = x.idx == 0 ? "dot (mma) operand A, asynchronous copy issued ahead"
                                   : "dot (mma) operand B, asynchronous copy issued ahead";
     const Op* outer = cur_op_;
@@ -82,6 +94,73 @@ void Lowering::issue_slots(const Pipeline& pl, llvm::Value* stage, bool late) {
     issue_copies(x, pipe_buffer(pl, stage, int(slot)), what);
     cur_op_ = outer;
   }
+}
+
+llvm::Value* Lowering::mbarrier(int64_t first, llvm::Value* index) {
+  if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
+  llvm::Value* off = b_.CreateAdd(b_.CreateMul(index, b_.getInt32(8), "", true, true), b_.getInt32(uint32_t(first)), "",
+                                  true, true);
+  return b_.CreateGEP(b_.getInt8Ty(), smem_base_, off);
+}
+
+// Thread 0 arms the mbarrier with the bytes of every copy, then issues one copy per panel of
+// each operand's staging: the box at the descriptor load's offsets, the panel's columns on.
+// Where ahead_pred_ is false (an iteration past the loop's end) nothing is issued and the
+// phase does not begin: no thread waits for it.
+void Lowering::issue_tma(const std::vector<const AsyncOperand*>& xs, const std::vector<llvm::Value*>& bases,
+                         llvm::Value* bar, const char* what) {
+  int64_t bytes = 0;
+  for (const AsyncOperand* x : xs) bytes += x->staging.rows * x->staging.row_bytes * x->staging.panels;
+  const std::string where = site(what);
+  // The coordinates first (every thread may compute them; only thread 0 uses them).
+  std::vector<std::vector<std::vector<llvm::Value*>>> coords(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Op& load = *xs[i]->load;
+    const MmaStaging& st = xs[i]->staging;
+    auto offset = [&](size_t d) { return b_.CreateSExtOrTrunc(get(load.operands[5 + d], kScalar)[0], b_.getInt32Ty()); };
+    llvm::Value* outer = offset(0);
+    llvm::Value* inner = offset(1);
+    const int64_t per_panel = st.swizzle / ir::dtype_bytes(load.results[0]->type.dtype());
+    for (int64_t p = 0; p < st.panels; ++p)
+      coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner, outer});
+  }
+  llvm::Value* pred = and_pred(b_.CreateICmpEQ(tid_, b_.getInt32(0)), ahead_pred_);
+  guarded(b_, pred, [&]() -> llvm::Value* {
+    hooks_.mbarrier_arrive_expect_tx(b_, bar, bytes, where);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const MmaStaging& st = xs[i]->staging;
+      llvm::Value* map = tensor_maps_[size_t(xs[i]->tensor_map)];
+      for (int64_t p = 0; p < st.panels; ++p)
+        hooks_.tma_load(b_, b_.CreateConstGEP1_64(b_.getInt8Ty(), bases[i], uint64_t(p * st.rows * st.row_bytes)), map,
+                        coords[i][size_t(p)], bar, where);
+    }
+    return nullptr;
+  });
+}
+
+void Lowering::wait_tma(int64_t first, llvm::Value* index) {
+  llvm::AllocaInst*& phases = mbar_phases_[first];
+  if (!phases) {
+    phases = pb_.CreateAlloca(pb_.getInt32Ty(), nullptr, "mbar.phases");
+    pb_.CreateStore(pb_.getInt32(0), phases);
+  }
+  llvm::Value* bits = b_.CreateLoad(b_.getInt32Ty(), phases);
+  llvm::Value* parity = b_.CreateAnd(b_.CreateLShr(bits, index), 1);
+  hooks_.mbarrier_wait(b_, mbarrier(first, index), parity, site("TMA copies waited for"));
+  b_.CreateStore(b_.CreateXor(bits, b_.CreateShl(b_.getInt32(1), index)), phases);
+}
+
+// Thread 0 initializes every mbarrier (one arrival a phase: its own arrive.expect_tx), fences
+// the inits to the copy engine, and a barrier shows them to every thread.
+void Lowering::init_mbarriers() {
+  if (!pipes_.mbarrier_count()) return;
+  guarded(b_, b_.CreateICmpEQ(tid_, b_.getInt32(0)), [&]() -> llvm::Value* {
+    for (int64_t i = 0; i < pipes_.mbarrier_count(); ++i)
+      hooks_.mbarrier_init(b_, mbarrier(pipes_.mbarrier_base(), b_.getInt32(uint32_t(i))), 1);
+    hooks_.mbarrier_init_fence(b_);
+    return nullptr;
+  });
+  barrier();
 }
 
 void Lowering::issue_late(const Pipeline& pl) {

@@ -319,6 +319,14 @@ private:
   // The late slots' copies for the next trip, at the end of this one (after its last barrier).
   void issue_late(const Pipeline& pl);
   void issue_copies(const AsyncOperand& x, llvm::Value* base, const char* what);
+  // TMA (sm_90): the mbarrier `index` (an i32) of the group from byte offset `first`; one thread
+  // arming it for the copies of `xs` into `bases` and issuing them (with ahead_pred_); and every
+  // thread waiting for its next phase, whose parity each thread tracks per mbarrier.
+  llvm::Value* mbarrier(int64_t first, llvm::Value* index);
+  void issue_tma(const std::vector<const AsyncOperand*>& xs, const std::vector<llvm::Value*>& bases, llvm::Value* bar,
+                 const char* what);
+  void wait_tma(int64_t first, llvm::Value* index);
+  void init_mbarriers();
 
   const ir::Function& fn_;
   const CompileOptions& opts_;
@@ -366,6 +374,10 @@ private:
   bool pipe_landed_unfenced_ = false; // a pipeline's copies were waited for since the last barrier
   bool pipe_written_unfenced_ = false; // a pipelined loop ended (its last copies landed) since the last barrier
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites
+  std::vector<llvm::Value*> tensor_maps_; // the kernel's tensor map parameters (pointers)
+  // Per group of mbarriers (by its first one's byte offset): bit i is the parity of the phase
+  // mbarrier i completes next, in a stack slot SROA turns into registers.
+  std::map<int64_t, llvm::AllocaInst*> mbar_phases_;
   LoweringStats stats_;
   bool has_wgmma_ = false; // some dot runs as warpgroup MMAs
   // This thread wrote shared memory through the generic proxy (stores, landed cp.async) since

@@ -63,6 +63,7 @@ rt::Manifest write_module(const ir::Function& fn, const CompiledKernel& k, const
   for (size_t i = 0; i < fn.params.size(); ++i)
     m.params.push_back({fn.params[i]->name, param_type(fn.params[i]->type), access[i] == ir::ParamAccess::read,
                         opts.large_buffers.count(fn.params[i]->name) > 0});
+  m.tensor_maps = k.stats.tensor_maps;
   m.threads_per_block = k.threads_per_block;
   m.shared_bytes = k.shared_bytes;
   m.specialization = specialization;

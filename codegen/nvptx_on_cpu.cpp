@@ -23,6 +23,10 @@
 //                                   operands decoded from the matrix descriptors)
 //   wgmma.fence / commit / wait,     tilec_emu_wgmma_fence / _commit / _wait,
 //   fence.proxy.async                tilec_emu_fence_proxy_async
+//   mbarrier.init / arrive.expect_tx tilec_emu_mbarrier_init / _arrive_expect_tx (the init
+//   / try_wait.parity loop           fence is dropped), tilec_emu_mbarrier_wait
+//   cp.async.bulk.tensor (TMA)       tilec_emu_tma_load (the tensor map: the launch's, by
+//                                    pointer where the GPU takes it by value)
 //   ptrtoint of a shared pointer     its offset in the block's region (what descriptors hold)
 //
 // Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
@@ -100,7 +104,8 @@ private:
     for (llvm::Argument& a : k.args()) {
       llvm::Value* slot = b.CreateConstGEP1_64(b.getPtrTy(), f->getArg(1), a.getArgNo());
       llvm::Value* p = b.CreateLoad(b.getPtrTy(), slot);
-      a.replaceAllUsesWith(b.CreateLoad(a.getType(), p, a.getName()));
+      // A tensor map (by value on the GPU): args[i] points at it.
+      a.replaceAllUsesWith(a.hasByValAttr() ? p : b.CreateLoad(a.getType(), p, a.getName()));
     }
     k.eraseFromParent();
     return f;
@@ -237,6 +242,30 @@ private:
                        : tag == "wgmma.commit" ? "tilec_emu_wgmma_commit"
                                                : "tilec_emu_fence_proxy_async";
       emu_.call(b, fn, b.getVoidTy(), {}, tag != "fence.proxy.async");
+      call.eraseFromParent();
+      return;
+    }
+    // mbarriers and TMA copies (their shared operands flat pointers here).
+    if (tag == "fence.mbarrier_init") { // the emulator's inits are seen at once
+      call.eraseFromParent();
+      return;
+    }
+    if (tag == "mbarrier.init" || tag == "mbarrier.expect_tx" || tag == "mbarrier.wait") {
+      llvm::Value* bar = flat(b, call.getArgOperand(0));
+      if (tag == "mbarrier.init")
+        emu_.call(b, "tilec_emu_mbarrier_init", b.getVoidTy(), {bar, call.getArgOperand(1)});
+      else
+        emu_.call(b, tag == "mbarrier.wait" ? "tilec_emu_mbarrier_wait" : "tilec_emu_mbarrier_arrive_expect_tx",
+                  b.getVoidTy(), {bar, call.getArgOperand(1), emu_.site(b, site_of(call, "nvptx mbarrier"))});
+      call.eraseFromParent();
+      return;
+    }
+    if (tag.starts_with("tma.load.")) { // operands dst, tensor map, coordinates, mbarrier
+      const unsigned rank = unsigned(std::stoi(tag.substr(9)));
+      std::vector<llvm::Value*> coords;
+      for (unsigned i = 0; i < rank; ++i) coords.push_back(call.getArgOperand(2 + i));
+      emu_tma_load(b, emu_, flat(b, call.getArgOperand(0)), call.getArgOperand(1), coords,
+                   flat(b, call.getArgOperand(2 + rank)), emu_.site(b, site_of(call, "nvptx cp.async.bulk.tensor")));
       call.eraseFromParent();
       return;
     }

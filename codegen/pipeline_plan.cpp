@@ -172,6 +172,7 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       // already at the register file's limit.
       const bool late = pl.stages == 2 && x.dot != first_dot && x.dot->operands[0]->type.shape[0] <= Pipeline::kMaxLateRows;
       pl.late.push_back(late);
+      if (!x.tma()) pl.cp_async = true;
       int64_t& at = late ? pl.late_bytes : pl.stage_bytes;
       if (x.staging.swizzle) at = align_up(at, MmaStaging::kSwizzleAlign);
       pl.offsets.push_back(at);
@@ -202,6 +203,23 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
     }
     pipeline_index_[loop] = int(pipelines_.size());
     pipelines_.push_back(std::move(pl));
+  }
+
+  // The TMA copies' mbarriers, after every buffer: one per stage of a pipeline with TMA
+  // operands, one per TMA operand its dot copies itself.
+  mbar_base_ = align_up(buffer_bytes_, 8);
+  for (Pipeline& pl : pipelines_) {
+    bool tma = false;
+    for (int i : pl.operands) tma = tma || async_[size_t(i)].tma();
+    if (!tma) continue;
+    pl.mbarriers = mbar_base_ + 8 * mbar_count_;
+    mbar_count_ += pl.stages;
+  }
+  for (AsyncOperand& x : async_)
+    if (x.tma() && x.pipeline < 0) x.mbarrier = mbar_base_ + 8 * mbar_count_++;
+  if (mbar_count_) {
+    buffer_bytes_ = mbar_base_ + 8 * mbar_count_;
+    if (layouts_.has_wgmma()) buffer_bytes_ = align_up(buffer_bytes_, MmaStaging::kSwizzleAlign);
   }
 
   // Why the loops that ask for stages, and the operands of their dots, are not pipelined.
@@ -242,6 +260,7 @@ bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value
     view = load;
     load = load->operands[0]->def;
   }
+  if (load && load->kind == OpKind::DescLoad) return plan_tma(dot, idx, view, *load, uses, fail);
   if (!load || load->kind != OpKind::Load) {
     const Value* v = view ? view->operands[0] : x;
     return fails(v, v->def ? fmt::format("is a {}, not a load", ir::op_name(v->def->kind)) : "is not a load");
@@ -285,6 +304,41 @@ bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value
   async_.push_back({&dot, idx, load, view,
                     layouts_.is_wgmma(&dot) ? wgmma_staging(dot, idx, kmajor) : mma_staging(dot, idx, kmajor), -1, -1});
   deferred_.insert(load);
+  if (view) deferred_.insert(view);
+  return true;
+}
+
+// A descriptor load left unexpanded (prepare_descriptors kept it: it fits TMA and its dot runs
+// on wgmma, reading it along its innermost dim) is copied by TMA, into the staging the dot
+// reads, with nothing that writes memory between the two.
+bool PipelinePlan::plan_tma(const Op& dot, int idx, const Op* view, const Op& load, const std::map<const Value*, int>& uses,
+                            Failure& fail) {
+  const Value* x = dot.operands[size_t(idx)];
+  auto uses_of = [&](const Value* v) { return uses.count(v) ? uses.at(v) : 0; };
+  internal_assert(layouts_.is_wgmma(&dot) && uses_of(x) == 1 && (!view || uses_of(load.results[0]) == 1) &&
+                      load.parent == dot.parent && (!view || view->parent == dot.parent),
+                  "a TMA load feeds a warpgroup MMA's operand alone, in its block (prepare_descriptors)");
+  bool between = false;
+  for (const auto& o : dot.parent->ops) {
+    if (o.get() == &load) between = true;
+    else if (o.get() == &dot) break;
+    else if (between && (o->kind == OpKind::Store || o->kind == OpKind::DescStore || ir::is_atomic(o->kind) ||
+                         o->kind == OpKind::For || o->kind == OpKind::If))
+      internal_fail(fmt::format("a TMA load is followed by a {} that may write memory before its dot",
+                                ir::op_name(o->kind)));
+  }
+  (void)fail;
+  const bool kmajor = idx == 0 ? view == nullptr : view != nullptr;
+  internal_assert(kmajor == layouts_.wgmma_kmajor(&dot, idx), "a TMA operand is staged as its wgmma reads it");
+  TensorMapPlan t = tensor_map_plan(load, dot, idx, kmajor);
+  auto same = std::find(tensor_maps_.begin(), tensor_maps_.end(), t);
+  const int map = int(same - tensor_maps_.begin());
+  if (same == tensor_maps_.end()) tensor_maps_.push_back(t);
+  async_index_[{&dot, idx}] = int(async_.size());
+  AsyncOperand a{&dot, idx, &load, view, wgmma_staging(dot, idx, kmajor), -1, -1};
+  a.tensor_map = map;
+  async_.push_back(a);
+  deferred_.insert(&load);
   if (view) deferred_.insert(view);
   return true;
 }

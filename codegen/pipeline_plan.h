@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codegen/layout_plan.h"
+#include "codegen/tma.h"
 #include "ir/ir.h"
 #include "ir/param_access.h"
 
@@ -69,6 +70,12 @@ public:
     MmaStaging staging;
     int pipeline = -1; // its loop's entry in pipelines(); -1: the dot copies it, one group of its own
     int slot = -1;     // in the pipeline: its place in each buffer (Pipeline::offsets)
+    // A descriptor load (desc_load) the copy engine moves instead (TMA, sm_90): its tensor map in
+    // tensor_maps(), one copy per staging panel, completing on an mbarrier: the pipeline's
+    // for its stage, or (not pipelined) `mbarrier`, a byte offset of shared memory.
+    int tensor_map = -1;
+    int64_t mbarrier = -1;
+    bool tma() const { return tensor_map >= 0; }
   };
   // A for loop whose asynchronous operands are copied stages - 1 iterations ahead, each
   // iteration's copies one cp.async group into one of `stages` rotating buffers: buffer s at
@@ -79,6 +86,10 @@ public:
     std::vector<int> operands;     // entries of async_operands(), by slot
     std::vector<int64_t> offsets;  // per slot: where the operand starts within a buffer
     int64_t base = 0, stage_bytes = 0;
+    // With TMA operands: one mbarrier per stage, 8 bytes each from this byte offset (-1: none);
+    // whether any operand is copied by cp.async (otherwise no cp.async group is committed).
+    int64_t mbarriers = -1;
+    bool cp_async = false;
     // Two stages only: per slot, whether it is late, read by a dot after the body's first
     // pipelined one (attention's V after K) whose A has at most kMaxLateRows rows. A late slot has one buffer of its own, at
     // base + stages * stage_bytes + its offset, which the previous trip fills after its last
@@ -117,8 +128,14 @@ public:
   // Not emitted where it stands: an asynchronous operand's load or transpose, or an op of a
   // pipeline's slice that only the copies issued ahead need.
   bool deferred(const ir::Op* op) const { return deferred_.count(op) != 0; }
-  // Shared memory every pipeline's buffers take, from offset 0; scratch starts above.
+  // Shared memory every pipeline's buffers take, from offset 0, with the mbarriers of the TMA
+  // copies after them; scratch starts above.
   int64_t buffer_bytes() const { return buffer_bytes_; }
+  // The tensor maps of the TMA copies, in the order the kernel takes them after its parameters.
+  const std::vector<TensorMapPlan>& tensor_maps() const { return tensor_maps_; }
+  // The mbarriers of the TMA copies: `count` of 8 bytes from byte offset `base` (count 0: none).
+  int64_t mbarrier_base() const { return mbar_base_; }
+  int64_t mbarrier_count() const { return mbar_count_; }
 
 private:
   struct Failure {
@@ -127,6 +144,8 @@ private:
   };
   bool plan_async(const ir::Op& dot, int idx, const std::map<const ir::Value*, int>& uses, Failure& fail);
   bool plan_ahead(const AsyncOperand& x, std::set<const ir::Op*>& slice, Failure& fail) const;
+  bool plan_tma(const ir::Op& dot, int idx, const ir::Op* view, const ir::Op& load,
+                const std::map<const ir::Value*, int>& uses, Failure& fail);
 
   const ir::Function& fn_;
   const LayoutPlan& layouts_;
@@ -139,6 +158,8 @@ private:
   std::map<const ir::Op*, int> pipeline_index_;             // lookups only
   std::set<const ir::Op*> deferred_;                          // lookups only
   int64_t buffer_bytes_ = 0;
+  std::vector<TensorMapPlan> tensor_maps_;
+  int64_t mbar_base_ = 0, mbar_count_ = 0;
 };
 
 } // namespace tilec::codegen

@@ -91,7 +91,7 @@ std::vector<PtxLoop> ptx_loops(const std::string& ptx) {
 
 const PtxLoop* main_loop(const std::vector<PtxLoop>& loops) {
   for (const PtxLoop& l : loops) {
-    auto global = [](const PtxLoop& x) { return x.count("ld.global") + x.count("cp.async.cg") + x.count("cp.async.ca"); };
+    auto global = [](const PtxLoop& x) { return x.count("ld.global") + x.count("cp.async.cg") + x.count("cp.async.ca") + x.count("cp.async.bulk"); };
     if (global(l) == 0) continue;
     bool nested = false;
     for (const PtxLoop& o : loops)

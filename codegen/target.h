@@ -26,8 +26,10 @@ public:
 
   // The kernel function for `params` (tile IR parameter types, lowered);
   // kernel_params() then gives their values, read in the entry block.
+  // `tensor_maps` more parameters follow `params`: the tensor maps of the kernel's TMA copies
+  // (128 bytes each, by value on the GPU; kernel_params gives a pointer to each).
   virtual llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
-                                        const std::vector<llvm::Type*>& params, int threads) = 0;
+                                        const std::vector<llvm::Type*>& params, int threads, int tensor_maps) = 0;
   virtual std::vector<llvm::Value*> kernel_params(Builder& b) = 0;
 
   virtual llvm::Value* thread_id(Builder& b) = 0; // i32, 0 .. threads-1
@@ -94,6 +96,30 @@ public:
   // fence.proxy.async.shared::cta: the calling thread's shared-memory writes so far are seen by
   // the async proxy (wgmma's operand reads).
   virtual void fence_proxy_async(Builder& b) {}
+  // Hopper's tensor memory accelerator (TMA, sm_90) and the mbarriers its copies complete on.
+  // `bar` points at an 8-byte mbarrier in shared memory.
+  // mbarrier.init.shared::cta.b64 [bar], count (one thread; then mbarrier_init_fence and a barrier).
+  virtual void mbarrier_init(Builder& b, llvm::Value* bar, int count) { internal_fail("this target has no mbarrier"); }
+  // fence.mbarrier_init.release.cluster: the inits are seen by the copy engine.
+  virtual void mbarrier_init_fence(Builder& b) {}
+  // mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes: one arrival, and `bytes` more
+  // the phase waits for (the copies issued next complete them).
+  virtual void mbarrier_arrive_expect_tx(Builder& b, llvm::Value* bar, int64_t bytes, const std::string& site) {
+    internal_fail("this target has no mbarrier");
+  }
+  // Waits until the phase of `bar` whose parity is `parity` (an i32, 0 or 1) has completed: a
+  // loop of mbarrier.try_wait.parity. After it, the phase's copies are in shared memory.
+  virtual void mbarrier_wait(Builder& b, llvm::Value* bar, llvm::Value* parity, const std::string& site) {
+    internal_fail("this target has no mbarrier");
+  }
+  // cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst],
+  // [tensor_map, {coords}], [bar]: the copy engine moves the box at `coords` (i32, innermost
+  // first) of the tensor `tensor_map` describes into shared memory at `dst` (swizzled as the
+  // map says; zeros outside the tensor) and completes its bytes on `bar`.
+  virtual void tma_load(Builder& b, llvm::Value* dst, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
+                        llvm::Value* bar, const std::string& site) {
+    internal_fail("this target has no TMA");
+  }
   // The 32-bit shared-memory address of `ptr` (into the region shared_base gives), as a
   // matrix descriptor encodes it: the shared window's address on the GPU, the offset from the
   // region's start in the emulator.
@@ -208,6 +234,11 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
 std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
                                     llvm::Value* desc_b, llvm::Value* scale_d, unsigned trans,
                                     const std::vector<llvm::Value*>& acc, llvm::Value* site);
+
+// The emulator's TMA copy call (tilec_emu_tma_load): `coords` innermost first, up to 5.
+// Shared by the emu hooks and the nvptx rewrite.
+void emu_tma_load(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* dst, llvm::Value* tensor_map,
+                  const std::vector<llvm::Value*>& coords, llvm::Value* bar, llvm::Value* site);
 
 // Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
 // emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes

@@ -76,12 +76,22 @@ std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigne
   return d;
 }
 
+void emu_tma_load(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* dst, llvm::Value* tensor_map,
+                  const std::vector<llvm::Value*>& coords, llvm::Value* bar, llvm::Value* site) {
+  internal_assert(!coords.empty() && coords.size() <= 5, "a TMA copy has 1 to 5 coordinates");
+  std::vector<llvm::Value*> args{dst, tensor_map, b.getInt32(uint32_t(coords.size()))};
+  for (size_t i = 0; i < 5; ++i) args.push_back(i < coords.size() ? coords[i] : b.getInt32(0));
+  args.push_back(bar);
+  args.push_back(site);
+  emu.call(b, "tilec_emu_tma_load", b.getVoidTy(), args);
+}
+
 namespace {
 
 class EmuHooks final : public TargetHooks {
 public:
   llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
-                                const std::vector<llvm::Type*>& params, int) override {
+                                const std::vector<llvm::Type*>& params, int, int tensor_maps) override {
     llvm::LLVMContext& c = m.getContext();
     auto* ptr = llvm::PointerType::get(c, 0);
     auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr}, false);
@@ -90,6 +100,7 @@ public:
     emu_.bind(fn_);
     fn_->getArg(1)->setName("args");
     params_ = params;
+    tensor_maps_ = tensor_maps;
     return fn_;
   }
 
@@ -100,6 +111,8 @@ public:
       llvm::Value* p = b.CreateLoad(b.getPtrTy(), slot);
       r.push_back(b.CreateLoad(params_[i], p));
     }
+    for (int i = 0; i < tensor_maps_; ++i) // args[i] points at the map itself
+      r.push_back(b.CreateLoad(b.getPtrTy(), b.CreateConstGEP1_64(b.getPtrTy(), fn_->getArg(1), params_.size() + size_t(i))));
     return r;
   }
 
@@ -171,6 +184,19 @@ public:
     emu_.call(b, "tilec_emu_wgmma_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))}, true);
   }
   void fence_proxy_async(Builder& b) override { emu_.call(b, "tilec_emu_fence_proxy_async", b.getVoidTy(), {}); }
+  void mbarrier_init(Builder& b, llvm::Value* bar, int count) override {
+    emu_.call(b, "tilec_emu_mbarrier_init", b.getVoidTy(), {bar, b.getInt32(uint32_t(count))});
+  }
+  void mbarrier_arrive_expect_tx(Builder& b, llvm::Value* bar, int64_t bytes, const std::string& site) override {
+    emu_.call(b, "tilec_emu_mbarrier_arrive_expect_tx", b.getVoidTy(), {bar, b.getInt32(uint32_t(bytes)), emu_.site(b, site)});
+  }
+  void mbarrier_wait(Builder& b, llvm::Value* bar, llvm::Value* parity, const std::string& site) override {
+    emu_.call(b, "tilec_emu_mbarrier_wait", b.getVoidTy(), {bar, parity, emu_.site(b, site)});
+  }
+  void tma_load(Builder& b, llvm::Value* dst, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
+                llvm::Value* bar, const std::string& site) override {
+    emu_tma_load(b, emu_, dst, tensor_map, coords, bar, emu_.site(b, site));
+  }
   llvm::Value* shared_address(Builder& b, llvm::Value* ptr) override {
     llvm::Value* off = b.CreateSub(b.CreatePtrToInt(ptr, b.getInt64Ty()), b.CreatePtrToInt(shared_base(b), b.getInt64Ty()));
     return b.CreateTrunc(off, b.getInt32Ty());
@@ -245,6 +271,7 @@ public:
 private:
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Type*> params_;
+  int tensor_maps_ = 0;
   std::uint32_t next_barrier_ = 0; // the number of the next barrier of this kernel
   EmuCalls emu_;
 };

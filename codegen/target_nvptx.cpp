@@ -23,13 +23,21 @@ public:
   explicit NvptxHooks(int sm) : fp8_cvt_(sm >= 89), arch_("sm_" + std::to_string(sm)) {}
 
   llvm::Function* create_kernel(llvm::Module& m, const std::string& name,
-                                const std::vector<llvm::Type*>& params, int threads) override {
-    auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(m.getContext()), params, false);
+                                const std::vector<llvm::Type*>& params, int threads, int tensor_maps) override {
+    std::vector<llvm::Type*> all = params;
+    all.insert(all.end(), size_t(tensor_maps), llvm::PointerType::get(m.getContext(), 0));
+    auto* fty = llvm::FunctionType::get(llvm::Type::getVoidTy(m.getContext()), all, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m);
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
-    for (auto& a : fn_->args())
-      if (a.getType()->isPointerTy()) // pointer arguments are 16-byte aligned (SEMANTICS.md)
+    for (auto& a : fn_->args()) {
+      if (a.getArgNo() >= params.size()) { // a CUtensorMap by value: 128 bytes, 64-byte aligned
+        a.addAttr(llvm::Attribute::getWithByValType(m.getContext(), llvm::ArrayType::get(llvm::Type::getInt8Ty(m.getContext()), 128)));
+        a.addAttr(llvm::Attribute::getWithAlignment(m.getContext(), llvm::Align(64)));
+        grid_constants_.push_back(int(a.getArgNo()) + 1);
+      } else if (a.getType()->isPointerTy()) { // pointer arguments are 16-byte aligned (SEMANTICS.md)
         a.addAttr(llvm::Attribute::getWithAlignment(m.getContext(), llvm::Align(16)));
+      }
+    }
     return fn_;
   }
 
@@ -162,6 +170,58 @@ public:
     for (int i = 0; i < regs; ++i) d.push_back(b.CreateExtractValue(c, unsigned(i)));
     uses_wgmma_ = true;
     return d;
+  }
+  // mbarriers and TMA: inline PTX, tagged for the emulator's rewrite (mbarrier.N / tma.load.R).
+  void mbarrier_init(Builder& b, llvm::Value* bar, int count) override {
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {bar->getType(), b.getInt32Ty()}, false);
+    llvm::CallInst* c = b.CreateCall(
+        fty, llvm::InlineAsm::get(fty, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", true),
+        {bar, b.getInt32(uint32_t(count))});
+    tag_asm(*c, "mbarrier.init");
+  }
+  void mbarrier_init_fence(Builder& b) override {
+    asm_statement(b, "fence.mbarrier_init.release.cluster;", "fence.mbarrier_init");
+  }
+  void mbarrier_arrive_expect_tx(Builder& b, llvm::Value* bar, int64_t bytes, const std::string& site) override {
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {bar->getType(), b.getInt32Ty()}, false);
+    llvm::CallInst* c = b.CreateCall(
+        fty,
+        llvm::InlineAsm::get(fty, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", true),
+        {bar, b.getInt32(uint32_t(bytes))});
+    tag(*c, site, 0);
+    tag_asm(*c, "mbarrier.expect_tx");
+  }
+  void mbarrier_wait(Builder& b, llvm::Value* bar, llvm::Value* parity, const std::string& site) override {
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {bar->getType(), b.getInt32Ty()}, false);
+    const char* text = "{\n\t.reg .pred p;\n"
+                       "tilec_mbar_wait_${:uid}:\n\t"
+                       "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t"
+                       "@!p bra tilec_mbar_wait_${:uid};\n}";
+    llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, "r,r,~{memory}", true), {bar, parity});
+    tag(*c, site, 0);
+    tag_asm(*c, "mbarrier.wait");
+  }
+  void tma_load(Builder& b, llvm::Value* dst, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
+                llvm::Value* bar, const std::string& site) override {
+    std::vector<llvm::Type*> types{dst->getType(), tensor_map->getType()};
+    std::vector<llvm::Value*> args{dst, tensor_map};
+    std::string list, cons = "r,l";
+    for (size_t i = 0; i < coords.size(); ++i) {
+      list += fmt::format("{}${}", i ? ", " : "", i + 2);
+      types.push_back(b.getInt32Ty());
+      args.push_back(coords[i]);
+      cons += ",r";
+    }
+    types.push_back(bar->getType());
+    args.push_back(bar);
+    cons += ",r,~{memory}";
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), types, false);
+    std::string text = fmt::format(
+        "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [$0], [$1, {{{}}}], [${}];",
+        coords.size(), list, coords.size() + 2);
+    llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
+    tag(*c, site, 0);
+    tag_asm(*c, fmt::format("tma.load.{}", coords.size()));
   }
   void wgmma_fence(Builder& b) override { asm_statement(b, "wgmma.fence.sync.aligned;", "wgmma.fence"); }
   void wgmma_commit(Builder& b) override { asm_statement(b, "wgmma.commit_group.sync.aligned;", "wgmma.commit"); }
@@ -400,6 +460,13 @@ public:
     // swizzled operands at multiples of 1024 from the region's start.
     if (auto* g = m.getNamedGlobal("tilec_smem"); g && uses_wgmma_) g->setAlignment(llvm::Align(1024));
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "kernel"), i32(1)}));
+    // Tensor maps are __grid_constant__: the copies read them where the launch put them (their
+    // address taken with cvta.param), never from a local copy.
+    if (!grid_constants_.empty()) {
+      std::vector<llvm::Metadata*> args;
+      for (int a : grid_constants_) args.push_back(i32(a));
+      md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "grid_constant"), llvm::MDNode::get(c, args)}));
+    }
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxntidx"), i32(threads)}));
     // An explicit register ceiling: every register one block can have (64 K per SM, at most
     // 255 per thread). With .maxntid alone ptxas aims for several blocks per SM and spills
@@ -454,6 +521,7 @@ private:
 
   llvm::Function* fn_ = nullptr;
   bool uses_wgmma_ = false;
+  std::vector<int> grid_constants_; // the tensor maps' parameters, numbered from 1
   bool fp8_cvt_;     // sm_89+: cvt converts fp8
   std::string arch_; // "sm_80", ...: its shared memory per SM bounds the blocks a kernel asks for
 };

@@ -164,6 +164,27 @@ Tile load(const Tile& ptr, Operand mask, Loc loc = Loc::current());
 Tile load(const Tile& ptr, Operand mask, Operand other, Loc loc = Loc::current());
 void store(const Tile& ptr, Operand value, Loc loc = Loc::current());
 void store(const Tile& ptr, Operand value, Operand mask, Loc loc = Loc::current());
+// Tensor descriptors: a dense view of a global tensor that loads and stores whole blocks, as
+// Triton's tensor descriptors. `base` is the tensor's first element (a scalar pointer),
+// `shape` its sizes and `strides` its strides in elements, outermost dim first, the last
+// stride 1 (the innermost dim is contiguous); `block` is the tile each load or store moves
+// (powers of two). load(desc, offsets) reads the block whose first element is at `offsets`
+// (one integer per dim), 0 where an element lies outside `shape` (negative offsets too);
+// store writes the elements inside `shape` only.
+// On sm_90 a load that feeds a warpgroup MMA operand becomes a TMA copy (cp.async.bulk.tensor
+// completing on an mbarrier, the copy engine moving the whole block) when `base` is a kernel
+// parameter, each size and stride a kernel parameter or a number, the outer strides' bytes
+// multiples of 16 (a number, or a parameter promised by multiple_of) and the block fits a box;
+// everywhere else, and on every other arch, it is the masked load it describes.
+struct TensorDesc {
+  Tile base;
+  std::vector<Tile> shape, strides;
+  Shape block;
+};
+TensorDesc make_tensor_desc(const Tile& base, std::vector<Operand> shape, std::vector<Operand> strides, Shape block,
+                            Loc loc = Loc::current());
+Tile load(const TensorDesc& desc, std::vector<Operand> offsets, Loc loc = Loc::current());
+void store(const TensorDesc& desc, std::vector<Operand> offsets, Operand value, Loc loc = Loc::current());
 // Atomics (relaxed, device scope; ir/SEMANTICS.md): each lane reads, combines and writes
 // its element in one step and returns the old value (0 where the mask is false). add, max,
 // min and xchg take f32 or i32 pointers, and, or and xor i32; float max/min ignore NaN.

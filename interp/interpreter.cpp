@@ -231,6 +231,7 @@ private:
   void exec_compare(const Op& op);
   void exec_cast(const Op& op);
   void exec_memory(const Op& op);
+  void exec_desc(const Op& op);
   void exec_dot(const Op& op);
   void exec_reduce(const Op& op);
   void exec_scan(const Op& op);
@@ -378,6 +379,9 @@ void Machine::exec(const Op& op) {
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
   case OpKind::AtomicCas:
     return exec_memory(op);
+  case OpKind::DescLoad:
+  case OpKind::DescStore:
+    return exec_desc(op);
   case OpKind::Cast:
     return exec_cast(op);
   case OpKind::Bitcast: {
@@ -615,6 +619,48 @@ void Machine::each_lane(const Op& op, Access access, Masked masked) {
       fail(op, fmt::format("{} out of bounds: buffer '{}' has {} elements, offset {}",
                            ir::op_name(op.kind), bufs_[b]->name, counts_[b], offset));
     access(k, bufs_[b]->bytes.data() + offset * elem_bytes);
+  }
+}
+
+// A tensor descriptor's block (ir/SEMANTICS.md): element (i0, i1, ...) is base[sum (offset_d +
+// i_d) * stride_d] where every offset_d + i_d lies in [0, size_d); a load reads 0 elsewhere, a
+// store writes nothing there.
+void Machine::exec_desc(const Op& op) {
+  const bool store = op.kind == OpKind::DescStore;
+  const size_t rank = (op.operands.size() - (store ? 2 : 1)) / 3;
+  const Tile& base = in(op.operands[0]);
+  auto scalar = [&](size_t i) { return in(op.operands[i]).i[0]; };
+  std::vector<int64_t> size(rank), stride(rank), offset(rank);
+  for (size_t d = 0; d < rank; ++d) size[d] = scalar(1 + d), stride[d] = scalar(1 + rank + d), offset[d] = scalar(1 + 2 * rank + d);
+  const ir::Shape& block = store ? op.operands.back()->type.shape : op.result()->type.shape;
+  const DType t = op.operands[0]->type.dtype();
+  const bool fl = ir::is_float(t);
+  const int64_t elem_bytes = ir::dtype_bytes(t), n = ir::num_elements(block);
+  const int32_t b = base.buf[0];
+  const Tile* v = store ? &in(op.operands.back()) : nullptr;
+  Tile* r = store ? nullptr : &out(op.result());
+  if (r) (fl ? r->f.resize(size_t(n)) : r->i.resize(size_t(n)));
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rem = k, at = base.i[0];
+    bool inside = true;
+    for (size_t d = rank; d-- > 0;) {
+      idx[d] = rem % block[d];
+      rem /= block[d];
+      const int64_t c = offset[d] + idx[d];
+      inside = inside && c >= 0 && c < size[d];
+      at += c * stride[d];
+    }
+    if (!inside) {
+      if (r) (fl ? r->f[size_t(k)] = 0.0f : r->i[size_t(k)] = 0);
+      continue;
+    }
+    if (at < 0 || at >= counts_[b])
+      fail(op, fmt::format("{} out of bounds: buffer '{}' has {} elements, offset {} (a size or stride does not "
+                           "describe the buffer)", ir::op_name(op.kind), bufs_[b]->name, counts_[b], at));
+    std::byte* e = bufs_[b]->bytes.data() + at * elem_bytes;
+    if (store) (fl ? write_float(e, t, v->f[size_t(k)]) : write_int(e, t, v->i[size_t(k)]));
+    else (fl ? void(r->f[size_t(k)] = read_float(e, t)) : void(r->i[size_t(k)] = read_int(e, t)));
   }
 }
 

@@ -18,6 +18,8 @@ bool can_merge(const Op& op) {
   switch (op.kind) {
   case OpKind::Load:
   case OpKind::Store:
+  case OpKind::DescLoad:
+  case OpKind::DescStore:
   case OpKind::For:
   case OpKind::If:
   case OpKind::Yield:

@@ -95,7 +95,7 @@ AtomicOp atomic_op(const Op& op) {
 bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
 
 bool has_side_effects(OpKind k) {
-  return k == OpKind::Store || is_atomic(k) || k == OpKind::Assert || k == OpKind::Print || is_terminator(k);
+  return k == OpKind::Store || k == OpKind::DescStore || is_atomic(k) || k == OpKind::Assert || k == OpKind::Print || is_terminator(k);
 }
 
 std::string_view reduce_kind_name(ReduceKind k) {

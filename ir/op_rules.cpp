@@ -238,6 +238,33 @@ std::string check(const Op& op) {
       if (o->type != want) return fmt::format("other {} should be {}", describe(o), want.str());
     return "";
   }
+  case OpKind::DescLoad:
+  case OpKind::DescStore: {
+    // base, then per dim (outermost first) its size, its stride in elements and the block's
+    // offset: scalar integers; the block is the result's (or the stored value's) shape.
+    const bool store = op.kind == OpKind::DescStore;
+    const size_t fixed = store ? 2 : 1;
+    if (op.operands.size() < fixed + 3 || (op.operands.size() - fixed) % 3 != 0)
+      return fmt::format("expects a base{}, then a size, a stride and an offset per dim; got {} operands",
+                         store ? " and a value" : "", op.operands.size());
+    if (op.results.size() != (store ? 0u : 1u)) return fmt::format("expects {} results", store ? 0 : 1);
+    for (Value* v : op.operands)
+      if (!v) return "has a null operand";
+    const size_t rank = (op.operands.size() - fixed) / 3;
+    const Type& base = in[0]->type;
+    if (!base.is_ptr() || base.rank() != 0) return fmt::format("base {} is not a scalar pointer", describe(in[0]));
+    for (size_t i = 1; i < 1 + 3 * rank; ++i) {
+      const Type& t = in[i]->type;
+      if (t.is_ptr() || t.rank() != 0 || !is_int(t.dtype()) || t.dtype() == DType::i1)
+        return fmt::format("{} {} is not an integer scalar", i <= rank ? "size" : i <= 2 * rank ? "stride" : "offset",
+                           describe(in[i]));
+    }
+    const Type& block = store ? in.back()->type : res();
+    if (int(rank) != block.rank() || block.is_ptr() || block.dtype() != base.dtype())
+      return fmt::format("{} {} should be a rank-{} tile of {}", store ? "value" : "result",
+                         describe(store ? in.back() : out[0]), rank, base.elem.str());
+    return check_shape_dims(block, store ? in.back() : out[0]);
+  }
   case OpKind::Store:
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
   case OpKind::AtomicCas: {

@@ -27,7 +27,7 @@ std::vector<ParamAccess> param_access(const Function& fn) {
   bool unknown = false;
   std::function<void(const Block&)> visit = [&](const Block& b) {
     for (const auto& op : b.ops) {
-      if (op->kind == OpKind::Store || is_atomic(op->kind)) {
+      if (op->kind == OpKind::Store || op->kind == OpKind::DescStore || is_atomic(op->kind)) {
         const Value* p = root_param(fn, op->operands[0]);
         if (!p) unknown = true;
         else r[size_t(std::find(fn.params.begin(), fn.params.end(), p) - fn.params.begin())] = ParamAccess::write;

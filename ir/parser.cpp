@@ -536,7 +536,7 @@ private:
     if (kind == OpKind::If) return parse_if(at, results, depth);
 
     bool has_result =
-        kind != OpKind::Store && kind != OpKind::Yield && kind != OpKind::Return && kind != OpKind::Assert &&
+        kind != OpKind::Store && kind != OpKind::DescStore && kind != OpKind::Yield && kind != OpKind::Return && kind != OpKind::Assert &&
         kind != OpKind::Print;
     check_result_count(at, results, has_result ? 1 : 0);
     Attrs attrs;

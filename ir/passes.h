@@ -1,6 +1,7 @@
 #pragma once
 // Tile IR cleanup passes. Each rewrites a function in place, keeps it valid for
 // the verifier and returns whether it changed anything.
+#include <functional>
 #include <set>
 #include <string>
 
@@ -32,6 +33,11 @@ bool dce(Function& f);
 // value are the i32 value's, so nothing changes where offsets fit in i32. Returns the
 // number of addptr ops widened (then runs the default passes). ir/SEMANTICS.md.
 int widen_offsets(Function& f, const std::set<std::string>& large_params);
+
+// Rewrites every desc_load and desc_store into the masked load or store it describes (ops
+// computing the block's addresses and its in-bounds mask), except those `keep` holds on to.
+// Returns how many it rewrote.
+int expand_descriptors(Function& f, const std::function<bool(const Op&)>& keep = {});
 
 // fold_constants, cse and dce, repeated until none changes anything.
 void run_default_passes(Function& f);

@@ -1,6 +1,7 @@
 #include "runtime/cuda.h"
 
 #include "abi/error.h"
+#include "runtime/tensor_map.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -382,11 +383,12 @@ void Function::set_max_dynamic_shared_bytes(int bytes) const {
 }
 
 void Function::launch(Dim3 grid, Dim3 block, unsigned shared_bytes, std::span<const Arg> args,
-                      const Stream* stream) const {
+                      const Stream* stream, std::span<const void* const> extra) const {
   std::vector<void*> params;
-  params.reserve(args.size());
+  params.reserve(args.size() + extra.size());
   for (const Arg& a : args)
     params.push_back(const_cast<void*>(a.value()));
+  for (const void* e : extra) params.push_back(const_cast<void*>(e));
   ScopedContext guard(*ctx_);
   check(driver().cuLaunchKernel(fn_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                 shared_bytes, stream ? stream->handle() : nullptr, params.data(),
@@ -405,9 +407,46 @@ Kernel::Kernel(const Context& ctx, Manifest manifest)
 
 void Kernel::launch(Dim3 grid, std::span<const Arg> args, const Stream* stream) const {
   check_launch_args(manifest_, args);
+  std::vector<ResolvedTensorMap> maps = resolve_tensor_maps(manifest_, args);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return; // no programs: nothing to run (the driver refuses it)
+  // The TMA copies' tensor maps, encoded by the driver and passed by value after the arguments.
+  std::vector<CUtensorMap> encoded(maps.size());
+  std::vector<const void*> extra;
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    const ResolvedTensorMap& r = maps[i];
+    CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    switch (r.element) {
+    case ScalarType::f16: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case ScalarType::bf16: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case ScalarType::f32: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    case ScalarType::i32: type = CU_TENSOR_MAP_DATA_TYPE_INT32; break;
+    case ScalarType::u32: type = CU_TENSOR_MAP_DATA_TYPE_UINT32; break;
+    case ScalarType::i64: type = CU_TENSOR_MAP_DATA_TYPE_INT64; break;
+    case ScalarType::u64: type = CU_TENSOR_MAP_DATA_TYPE_UINT64; break;
+    case ScalarType::i16:
+    case ScalarType::u16: type = CU_TENSOR_MAP_DATA_TYPE_UINT16; break;
+    default: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break; // 8-bit data, fp8 included: bytes
+    }
+    const CUtensorMapSwizzle swizzle = r.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                       : r.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                       : r.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                         : CU_TENSOR_MAP_SWIZZLE_NONE;
+    cuuint64_t sizes[5], strides[4];
+    cuuint32_t box[5], unit[5] = {1, 1, 1, 1, 1};
+    for (int d = 0; d < r.rank; ++d) {
+      sizes[d] = r.sizes[d];
+      box[d] = r.box[d];
+      if (d > 0) strides[d - 1] = r.strides[d];
+    }
+    check(driver().cuTensorMapEncodeTiled(&encoded[i], type, cuuint32_t(r.rank), reinterpret_cast<void*>(r.base), sizes,
+                                          strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "cuTensorMapEncodeTiled",
+          fmt::format("{}, the tensor map of '{}'", manifest_.kernel, manifest_.tensor_maps[i].base));
+    extra.push_back(&encoded[i]);
+  }
   function_.launch(grid, Dim3{static_cast<unsigned>(manifest_.threads_per_block), 1, 1},
-                   static_cast<unsigned>(manifest_.shared_bytes), args, stream);
+                   static_cast<unsigned>(manifest_.shared_bytes), args, stream, extra);
 }
 
 } // namespace tilec::rt

@@ -142,9 +142,10 @@ public:
   CUfunc_st* handle() const { return fn_; }
   int registers() const;
   void set_max_dynamic_shared_bytes(int bytes) const;
-  // Launches without checking the arguments against anything.
+  // Launches without checking the arguments against anything; `extra` points at the values of
+  // parameters after `args` (tensor maps).
   void launch(Dim3 grid, Dim3 block, unsigned shared_bytes, std::span<const Arg> args,
-              const Stream* stream = nullptr) const;
+              const Stream* stream = nullptr, std::span<const void* const> extra = {}) const;
 
 private:
   const Context* ctx_;

@@ -1,4 +1,5 @@
 #include "runtime/emulator.h"
+#include "runtime/tensor_map.h"
 
 #include "abi/atomic_ops.h"
 #include "abi/device_print.h"
@@ -46,11 +47,15 @@ struct ShadowByte {
   std::uint32_t writer = 0, reader = 0;
   std::uint32_t writer_fences = 0; // the writer's fence.proxy.async count when it wrote
   bool several_readers = false;
+  // Written by a TMA copy: the mbarrier its phase completes on (byte offset + 1; 0: not a TMA
+  // copy's) and that phase, which a reader must have waited for.
+  std::uint32_t mbar = 0;
+  std::uint64_t mbar_phase = 0;
   const char* write_site = "";
   const char* read_site = "";
 };
 
-enum class State : std::uint8_t { runnable, at_barrier, at_shuffle, done, failed };
+enum class State : std::uint8_t { runnable, at_barrier, at_shuffle, at_mbarrier, done, failed };
 
 } // namespace
 } // namespace tilec::rt
@@ -98,6 +103,12 @@ struct tilec_emu_thread {
   bool wgmma_fenced = false;
   std::uint32_t proxy_fences = 0;
   std::uint32_t fences_at_barrier = 0; // proxy_fences when the block's last barrier released it
+  // Per mbarrier (byte offset): the phases this thread has waited for, so its next is that
+  // one; while blocked in tilec_emu_mbarrier_wait (at_mbarrier), the mbarrier and the count
+  // of completed phases it waits for.
+  std::unordered_map<std::size_t, std::uint64_t> mbar_waited;
+  std::size_t mbar_at = 0;
+  std::uint64_t mbar_need = 0;
   // How often this thread has run each global access site (the call's return address) in
   // this block: the n-th run of a site by each lane of a warp is one warp-wide request.
   std::unordered_map<std::uintptr_t, std::uint32_t> site_runs;
@@ -198,6 +209,15 @@ struct tilec_emu_worker {
     std::uint64_t retired_epoch = UINT64_MAX;  // the barrier interval of its first wait
   };
   std::vector<PendingWgmma> wgmmas;
+  // The block's mbarriers, by byte offset: arrivals per phase and still to come, transaction
+  // bytes still to come (negative: copies completed ahead of their arrive.expect_tx), the
+  // phases completed, and where it was initialized.
+  struct Mbarrier {
+    std::uint32_t count = 0, pending = 0;
+    std::int64_t tx = 0;
+    std::uint64_t phase = 0;
+  };
+  std::unordered_map<std::size_t, Mbarrier> mbars;
   // run_wgmma's operands and the offsets it read: the worker's, reused, since a fiber that
   // fails is never unwound (its own vectors would leak).
   std::vector<float> wgmma_a, wgmma_b;
@@ -379,8 +399,9 @@ std::string ranges_str(const std::vector<std::uint32_t>& tids) {
 std::string stuck_message(const Worker& w) {
   std::vector<std::uint32_t> done;
   std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> barriers; // per barrier
-  std::vector<std::uint32_t> shuffles;
+  std::vector<std::uint32_t> shuffles, mbar_waiters;
   for (const tilec_emu_thread& t : w.threads) {
+    if (t.state == State::at_mbarrier) mbar_waiters.push_back(t.tid);
     if (t.state == State::done) done.push_back(t.tid);
     else if (t.state == State::at_shuffle) shuffles.push_back(t.tid);
     else if (t.state == State::at_barrier) {
@@ -405,8 +426,17 @@ std::string stuck_message(const Worker& w) {
             : fmt::format("threads {} wait at a warp-wide operation (of them, at an MMA: {}; at an ldmatrix: {})",
                           ranges_str(shuffles), mmas.empty() ? "none" : ranges_str(mmas),
                           ldms.empty() ? "none" : ranges_str(ldms)));
+  if (!mbar_waiters.empty()) {
+    const tilec_emu_thread& t = w.threads[mbar_waiters[0]];
+    auto it = w.mbars.find(t.mbar_at);
+    add(fmt::format("threads {} wait for an mbarrier phase that never completes (thread {}: phase {} of the mbarrier "
+                    "at byte offset {}, {} arrivals and {} transaction bytes still to come)",
+                    ranges_str(mbar_waiters), t.tid, t.mbar_need - 1, t.mbar_at,
+                    it == w.mbars.end() ? 0 : it->second.pending, it == w.mbars.end() ? 0 : it->second.tx));
+  }
   if (!done.empty()) add(fmt::format("threads {} finished", ranges_str(done)));
-  const char* what = barriers.size() > 1           ? "threads wait at different barriers"
+  const char* what = !mbar_waiters.empty()          ? "an mbarrier phase that never completes"
+                     : barriers.size() > 1           ? "threads wait at different barriers"
                      : !barriers.empty() && !done.empty() ? "a barrier not reached by every thread of the block"
                      : !shuffles.empty()                  ? "a warp shuffle not reached by every lane of its warp"
                                                           : "a barrier not reached by every thread of the block";
@@ -485,6 +515,17 @@ void run_ldmatrix(Worker& w, std::uint32_t base) {
   for (std::uint32_t lane = 0; lane < 32; ++lane) w.threads[base + lane].ldm_count = 0;
 }
 
+// Threads waiting at an mbarrier whose phase has completed run again.
+bool release_mbarriers(Worker& w) {
+  bool released = false;
+  for (tilec_emu_thread& t : w.threads)
+    if (t.state == State::at_mbarrier && w.mbars[t.mbar_at].phase >= t.mbar_need) {
+      t.state = State::runnable;
+      released = true;
+    }
+  return released;
+}
+
 bool release_shuffles(Worker& w) {
   bool released = false;
   std::uint32_t n = std::uint32_t(w.threads.size());
@@ -552,8 +593,10 @@ bool run_block(Worker& w) {
   if (l.shared_bytes) std::memset(w.shared, 0xcd, l.shared_bytes); // stale data, like a GPU's
   w.block_epoch = ++w.epoch;
   w.wgmmas.clear();
+  w.mbars.clear();
   for (tilec_emu_thread& t : w.threads) {
     t.state = State::runnable;
+    t.mbar_waited.clear();
     t.pending_copies.clear();
     t.open_group = 0;
     t.wgmma_n = 0;
@@ -588,10 +631,17 @@ bool run_block(Worker& w) {
       }
     }
     if (done == n) {
+      for (const auto& [off, m] : w.mbars)
+        if (m.pending != m.count || m.tx != 0) {
+          w.error = fmt::format("kernel '{}', block {}: the block ends with phase {} of the mbarrier at byte offset {} "
+                                "begun and not completed ({} of {} arrivals and {} transaction bytes still to come)",
+                                l.manifest->kernel, block_str(w), m.phase, off, m.pending, m.count, m.tx);
+          return false;
+        }
       count_requests(w);
       return true;
     }
-    if (runnable || release_shuffles(w)) continue;
+    if (runnable || release_shuffles(w) || release_mbarriers(w)) continue;
     if (at_barrier == n && one_barrier) {
       for (tilec_emu_thread& t : w.threads) t.state = State::runnable, t.fences_at_barrier = t.proxy_fences;
       ++w.epoch; // accesses on either side of a barrier never race
@@ -753,6 +803,17 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
     sorted.push_back(std::move(l.tracks[perm[k]]));
   }
   l.tracks = std::move(sorted);
+  // The TMA copies' tensor maps, after the arguments: args[i] points at the map itself.
+  std::vector<tilec_emu_tensor_map> maps;
+  for (const ResolvedTensorMap& r : resolve_tensor_maps(manifest_, args)) {
+    tilec_emu_tensor_map t{};
+    t.base = r.base;
+    t.rank = std::uint32_t(r.rank);
+    t.swizzle = std::uint32_t(r.swizzle);
+    for (int d = 0; d < r.rank; ++d) t.sizes[d] = r.sizes[d], t.strides[d] = r.strides[d], t.box[d] = r.box[d];
+    maps.push_back(t);
+  }
+  for (tilec_emu_tensor_map& t : maps) values.push_back(&t);
   l.args = values.data();
 
   std::uint64_t blocks = std::uint64_t(grid.x) * grid.y * grid.z;
@@ -852,7 +913,7 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
           "{}; read at {})", where(t), window, t->tid, i, readers, site, s.read_site);
       abort_thread(t, std::move(message));
     }
-    if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site, s.writer_fences = t->proxy_fences;
+    if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site, s.writer_fences = t->proxy_fences, s.mbar = 0;
   }
   if (write) std::memcpy(w.shared + off, src, bytes);
 }
@@ -899,7 +960,16 @@ void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes
           "written (at {})", tilec::rt::where(t), bytes, off, i, site);
       tilec::rt::abort_thread(t, std::move(message));
     }
-    if (s.write_epoch == w.epoch && s.writer != t->tid) {
+    if (s.mbar) { // a TMA copy's: visible once its phase is waited for
+      auto it = t->mbar_waited.find(s.mbar - 1);
+      if ((it == t->mbar_waited.end() ? 0 : it->second) <= s.mbar_phase) {
+        std::string message = fmt::format(
+            "{}: shared-memory load of byte offset {} (at {}) reads what a TMA copy (at {}) writes in phase {} of the "
+            "mbarrier at byte offset {}, which this thread has not waited for (mbarrier.try_wait.parity missing)",
+            tilec::rt::where(t), i, site, s.write_site, s.mbar_phase, s.mbar - 1);
+        tilec::rt::abort_thread(t, std::move(message));
+      }
+    } else if (s.write_epoch == w.epoch && s.writer != t->tid) {
       std::string message = fmt::format(
           "{}: shared-memory race (read after write, no barrier between): thread {} reads byte offset {} that "
           "thread {} wrote (read at {}; write at {})", tilec::rt::where(t), t->tid, i, s.writer, site, s.write_site);
@@ -1080,7 +1150,7 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
       // (or, for a write since the last barrier, the read itself).
       const tilec_emu_thread& wr = w.threads[sb.writer];
       const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
-      if (sb.write_epoch >= w.block_epoch && fenced == sb.writer_fences)
+      if (sb.write_epoch >= w.block_epoch && !sb.mbar && fenced == sb.writer_fences)
         fail_thread(t, "warpgroup MMA (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
                        "fence.proxy.async since: the async proxy may not see it", first.wgmma_site, i, sb.writer,
                     sb.write_site);
@@ -1176,6 +1246,135 @@ void tilec_emu_wgmma_wait(tilec_emu_thread* t, uint32_t groups) {
 }
 
 void tilec_emu_fence_proxy_async(tilec_emu_thread* t) { ++t->proxy_fences; }
+
+} // extern "C"
+
+namespace {
+
+// The mbarrier at `bar`: its byte offset, checked to be initialized.
+std::size_t mbarrier_at(tilec_emu_thread* t, void* bar, const char* what, const char* site) {
+  const std::size_t off = tilec::rt::check_shared(t, bar, 8, what, site);
+  if (!t->worker->mbars.count(off))
+    tilec::rt::fail_thread(t, "{} (at {}) on the mbarrier at byte offset {}, which no thread has initialized "
+                              "(mbarrier.init)", what, site, off);
+  return off;
+}
+
+// Completes the mbarrier's phase when its arrivals and bytes are all in.
+void mbarrier_progress(tilec_emu_worker::Mbarrier& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.count;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+void tilec_emu_mbarrier_init(tilec_emu_thread* t, void* bar, uint32_t count) {
+  const std::size_t off = tilec::rt::check_shared(t, bar, 8, "mbarrier init", "mbarrier.init");
+  tilec_emu_worker& w = *t->worker;
+  if (count == 0) tilec::rt::fail_thread(t, "mbarrier.init of the mbarrier at byte offset {} with a count of 0", off);
+  if (auto it = w.mbars.find(off); it != w.mbars.end() && (it->second.pending != it->second.count || it->second.tx))
+    tilec::rt::fail_thread(t, "mbarrier.init of the mbarrier at byte offset {} while its phase {} is under way",
+                           off, it->second.phase);
+  w.mbars[off] = {count, count, 0, 0};
+}
+
+void tilec_emu_mbarrier_arrive_expect_tx(tilec_emu_thread* t, void* bar, uint32_t bytes, const char* site) {
+  const std::size_t off = mbarrier_at(t, bar, "mbarrier.arrive.expect_tx", site);
+  tilec_emu_worker::Mbarrier& m = t->worker->mbars[off];
+  if (m.pending == 0) // cannot happen: a phase whose arrivals are in completes at once
+    tilec::rt::fail_thread(t, "mbarrier.arrive.expect_tx (at {}): more arrivals than the count", site);
+  m.tx += bytes;
+  --m.pending;
+  mbarrier_progress(m);
+}
+
+void tilec_emu_mbarrier_wait(tilec_emu_thread* t, void* bar, uint32_t parity, const char* site) {
+  const std::size_t off = mbarrier_at(t, bar, "mbarrier.try_wait.parity", site);
+  tilec_emu_worker& w = *t->worker;
+  std::uint64_t& next = t->mbar_waited[off]; // the phase this thread waits for next
+  if ((next & 1) != (parity & 1))
+    tilec::rt::fail_thread(t, "mbarrier phase error (at {}): the thread waits for parity {} of the mbarrier at byte "
+                              "offset {}, but the next phase it has not waited for is phase {} (parity {})",
+                           site, parity, off, next, next & 1);
+  if (w.mbars[off].phase <= next) {
+    t->mbar_at = off;
+    t->mbar_need = next + 1;
+    t->state = State::at_mbarrier;
+    tilec::rt::yield(t);
+  }
+  if (w.mbars[off].phase > next + 1)
+    tilec::rt::fail_thread(t, "mbarrier phase error (at {}): phase {} of the mbarrier at byte offset {} completed "
+                              "before the thread waited for phase {}; on a GPU its parity wait would see the phase "
+                              "after and never return", site, next + 1, off, next);
+  ++next;
+}
+
+void tilec_emu_tma_load(tilec_emu_thread* t, void* dst, const tilec_emu_tensor_map* map, uint32_t rank, int32_t c0,
+                        int32_t c1, int32_t c2, int32_t c3, int32_t c4, void* bar, const char* site) {
+  using namespace tilec::rt;
+  tilec_emu_worker& w = *t->worker;
+  const std::size_t boff = mbarrier_at(t, bar, "cp.async.bulk.tensor", site);
+  if (rank != map->rank || rank < 1 || rank > 5)
+    fail_thread(t, "TMA copy (at {}) of rank {} with a tensor map of rank {}", site, rank, map->rank);
+  const std::int64_t coords[5] = {c0, c1, c2, c3, c4};
+  const std::uint64_t eb = map->strides[0];
+  const std::uint64_t inner = map->box[0] * eb, s = map->swizzle;
+  if (inner % 16 != 0 || (s && inner != s))
+    fail_thread(t, "TMA copy (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of 16-byte "
+                   "chunks, one swizzle pattern wide when swizzled)", site, inner, s);
+  const std::size_t doff = check_shared(t, dst, 16, "TMA copy", site);
+  if (doff % (s ? 128 : 16) != 0)
+    fail_thread(t, "TMA copy (at {}) to byte offset {}: its destination is {}-byte aligned", site, doff, s ? 128 : 16);
+  std::uint64_t box_bytes = inner;
+  for (std::uint32_t d = 1; d < rank; ++d) box_bytes *= map->box[d];
+  if (doff + box_bytes > w.launch->shared_bytes)
+    fail_thread(t, "TMA copy (at {}) of {} bytes to byte offset {} runs past the kernel's {} bytes of shared memory",
+                site, box_bytes, doff, w.launch->shared_bytes);
+  tilec_emu_worker::Mbarrier& m = w.mbars[boff];
+  const std::uint64_t phase = m.phase;
+  // Row by row (every dim but the innermost), chunk by chunk of 16 bytes.
+  std::uint64_t rows = box_bytes / inner;
+  std::uint8_t chunk[16];
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    std::int64_t coord[5];
+    bool row_inside = true;
+    std::uint64_t rest = r, row_addr = map->base;
+    for (std::uint32_t d = 1; d < rank; ++d) {
+      coord[d] = coords[d] + std::int64_t(rest % map->box[d]);
+      rest /= map->box[d];
+      row_inside = row_inside && coord[d] >= 0 && std::uint64_t(coord[d]) < map->sizes[d];
+      row_addr += std::uint64_t(coord[d]) * map->strides[d];
+    }
+    for (std::uint64_t cb = 0; cb < inner; cb += 16) {
+      std::memset(chunk, 0, 16);
+      for (std::uint64_t e = cb / eb; e < (cb + 16) / eb;) { // the in-bounds elements, in aligned pieces
+        const std::int64_t x = coords[0] + std::int64_t(e);
+        if (!row_inside || x < 0 || std::uint64_t(x) >= map->sizes[0]) {
+          ++e;
+          continue;
+        }
+        const std::uintptr_t a = row_addr + std::uint64_t(x) * eb;
+        std::uint64_t n = eb;
+        while (n < 16 && a % (2 * n) == 0 && (e * eb) % (2 * n) == 0 && e * eb + 2 * n <= cb + 16 &&
+               std::uint64_t(x) * eb + 2 * n <= map->sizes[0] * eb)
+          n *= 2;
+        check_access(t, reinterpret_cast<const void*>(a), std::uint32_t(n), true, false, "TMA copy");
+        std::memcpy(chunk + (e * eb - cb), reinterpret_cast<const void*>(a), n);
+        e += n / eb;
+      }
+      std::size_t off = doff + r * inner + cb;
+      if (s) off ^= ((off >> 7) & (s / 16 - 1)) << 4;
+      check_shared_write(t, off, 16, chunk, site, 0, w.epoch, true);
+      for (std::size_t i = off; i < off + 16; ++i) w.shadow[i].mbar = std::uint32_t(boff + 1), w.shadow[i].mbar_phase = phase;
+    }
+  }
+  m.tx -= std::int64_t(box_bytes);
+  mbarrier_progress(m);
+}
 
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {
   tilec::rt::check_access(t, addr, bytes, true, false, "load",

@@ -29,14 +29,16 @@ ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k, ir::DType d
   Tile m = k.arg<i32>("m"), n = k.arg<i32>("n"), kk = k.arg<i32>("k");
   if (n_multiple > 1) n = multiple_of(n, n_multiple);
   if (k_multiple > 1) kk = multiple_of(kk, k_multiple);
-  auto rm = program_id(0) * block_m + arange(0, block_m);
-  auto rn = program_id(1) * block_n + arange(0, block_n);
+  // A and B as tensor descriptors: on sm_90 their tiles are TMA copies feeding wgmma; elsewhere
+  // the masked loads they describe.
+  TensorDesc da = make_tensor_desc(a, {m, kk}, {kk, 1}, {block_m, block_k});
+  TensorDesc db = make_tensor_desc(b, {kk, n}, {n, 1}, {block_k, block_n});
+  auto m0 = program_id(0) * block_m, n0 = program_id(1) * block_n;
+  auto rm = m0 + arange(0, block_m);
+  auto rn = n0 + arange(0, block_n);
   Var acc = zeros({block_m, block_n});
   for_range(0, kk, block_k, RangeOptions{num_stages}, [&](Scalar k0) {
-    auto rk = k0 + arange(0, block_k);
-    auto at = load(a + rm.col() * kk + rk.row(), (rm.col() < m) & (rk.row() < kk), 0.0f);
-    auto bt = load(b + rk.col() * n + rn.row(), (rk.col() < kk) & (rn.row() < n), 0.0f);
-    acc = dot(at, bt, acc);
+    acc = dot(load(da, {m0, k0}), load(db, {k0, n0}), acc);
   });
   store(c + rm.col() * n + rn.row(), acc, (rm.col() < m) & (rn.row() < n));
   return k.finish();

@@ -28,6 +28,7 @@ struct CompileArgs {
   std::string out_dir;
   bool no_tensor_cores = false;
   bool no_wgmma = false;
+  bool no_tma = false;
   bool stock_o3 = false;
   bool no_device_asserts = false;
   std::vector<std::string> large_buffers;
@@ -73,6 +74,9 @@ Action add_compile(CLI::App& app, Common& common) {
   app.add_flag("--no-wgmma", a->no_wgmma,
                "on sm_90, keep every tensor-core dot on mma.sync (those that fit a warpgroup take wgmma.mma_async "
                "and the module targets sm_90a by default), to compare");
+  app.add_flag("--no-tma", a->no_tma,
+               "on sm_90, copy tensor descriptor loads with cp.async (a wgmma operand's descriptor load is a TMA "
+               "copy, cp.async.bulk.tensor, by default), to compare");
   app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
   app.add_option("--large-buffers", a->large_buffers,
                  "pointer parameters whose buffers may pass 2^31 elements: 64-bit offsets into them (the "
@@ -90,6 +94,7 @@ Action add_compile(CLI::App& app, Common& common) {
     codegen::CompileOptions opts = backends::compile_options(params, a->arch, a->target);
     opts.tensor_cores = !a->no_tensor_cores;
     opts.wgmma = !a->no_wgmma;
+    opts.tma = !a->no_tma;
     opts.stock_o3 = a->stock_o3;
     opts.device_asserts = !a->no_device_asserts;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
@@ -144,6 +149,10 @@ Action add_compile(CLI::App& app, Common& common) {
     if (ck.stats.wgmma_dots)
       say(common, fmt::format("  tensor cores: {} dot{} on warpgroup MMAs (wgmma.mma_async; code for {}a)",
                               ck.stats.wgmma_dots, ck.stats.wgmma_dots == 1 ? "" : "s", opts.arch));
+    if (ck.stats.tma_loads)
+      say(common, fmt::format("  TMA: {} descriptor load{} copied by cp.async.bulk.tensor, {} tensor map{} built at launch",
+                              ck.stats.tma_loads, ck.stats.tma_loads == 1 ? "" : "s", ck.stats.tensor_maps.size(),
+                              ck.stats.tensor_maps.size() == 1 ? "" : "s"));
     if (ck.stats.shared_accesses)
       say(common, fmt::format("  shared memory: {} loads and stores per thread ({} vectors), {} B", ck.stats.shared_accesses,
                               ck.stats.shared_vector_accesses, ck.stats.shared_access_bytes));
@@ -161,7 +170,7 @@ Action add_compile(CLI::App& app, Common& common) {
     if (!ck.ptx.empty()) {
       if (const codegen::PtxLoop* l = main_loop ? &*main_loop : nullptr)
         say(common, fmt::format("  main loop: {} PTX instructions per trip ({} mma, {} cp.async, {} global loads{})",
-                                l->instructions, l->count("mma") + l->count("wgmma.mma_async"), (l->count("cp.async.cg") + l->count("cp.async.ca")), l->count("ld.global"),
+                                l->instructions, l->count("mma") + l->count("wgmma.mma_async"), (l->count("cp.async.cg") + l->count("cp.async.ca") + l->count("cp.async.bulk")), l->count("ld.global"),
                                 l->inner_loops ? fmt::format(", {} inner loops counted once", l->inner_loops) : ""));
     }
     if (common.json) {
@@ -173,6 +182,7 @@ Action add_compile(CLI::App& app, Common& common) {
       j.number("optimize_ms", ck.phases.optimize_ms).number("codegen_ms", ck.phases.codegen_ms);
       j.number("ptxas_ms", ck.phases.ptxas_ms);
       j.number("wgmma_dots", ck.stats.wgmma_dots);
+      j.number("tma_loads", ck.stats.tma_loads);
       auto opt_str = [&](const char* key, std::optional<std::string> v) {
         if (v) j.str(key, *v);
         else j.null(key);

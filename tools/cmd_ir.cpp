@@ -2,6 +2,7 @@
 
 #include "codegen/compile.h"
 #include "codegen/layout_print.h"
+#include "codegen/tma.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "backends/module_builder.h"
@@ -36,6 +37,8 @@ Action add_ir(CLI::App& app, Common& common) {
       text = ir::print(*k);
     } else if (*stage == "layouts") {
       codegen::CompileOptions opts = backends::compile_options(params, *arch, "nvptx");
+      // The kernel as the lowering plans it: descriptor ops expanded but TMA's loads.
+      if (ir::Kernel prepared = codegen::prepare_descriptors(*k, opts)) k = prepared;
       codegen::LayoutsPrint p = codegen::print_layouts(*k, opts.num_warps, codegen::wgmma_enabled(opts));
       text = p.text;
       // The pipeline plan after the layouts, when a loop asks for stages or a dot copies an

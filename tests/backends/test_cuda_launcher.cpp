@@ -243,6 +243,17 @@ TEST_CASE("tilec run --backend cuda against the fake driver", "[cuda]") {
     CHECK(out.status == 0);
     CHECK_THAT(out.text, Catch::Contains("block 64x1x1"));
   }
+  SECTION("matmul's TMA copies get their tensor maps encoded from the arguments at launch") {
+    Output out = with_fake_driver(cache, tilec + " run matmul --backend cuda --set block_m=128 --set block_n=128 "
+                                                 "--set block_k=64 --set num_stages=3 --shape dtype=bf16 --shape m=200 "
+                                                 "--shape n=320 --shape k=160");
+    INFO(out.text);
+    CHECK(out.status == 1); // the fake does not compute it
+    // A [200, 160] and B [160, 320], innermost dim first, 128-byte swizzle (CU_TENSOR_MAP_SWIZZLE_128B = 3).
+    CHECK_THAT(out.text, Catch::Contains("rank 2 dims 160 x 200 box 64 x 128 stride 320 swizzle 3"));
+    CHECK_THAT(out.text, Catch::Contains("rank 2 dims 320 x 160 box 64 x 64 stride 640 swizzle 3"));
+    CHECK_THAT(out.text, Catch::Contains(kAllReleased + "\n"));
+  }
   SECTION("a wrong result is exit 1: the fake does not compute softmax") {
     Output out = with_fake_driver(cache, tilec + " run softmax --backend cuda --json");
     INFO(out.text);

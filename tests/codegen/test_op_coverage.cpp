@@ -233,7 +233,8 @@ TEST_CASE("every op kind is lowered", "[codegen]") {
                           OpKind::Dot, OpKind::For, OpKind::If, OpKind::Yield, // in test_structure.cpp
                           OpKind::Assert, OpKind::Print,                        // in test_math_ops.cpp
                           OpKind::AtomicMax, OpKind::AtomicMin, OpKind::AtomicAnd, OpKind::AtomicOr,
-                          OpKind::AtomicXor, OpKind::AtomicXchg, OpKind::AtomicCas}; // in test_atomics.cpp
+                          OpKind::AtomicXor, OpKind::AtomicXchg, OpKind::AtomicCas, // in test_atomics.cpp
+                          OpKind::DescLoad, OpKind::DescStore};                     // in test_tma.cpp
   for (int k = 0; k < ir::kNumOpKinds; ++k) {
     OpKind kind = static_cast<OpKind>(k);
     INFO("op " << ir::op_name(kind));

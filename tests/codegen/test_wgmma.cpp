@@ -221,7 +221,7 @@ TEST_CASE("wgmma: reading an accumulator before its wait is reported when the nv
   auto build = [](llvm::LLVMContext& c, bool waited) {
     auto m = std::make_unique<llvm::Module>("k", c);
     auto hooks = codegen::make_nvptx_hooks(90);
-    llvm::Function* f = hooks->create_kernel(*m, "k", {llvm::PointerType::get(c, 1)}, 128);
+    llvm::Function* f = hooks->create_kernel(*m, "k", {llvm::PointerType::get(c, 1)}, 128, 0);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", f));
     std::vector<llvm::Value*> params = hooks->kernel_params(b);
     std::vector<llvm::Value*> acc(4, llvm::ConstantFP::get(b.getFloatTy(), 0.0));

@@ -78,6 +78,12 @@ Kernel coverage_kernel() {
                    OpKind::AtomicXchg})
     at().atomic_rmw(k, ip, idx, k == OpKind::AtomicXchg ? nullptr : mask);
   at().atomic_cas(fp, x, x);
+  // A tensor descriptor's block: [4, 16] of a [n, big] tensor at (pid, n), stored back.
+  {
+    Value* one = at().constant(scalar_type(DType::i64), ConstValue::of_int(1));
+    Value* block = at().create(OpKind::DescLoad, {xf, n, big, big, one, pid, n}, {tile_type(DType::f32, {4, 16})})->result();
+    at().create(OpKind::DescStore, {xf, n, big, big, one, pid, n, block}, {});
+  }
   at().print(x, "x \"quoted\"");
   at().atomic_cas(ip, idx, idx, mask);
 

@@ -70,6 +70,11 @@ struct EveryOp {
     Value* ptrs = b.addptr(b.splat(x, {16}), r);
     Value* mask = b.binary(OpKind::Lt, r, b.splat(n, {16}));
     loaded = b.load(ptrs, mask, one);
+    {
+      Value* c1 = b.constant(scalar_type(DType::i32), ConstValue::of_int(1));
+      Value* block = b.create(OpKind::DescLoad, {x, n, n, n, c1, pid, c1}, {tile_type(DType::f32, {4, 16})})->result();
+      b.create(OpKind::DescStore, {x, n, n, n, c1, pid, c1, block}, {});
+    }
     b.loc = at(2);
     Value* v = loaded;
     for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Log, OpKind::Tanh, OpKind::Sqrt, OpKind::Rsqrt,

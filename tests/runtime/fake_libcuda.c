@@ -295,6 +295,28 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
   return CUDA_SUCCESS;
 }
 
+/* Writes what it was given into the map (rank, then each dim's size, box and byte stride) and
+   traces it, so a test can see what a launch encoded. */
+static CUresult fake_cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* base,
+                                            const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                            const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                            CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  (void)element_strides, (void)interleave, (void)l2, (void)oob;
+  if (!map || rank < 1 || rank > 5 || ((size_t)base & 15) != 0) return CUDA_ERROR_INVALID_VALUE;
+  memset(map, 0, sizeof(*map));
+  cuuint64_t* words = (cuuint64_t*)map;
+  words[0] = rank;
+  for (cuuint32_t d = 0; d < rank; ++d) {
+    words[1 + d] = dims[d];
+    words[6 + d] = box[d];
+    if (d > 0) words[11 + d - 1] = strides[d - 1];
+  }
+  TRACE("cuTensorMapEncodeTiled type %d rank %u dims %llu x %llu box %u x %u stride %llu swizzle %d\n", (int)type,
+        rank, (unsigned long long)dims[0], (unsigned long long)(rank > 1 ? dims[1] : 1), box[0], rank > 1 ? box[1] : 1,
+        (unsigned long long)(rank > 1 ? strides[0] : 0), (int)swizzle);
+  return CUDA_SUCCESS;
+}
+
 struct Entry {
   const char* name;
   void* fn;
@@ -312,6 +334,7 @@ static const struct Entry entries[] = {
     ENTRY(cuEventRecord),         ENTRY(cuEventSynchronize),   ENTRY(cuEventElapsedTime),
     ENTRY(cuModuleLoadDataEx),    ENTRY(cuModuleUnload),       ENTRY(cuModuleGetFunction),
     ENTRY(cuFuncGetAttribute),    ENTRY(cuFuncSetAttribute),   ENTRY(cuLaunchKernel),
+    ENTRY(cuTensorMapEncodeTiled),
 };
 
 /* cuda.h maps this name to cuGetProcAddress_v2, the symbol the runtime looks up. */

@@ -297,6 +297,39 @@ void wgmma_ref(tilec_emu_thread* c, void* const* args) {
     tilec_emu_store(c, &out[row * 16 + col], 4, &acc[i]);
   }
 }
+
+/* A TMA copy of the 16 x 64 box at (r0, c0) of a rows x cols u16 tensor (the launch's tensor
+   map, after the parameters) into shared memory at 1024, 128-byte swizzled, completing on the
+   mbarrier at 0; every thread then reads the box back (unswizzled) into out. Modes: 0 right;
+   1 reads before the wait; 2 waits for the wrong parity; 3 arms the mbarrier for more bytes
+   than come (the wait never returns); 4 arms it for more and never waits (the block ends with
+   the phase begun); 5 a second copy over the first while thread 0 reads it, no barrier. */
+static uint32_t unswizzled(uint32_t off) { return off ^ (((off >> 7) & 7) << 4); }
+void tma_ref(tilec_emu_thread* c, void* const* args) {
+  int32_t r0 = ARG(int32_t, 3), c0 = ARG(int32_t, 4), mode = ARG(int32_t, 5);
+  uint16_t* out = ARG(uint16_t*, 6);
+  const tilec_emu_tensor_map* map = (const tilec_emu_tensor_map*)args[7];
+  uint32_t t = tilec_emu_thread_id(c);
+  uint8_t* sm = (uint8_t*)tilec_emu_shared_base(c);
+  if (t == 0) tilec_emu_mbarrier_init(c, sm, 1);
+  tilec_emu_barrier(c, 0);
+  if (t == 0) {
+    tilec_emu_mbarrier_arrive_expect_tx(c, sm, 16 * 128 + (mode == 3 || mode == 4 ? 16 : 0), "tma_ref arm");
+    tilec_emu_tma_load(c, sm + 1024, map, 2, c0, r0, 0, 0, 0, sm, "tma_ref copy");
+  }
+  if (mode == 4) return;
+  if (mode != 1) tilec_emu_mbarrier_wait(c, sm, mode == 2 ? 1 : 0, "tma_ref wait");
+  for (uint32_t i = t; i < 16 * 64; i += tilec_emu_block_dim(c)) {
+    uint16_t v;
+    tilec_emu_shared_load(c, sm + unswizzled(1024 + 2 * i), 2, &v, "tma_ref read");
+    tilec_emu_store(c, &out[i], 2, &v);
+  }
+  if (mode == 5 && t == 1) {
+    tilec_emu_mbarrier_arrive_expect_tx(c, sm, 16 * 128, "tma_ref arm again");
+    tilec_emu_tma_load(c, sm + 1024, map, 2, c0 + 8, r0, 0, 0, 0, sm, "tma_ref copy again");
+    tilec_emu_mbarrier_wait(c, sm, 1, "tma_ref wait again");
+  }
+}
 )C";
 
 // Builds the kernels above once per process (at -O0, so branches keep their own barriers).
@@ -668,4 +701,50 @@ TEST_CASE("emulator: a warpgroup MMA decodes every swizzle and reports fence, ov
   CHECK_THAT(e, Catch::Contains("with no fence.proxy.async since: the async proxy may not see it"));
   e = run(128, 7);
   CHECK_THAT(e, Catch::Contains("inside a 128-byte swizzle pattern that does not start at a multiple of 1024 bytes"));
+}
+
+TEST_CASE("emulator: a TMA copy fills its box (zeros outside the tensor, 128-byte swizzle) and reports mbarrier misuse",
+          "[emulator][tma]") {
+  Manifest man = manifest("tma_ref", {{"src", ptr(ScalarType::u16)}, {"rows", ScalarType::i32}, {"cols", ScalarType::i32},
+                                      {"r0", ScalarType::i32}, {"c0", ScalarType::i32}, {"mode", ScalarType::i32},
+                                      {"out", ptr(ScalarType::u16)}}, 64, 1024 + 16 * 128);
+  man.tensor_maps = {{"src", {std::string("rows"), std::string("cols")}, {std::string("cols"), std::int64_t(1)}, {16, 64}, 128}};
+  EmuModule m(man);
+  const int rows = 20, cols = 96;
+  std::vector<std::uint16_t> src(size_t(rows * cols)), out(16 * 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::uint16_t(i + 1);
+  auto run = [&](int r0, int c0, int mode) {
+    std::fill(out.begin(), out.end(), 0xffff);
+    return error_of(m, {1, 1, 1}, {buf(src), Arg(std::int32_t(rows)), Arg(std::int32_t(cols)), Arg(std::int32_t(r0)),
+                                   Arg(std::int32_t(c0)), Arg(std::int32_t(mode)), buf(out)});
+  };
+  for (auto [r0, c0] : {std::pair{0, 0}, {-3, 40}, {10, -8}, {19, 95}, {-16, 0}}) {
+    INFO("box at row " << r0 << ", column " << c0);
+    REQUIRE(run(r0, c0, 0) == "");
+    for (int r = 0; r < 16; ++r)
+      for (int col = 0; col < 64; ++col) {
+        const int gr = r0 + r, gc = c0 + col;
+        const bool inside = gr >= 0 && gr < rows && gc >= 0 && gc < cols;
+        CHECK(out[size_t(64 * r + col)] == (inside ? src[size_t(gr * cols + gc)] : 0));
+      }
+  }
+  CHECK_THAT(run(0, 0, 1), Catch::Contains("reads what a TMA copy (at tma_ref copy) writes in phase 0 of the mbarrier at "
+                                           "byte offset 0, which this thread has not waited for"));
+  CHECK_THAT(run(0, 0, 2), Catch::Contains("mbarrier phase error (at tma_ref wait): the thread waits for parity 1"));
+  CHECK_THAT(run(0, 0, 3), Catch::Contains("an mbarrier phase that never completes"));
+  CHECK_THAT(run(0, 0, 4), Catch::Contains("the block ends with phase 0 of the mbarrier at byte offset 0 begun and not "
+                                           "completed (0 of 1 arrivals and 16 transaction bytes still to come)"));
+  CHECK_THAT(run(0, 0, 5), Catch::Contains("shared-memory race (write after write, no barrier between): thread 1 "
+                                           "writes byte offset 1024"));
+  // The launch refuses arguments no tensor map can describe.
+  std::vector<std::uint16_t> small(size_t(rows * cols - 1));
+  CHECK_THROWS_WITH(m.launch({1, 1, 1}, std::vector<Arg>{buf(small), Arg(std::int32_t(rows)), Arg(std::int32_t(cols)),
+                                                        Arg(std::int32_t(0)), Arg(std::int32_t(0)), Arg(std::int32_t(0)),
+                                                        buf(out)}),
+                    Catch::Contains("the tensor map of 'src' (a TMA copy's): its sizes and strides reach element 1919, "
+                                    "past the buffer's 1919 elements"));
+  CHECK_THROWS_WITH(m.launch({1, 1, 1}, std::vector<Arg>{buf(src), Arg(std::int32_t(rows)), Arg(std::int32_t(60)),
+                                                        Arg(std::int32_t(0)), Arg(std::int32_t(0)), Arg(std::int32_t(0)),
+                                                        buf(out)}),
+                    Catch::Contains("dim 0 has stride 60 (120 bytes): outer strides are multiples of 16 bytes"));
 }

@@ -1,0 +1,166 @@
+// Tensor descriptor loads as TMA copies (codegen/tma.h).
+#include "codegen/tma.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "codegen/axis_info.h"
+#include "codegen/layout.h"
+#include "codegen/layout_plan.h"
+#include "codegen/pipeline_plan.h"
+#include "ir/passes.h"
+
+namespace tilec::codegen {
+
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+size_t desc_rank(const ir::Op& op) { return (op.operands.size() - (op.kind == OpKind::DescStore ? 2 : 1)) / 3; }
+
+bool is_param(const ir::Function& fn, const Value* v) {
+  return std::find(fn.params.begin(), fn.params.end(), v) != fn.params.end();
+}
+
+// The constant a scalar is, if it is one.
+std::optional<int64_t> constant_of(const Value* v) {
+  if (v->def && v->def->kind == OpKind::Constant && !v->def->attrs.value.is_float) return v->def->attrs.value.i;
+  return std::nullopt;
+}
+
+// The power of two the launches promise divides an integer parameter (1: none).
+int64_t promised_multiple(const Value* p, const CompileOptions& o) {
+  if (auto it = o.int_arg_values.find(p->name); it != o.int_arg_values.end())
+    return it->second ? it->second & -it->second : int64_t(1) << 30;
+  int64_t m = std::max<int64_t>(1, p->multiple_of);
+  if (auto it = o.int_arg_divisibility.find(p->name); it != o.int_arg_divisibility.end()) m = std::max(m, it->second);
+  return m;
+}
+
+// The dot a desc_load feeds and nothing else, directly or through a transpose: (dot, operand
+// index, transposed), or a null dot with why not.
+struct Consumer {
+  const ir::Op* dot = nullptr;
+  int idx = 0;
+  bool transposed = false;
+  std::string why;
+};
+
+Consumer consumer(const ir::Function& fn, const ir::Op& load) {
+  std::map<const Value*, std::vector<const ir::Op*>> users;
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) {
+    for (const Value* v : op.operands) users[v].push_back(&op);
+  });
+  Consumer c;
+  const Value* v = load.results[0];
+  auto only_user = [&](const Value* x) -> const ir::Op* {
+    auto it = users.find(x);
+    return it != users.end() && it->second.size() == 1 ? it->second[0] : nullptr;
+  };
+  const ir::Op* u = only_user(v);
+  if (u && u->kind == OpKind::Permute && u->attrs.perm == std::vector<int64_t>{1, 0}) {
+    c.transposed = true;
+    v = u->results[0];
+    u = only_user(v);
+  }
+  if (!u) {
+    c.why = "it has more than one user, or none";
+    return c;
+  }
+  if (u->kind != OpKind::Dot || (u->operands[0] != v && u->operands[1] != v) || u->operands[0] == u->operands[1]) {
+    c.why = fmt::format("its user is a {}, not a dot's A or B", ir::op_name(u->kind));
+    return c;
+  }
+  c.dot = u;
+  c.idx = u->operands[0] == v ? 0 : 1;
+  return c;
+}
+
+} // namespace
+
+std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileOptions& o) {
+  if (load.kind != OpKind::DescLoad) return "it is not a descriptor load";
+  if (!wgmma_enabled(o)) return o.arch != "sm_90" ? fmt::format("TMA needs sm_90, not {}", o.arch) : "wgmma is off";
+  if (!o.tma) return "TMA is off (--no-tma)";
+  const size_t rank = desc_rank(load);
+  if (rank != 2) return fmt::format("its rank is {}: TMA copies feed a dot's 2-d operands", rank);
+  if (!is_param(fn, load.operands[0])) return "its base is not a kernel parameter";
+  const ir::DType dt = load.operands[0]->type.dtype();
+  const int64_t eb = ir::dtype_bytes(dt);
+  for (size_t i = 1; i < 1 + 2 * rank; ++i) {
+    const Value* v = load.operands[i];
+    if (!is_param(fn, v) && !constant_of(v))
+      return fmt::format("its {} {} is neither a kernel parameter nor a number", i <= rank ? "size" : "stride",
+                         i <= rank ? i - 1 : i - 1 - rank);
+  }
+  // The outer strides in bytes: multiples of 16, as a tensor map needs.
+  for (size_t d = 0; d + 1 < rank; ++d) {
+    const Value* s = load.operands[1 + rank + d];
+    const int64_t multiple = constant_of(s) ? (*constant_of(s) ? *constant_of(s) & -*constant_of(s) : 1 << 30)
+                                            : promised_multiple(s, o);
+    if (multiple * eb % 16 != 0)
+      return fmt::format("its stride {} is not known to be a multiple of 16 bytes (promise it: multiple_of)", d);
+  }
+  const ir::Shape& block = load.results[0]->type.shape;
+  Consumer c = consumer(fn, load);
+  if (!c.dot) return c.why;
+  const ir::Op& dot = *c.dot;
+  if (dot.parent != load.parent) return "it is loaded outside its dot's block";
+  // The staging's contiguous dim is the descriptor's innermost: K (k-major) or M / N.
+  const bool kmajor = c.idx == 0 ? !c.transposed : c.transposed;
+  const ir::Shape& a = dot.operands[0]->type.shape;
+  const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
+  if (!(dot_on_tensor_cores(dot) || dot_on_wgmma_only(dot)) || !wgmma_fits(M, N, K, o.num_warps) ||
+      K % wgmma_k_step(int(eb)) != 0 || !wgmma_operand_fits(kmajor, c.idx == 0 ? M : N, K, int(eb)))
+    return "its dot does not run on wgmma with this operand staged along the descriptor's innermost dim";
+  const MmaStaging st = wgmma_staging(dot, c.idx, kmajor);
+  if (st.rows > 256) return fmt::format("its box would have {} rows (256 at most)", st.rows);
+  (void)block;
+  return "";
+}
+
+TensorMapPlan tensor_map_plan(const ir::Op& load, const ir::Op& dot, int idx, bool kmajor) {
+  const MmaStaging st = wgmma_staging(dot, idx, kmajor);
+  const int64_t eb = ir::dtype_bytes(load.operands[0]->type.dtype());
+  TensorMapPlan t;
+  t.base = load.operands[0];
+  for (size_t d = 0; d < 2; ++d) {
+    t.sizes.push_back(load.operands[1 + d]);
+    t.strides.push_back(load.operands[3 + d]);
+  }
+  t.box = {st.rows, st.swizzle / eb};
+  t.swizzle = st.swizzle;
+  return t;
+}
+
+ir::Kernel prepare_descriptors(const ir::Function& fn, const CompileOptions& o) {
+  bool any = false;
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) {
+    any = any || op.kind == OpKind::DescLoad || op.kind == OpKind::DescStore;
+  });
+  if (!any) return nullptr;
+  ir::Kernel k = ir::clone(fn);
+  int expanded = ir::expand_descriptors(*k, [&](const ir::Op& op) { return tma_unfit(*k, op, o).empty(); });
+  // The layout plan has the last word: a kept load's dot must run on wgmma, reading the operand
+  // along the descriptor's innermost dim. Those it does not are expanded after all.
+  std::vector<const ir::Op*> undone;
+  {
+    AxisAnalysis axis(*k, o.int_arg_divisibility, o.int_arg_values);
+    LayoutPlan plan(*k, axis, o.num_warps, o.tensor_cores, wgmma_enabled(o));
+    ir::walk(k->body, [&](ir::Op& op) {
+      if (op.kind != OpKind::DescLoad) return;
+      Consumer c = consumer(*k, op);
+      const bool kmajor = c.idx == 0 ? !c.transposed : c.transposed;
+      if (!c.dot || !plan.is_wgmma(c.dot) || plan.wgmma_kmajor(c.dot, c.idx) != kmajor) undone.push_back(&op);
+    });
+  }
+  if (!undone.empty())
+    expanded += ir::expand_descriptors(*k, [&](const ir::Op& op) { return std::find(undone.begin(), undone.end(), &op) == undone.end(); });
+  if (!expanded) return nullptr; // every descriptor op is a TMA load already
+  ir::run_default_passes(*k);
+  return k;
+}
+
+} // namespace tilec::codegen

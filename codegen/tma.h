@@ -1,0 +1,38 @@
+#pragma once
+// Which tensor descriptor loads (dsl::TensorDesc, ir op desc_load) become TMA copies on sm_90,
+// and the tensor maps their launches need. Every other descriptor op is expanded into the
+// masked load or store it describes before the lowering plans anything
+// (prepare_descriptors). Internal to codegen/ and not installed.
+#include <string>
+#include <vector>
+
+#include "codegen/compile.h"
+#include "ir/ir.h"
+
+namespace tilec::codegen {
+
+// What the runtime encodes at launch (cuTensorMapEncodeTiled on the GPU) for the TMA copies of
+// one descriptor: passed to the kernel after its own parameters, in this order.
+struct TensorMapPlan {
+  const ir::Value* base = nullptr;               // a pointer parameter
+  std::vector<const ir::Value*> sizes, strides; // outermost first; each a parameter or a constant
+  std::vector<int64_t> box;                     // the box one copy moves, outermost first
+  int swizzle = 0;                              // bytes of the shared layout's swizzle pattern (32, 64, 128)
+  bool operator==(const TensorMapPlan&) const = default;
+};
+
+// "" when `load` (a desc_load of `fn`) may become TMA copies of its block into a warpgroup
+// MMA's operand staging under `o`; otherwise why not ("the arch is sm_80", "its user is an
+// add, not a dot", ...). The layout plan then confirms the dot runs on wgmma as expected.
+std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileOptions& o);
+
+// The tensor map of a desc_load that TMA copies into `dot`'s operand `idx` (staged k-major
+// or not): its box is one swizzle panel of the staging.
+TensorMapPlan tensor_map_plan(const ir::Op& load, const ir::Op& dot, int idx, bool kmajor);
+
+// A copy of `fn` whose descriptor ops are all expanded (ir::expand_descriptors) but the loads
+// TMA copies under `o`; null when there is nothing to expand (no descriptor op, or only loads
+// TMA copies).
+ir::Kernel prepare_descriptors(const ir::Function& fn, const CompileOptions& o);
+
+} // namespace tilec::codegen
