@@ -10,6 +10,34 @@ namespace tilec::ir {
 
 namespace {
 
+// Whether an integer scalar is known to be at least 0: a program id or count, a number from
+// 0, a loop's induction variable from such a start by a positive step, or sums, products,
+// minima and maxima of such values (index arithmetic is assumed not to overflow, as
+// everywhere in a kernel's addressing). Those coordinates need no lower-bound check.
+bool known_nonnegative(const Value* v, int depth = 0) {
+  if (depth > 16) return false;
+  if (const Block* owner = v->owner; owner && owner->parent && owner->parent->kind == OpKind::For &&
+                                     !owner->args.empty() && owner->args[0] == v) {
+    const Op& loop = *owner->parent;
+    const Op* step = loop.operands[2]->def;
+    return step && step->kind == OpKind::Constant && !step->attrs.value.is_float && step->attrs.value.i > 0 &&
+           known_nonnegative(loop.operands[0], depth + 1);
+  }
+  const Op* d = v->def;
+  if (!d) return false;
+  switch (d->kind) {
+  case OpKind::ProgramId:
+  case OpKind::NumPrograms: return true;
+  case OpKind::Constant: return !d->attrs.value.is_float && d->attrs.value.i >= 0;
+  case OpKind::Add:
+  case OpKind::Mul:
+  case OpKind::Min:
+  case OpKind::Max:
+    return known_nonnegative(d->operands[0], depth + 1) && known_nonnegative(d->operands[1], depth + 1);
+  default: return false;
+  }
+}
+
 // The ops replacing one descriptor op, built into `scratch` (a block outside the function)
 // with `b`: the address tile base + sum over dims (offset_d + arange) * stride_d and the mask
 // 0 <= offset_d + arange < size_d, each dim broadcast to the block.
@@ -22,24 +50,37 @@ std::pair<Value*, Value*> address_and_mask(Builder& b, const Op& op) {
   for (size_t i = 1; i < 1 + 3 * rank; ++i)
     if (dtype_bits(op.operands[i]->type.dtype()) > 32) it = DType::i64;
   auto widen = [&](Value* v) { return v->type.dtype() == it ? v : b.cast(v, it); };
-  Value* offset = nullptr;
+  // Per dim, the coordinates as a tile of size 1 but along that dim, broadcast to the block
+  // only where the dims' terms meet (as the DSL's operators broadcast): the arithmetic stays
+  // at each dim's own size.
+  // The address is built dim by dim, as a kernel writing base + rows * stride + cols would:
+  // the outer dims' part is then the same for every trip of a loop over the inner offset.
+  Value* ptr = nullptr;
   Value* mask = nullptr;
+  auto combine = [&](Value* acc, Value* x, OpKind k) {
+    if (!acc) return k == OpKind::AddPtr ? b.addptr(b.splat(op.operands[0], x->type.shape), x) : x;
+    Shape s = acc->type.shape;
+    for (size_t i = 0; i < s.size(); ++i) s[i] = std::max(s[i], x->type.shape[i]);
+    if (acc->type.shape != s) acc = b.broadcast(acc, s);
+    if (x->type.shape != s) x = b.broadcast(x, s);
+    return k == OpKind::AddPtr ? b.addptr(acc, x) : b.binary(k, acc, x);
+  };
   for (size_t d = 0; d < rank; ++d) {
     Value* r = b.arange(0, block[d]);
     if (it != DType::i32) r = b.cast(r, it);
     Value* coord = b.binary(OpKind::Add, b.splat(widen(op.operands[1 + 2 * rank + d]), {block[d]}), r);
-    // [block[d]] -> the block's rank, size 1 everywhere else, then broadcast.
     for (size_t e = 0; e < rank; ++e)
       if (e != d) coord = b.expand_dims(coord, int(e));
-    coord = b.broadcast(coord, block);
-    Value* zero = b.splat(b.constant(scalar_type(it), ConstValue::of_int(0)), block);
-    Value* size = b.splat(widen(op.operands[1 + d]), block);
-    Value* inside = b.binary(OpKind::And, b.binary(OpKind::Ge, coord, zero), b.binary(OpKind::Lt, coord, size));
-    mask = mask ? b.binary(OpKind::And, mask, inside) : inside;
-    Value* term = b.binary(OpKind::Mul, coord, b.splat(widen(op.operands[1 + rank + d]), block));
-    offset = offset ? b.binary(OpKind::Add, offset, term) : term;
+    const Shape& cs = coord->type.shape;
+    Value* inside = b.binary(OpKind::Lt, coord, b.splat(widen(op.operands[1 + d]), cs));
+    if (!known_nonnegative(op.operands[1 + 2 * rank + d]))
+      inside = b.binary(OpKind::And, b.binary(OpKind::Ge, coord, b.splat(b.constant(scalar_type(it), ConstValue::of_int(0)), cs)),
+                        inside);
+    mask = combine(mask, inside, OpKind::And);
+    ptr = combine(ptr, b.binary(OpKind::Mul, coord, b.splat(widen(op.operands[1 + rank + d]), cs)), OpKind::AddPtr);
   }
-  Value* ptr = b.addptr(b.splat(op.operands[0], block), offset);
+  if (ptr->type.shape != block) ptr = b.broadcast(ptr, block);
+  if (mask->type.shape != block) mask = b.broadcast(mask, block);
   return {ptr, mask};
 }
 
