@@ -4,10 +4,12 @@
 The tile: 128 x 128 of C per program, K steps of 64, bf16 A [M, K] and B [K, N] row-major, f32
 accumulation, 4 warps (one warpgroup), 3 pipeline stages, M = N = K = 4096. tilec's side is
 `tilec compile matmul --arch sm_90 --set block_m=128 block_n=128 block_k=64 num_warps=4
-num_stages=3 --shape m=4096 n=4096 k=4096 dtype=bf16` (its dot runs as wgmma.mma_async, the
-module targets sm_90a). Triton's side is the matmul kernel below (the usual blocked GEMM over
-pointers with tl.dot, the same tile), compiled for GPUTarget("cuda", 90, 32) without a GPU, its
-pointers and sizes declared multiples of 16 as Triton's launcher would specialize them.
+num_stages=3 --shape m=4096 n=4096 k=4096 dtype=bf16` (its dot runs as wgmma.mma_async fed by
+TMA copies of its A and B descriptors, the module targets sm_90a). Triton's side is two matmul
+kernels below, the same tile: the usual blocked GEMM over pointers with tl.dot, and the same
+through tl.make_tensor_descriptor (TMA on sm_90), compiled for GPUTarget("cuda", 90, 32) without
+a GPU, their pointers and sizes declared multiples of 16 as Triton's launcher would specialize
+them.
 
 Both PTX files go through bench/prefill_vs_triton.py's loop finder (codegen/ptx_loops.cpp's
 rules); the K loop is the outermost loop reading global memory. Registers and spills come from
@@ -91,11 +93,27 @@ def define_triton_kernel():
             acc = tl.dot(a, b, acc)
         tl.store(C + rows[:, None] * stride_cm + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
 
-    return triton, gemm_tile
+    @triton.jit
+    def gemm_tile_desc(A, B, C, M, N, K, stride_am, stride_bk, stride_cm,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # The same through tensor descriptors, which Triton lowers to TMA on sm_90.
+        a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+        m0 = tl.program_id(0) * BLOCK_M
+        n0 = tl.program_id(1) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            acc = tl.dot(a_desc.load([m0, k0]), b_desc.load([k0, n0]), acc)
+        rows = m0 + tl.arange(0, BLOCK_M)
+        cols = n0 + tl.arange(0, BLOCK_N)
+        tl.store(C + rows[:, None] * stride_cm + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+    return triton, gemm_tile, gemm_tile_desc
 
 
-def triton_side(out):
-    triton, fn = define_triton_kernel()
+def triton_side(out, descriptors=False):
+    triton, pointers, desc = define_triton_kernel()
+    fn = desc if descriptors else pointers
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -110,7 +128,7 @@ def triton_side(out):
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": WARPS, "num_stages": STAGES})
     ptx = kernel.asm["ptx"]
-    path = os.path.join(out, "gemm_tile.ptx")
+    path = os.path.join(out, "gemm_tile_desc.ptx" if descriptors else "gemm_tile.ptx")
     with open(path, "w") as f:
         f.write(ptx)
     entry = re.search(r"\.entry\s+(\w+)", ptx).group(1)
@@ -142,7 +160,8 @@ def main():
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(out, "triton_cache"))
 
     sides = [("tilec", tilec_side(args.tilec, os.path.join(out, "tilec"))),
-             (f"triton {triton.__version__}", triton_side(out))]
+             (f"triton {triton.__version__}", triton_side(out)),
+             ("triton desc", triton_side(out, descriptors=True))]
     print(f"GEMM tile {BM}x{BN}, K step {BK}, bf16, {WARPS} warps, {STAGES} stages, sm_90: PTX per K step "
           f"(registers: {ptxas} -v -arch=sm_90a)")
     width = [max(len(c) + 1, 6) for c, _ in COLUMNS]

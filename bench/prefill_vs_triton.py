@@ -114,11 +114,11 @@ def count(loop, prefix):
 
 
 def kv_loops(ptx):
-    """The outermost loops that read global memory (loads or cp.async), in program order."""
+    """The outermost loops that read global memory (loads, cp.async or TMA copies), in program order."""
     loops = ptx_loops(ptx)
 
     def reads_global(lp):
-        return count(lp, "ld.global") + count(lp, "cp.async.cg") + count(lp, "cp.async.ca") > 0
+        return count(lp, "ld.global") + count(lp, "cp.async.cg") + count(lp, "cp.async.ca") + count(lp, "cp.async.bulk") > 0
 
     return [lp for lp in loops if reads_global(lp) and not any(
         o is not lp and o["first_line"] <= lp["first_line"] and o["last_line"] >= lp["last_line"] and reads_global(o)

@@ -89,6 +89,7 @@ struct LoweringStats {
   int pipeline_late_bytes = 0;  // and its single buffer for late slots (PipelinePlan::Pipeline::late)
   int wgmma_dots = 0;           // dots lowered to warpgroup MMAs (CompileOptions::wgmma)
   int tma_loads = 0;            // descriptor loads copied by TMA (CompileOptions::tma)
+  int tma_stores = 0;           // descriptor stores written by TMA
   // The tensor maps the kernel takes after its own parameters, which its launches encode
   // (the manifest's [[tensor_maps]]).
   std::vector<rt::ModuleTensorMap> tensor_maps;

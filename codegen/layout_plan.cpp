@@ -185,7 +185,9 @@ void LayoutPlan::forward_op(const Op& op) {
     set_native(res, l);
     return;
   }
-  case OpKind::DescStore: internal_fail("descriptor stores are expanded before the layout plan");
+  case OpKind::DescStore: // a TMA store (prepare_descriptors expands the others): staged from the value's layout
+    op_layouts_[&op] = {nat_or_default(op.operands.back())};
+    return;
   case OpKind::Store: {
     const Value* ptr = op.operands[0];
     if (ptr->type.is_scalar()) {
@@ -359,6 +361,7 @@ void LayoutPlan::backward_op(const Op& op) {
     request(op.operands[0], op_layouts(&op)[0]);
     return;
   case OpKind::DescLoad: return; // scalar operands
+  case OpKind::DescStore: request(op.operands.back(), op_layouts(&op)[0]); return;
   case OpKind::Load:
   case OpKind::Store:
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)

@@ -469,7 +469,7 @@ void Lowering::emit_op(const Op& op) {
   case OpKind::Load: return emit_load(op);
   case OpKind::Store: return emit_store(op);
   case OpKind::DescLoad: internal_fail("a descriptor load is a TMA copy its dot issues (prepare_descriptors)");
-  case OpKind::DescStore: internal_fail("descriptor stores are expanded before lowering (prepare_descriptors)");
+  case OpKind::DescStore: return emit_tma_store(op);
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
   case OpKind::AtomicCas: return emit_atomic(op);
   case OpKind::Dot: return emit_dot(op);

@@ -163,6 +163,49 @@ void Lowering::init_mbarriers() {
   barrier();
 }
 
+void Lowering::emit_tma_store(const Op& op) {
+  const Value* v = op.operands.back();
+  const ir::Shape& s = v->type.shape;
+  const LayoutId l = plan_.op_layouts(&op)[0];
+  const int map = pipes_.store_tensor_map(&op);
+  const TensorMapPlan& t = pipes_.tensor_maps()[size_t(map)];
+  const int64_t eb = ir::dtype_bytes(v->type.dtype()), row = s[1] * eb;
+  MmaStaging st; // the boxes' layout: rows of one swizzle pattern, panel after panel
+  st.kmajor = true;
+  st.rows = s[0];
+  st.swizzle = t.swizzle;
+  st.row_bytes = t.swizzle ? t.swizzle : row;
+  st.panels = t.swizzle ? row / t.swizzle : 1;
+  scratch_begin(st.bytes(), MmaStaging::kSwizzleAlign);
+  llvm::Value* base = smem(b_.getInt8Ty(), b_.getInt32(0), 0);
+  store_runs(get(v, l), l, s, 1, int(eb), v->type.dtype(), [&](size_t j) {
+    auto c = coord_of(l, s, j);
+    return b_.CreateGEP(b_.getInt8Ty(), base, staged_byte(st, c[0], b_.CreateMul(c[1], b_.getInt32(uint32_t(eb)), "", true, true)));
+  }, "descriptor store (TMA) staging");
+  // Every thread's writes reach the async proxy the copy engine reads through, then thread 0
+  // copies each panel's box out and waits until the engine has read them.
+  hooks_.fence_proxy_async(b_);
+  proxy_unfenced_ = false;
+  barrier();
+  internal_assert(pipes_.buffer_bytes() % MmaStaging::kSwizzleAlign == 0 && region_.lo % MmaStaging::kSwizzleAlign == 0,
+                  "a TMA store's staging starts on the swizzle pattern");
+  auto offset = [&](size_t d) { return b_.CreateSExtOrTrunc(get(op.operands[5 + d], kScalar)[0], b_.getInt32Ty()); };
+  llvm::Value* outer = offset(0);
+  llvm::Value* inner = offset(1);
+  const std::string where = site("descriptor store (TMA)");
+  guarded(b_, b_.CreateICmpEQ(tid_, b_.getInt32(0)), [&]() -> llvm::Value* {
+    for (int64_t p = 0; p < st.panels; ++p)
+      hooks_.tma_store(b_, b_.CreateConstGEP1_64(b_.getInt8Ty(), base, uint64_t(p * st.rows * st.row_bytes)),
+                       tensor_maps_[size_t(map)],
+                       {p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * st.row_bytes / eb))) : inner, outer}, where);
+    hooks_.bulk_commit(b_);
+    hooks_.bulk_wait_read(b_, 0);
+    return nullptr;
+  });
+  scratch_end();
+  ++stats_.tma_stores;
+}
+
 void Lowering::issue_late(const Pipeline& pl) {
   auto saved = vals_;
   vals_ = std::move(late_vals_);

@@ -327,6 +327,10 @@ private:
                  const char* what);
   void wait_tma(int64_t first, llvm::Value* index);
   void init_mbarriers();
+  // A TMA store (a desc_store prepare_descriptors kept): the block staged in scratch as its
+  // tensor map's boxes lay it out, then thread 0's copies out, waited for before the scratch
+  // is used again.
+  void emit_tma_store(const Op& op);
 
   const ir::Function& fn_;
   const CompileOptions& opts_;

@@ -25,8 +25,9 @@
 //   fence.proxy.async                tilec_emu_fence_proxy_async
 //   mbarrier.init / arrive.expect_tx tilec_emu_mbarrier_init / _arrive_expect_tx (the init
 //   / try_wait.parity loop           fence is dropped), tilec_emu_mbarrier_wait
-//   cp.async.bulk.tensor (TMA)       tilec_emu_tma_load (the tensor map: the launch's, by
-//                                    pointer where the GPU takes it by value)
+//   cp.async.bulk.tensor (TMA)       tilec_emu_tma_load / _tma_store (the tensor map: the
+//                                    launch's, by pointer where the GPU takes it by value)
+//   cp.async.bulk commit / wait.read tilec_emu_bulk_commit / _bulk_wait_read
 //   ptrtoint of a shared pointer     its offset in the block's region (what descriptors hold)
 //
 // Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
@@ -266,6 +267,25 @@ private:
       for (unsigned i = 0; i < rank; ++i) coords.push_back(call.getArgOperand(2 + i));
       emu_tma_load(b, emu_, flat(b, call.getArgOperand(0)), call.getArgOperand(1), coords,
                    flat(b, call.getArgOperand(2 + rank)), emu_.site(b, site_of(call, "nvptx cp.async.bulk.tensor")));
+      call.eraseFromParent();
+      return;
+    }
+    if (tag.starts_with("tma.store.")) { // operands tensor map, src, coordinates
+      const unsigned rank = unsigned(std::stoi(tag.substr(10)));
+      std::vector<llvm::Value*> coords;
+      for (unsigned i = 0; i < rank; ++i) coords.push_back(call.getArgOperand(2 + i));
+      emu_tma_store(b, emu_, flat(b, call.getArgOperand(1)), call.getArgOperand(0), coords,
+                    emu_.site(b, site_of(call, "nvptx cp.async.bulk.tensor store")));
+      call.eraseFromParent();
+      return;
+    }
+    if (tag == "bulk.commit") {
+      emu_.call(b, "tilec_emu_bulk_commit", b.getVoidTy(), {});
+      call.eraseFromParent();
+      return;
+    }
+    if (tag.starts_with("bulk.wait.read.")) {
+      emu_.call(b, "tilec_emu_bulk_wait_read", b.getVoidTy(), {b.getInt32(uint32_t(std::stoi(tag.substr(15))))});
       call.eraseFromParent();
       return;
     }

@@ -205,6 +205,15 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
     pipelines_.push_back(std::move(pl));
   }
 
+  // The TMA stores' tensor maps, after the loads'.
+  walk(fn.body, [&](const Op& op) {
+    if (op.kind != OpKind::DescStore) return;
+    TensorMapPlan t = tensor_map_plan_store(op);
+    auto same = std::find(tensor_maps_.begin(), tensor_maps_.end(), t);
+    store_maps_[&op] = int(same - tensor_maps_.begin());
+    if (same == tensor_maps_.end()) tensor_maps_.push_back(t);
+  });
+
   // The TMA copies' mbarriers, after every buffer: one per stage of a pipeline with TMA
   // operands, one per TMA operand its dot copies itself.
   mbar_base_ = align_up(buffer_bytes_, 8);
@@ -217,10 +226,11 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
   }
   for (AsyncOperand& x : async_)
     if (x.tma() && x.pipeline < 0) x.mbarrier = mbar_base_ + 8 * mbar_count_++;
-  if (mbar_count_) {
-    buffer_bytes_ = mbar_base_ + 8 * mbar_count_;
-    if (layouts_.has_wgmma()) buffer_bytes_ = align_up(buffer_bytes_, MmaStaging::kSwizzleAlign);
-  }
+  if (mbar_count_) buffer_bytes_ = mbar_base_ + 8 * mbar_count_;
+  // Scratch (where a TMA store stages its block, or a wgmma operand is staged) starts on the
+  // swizzle pattern.
+  if ((mbar_count_ && layouts_.has_wgmma()) || !tensor_maps_.empty())
+    buffer_bytes_ = align_up(buffer_bytes_, MmaStaging::kSwizzleAlign);
 
   // Why the loops that ask for stages, and the operands of their dots, are not pipelined.
   for (const Op* loop : staged_) {

@@ -133,6 +133,8 @@ public:
   int64_t buffer_bytes() const { return buffer_bytes_; }
   // The tensor maps of the TMA copies, in the order the kernel takes them after its parameters.
   const std::vector<TensorMapPlan>& tensor_maps() const { return tensor_maps_; }
+  // A TMA store's (a desc_store left by prepare_descriptors) tensor map in tensor_maps().
+  int store_tensor_map(const ir::Op* store) const { return store_maps_.at(store); }
   // The mbarriers of the TMA copies: `count` of 8 bytes from byte offset `base` (count 0: none).
   int64_t mbarrier_base() const { return mbar_base_; }
   int64_t mbarrier_count() const { return mbar_count_; }
@@ -160,6 +162,7 @@ private:
   int64_t buffer_bytes_ = 0;
   std::vector<TensorMapPlan> tensor_maps_;
   int64_t mbar_base_ = 0, mbar_count_ = 0;
+  std::map<const ir::Op*, int> store_maps_; // lookups only
 };
 
 } // namespace tilec::codegen

@@ -120,6 +120,18 @@ public:
                         llvm::Value* bar, const std::string& site) {
     internal_fail("this target has no TMA");
   }
+  // cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [tensor_map, {coords}], [src]:
+  // the copy engine writes the box at `coords` from shared memory at `src` (laid out as
+  // tma_load writes it) to the tensor, the elements outside it dropped; it joins the thread's
+  // bulk group. bulk_commit closes the group (cp.async.bulk.commit_group); bulk_wait_read
+  // waits until all but `groups` closed groups have read their shared memory
+  // (cp.async.bulk.wait_group.read).
+  virtual void tma_store(Builder& b, llvm::Value* src, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
+                         const std::string& site) {
+    internal_fail("this target has no TMA");
+  }
+  virtual void bulk_commit(Builder& b) { internal_fail("this target has no TMA"); }
+  virtual void bulk_wait_read(Builder& b, int groups) { internal_fail("this target has no TMA"); }
   // The 32-bit shared-memory address of `ptr` (into the region shared_base gives), as a
   // matrix descriptor encodes it: the shared window's address on the GPU, the offset from the
   // region's start in the emulator.
@@ -239,6 +251,9 @@ std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigne
 // Shared by the emu hooks and the nvptx rewrite.
 void emu_tma_load(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* dst, llvm::Value* tensor_map,
                   const std::vector<llvm::Value*>& coords, llvm::Value* bar, llvm::Value* site);
+// And its TMA store (tilec_emu_tma_store).
+void emu_tma_store(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* src, llvm::Value* tensor_map,
+                   const std::vector<llvm::Value*>& coords, llvm::Value* site);
 
 // Rewrites a module lowered with the nvptx hooks (not yet optimized) into one for the CPU
 // emulator: every NVVM intrinsic, shared and global access and f16/bf16 conversion becomes

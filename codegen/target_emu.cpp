@@ -86,6 +86,15 @@ void emu_tma_load(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* dst, llvm::V
   emu.call(b, "tilec_emu_tma_load", b.getVoidTy(), args);
 }
 
+void emu_tma_store(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* src, llvm::Value* tensor_map,
+                   const std::vector<llvm::Value*>& coords, llvm::Value* site) {
+  internal_assert(!coords.empty() && coords.size() <= 5, "a TMA store has 1 to 5 coordinates");
+  std::vector<llvm::Value*> args{src, tensor_map, b.getInt32(uint32_t(coords.size()))};
+  for (size_t i = 0; i < 5; ++i) args.push_back(i < coords.size() ? coords[i] : b.getInt32(0));
+  args.push_back(site);
+  emu.call(b, "tilec_emu_tma_store", b.getVoidTy(), args);
+}
+
 namespace {
 
 class EmuHooks final : public TargetHooks {
@@ -196,6 +205,14 @@ public:
   void tma_load(Builder& b, llvm::Value* dst, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
                 llvm::Value* bar, const std::string& site) override {
     emu_tma_load(b, emu_, dst, tensor_map, coords, bar, emu_.site(b, site));
+  }
+  void tma_store(Builder& b, llvm::Value* src, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
+                 const std::string& site) override {
+    emu_tma_store(b, emu_, src, tensor_map, coords, emu_.site(b, site));
+  }
+  void bulk_commit(Builder& b) override { emu_.call(b, "tilec_emu_bulk_commit", b.getVoidTy(), {}); }
+  void bulk_wait_read(Builder& b, int groups) override {
+    emu_.call(b, "tilec_emu_bulk_wait_read", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
   }
   llvm::Value* shared_address(Builder& b, llvm::Value* ptr) override {
     llvm::Value* off = b.CreateSub(b.CreatePtrToInt(ptr, b.getInt64Ty()), b.CreatePtrToInt(shared_base(b), b.getInt64Ty()));

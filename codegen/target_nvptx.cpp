@@ -222,6 +222,31 @@ public:
     llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
     tag(*c, site, 0);
     tag_asm(*c, fmt::format("tma.load.{}", coords.size()));
+    uses_tma_ = true;
+  }
+  void tma_store(Builder& b, llvm::Value* src, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
+                 const std::string& site) override {
+    std::vector<llvm::Type*> types{tensor_map->getType(), src->getType()};
+    std::vector<llvm::Value*> args{tensor_map, src};
+    std::string list, cons = "l,r";
+    for (size_t i = 0; i < coords.size(); ++i) {
+      list += fmt::format("{}${}", i ? ", " : "", i + 2);
+      types.push_back(b.getInt32Ty());
+      args.push_back(coords[i]);
+      cons += ",r";
+    }
+    cons += ",~{memory}";
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), types, false);
+    std::string text = fmt::format("cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group [$0, {{{}}}], [$1];",
+                                   coords.size(), list);
+    llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
+    tag(*c, site, 0);
+    tag_asm(*c, fmt::format("tma.store.{}", coords.size()));
+    uses_tma_ = true;
+  }
+  void bulk_commit(Builder& b) override { asm_statement(b, "cp.async.bulk.commit_group;", "bulk.commit"); }
+  void bulk_wait_read(Builder& b, int groups) override {
+    asm_statement(b, fmt::format("cp.async.bulk.wait_group.read {};", groups), fmt::format("bulk.wait.read.{}", groups));
   }
   void wgmma_fence(Builder& b) override { asm_statement(b, "wgmma.fence.sync.aligned;", "wgmma.fence"); }
   void wgmma_commit(Builder& b) override { asm_statement(b, "wgmma.commit_group.sync.aligned;", "wgmma.commit"); }
@@ -458,7 +483,7 @@ public:
     llvm::Metadata* fm = llvm::ConstantAsMetadata::get(f);
     // wgmma's 128-byte swizzle repeats every 1024 bytes of address, and the lowering places
     // swizzled operands at multiples of 1024 from the region's start.
-    if (auto* g = m.getNamedGlobal("tilec_smem"); g && uses_wgmma_) g->setAlignment(llvm::Align(1024));
+    if (auto* g = m.getNamedGlobal("tilec_smem"); g && (uses_wgmma_ || uses_tma_)) g->setAlignment(llvm::Align(1024));
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "kernel"), i32(1)}));
     // Tensor maps are __grid_constant__: the copies read them where the launch put them (their
     // address taken with cvta.param), never from a local copy.
@@ -521,6 +546,7 @@ private:
 
   llvm::Function* fn_ = nullptr;
   bool uses_wgmma_ = false;
+  bool uses_tma_ = false; // TMA copies' swizzles, like wgmma's, are by absolute address
   std::vector<int> grid_constants_; // the tensor maps' parameters, numbered from 1
   bool fp8_cvt_;     // sm_89+: cvt converts fp8
   std::string arch_; // "sm_80", ...: its shared memory per SM bounds the blocks a kernel asks for

@@ -80,29 +80,43 @@ Consumer consumer(const ir::Function& fn, const ir::Op& load) {
 
 } // namespace
 
-std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileOptions& o) {
-  if (load.kind != OpKind::DescLoad) return "it is not a descriptor load";
+namespace {
+
+// The swizzle pattern of a TMA store's staging for rows of `bytes` bytes (16 or more): 128 for
+// rows of 128 bytes and more (in panels of 128), else as wide as the row, none for 16 bytes.
+int store_swizzle(int64_t bytes) { return bytes >= 128 ? 128 : bytes >= 32 ? int(bytes) : 0; }
+
+// What a descriptor op needs of its tensor for a tensor map: rank 2, a parameter as its base,
+// parameters or numbers as sizes and strides, the outer stride 16-byte aligned. "" when so.
+std::string map_unfit(const ir::Function& fn, const ir::Op& op, const CompileOptions& o) {
   if (!wgmma_enabled(o)) return o.arch != "sm_90" ? fmt::format("TMA needs sm_90, not {}", o.arch) : "wgmma is off";
   if (!o.tma) return "TMA is off (--no-tma)";
-  const size_t rank = desc_rank(load);
-  if (rank != 2) return fmt::format("its rank is {}: TMA copies feed a dot's 2-d operands", rank);
-  if (!is_param(fn, load.operands[0])) return "its base is not a kernel parameter";
-  const ir::DType dt = load.operands[0]->type.dtype();
-  const int64_t eb = ir::dtype_bytes(dt);
+  const size_t rank = desc_rank(op);
+  if (rank != 2) return fmt::format("its rank is {}: tilec's TMA copies are 2-d", rank);
+  if (!is_param(fn, op.operands[0])) return "its base is not a kernel parameter";
+  const int64_t eb = ir::dtype_bytes(op.operands[0]->type.dtype());
   for (size_t i = 1; i < 1 + 2 * rank; ++i) {
-    const Value* v = load.operands[i];
+    const Value* v = op.operands[i];
     if (!is_param(fn, v) && !constant_of(v))
       return fmt::format("its {} {} is neither a kernel parameter nor a number", i <= rank ? "size" : "stride",
                          i <= rank ? i - 1 : i - 1 - rank);
   }
-  // The outer strides in bytes: multiples of 16, as a tensor map needs.
   for (size_t d = 0; d + 1 < rank; ++d) {
-    const Value* s = load.operands[1 + rank + d];
+    const Value* s = op.operands[1 + rank + d];
     const int64_t multiple = constant_of(s) ? (*constant_of(s) ? *constant_of(s) & -*constant_of(s) : 1 << 30)
                                             : promised_multiple(s, o);
     if (multiple * eb % 16 != 0)
       return fmt::format("its stride {} is not known to be a multiple of 16 bytes (promise it: multiple_of)", d);
   }
+  return "";
+}
+
+} // namespace
+
+std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileOptions& o) {
+  if (load.kind != OpKind::DescLoad) return "it is not a descriptor load";
+  if (std::string why = map_unfit(fn, load, o); !why.empty()) return why;
+  const int64_t eb = ir::dtype_bytes(load.operands[0]->type.dtype());
   const ir::Shape& block = load.results[0]->type.shape;
   Consumer c = consumer(fn, load);
   if (!c.dot) return c.why;
@@ -119,6 +133,35 @@ std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileO
   if (st.rows > 256) return fmt::format("its box would have {} rows (256 at most)", st.rows);
   (void)block;
   return "";
+}
+
+
+std::string tma_store_unfit(const ir::Function& fn, const ir::Op& store, const CompileOptions& o) {
+  if (store.kind != OpKind::DescStore) return "it is not a descriptor store";
+  if (std::string why = map_unfit(fn, store, o); !why.empty()) return why;
+  const ir::Type& t = store.operands.back()->type;
+  if (t.dtype() == ir::DType::i1) return "i1 blocks are stored element by element";
+  const int64_t eb = ir::dtype_bytes(t.dtype()), row = t.shape[1] * eb;
+  if (row < 16) return fmt::format("its rows are {} bytes: a TMA box row takes 16 or more", row);
+  if (t.shape[0] > 256) return fmt::format("its block has {} rows (256 at most)", t.shape[0]);
+  if (t.shape[0] * row > kMaxTmaStoreBytes)
+    return fmt::format("its block takes {} bytes to stage ({} at most)", t.shape[0] * row, kMaxTmaStoreBytes);
+  return "";
+}
+
+TensorMapPlan tensor_map_plan_store(const ir::Op& store) {
+  const ir::Type& t = store.operands.back()->type;
+  const int64_t eb = ir::dtype_bytes(t.dtype());
+  const int s = store_swizzle(t.shape[1] * eb);
+  TensorMapPlan m;
+  m.base = store.operands[0];
+  for (size_t d = 0; d < 2; ++d) {
+    m.sizes.push_back(store.operands[1 + d]);
+    m.strides.push_back(store.operands[3 + d]);
+  }
+  m.box = {t.shape[0], s ? s / eb : t.shape[1]};
+  m.swizzle = s;
+  return m;
 }
 
 TensorMapPlan tensor_map_plan(const ir::Op& load, const ir::Op& dot, int idx, bool kmajor) {
@@ -142,7 +185,9 @@ ir::Kernel prepare_descriptors(const ir::Function& fn, const CompileOptions& o) 
   });
   if (!any) return nullptr;
   ir::Kernel k = ir::clone(fn);
-  int expanded = ir::expand_descriptors(*k, [&](const ir::Op& op) { return tma_unfit(*k, op, o).empty(); });
+  int expanded = ir::expand_descriptors(*k, [&](const ir::Op& op) {
+    return (op.kind == OpKind::DescLoad ? tma_unfit(*k, op, o) : tma_store_unfit(*k, op, o)).empty();
+  });
   // The layout plan has the last word: a kept load's dot must run on wgmma, reading the operand
   // along the descriptor's innermost dim. Those it does not are expanded after all.
   std::vector<const ir::Op*> undone;

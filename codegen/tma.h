@@ -30,6 +30,15 @@ std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileO
 // or not): its box is one swizzle panel of the staging.
 TensorMapPlan tensor_map_plan(const ir::Op& load, const ir::Op& dot, int idx, bool kmajor);
 
+// "" when `store` (a desc_store of `fn`) may become TMA stores of its block on sm_90 under `o`
+// (staged in shared memory, then copied out by the copy engine); otherwise why not.
+std::string tma_store_unfit(const ir::Function& fn, const ir::Op& store, const CompileOptions& o);
+// Its tensor map: a box of the block's rows, one swizzle pattern wide (the whole row when it is
+// 16 bytes).
+TensorMapPlan tensor_map_plan_store(const ir::Op& store);
+// The most shared memory a TMA store's block may take to be staged.
+inline constexpr int64_t kMaxTmaStoreBytes = 32 * 1024;
+
 // A copy of `fn` whose descriptor ops are all expanded (ir::expand_descriptors) but the loads
 // TMA copies under `o`; null when there is nothing to expand (no descriptor op, or only loads
 // TMA copies).

@@ -107,6 +107,9 @@ struct tilec_emu_thread {
   // one; while blocked in tilec_emu_mbarrier_wait (at_mbarrier), the mbarrier and the count
   // of completed phases it waits for.
   std::unordered_map<std::size_t, std::uint64_t> mbar_waited;
+  // TMA stores (tilec_emu_tma_store): the bulk group new ones join, and the site of the last.
+  std::uint64_t bulk_open = 0;
+  const char* bulk_site = "";
   std::size_t mbar_at = 0;
   std::uint64_t mbar_need = 0;
   // How often this thread has run each global access site (the call's return address) in
@@ -218,6 +221,17 @@ struct tilec_emu_worker {
     std::uint64_t phase = 0;
   };
   std::unordered_map<std::size_t, Mbarrier> mbars;
+  // TMA stores still reading shared memory: the issuing thread, its bulk group, the bytes,
+  // where it was issued, and the barrier interval of the issuer's wait that retired it. The
+  // issuer may write the bytes after its wait, others after a barrier that follows it.
+  struct PendingBulkStore {
+    std::uint32_t thread;
+    std::uint64_t group;
+    std::size_t lo, hi;
+    const char* site;
+    std::uint64_t retired_epoch = UINT64_MAX;
+  };
+  std::vector<PendingBulkStore> bulk_stores;
   // run_wgmma's operands and the offsets it read: the worker's, reused, since a fiber that
   // fails is never unwound (its own vectors would leak).
   std::vector<float> wgmma_a, wgmma_b;
@@ -451,6 +465,10 @@ void fiber_main(void* p) {
     fail_thread(t, "finished with {} asynchronous cop{} never waited for (cp.async at {}): its bytes never land in "
                 "shared memory",
                 t->pending_copies.size(), t->pending_copies.size() == 1 ? "y" : "ies", t->pending_copies.front().site);
+  for (const auto& b : t->worker->bulk_stores)
+    if (b.thread == t->tid && b.retired_epoch == UINT64_MAX)
+      fail_thread(t, "finished with a TMA store never waited for (at {}; cp.async.bulk.wait_group.read missing): its "
+                     "shared memory may go before the copy engine reads it", b.site);
   if (!t->wgmma_groups.empty())
     fail_thread(t, "finished with {} warpgroup MMA{} never waited for (wgmma at {}; wgmma.wait_group missing)",
                 t->wgmma_groups.size(), t->wgmma_groups.size() == 1 ? "" : "s", t->wgmma_site);
@@ -594,9 +612,11 @@ bool run_block(Worker& w) {
   w.block_epoch = ++w.epoch;
   w.wgmmas.clear();
   w.mbars.clear();
+  w.bulk_stores.clear();
   for (tilec_emu_thread& t : w.threads) {
     t.state = State::runnable;
     t.mbar_waited.clear();
+    t.bulk_open = 0;
     t.pending_copies.clear();
     t.open_group = 0;
     t.wgmma_n = 0;
@@ -894,6 +914,15 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
         abort_thread(t, std::move(message));
       }
   }
+  std::erase_if(w.bulk_stores, [&](const tilec_emu_worker::PendingBulkStore& b) { return b.retired_epoch < w.epoch; });
+  for (const auto& b : w.bulk_stores)
+    if (off < b.hi && b.lo < off + bytes && !(b.thread == t->tid && b.retired_epoch != UINT64_MAX)) {
+      std::string message = fmt::format(
+          "{}: shared-memory write of byte offset {} (at {}) while a TMA store of thread {} still reads it (at {}): "
+          "wait for it first (cp.async.bulk.wait_group.read), then a barrier", where(t), std::max(off, b.lo), site,
+          b.thread, b.site);
+      abort_thread(t, std::move(message));
+    }
   for (std::size_t i = off; i < off + bytes; ++i) {
     ShadowByte& s = w.shadow[i];
     bool written_here = s.write_epoch >= w.block_epoch;
@@ -1374,6 +1403,70 @@ void tilec_emu_tma_load(tilec_emu_thread* t, void* dst, const tilec_emu_tensor_m
   }
   m.tx -= std::int64_t(box_bytes);
   mbarrier_progress(m);
+}
+
+void tilec_emu_tma_store(tilec_emu_thread* t, const void* src, const tilec_emu_tensor_map* map, uint32_t rank,
+                         int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4, const char* site) {
+  using namespace tilec::rt;
+  tilec_emu_worker& w = *t->worker;
+  if (rank != map->rank || rank < 1 || rank > 5)
+    fail_thread(t, "TMA store (at {}) of rank {} with a tensor map of rank {}", site, rank, map->rank);
+  const std::int64_t coords[5] = {c0, c1, c2, c3, c4};
+  const std::uint64_t eb = map->strides[0];
+  const std::uint64_t inner = map->box[0] * eb, s = map->swizzle;
+  if (inner % 16 != 0 || (s && inner != s))
+    fail_thread(t, "TMA store (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of "
+                   "16-byte chunks, one swizzle pattern wide when swizzled)", site, inner, s);
+  const std::size_t soff = check_shared(t, src, 16, "TMA store", site);
+  if (soff % (s ? 128 : 16) != 0)
+    fail_thread(t, "TMA store (at {}) from byte offset {}: its source is {}-byte aligned", site, soff, s ? 128 : 16);
+  std::uint64_t rows = 1;
+  for (std::uint32_t d = 1; d < rank; ++d) rows *= map->box[d];
+  if (soff + rows * inner > w.launch->shared_bytes)
+    fail_thread(t, "TMA store (at {}) of {} bytes from byte offset {} runs past the kernel's {} bytes of shared memory",
+                site, rows * inner, soff, w.launch->shared_bytes);
+  std::uint8_t chunk[16];
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    bool row_inside = true;
+    std::uint64_t rest = r, row_addr = map->base;
+    for (std::uint32_t d = 1; d < rank; ++d) {
+      const std::int64_t coord = coords[d] + std::int64_t(rest % map->box[d]);
+      rest /= map->box[d];
+      row_inside = row_inside && coord >= 0 && std::uint64_t(coord) < map->sizes[d];
+      row_addr += std::uint64_t(coord) * map->strides[d];
+    }
+    for (std::uint64_t cb = 0; cb < inner; cb += 16) {
+      std::size_t off = soff + r * inner + cb;
+      if (s) off ^= ((off >> 7) & (s / 16 - 1)) << 4;
+      // The copy engine reads through the async proxy: each byte's writer fenced it first.
+      for (std::size_t i = off; i < off + 16; ++i) {
+        const ShadowByte& sb = w.shadow[i];
+        const tilec_emu_thread& wr = w.threads[sb.writer];
+        const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
+        if (sb.write_epoch >= w.block_epoch && !sb.mbar && fenced == sb.writer_fences)
+          fail_thread(t, "TMA store (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
+                         "fence.proxy.async since: the copy engine may not see it", site, i, sb.writer, sb.write_site);
+      }
+      tilec_emu_shared_load(t, w.shared + off, 16, chunk, site);
+      for (std::uint64_t e = cb / eb; e < (cb + 16) / eb; ++e) {
+        const std::int64_t x = coords[0] + std::int64_t(e);
+        if (!row_inside || x < 0 || std::uint64_t(x) >= map->sizes[0]) continue; // clipped, as the hardware does
+        void* a = reinterpret_cast<void*>(row_addr + std::uint64_t(x) * eb);
+        check_access(t, a, std::uint32_t(eb), false, true, "TMA store");
+        std::memcpy(a, chunk + (e * eb - cb), eb);
+      }
+    }
+  }
+  w.bulk_stores.push_back({t->tid, t->bulk_open, soff, soff + rows * inner, site, UINT64_MAX});
+  t->bulk_site = site;
+}
+
+void tilec_emu_bulk_commit(tilec_emu_thread* t) { ++t->bulk_open; }
+
+void tilec_emu_bulk_wait_read(tilec_emu_thread* t, uint32_t groups) {
+  const std::uint64_t keep_from = t->bulk_open >= groups ? t->bulk_open - groups : 0;
+  for (auto& b : t->worker->bulk_stores)
+    if (b.thread == t->tid && b.group < keep_from) b.retired_epoch = std::min(b.retired_epoch, t->worker->epoch);
 }
 
 void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void* dst) {

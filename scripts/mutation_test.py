@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (38 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (44 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -207,6 +207,36 @@ MUTATIONS = [
      "a warpgroup's second pass of A rows starts half a pass too early",
      'step_start(st_a, p * 16 * W, kk, eb)',
      'step_start(st_a, p * 8 * W, kk, eb)'),
+    ("tma-no-wait",
+     "codegen/lower.cpp",
+     "a pipelined trip reads its stage without waiting for the TMA copies' mbarrier phase",
+     '    if (pl->mbarriers >= 0) wait_tma(pl->mbarriers, stage);\n',
+     ''),
+    ("tma-parity-stuck",
+     "codegen/lower_pipeline.cpp",
+     "the mbarrier parity a thread waits for never flips after a wait",
+     '  b_.CreateStore(b_.CreateXor(bits, b_.CreateShl(b_.getInt32(1), index)), phases);\n',
+     ''),
+    ("tma-panel-column",
+     "codegen/lower_pipeline.cpp",
+     "the TMA copy of a staging's second panel starts at the first panel's columns",
+     'coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner, outer});',
+     'coords[i].push_back({inner, outer});'),
+    ("tma-expect-short",
+     "codegen/lower_pipeline.cpp",
+     "the mbarrier is armed for one operand's bytes too few (the phase completes before the last copy)",
+     '  for (const AsyncOperand* x : xs) bytes += x->staging.rows * x->staging.row_bytes * x->staging.panels;',
+     '  for (const AsyncOperand* x : xs) bytes = x->staging.rows * x->staging.row_bytes * x->staging.panels;'),
+    ("tma-store-no-fence",
+     "codegen/lower_pipeline.cpp",
+     "a TMA store's staging is written without fence.proxy.async before the copy engine reads it",
+     '  hooks_.fence_proxy_async(b_);\n  proxy_unfenced_ = false;\n  barrier();\n',
+     '  proxy_unfenced_ = false;\n  barrier();\n'),
+    ("desc-no-lower-bound",
+     "ir/expand_descriptors.cpp",
+     "a descriptor block at a negative offset reads the elements before the tensor instead of zeros",
+     '    if (!known_nonnegative(op.operands[1 + 2 * rank + d]))',
+     '    if (false)'),
 ]
 
 

@@ -330,6 +330,35 @@ void tma_ref(tilec_emu_thread* c, void* const* args) {
     tilec_emu_mbarrier_wait(c, sm, 1, "tma_ref wait again");
   }
 }
+
+/* A TMA store of a 16 x 64 u16 box at (r0, c0) written by every thread into shared memory at
+   1024 (128-byte swizzled) from src's values, by thread 0. Modes: 0 right; 1 no
+   fence.proxy.async before the barrier; 2 thread 3 overwrites the staging before thread 0's
+   wait, after a barrier; 3 thread 0 never waits. */
+void tma_store_ref(tilec_emu_thread* c, void* const* args) {
+  const uint16_t* src = ARG(uint16_t*, 0);
+  int32_t r0 = ARG(int32_t, 3), c0 = ARG(int32_t, 4), mode = ARG(int32_t, 5);
+  const tilec_emu_tensor_map* map = (const tilec_emu_tensor_map*)args[7];
+  uint32_t t = tilec_emu_thread_id(c);
+  uint8_t* sm = (uint8_t*)tilec_emu_shared_base(c);
+  for (uint32_t i = t; i < 16 * 64; i += tilec_emu_block_dim(c)) {
+    uint16_t v;
+    tilec_emu_load(c, &src[i], 2, &v);
+    tilec_emu_shared_store(c, sm + unswizzled(1024 + 2 * i), 2, &v, "tma_store_ref stage", 0);
+  }
+  if (mode != 1) tilec_emu_fence_proxy_async(c);
+  tilec_emu_barrier(c, 0);
+  if (t == 0) {
+    tilec_emu_tma_store(c, sm + 1024, map, 2, c0, r0, 0, 0, 0, "tma_store_ref store");
+    tilec_emu_bulk_commit(c);
+  }
+  if (mode == 2) {
+    tilec_emu_barrier(c, 1);
+    uint16_t z = 1;
+    if (t == 3) tilec_emu_shared_store(c, sm + 1024, 2, &z, "tma_store_ref overwrite", 0);
+  }
+  if (t == 0 && mode != 3) tilec_emu_bulk_wait_read(c, 0);
+}
 )C";
 
 // Builds the kernels above once per process (at -O0, so branches keep their own barriers).
@@ -747,4 +776,35 @@ TEST_CASE("emulator: a TMA copy fills its box (zeros outside the tensor, 128-byt
                                                         Arg(std::int32_t(0)), Arg(std::int32_t(0)), Arg(std::int32_t(0)),
                                                         buf(out)}),
                     Catch::Contains("dim 0 has stride 60 (120 bytes): outer strides are multiples of 16 bytes"));
+}
+
+TEST_CASE("emulator: a TMA store writes its box clipped to the tensor and reports fence, overwrite and wait misuse",
+          "[emulator][tma]") {
+  Manifest man = manifest("tma_store_ref", {{"src", ptr(ScalarType::u16)}, {"rows", ScalarType::i32},
+                                            {"cols", ScalarType::i32}, {"r0", ScalarType::i32}, {"c0", ScalarType::i32},
+                                            {"mode", ScalarType::i32}, {"dst", ptr(ScalarType::u16)}}, 64, 1024 + 16 * 128);
+  man.tensor_maps = {{"dst", {std::string("rows"), std::string("cols")}, {std::string("cols"), std::int64_t(1)}, {16, 64}, 128}};
+  EmuModule m(man);
+  const int rows = 20, cols = 96;
+  std::vector<std::uint16_t> src(16 * 64), dst(size_t(rows * cols));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::uint16_t(i + 1);
+  auto run = [&](int r0, int c0, int mode) {
+    std::fill(dst.begin(), dst.end(), 0);
+    return error_of(m, {1, 1, 1}, {buf(src), Arg(std::int32_t(rows)), Arg(std::int32_t(cols)), Arg(std::int32_t(r0)),
+                                   Arg(std::int32_t(c0)), Arg(std::int32_t(mode)), buf(dst)});
+  };
+  for (auto [r0, c0] : {std::pair{0, 0}, {-3, 40}, {10, -8}}) {
+    INFO("box at row " << r0 << ", column " << c0);
+    REQUIRE(run(r0, c0, 0) == "");
+    for (int gr = 0; gr < rows; ++gr)
+      for (int gc = 0; gc < cols; ++gc) {
+        const int r = gr - r0, col = gc - c0;
+        const bool in_box = r >= 0 && r < 16 && col >= 0 && col < 64;
+        CHECK(dst[size_t(gr * cols + gc)] == (in_box ? src[size_t(64 * r + col)] : 0));
+      }
+  }
+  CHECK_THAT(run(0, 0, 1), Catch::Contains("TMA store (at tma_store_ref store) reads byte offset 1024, which thread 0 "
+                                           "wrote (at tma_store_ref stage) with no fence.proxy.async since"));
+  CHECK_THAT(run(0, 0, 2), Catch::Contains("(at tma_store_ref overwrite) while a TMA store of thread 0 still reads it"));
+  CHECK_THAT(run(0, 0, 3), Catch::Contains("finished with a TMA store never waited for (at tma_store_ref store"));
 }
