@@ -134,7 +134,11 @@ std::vector<int> tainted_params(const ir::Function& fn, bool (*is_source)(const 
       case ir::OpKind::Store:
         if (level[op.operands[1]->id]) taint(roots[op.operands[0]->id], level[op.operands[1]->id]);
         return;
-      case ir::OpKind::Load: flow(op.result(), held(roots[op.operands[0]->id]), 0); return;
+      case ir::OpKind::Load:
+      case ir::OpKind::DescLoad: flow(op.result(), held(roots[op.operands[0]->id]), 0); return;
+      case ir::OpKind::DescStore:
+        if (level[op.operands.back()->id]) taint(roots[op.operands[0]->id], level[op.operands.back()->id]);
+        return;
       default:
         for (const ir::Value* res : op.results) flow(res, res->type.is_ptr() ? 0 : x, res->type.is_ptr() ? r : 0);
       }

@@ -610,10 +610,21 @@ void Generator::act_pipe_dot() {
   auto range_from = [&](Value* start, int64_t n) {
     return b_->binary(OpKind::Add, b_->splat(start, {n}), b_->arange(0, n));
   };
-  Value* a = b_->load(at(range_from(r0, M), b_->arange(0, K)), nullptr, nullptr);     // [M, K]
+  // Or through a tensor descriptor of the matrix (TMA copies on sm_90 when the dot runs on
+  // wgmma), its rows sometimes cut short so the blocks read zeros past them.
+  const bool desc = r_.chance(0.5);
+  Value* rows = k32(r_.chance(0.5) ? kMat : kMat - 5);
+  auto block = [&](Value* o0, Value* o1, Shape s) {
+    ir::Type t = ir::tile_type(mat_->type.dtype(), std::move(s));
+    return b_->create(OpKind::DescLoad, {mat_, rows, k32(kMat), k32(kMat), k32(1), o0, o1}, {t})->result();
+  };
+  Value* a = desc ? block(r0, k32(0), {M, K}) : b_->load(at(range_from(r0, M), b_->arange(0, K)), nullptr, nullptr); // [M, K]
   Value* b;
-  if (r_.chance(0.5)) b = b_->load(at(b_->arange(0, K), range_from(c0, N)), nullptr, nullptr); // [K, N]
-  else b = b_->permute(b_->load(at(range_from(c0, N), b_->arange(0, K)), nullptr, nullptr), {1, 0});
+  if (r_.chance(0.5))
+    b = desc ? block(k32(0), c0, {K, N}) : b_->load(at(b_->arange(0, K), range_from(c0, N)), nullptr, nullptr); // [K, N]
+  else
+    b = b_->permute(desc ? block(c0, k32(0), {N, K}) : b_->load(at(range_from(c0, N), b_->arange(0, K)), nullptr, nullptr),
+                    {1, 0});
   Value* acc = cst(ir::tile_type(DType::f32, {M, N}), r_.pick(std::vector<double>{0.0, -1.0, 0.5}));
   Value* d = b_->dot(a, b, acc);
   if (M * N != elems_) // elems_ (at most max_elems) divides M N: the max of each group of M N / elems_

@@ -55,11 +55,12 @@ TEST_CASE("fuzz: a program's text names its seed, grid and parameter values", "[
                     Catch::Contains("'n'"));
 }
 
-TEST_CASE("fuzz: the generator reaches tensor-core dots with asynchronous copies and pipelined loops", "[fuzz][pipeline]") {
+TEST_CASE("fuzz: the generator reaches tensor-core dots with asynchronous and TMA copies and pipelined loops", "[fuzz][pipeline]") {
   // Loops with num_stages > 1 whose dot operands are 16-byte loads: `tilec fuzz` runs them on
   // the emulator against the interpreter, so the pipeline's copies ahead are checked too.
   // And dots of a warpgroup's shape, which the emulator runs as sm_90's wgmma.
-  int async = 0, pipelined = 0, wgmma = 0;
+  // And descriptor loads, some of them TMA copies feeding wgmma.
+  int async = 0, pipelined = 0, wgmma = 0, tma = 0, desc = 0;
   for (uint64_t seed = 1; seed <= 600; ++seed) {
     Program p = generate(seed);
     codegen::CompileOptions o;
@@ -68,9 +69,16 @@ TEST_CASE("fuzz: the generator reaches tensor-core dots with asynchronous copies
     async += k.llvm_ir.find("cp.async") != std::string::npos;
     pipelined += k.stats.pipelined_loops > 0;
     wgmma += k.stats.wgmma_dots > 0;
+    tma += k.stats.tma_loads > 0;
+    bool has_desc = false;
+    ir::walk(p.kernel->body, [&](ir::Op& op) { has_desc = has_desc || op.kind == ir::OpKind::DescLoad; });
+    desc += has_desc;
   }
   CHECK(async >= 6);
   CHECK(pipelined >= 3);
   INFO("generated programs with a warpgroup MMA: " << wgmma);
   CHECK(wgmma >= 3);
+  INFO("generated programs with descriptor loads: " << desc << ", with TMA copies: " << tma);
+  CHECK(desc >= 10);
+  CHECK(tma >= 1);
 }
