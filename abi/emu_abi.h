@@ -170,13 +170,13 @@ void tilec_emu_tma_load(tilec_emu_thread* ctx, void* dst, const tilec_emu_tensor
  * writes it), the elements inside the tensor written to global memory (checked and counted
  * like tilec_emu_store), the others dropped. Each byte read must have been fenced by its writer
  * (fence_proxy_async) and ordered by a barrier, as the shared-memory checks say. The store joins
- * the thread's open bulk group, which bulk_commit closes; bulk_wait_read(n) waits until all but
- * the newest n closed groups have read their shared memory: writing those bytes before, or
- * finishing without the wait, is an error. */
+ * the thread's open bulk group, which bulk_commit closes; bulk_wait(n) waits until all but
+ * the newest n closed groups have completed (read their shared memory, written the global
+ * elements): writing those bytes before, or finishing without the wait, is an error. */
 void tilec_emu_tma_store(tilec_emu_thread* ctx, const void* src, const tilec_emu_tensor_map* map, uint32_t rank,
                          int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4, const char* site);
 void tilec_emu_bulk_commit(tilec_emu_thread* ctx);
-void tilec_emu_bulk_wait_read(tilec_emu_thread* ctx, uint32_t groups);
+void tilec_emu_bulk_wait(tilec_emu_thread* ctx, uint32_t groups);
 
 /* Global memory. `bytes` is 1, 2, 4, 8 or 16, and addr is aligned to it. The
  * emulator checks [addr, addr + bytes) against the launch's buffers (an error

@@ -199,7 +199,7 @@ void Lowering::emit_tma_store(const Op& op) {
                        tensor_maps_[size_t(map)],
                        {p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * st.row_bytes / eb))) : inner, outer}, where);
     hooks_.bulk_commit(b_);
-    hooks_.bulk_wait_read(b_, 0);
+    hooks_.bulk_wait(b_, 0);
     return nullptr;
   });
   scratch_end();

@@ -27,7 +27,7 @@
 //   / try_wait.parity loop           fence is dropped), tilec_emu_mbarrier_wait
 //   cp.async.bulk.tensor (TMA)       tilec_emu_tma_load / _tma_store (the tensor map: the
 //                                    launch's, by pointer where the GPU takes it by value)
-//   cp.async.bulk commit / wait.read tilec_emu_bulk_commit / _bulk_wait_read
+//   cp.async.bulk commit / wait     tilec_emu_bulk_commit / _bulk_wait
 //   ptrtoint of a shared pointer     its offset in the block's region (what descriptors hold)
 //
 // Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
@@ -284,8 +284,8 @@ private:
       call.eraseFromParent();
       return;
     }
-    if (tag.starts_with("bulk.wait.read.")) {
-      emu_.call(b, "tilec_emu_bulk_wait_read", b.getVoidTy(), {b.getInt32(uint32_t(std::stoi(tag.substr(15))))});
+    if (tag.starts_with("bulk.wait.")) {
+      emu_.call(b, "tilec_emu_bulk_wait", b.getVoidTy(), {b.getInt32(uint32_t(std::stoi(tag.substr(10))))});
       call.eraseFromParent();
       return;
     }

@@ -170,7 +170,7 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       // Late only for a short A (decode's few query rows): its tile leaves registers to spare for
       // the next iteration's slice values the trip then holds; a large tile (prefill) is
       // already at the register file's limit.
-      const bool late = pl.stages == 2 && x.dot != first_dot && x.dot->operands[0]->type.shape[0] <= Pipeline::kMaxLateRows;
+      const bool late = pl.stages == 2 && !x.tma() && x.dot != first_dot && x.dot->operands[0]->type.shape[0] <= Pipeline::kMaxLateRows;
       pl.late.push_back(late);
       if (!x.tma()) pl.cp_async = true;
       int64_t& at = late ? pl.late_bytes : pl.stage_bytes;

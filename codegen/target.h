@@ -123,15 +123,15 @@ public:
   // cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [tensor_map, {coords}], [src]:
   // the copy engine writes the box at `coords` from shared memory at `src` (laid out as
   // tma_load writes it) to the tensor, the elements outside it dropped; it joins the thread's
-  // bulk group. bulk_commit closes the group (cp.async.bulk.commit_group); bulk_wait_read
-  // waits until all but `groups` closed groups have read their shared memory
-  // (cp.async.bulk.wait_group.read).
+  // bulk group. bulk_commit closes the group (cp.async.bulk.commit_group); bulk_wait waits
+  // until all but `groups` closed groups are complete, their shared memory read and their
+  // global writes done (cp.async.bulk.wait_group).
   virtual void tma_store(Builder& b, llvm::Value* src, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
                          const std::string& site) {
     internal_fail("this target has no TMA");
   }
   virtual void bulk_commit(Builder& b) { internal_fail("this target has no TMA"); }
-  virtual void bulk_wait_read(Builder& b, int groups) { internal_fail("this target has no TMA"); }
+  virtual void bulk_wait(Builder& b, int groups) { internal_fail("this target has no TMA"); }
   // The 32-bit shared-memory address of `ptr` (into the region shared_base gives), as a
   // matrix descriptor encodes it: the shared window's address on the GPU, the offset from the
   // region's start in the emulator.

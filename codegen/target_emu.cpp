@@ -211,8 +211,8 @@ public:
     emu_tma_store(b, emu_, src, tensor_map, coords, emu_.site(b, site));
   }
   void bulk_commit(Builder& b) override { emu_.call(b, "tilec_emu_bulk_commit", b.getVoidTy(), {}); }
-  void bulk_wait_read(Builder& b, int groups) override {
-    emu_.call(b, "tilec_emu_bulk_wait_read", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
+  void bulk_wait(Builder& b, int groups) override {
+    emu_.call(b, "tilec_emu_bulk_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
   }
   llvm::Value* shared_address(Builder& b, llvm::Value* ptr) override {
     llvm::Value* off = b.CreateSub(b.CreatePtrToInt(ptr, b.getInt64Ty()), b.CreatePtrToInt(shared_base(b), b.getInt64Ty()));

@@ -245,8 +245,8 @@ public:
     uses_tma_ = true;
   }
   void bulk_commit(Builder& b) override { asm_statement(b, "cp.async.bulk.commit_group;", "bulk.commit"); }
-  void bulk_wait_read(Builder& b, int groups) override {
-    asm_statement(b, fmt::format("cp.async.bulk.wait_group.read {};", groups), fmt::format("bulk.wait.read.{}", groups));
+  void bulk_wait(Builder& b, int groups) override {
+    asm_statement(b, fmt::format("cp.async.bulk.wait_group {};", groups), fmt::format("bulk.wait.{}", groups));
   }
   void wgmma_fence(Builder& b) override { asm_statement(b, "wgmma.fence.sync.aligned;", "wgmma.fence"); }
   void wgmma_commit(Builder& b) override { asm_statement(b, "wgmma.commit_group.sync.aligned;", "wgmma.commit"); }

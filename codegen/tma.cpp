@@ -9,6 +9,7 @@
 #include "codegen/layout.h"
 #include "codegen/layout_plan.h"
 #include "codegen/pipeline_plan.h"
+#include "ir/param_access.h"
 #include "ir/passes.h"
 
 namespace tilec::codegen {
@@ -101,6 +102,14 @@ std::string map_unfit(const ir::Function& fn, const ir::Op& op, const CompileOpt
       return fmt::format("its {} {} is neither a kernel parameter nor a number", i <= rank ? "size" : "stride",
                          i <= rank ? i - 1 : i - 1 - rank);
   }
+  // The innermost dim contiguous (the DSL requires it; IR text might not), and the offsets
+  // 32-bit: a copy's coordinates are signed 32-bit, which a wider offset would wrap into.
+  if (constant_of(op.operands[2 * rank]) != std::optional<int64_t>(1))
+    return "its innermost stride is not the number 1";
+  for (size_t d = 0; d < rank; ++d)
+    if (ir::dtype_bits(op.operands[1 + 2 * rank + d]->type.dtype()) > 32)
+      return fmt::format("its offset {} is {}: a copy's coordinates are 32-bit", d,
+                         ir::dtype_name(op.operands[1 + 2 * rank + d]->type.dtype()));
   for (size_t d = 0; d + 1 < rank; ++d) {
     const Value* s = op.operands[1 + rank + d];
     const int64_t multiple = constant_of(s) ? (*constant_of(s) ? *constant_of(s) & -*constant_of(s) : 1 << 30)
@@ -116,12 +125,26 @@ std::string map_unfit(const ir::Function& fn, const ir::Op& op, const CompileOpt
 std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileOptions& o) {
   if (load.kind != OpKind::DescLoad) return "it is not a descriptor load";
   if (std::string why = map_unfit(fn, load, o); !why.empty()) return why;
+  // The copy engine reads through the async proxy: a buffer the kernel also writes would need
+  // its writes fenced and ordered before every copy. Only buffers it never writes are copied.
+  const std::vector<ir::ParamAccess> access = ir::param_access(fn);
+  const size_t bi = size_t(std::find(fn.params.begin(), fn.params.end(), load.operands[0]) - fn.params.begin());
+  if (access[bi] != ir::ParamAccess::read) return fmt::format("the kernel writes its buffer '{}'", fn.params[bi]->name);
   const int64_t eb = ir::dtype_bytes(load.operands[0]->type.dtype());
   const ir::Shape& block = load.results[0]->type.shape;
   Consumer c = consumer(fn, load);
   if (!c.dot) return c.why;
   const ir::Op& dot = *c.dot;
   if (dot.parent != load.parent) return "it is loaded outside its dot's block";
+  // Nothing between the load and the dot may write memory (the copy is issued with the dot).
+  bool between = false;
+  for (const auto& o2 : dot.parent->ops) {
+    if (o2.get() == &load) between = true;
+    else if (o2.get() == &dot) break;
+    else if (between && (o2->kind == OpKind::Store || o2->kind == OpKind::DescStore || ir::is_atomic(o2->kind) ||
+                         o2->kind == OpKind::For || o2->kind == OpKind::If))
+      return fmt::format("it is followed by a {} that may write memory before its dot", ir::op_name(o2->kind));
+  }
   // The staging's contiguous dim is the descriptor's innermost: K (k-major) or M / N.
   const bool kmajor = c.idx == 0 ? !c.transposed : c.transposed;
   const ir::Shape& a = dot.operands[0]->type.shape;
@@ -139,6 +162,19 @@ std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileO
 std::string tma_store_unfit(const ir::Function& fn, const ir::Op& store, const CompileOptions& o) {
   if (store.kind != OpKind::DescStore) return "it is not a descriptor store";
   if (std::string why = map_unfit(fn, store, o); !why.empty()) return why;
+  // The copy engine writes through the async proxy: no other access of the kernel may touch
+  // the buffer (it would need the store's completion fenced before it).
+  const Value* base = store.operands[0];
+  std::string other;
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) {
+    if (&op == &store || !other.empty()) return;
+    const bool memory = op.kind == OpKind::Load || op.kind == OpKind::Store || op.kind == OpKind::DescLoad ||
+                        op.kind == OpKind::DescStore || ir::is_atomic(op.kind);
+    if (memory && (op.operands[0] == base || ir::root_param(fn, op.operands[0]) == base ||
+                   !ir::root_param(fn, op.operands[0])))
+      other = std::string(ir::op_name(op.kind));
+  });
+  if (!other.empty()) return fmt::format("a {} of the kernel may touch its buffer '{}' too", other, base->name);
   const ir::Type& t = store.operands.back()->type;
   if (t.dtype() == ir::DType::i1) return "i1 blocks are stored element by element";
   const int64_t eb = ir::dtype_bytes(t.dtype()), row = t.shape[1] * eb;

@@ -407,8 +407,8 @@ Kernel::Kernel(const Context& ctx, Manifest manifest)
 
 void Kernel::launch(Dim3 grid, std::span<const Arg> args, const Stream* stream) const {
   check_launch_args(manifest_, args);
-  std::vector<ResolvedTensorMap> maps = resolve_tensor_maps(manifest_, args);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return; // no programs: nothing to run (the driver refuses it)
+  std::vector<ResolvedTensorMap> maps = resolve_tensor_maps(manifest_, args);
   // The TMA copies' tensor maps, encoded by the driver and passed by value after the arguments.
   std::vector<CUtensorMap> encoded(maps.size());
   std::vector<const void*> extra;

@@ -467,7 +467,7 @@ void fiber_main(void* p) {
                 t->pending_copies.size(), t->pending_copies.size() == 1 ? "y" : "ies", t->pending_copies.front().site);
   for (const auto& b : t->worker->bulk_stores)
     if (b.thread == t->tid && b.retired_epoch == UINT64_MAX)
-      fail_thread(t, "finished with a TMA store never waited for (at {}; cp.async.bulk.wait_group.read missing): its "
+      fail_thread(t, "finished with a TMA store never waited for (at {}; cp.async.bulk.wait_group missing): its "
                      "shared memory may go before the copy engine reads it", b.site);
   if (!t->wgmma_groups.empty())
     fail_thread(t, "finished with {} warpgroup MMA{} never waited for (wgmma at {}; wgmma.wait_group missing)",
@@ -825,7 +825,8 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
   l.tracks = std::move(sorted);
   // The TMA copies' tensor maps, after the arguments: args[i] points at the map itself.
   std::vector<tilec_emu_tensor_map> maps;
-  for (const ResolvedTensorMap& r : resolve_tensor_maps(manifest_, args)) {
+  const bool programs = grid.x && grid.y && grid.z; // no programs: no map is read (nor checked)
+  for (const ResolvedTensorMap& r : programs ? resolve_tensor_maps(manifest_, args) : std::vector<ResolvedTensorMap>{}) {
     tilec_emu_tensor_map t{};
     t.base = r.base;
     t.rank = std::uint32_t(r.rank);
@@ -919,7 +920,7 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
     if (off < b.hi && b.lo < off + bytes && !(b.thread == t->tid && b.retired_epoch != UINT64_MAX)) {
       std::string message = fmt::format(
           "{}: shared-memory write of byte offset {} (at {}) while a TMA store of thread {} still reads it (at {}): "
-          "wait for it first (cp.async.bulk.wait_group.read), then a barrier", where(t), std::max(off, b.lo), site,
+          "wait for it first (cp.async.bulk.wait_group), then a barrier", where(t), std::max(off, b.lo), site,
           b.thread, b.site);
       abort_thread(t, std::move(message));
     }
@@ -941,6 +942,16 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
           "{}: shared-memory race (write after read, {}): thread {} writes byte offset {} that {} read (write at "
           "{}; read at {})", where(t), window, t->tid, i, readers, site, s.read_site);
       abort_thread(t, std::move(message));
+    }
+    if (s.mbar && write && written_here) { // a TMA copy's byte: it may still land unless this thread waited for it
+      auto it = t->mbar_waited.find(s.mbar - 1);
+      if ((it == t->mbar_waited.end() ? 0 : it->second) <= s.mbar_phase) {
+        std::string message = fmt::format(
+            "{}: shared-memory write of byte offset {} (at {}) that a TMA copy (at {}) writes in phase {} of the "
+            "mbarrier at byte offset {}, which this thread has not waited for: the copy may land after it",
+            where(t), i, site, s.write_site, s.mbar_phase, s.mbar - 1);
+        abort_thread(t, std::move(message));
+      }
     }
     if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site, s.writer_fences = t->proxy_fences, s.mbar = 0;
   }
@@ -1356,8 +1367,7 @@ void tilec_emu_tma_load(tilec_emu_thread* t, void* dst, const tilec_emu_tensor_m
     fail_thread(t, "TMA copy (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of 16-byte "
                    "chunks, one swizzle pattern wide when swizzled)", site, inner, s);
   const std::size_t doff = check_shared(t, dst, 16, "TMA copy", site);
-  if (doff % (s ? 128 : 16) != 0)
-    fail_thread(t, "TMA copy (at {}) to byte offset {}: its destination is {}-byte aligned", site, doff, s ? 128 : 16);
+  if (doff % 128 != 0) fail_thread(t, "TMA copy (at {}) to byte offset {}: its destination is 128-byte aligned", site, doff);
   std::uint64_t box_bytes = inner;
   for (std::uint32_t d = 1; d < rank; ++d) box_bytes *= map->box[d];
   if (doff + box_bytes > w.launch->shared_bytes)
@@ -1397,6 +1407,17 @@ void tilec_emu_tma_load(tilec_emu_thread* t, void* dst, const tilec_emu_tensor_m
       }
       std::size_t off = doff + r * inner + cb;
       if (s) off ^= ((off >> 7) & (s / 16 - 1)) << 4;
+      // An ordinary write of these bytes must have been fenced to the async proxy the copy
+      // writes through, or the two may land in either order.
+      for (std::size_t i = off; i < off + 16; ++i) {
+        const ShadowByte& sb = w.shadow[i];
+        const tilec_emu_thread& wr = w.threads[sb.writer];
+        const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
+        if (sb.write_epoch >= w.block_epoch && !sb.mbar && fenced == sb.writer_fences)
+          fail_thread(t, "TMA copy (at {}) overwrites byte offset {}, which thread {} wrote (at {}) with no "
+                         "fence.proxy.async since: the two writes may land in either order", site, i, sb.writer,
+                      sb.write_site);
+      }
       check_shared_write(t, off, 16, chunk, site, 0, w.epoch, true);
       for (std::size_t i = off; i < off + 16; ++i) w.shadow[i].mbar = std::uint32_t(boff + 1), w.shadow[i].mbar_phase = phase;
     }
@@ -1418,8 +1439,7 @@ void tilec_emu_tma_store(tilec_emu_thread* t, const void* src, const tilec_emu_t
     fail_thread(t, "TMA store (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of "
                    "16-byte chunks, one swizzle pattern wide when swizzled)", site, inner, s);
   const std::size_t soff = check_shared(t, src, 16, "TMA store", site);
-  if (soff % (s ? 128 : 16) != 0)
-    fail_thread(t, "TMA store (at {}) from byte offset {}: its source is {}-byte aligned", site, soff, s ? 128 : 16);
+  if (soff % 128 != 0) fail_thread(t, "TMA store (at {}) from byte offset {}: its source is 128-byte aligned", site, soff);
   std::uint64_t rows = 1;
   for (std::uint32_t d = 1; d < rank; ++d) rows *= map->box[d];
   if (soff + rows * inner > w.launch->shared_bytes)
@@ -1463,7 +1483,7 @@ void tilec_emu_tma_store(tilec_emu_thread* t, const void* src, const tilec_emu_t
 
 void tilec_emu_bulk_commit(tilec_emu_thread* t) { ++t->bulk_open; }
 
-void tilec_emu_bulk_wait_read(tilec_emu_thread* t, uint32_t groups) {
+void tilec_emu_bulk_wait(tilec_emu_thread* t, uint32_t groups) {
   const std::uint64_t keep_from = t->bulk_open >= groups ? t->bulk_open - groups : 0;
   for (auto& b : t->worker->bulk_stores)
     if (b.thread == t->tid && b.group < keep_from) b.retired_epoch = std::min(b.retired_epoch, t->worker->epoch);

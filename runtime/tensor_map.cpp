@@ -34,9 +34,13 @@ std::vector<ResolvedTensorMap> resolve_tensor_maps(const Manifest& m, std::span<
     for (int d = 0; d < r.rank; ++d) {
       const std::size_t k = std::size_t(r.rank - 1 - d); // manifest order: outermost first
       const std::int64_t size = value(t.sizes[k], "size"), stride = value(t.strides[k], "stride");
-      if (size < 1 || size >= (std::int64_t(1) << 32))
-        fail(fmt::format("dim {} has size {}: a tensor map's sizes are from 1 to 2^32 - 1", k, size));
-      if (stride < 0 || (d > 0 && (std::uint64_t(stride) * eb % 16 != 0 || std::uint64_t(stride) * eb >= (1ull << 40))))
+      // Coordinates are signed 32-bit: a size past 2^31 - 1 could not be addressed whole.
+      if (size < 1 || size >= (std::int64_t(1) << 31))
+        fail(fmt::format("dim {} has size {}: a tensor map's sizes are from 1 to 2^31 - 1 (an empty tensor cannot "
+                         "be described; launch no programs for it)", k, size));
+      if (d == 0 && stride != 1)
+        fail(fmt::format("dim {} has stride {}: the innermost dim of a tensor map is contiguous (stride 1)", k, stride));
+      if (d > 0 && (stride < 0 || std::uint64_t(stride) * eb % 16 != 0 || std::uint64_t(stride) * eb >= (1ull << 40)))
         fail(fmt::format("dim {} has stride {} ({} bytes): outer strides are multiples of 16 bytes below 2^40", k,
                          stride, stride * std::int64_t(eb)));
       r.sizes[d] = std::uint64_t(size);

@@ -23,8 +23,9 @@ struct ResolvedTensorMap {
 
 // One per entry of m.tensor_maps, from `args` (already checked against m.params). Throws
 // LaunchArgumentError naming the map's base parameter when the arguments cannot describe a
-// tensor a copy engine reads: a size below 1 or from 2^32, an outer stride that is not a
-// multiple of 16 bytes or reaches 2^40, or a tensor reaching past its buffer.
+// tensor a copy engine reads: a size below 1 or from 2^31 (coordinates are signed 32-bit), an
+// innermost stride other than 1, an outer stride that is not a multiple of 16 bytes or reaches
+// 2^40, or a tensor reaching past its buffer. Launchers call it only for a grid with programs.
 std::vector<ResolvedTensorMap> resolve_tensor_maps(const Manifest& m, std::span<const Arg> args);
 
 } // namespace tilec::rt

@@ -303,7 +303,9 @@ void wgmma_ref(tilec_emu_thread* c, void* const* args) {
    mbarrier at 0; every thread then reads the box back (unswizzled) into out. Modes: 0 right;
    1 reads before the wait; 2 waits for the wrong parity; 3 arms the mbarrier for more bytes
    than come (the wait never returns); 4 arms it for more and never waits (the block ends with
-   the phase begun); 5 a second copy over the first while thread 0 reads it, no barrier. */
+   the phase begun); 5 a second copy over the first while thread 0 reads it, no barrier; 6 the
+   issuer writes the box before waiting; 7 an ordinary write of the box, unfenced, before the
+   barrier ahead of the copy. */
 static uint32_t unswizzled(uint32_t off) { return off ^ (((off >> 7) & 7) << 4); }
 void tma_ref(tilec_emu_thread* c, void* const* args) {
   int32_t r0 = ARG(int32_t, 3), c0 = ARG(int32_t, 4), mode = ARG(int32_t, 5);
@@ -311,11 +313,14 @@ void tma_ref(tilec_emu_thread* c, void* const* args) {
   const tilec_emu_tensor_map* map = (const tilec_emu_tensor_map*)args[7];
   uint32_t t = tilec_emu_thread_id(c);
   uint8_t* sm = (uint8_t*)tilec_emu_shared_base(c);
+  uint16_t mark = 0xbeef;
   if (t == 0) tilec_emu_mbarrier_init(c, sm, 1);
+  if (t == 0 && mode == 7) tilec_emu_shared_store(c, sm + 1024, 2, &mark, "tma_ref early write", 0);
   tilec_emu_barrier(c, 0);
   if (t == 0) {
     tilec_emu_mbarrier_arrive_expect_tx(c, sm, 16 * 128 + (mode == 3 || mode == 4 ? 16 : 0), "tma_ref arm");
     tilec_emu_tma_load(c, sm + 1024, map, 2, c0, r0, 0, 0, 0, sm, "tma_ref copy");
+    if (mode == 6) tilec_emu_shared_store(c, sm + 1024, 2, &mark, "tma_ref write before the wait", 0);
   }
   if (mode == 4) return;
   if (mode != 1) tilec_emu_mbarrier_wait(c, sm, mode == 2 ? 1 : 0, "tma_ref wait");
@@ -357,7 +362,7 @@ void tma_store_ref(tilec_emu_thread* c, void* const* args) {
     uint16_t z = 1;
     if (t == 3) tilec_emu_shared_store(c, sm + 1024, 2, &z, "tma_store_ref overwrite", 0);
   }
-  if (t == 0 && mode != 3) tilec_emu_bulk_wait_read(c, 0);
+  if (t == 0 && mode != 3) tilec_emu_bulk_wait(c, 0);
 }
 )C";
 
@@ -763,6 +768,10 @@ TEST_CASE("emulator: a TMA copy fills its box (zeros outside the tensor, 128-byt
   CHECK_THAT(run(0, 0, 3), Catch::Contains("an mbarrier phase that never completes"));
   CHECK_THAT(run(0, 0, 4), Catch::Contains("the block ends with phase 0 of the mbarrier at byte offset 0 begun and not "
                                            "completed (0 of 1 arrivals and 16 transaction bytes still to come)"));
+  CHECK_THAT(run(0, 0, 6), Catch::Contains("write of byte offset 1024 (at tma_ref write before the wait) that a TMA "
+                                           "copy (at tma_ref copy) writes in phase 0"));
+  CHECK_THAT(run(0, 0, 7), Catch::Contains("TMA copy (at tma_ref copy) overwrites byte offset 1024, which thread 0 "
+                                           "wrote (at tma_ref early write) with no fence.proxy.async since"));
   CHECK_THAT(run(0, 0, 5), Catch::Contains("shared-memory race (write after write, no barrier between): thread 1 "
                                            "writes byte offset 1024"));
   // The launch refuses arguments no tensor map can describe.
