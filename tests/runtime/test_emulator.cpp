@@ -322,7 +322,7 @@ void tma_ref(tilec_emu_thread* c, void* const* args) {
     tilec_emu_tma_load(c, sm + 1024, map, 2, c0, r0, 0, 0, 0, sm, "tma_ref copy");
     if (mode == 6) tilec_emu_shared_store(c, sm + 1024, 2, &mark, "tma_ref write before the wait", 0);
   }
-  if (mode == 4) return;
+  if (mode == 4 || (mode == 1 && t != 0)) return; /* mode 1: the issuer alone reads, in any schedule */
   if (mode != 1) tilec_emu_mbarrier_wait(c, sm, mode == 2 ? 1 : 0, "tma_ref wait");
   for (uint32_t i = t; i < 16 * 64; i += tilec_emu_block_dim(c)) {
     uint16_t v;
