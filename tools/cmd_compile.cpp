@@ -169,8 +169,9 @@ Action add_compile(CLI::App& app, Common& common) {
     const std::optional<codegen::PtxLoop> main_loop = codegen::kernel_main_loop(*k, ck.ptx);
     if (!ck.ptx.empty()) {
       if (const codegen::PtxLoop* l = main_loop ? &*main_loop : nullptr)
-        say(common, fmt::format("  main loop: {} PTX instructions per trip ({} mma, {} cp.async, {} global loads{})",
-                                l->instructions, l->count("mma") + l->count("wgmma.mma_async"), (l->count("cp.async.cg") + l->count("cp.async.ca") + l->count("cp.async.bulk")), l->count("ld.global"),
+        say(common, fmt::format("  main loop: {} PTX instructions per trip ({} mma, {} cp.async, {}{} global loads{})",
+                                l->instructions, l->count("mma") + l->count("wgmma.mma_async"), (l->count("cp.async.cg") + l->count("cp.async.ca")),
+                                l->count("cp.async.bulk") ? fmt::format("{} TMA copies, ", l->count("cp.async.bulk")) : "", l->count("ld.global"),
                                 l->inner_loops ? fmt::format(", {} inner loops counted once", l->inner_loops) : ""));
     }
     if (common.json) {
