@@ -282,14 +282,8 @@ bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value
   if (view && view->parent != dot.parent) return fails(x, "is transposed outside the dot's block");
   if (load->other() && !is_positive_zero(load->other())) return fails(lv, "is not +0 where masked off");
   // Nothing between the load and the dot may write memory.
-  bool between = false;
-  for (const auto& o : dot.parent->ops) {
-    if (o.get() == load) between = true;
-    else if (o.get() == &dot) break;
-    else if (between && (o->kind == OpKind::Store || ir::is_atomic(o->kind) || o->kind == OpKind::For ||
-                         o->kind == OpKind::If))
-      return fails(lv, fmt::format("is followed by a {} that may write memory before the dot", ir::op_name(o->kind)));
-  }
+  if (const Op* w = writes_between(*load, dot))
+    return fails(lv, fmt::format("is followed by a {} that may write memory before the dot", ir::op_name(w->kind)));
   // The load's own layout, used by nothing else, in whole aligned 16-byte chunks, one mask
   // bit per chunk; the dot takes the operand in that layout (no conversion planned).
   LayoutId ll = layouts_.op_layouts(load)[0];
@@ -328,15 +322,7 @@ bool PipelinePlan::plan_tma(const Op& dot, int idx, const Op* view, const Op& lo
   internal_assert(layouts_.is_wgmma(&dot) && uses_of(x) == 1 && (!view || uses_of(load.results[0]) == 1) &&
                       load.parent == dot.parent && (!view || view->parent == dot.parent),
                   "a TMA load feeds a warpgroup MMA's operand alone, in its block (prepare_descriptors)");
-  bool between = false;
-  for (const auto& o : dot.parent->ops) {
-    if (o.get() == &load) between = true;
-    else if (o.get() == &dot) break;
-    else if (between && (o->kind == OpKind::Store || o->kind == OpKind::DescStore || ir::is_atomic(o->kind) ||
-                         o->kind == OpKind::For || o->kind == OpKind::If))
-      internal_fail(fmt::format("a TMA load is followed by a {} that may write memory before its dot",
-                                ir::op_name(o->kind)));
-  }
+  internal_assert(!writes_between(load, dot), "nothing writes memory between a TMA load and its dot (tma_unfit)");
   (void)fail;
   const bool kmajor = idx == 0 ? view == nullptr : view != nullptr;
   internal_assert(kmajor == layouts_.wgmma_kmajor(&dot, idx), "a TMA operand is staged as its wgmma reads it");

@@ -201,17 +201,27 @@ public:
     tag(*c, site, 0);
     tag_asm(*c, "mbarrier.wait");
   }
+  // A TMA instruction's operands: `first` (with their constraints), then the coordinates as
+  // $2, $3, ...; returns the coordinate list "$2, $3" for the instruction text.
+  static std::string tma_operands(Builder& b, std::vector<llvm::Value*> first, const std::vector<llvm::Value*>& coords,
+                                  std::vector<llvm::Type*>& types, std::vector<llvm::Value*>& args) {
+    args = std::move(first);
+    for (llvm::Value* v : args) types.push_back(v->getType());
+    std::string list;
+    for (size_t i = 0; i < coords.size(); ++i) {
+      list += fmt::format("{}${}", i ? ", " : "", i + args.size());
+      types.push_back(b.getInt32Ty());
+    }
+    args.insert(args.end(), coords.begin(), coords.end());
+    return list;
+  }
   void tma_load(Builder& b, llvm::Value* dst, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
                 llvm::Value* bar, const std::string& site) override {
-    std::vector<llvm::Type*> types{dst->getType(), tensor_map->getType()};
-    std::vector<llvm::Value*> args{dst, tensor_map};
-    std::string list, cons = "r,l";
-    for (size_t i = 0; i < coords.size(); ++i) {
-      list += fmt::format("{}${}", i ? ", " : "", i + 2);
-      types.push_back(b.getInt32Ty());
-      args.push_back(coords[i]);
-      cons += ",r";
-    }
+    std::vector<llvm::Type*> types;
+    std::vector<llvm::Value*> args;
+    const std::string list = tma_operands(b, {dst, tensor_map}, coords, types, args);
+    std::string cons = "r,l";
+    for (size_t i = 0; i < coords.size(); ++i) cons += ",r";
     types.push_back(bar->getType());
     args.push_back(bar);
     cons += ",r,~{memory}";
@@ -226,15 +236,11 @@ public:
   }
   void tma_store(Builder& b, llvm::Value* src, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
                  const std::string& site) override {
-    std::vector<llvm::Type*> types{tensor_map->getType(), src->getType()};
-    std::vector<llvm::Value*> args{tensor_map, src};
-    std::string list, cons = "l,r";
-    for (size_t i = 0; i < coords.size(); ++i) {
-      list += fmt::format("{}${}", i ? ", " : "", i + 2);
-      types.push_back(b.getInt32Ty());
-      args.push_back(coords[i]);
-      cons += ",r";
-    }
+    std::vector<llvm::Type*> types;
+    std::vector<llvm::Value*> args;
+    const std::string list = tma_operands(b, {tensor_map, src}, coords, types, args);
+    std::string cons = "l,r";
+    for (size_t i = 0; i < coords.size(); ++i) cons += ",r";
     cons += ",~{memory}";
     auto* fty = llvm::FunctionType::get(b.getVoidTy(), types, false);
     std::string text = fmt::format("cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group [$0, {{{}}}], [$1];",

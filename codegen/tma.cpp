@@ -122,6 +122,18 @@ std::string map_unfit(const ir::Function& fn, const ir::Op& op, const CompileOpt
 
 } // namespace
 
+const ir::Op* writes_between(const ir::Op& from, const ir::Op& to) {
+  bool between = false;
+  for (const auto& o : to.parent->ops) {
+    if (o.get() == &from) between = true;
+    else if (o.get() == &to) break;
+    else if (between && (o->kind == OpKind::Store || o->kind == OpKind::DescStore || ir::is_atomic(o->kind) ||
+                         o->kind == OpKind::For || o->kind == OpKind::If))
+      return o.get();
+  }
+  return nullptr;
+}
+
 std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileOptions& o) {
   if (load.kind != OpKind::DescLoad) return "it is not a descriptor load";
   if (std::string why = map_unfit(fn, load, o); !why.empty()) return why;
@@ -137,14 +149,8 @@ std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileO
   const ir::Op& dot = *c.dot;
   if (dot.parent != load.parent) return "it is loaded outside its dot's block";
   // Nothing between the load and the dot may write memory (the copy is issued with the dot).
-  bool between = false;
-  for (const auto& o2 : dot.parent->ops) {
-    if (o2.get() == &load) between = true;
-    else if (o2.get() == &dot) break;
-    else if (between && (o2->kind == OpKind::Store || o2->kind == OpKind::DescStore || ir::is_atomic(o2->kind) ||
-                         o2->kind == OpKind::For || o2->kind == OpKind::If))
-      return fmt::format("it is followed by a {} that may write memory before its dot", ir::op_name(o2->kind));
-  }
+  if (const ir::Op* w = writes_between(load, dot))
+    return fmt::format("it is followed by a {} that may write memory before its dot", ir::op_name(w->kind));
   // The staging's contiguous dim is the descriptor's innermost: K (k-major) or M / N.
   const bool kmajor = c.idx == 0 ? !c.transposed : c.transposed;
   const ir::Shape& a = dot.operands[0]->type.shape;

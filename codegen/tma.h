@@ -21,6 +21,11 @@ struct TensorMapPlan {
   bool operator==(const TensorMapPlan&) const = default;
 };
 
+// The first op strictly between `from` and `to` (ops of one block, `from` first) that may
+// write memory: a store, an atomic, or a for or an if (whose regions might); null when none.
+// An operand copied asynchronously for `to` is read when `to` issues it, not at `from`.
+const ir::Op* writes_between(const ir::Op& from, const ir::Op& to);
+
 // "" when `load` (a desc_load of `fn`) may become TMA copies of its block into a warpgroup
 // MMA's operand staging under `o`; otherwise why not ("the arch is sm_80", "its user is an
 // add, not a dot", ...). The layout plan then confirms the dot runs on wgmma as expected.

@@ -1115,6 +1115,17 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* t, uint32_t groups) {
 } // extern "C"
 
 namespace {
+
+// Whether the byte's last ordinary write was fenced to the async proxy by its writer
+// (fence.proxy.async before the barrier that orders it here, or since, for a write in this
+// barrier interval); bytes the async proxy wrote itself (TMA copies), and bytes not written in
+// this block, need none.
+bool proxy_fenced(const tilec_emu_worker& w, const tilec::rt::ShadowByte& sb) {
+  if (sb.write_epoch < w.block_epoch || sb.mbar) return true;
+  const tilec_emu_thread& wr = w.threads[sb.writer];
+  return (sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier) != sb.writer_fences;
+}
+
 using namespace tilec::rt;
 
 // Element (mn, k) of an operand in shared memory, as a matrix descriptor places it (PTX ISA,
@@ -1184,17 +1195,11 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
     if (off + eb > w.launch->shared_bytes)
       fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} addresses byte offset {} (row {}, k {}), outside the "
                      "kernel's {} bytes of shared memory", first.wgmma_site, desc, off, row, k, w.launch->shared_bytes);
-    for (std::size_t i = off; i < off + eb; ++i) {
-      const ShadowByte& sb = w.shadow[i];
-      // The writer's fence must precede the barrier that orders its write before this read
-      // (or, for a write since the last barrier, the read itself).
-      const tilec_emu_thread& wr = w.threads[sb.writer];
-      const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
-      if (sb.write_epoch >= w.block_epoch && !sb.mbar && fenced == sb.writer_fences)
+    for (std::size_t i = off; i < off + eb; ++i)
+      if (!proxy_fenced(w, w.shadow[i]))
         fail_thread(t, "warpgroup MMA (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
-                       "fence.proxy.async since: the async proxy may not see it", first.wgmma_site, i, sb.writer,
-                    sb.write_site);
-    }
+                       "fence.proxy.async since: the async proxy may not see it", first.wgmma_site, i,
+                    w.shadow[i].writer, w.shadow[i].write_site);
     std::uint16_t bits = 0;
     tilec_emu_shared_load(reader, w.shared + off, eb, &bits, first.wgmma_site);
     offsets.push_back(off);
@@ -1353,76 +1358,108 @@ void tilec_emu_mbarrier_wait(tilec_emu_thread* t, void* bar, uint32_t parity, co
   ++next;
 }
 
+} // extern "C"
+
+namespace {
+
+// The box of a TMA copy or store (`what`), checked against its tensor map and the kernel's
+// shared memory: rows of `inner` bytes (every dim but the innermost walks them), each in
+// 16-byte chunks at a swizzled shared offset. `each(row_inside, row_addr, row)` is called per
+// row with whether its outer coordinates lie inside the tensor and the global address of
+// its inner coordinate 0.
+struct TmaBox {
+  const tilec_emu_tensor_map* map;
+  std::uint32_t rank;
+  std::int64_t coords[5];
+  std::uint64_t eb, inner, swizzle, rows;
+  std::size_t smem;
+
+  TmaBox(tilec_emu_thread* t, const void* smem_ptr, const tilec_emu_tensor_map* m, std::uint32_t r,
+         const std::int32_t (&c)[5], const char* what, const char* site)
+      : map(m), rank(r), coords{c[0], c[1], c[2], c[3], c[4]}, eb(m->strides[0]), inner(m->box[0] * m->strides[0]),
+        swizzle(m->swizzle), rows(1) {
+    using namespace tilec::rt;
+    if (rank != map->rank || rank < 1 || rank > 5)
+      fail_thread(t, "{} (at {}) of rank {} with a tensor map of rank {}", what, site, rank, map->rank);
+    if (inner % 16 != 0 || (swizzle && inner != swizzle))
+      fail_thread(t, "{} (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of 16-byte "
+                     "chunks, one swizzle pattern wide when swizzled)", what, site, inner, swizzle);
+    smem = check_shared(t, smem_ptr, 16, what, site);
+    if (smem % 128 != 0) fail_thread(t, "{} (at {}) at byte offset {}: its shared memory is 128-byte aligned", what, site, smem);
+    for (std::uint32_t d = 1; d < rank; ++d) rows *= map->box[d];
+    if (smem + rows * inner > t->worker->launch->shared_bytes)
+      fail_thread(t, "{} (at {}) of {} bytes at byte offset {} runs past the kernel's {} bytes of shared memory", what,
+                  site, rows * inner, smem, t->worker->launch->shared_bytes);
+  }
+  std::uint64_t bytes() const { return rows * inner; }
+  // The shared offset of chunk `cb` (a byte offset, a multiple of 16) of row `r`.
+  std::size_t chunk(std::uint64_t r, std::uint64_t cb) const {
+    std::size_t off = smem + r * inner + cb;
+    return swizzle ? off ^ (((off >> 7) & (swizzle / 16 - 1)) << 4) : off;
+  }
+  // Whether the inner coordinate of element `e` of a row lies inside the tensor.
+  bool inside(std::uint64_t e) const {
+    const std::int64_t x = coords[0] + std::int64_t(e);
+    return x >= 0 && std::uint64_t(x) < map->sizes[0];
+  }
+  template <class F> void each_row(F&& each) const {
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      bool row_inside = true;
+      std::uint64_t rest = r, row_addr = map->base + std::uint64_t(coords[0]) * eb;
+      for (std::uint32_t d = 1; d < rank; ++d) {
+        const std::int64_t coord = coords[d] + std::int64_t(rest % map->box[d]);
+        rest /= map->box[d];
+        row_inside = row_inside && coord >= 0 && std::uint64_t(coord) < map->sizes[d];
+        row_addr += std::uint64_t(coord) * map->strides[d];
+      }
+      each(row_inside, row_addr, r);
+    }
+  }
+};
+
+} // namespace
+
+extern "C" {
+
 void tilec_emu_tma_load(tilec_emu_thread* t, void* dst, const tilec_emu_tensor_map* map, uint32_t rank, int32_t c0,
                         int32_t c1, int32_t c2, int32_t c3, int32_t c4, void* bar, const char* site) {
   using namespace tilec::rt;
   tilec_emu_worker& w = *t->worker;
   const std::size_t boff = mbarrier_at(t, bar, "cp.async.bulk.tensor", site);
-  if (rank != map->rank || rank < 1 || rank > 5)
-    fail_thread(t, "TMA copy (at {}) of rank {} with a tensor map of rank {}", site, rank, map->rank);
-  const std::int64_t coords[5] = {c0, c1, c2, c3, c4};
-  const std::uint64_t eb = map->strides[0];
-  const std::uint64_t inner = map->box[0] * eb, s = map->swizzle;
-  if (inner % 16 != 0 || (s && inner != s))
-    fail_thread(t, "TMA copy (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of 16-byte "
-                   "chunks, one swizzle pattern wide when swizzled)", site, inner, s);
-  const std::size_t doff = check_shared(t, dst, 16, "TMA copy", site);
-  if (doff % 128 != 0) fail_thread(t, "TMA copy (at {}) to byte offset {}: its destination is 128-byte aligned", site, doff);
-  std::uint64_t box_bytes = inner;
-  for (std::uint32_t d = 1; d < rank; ++d) box_bytes *= map->box[d];
-  if (doff + box_bytes > w.launch->shared_bytes)
-    fail_thread(t, "TMA copy (at {}) of {} bytes to byte offset {} runs past the kernel's {} bytes of shared memory",
-                site, box_bytes, doff, w.launch->shared_bytes);
+  const TmaBox box(t, dst, map, rank, {c0, c1, c2, c3, c4}, "TMA copy", site);
   tilec_emu_worker::Mbarrier& m = w.mbars[boff];
-  const std::uint64_t phase = m.phase;
-  // Row by row (every dim but the innermost), chunk by chunk of 16 bytes.
-  std::uint64_t rows = box_bytes / inner;
+  const std::uint64_t phase = m.phase, eb = box.eb;
   std::uint8_t chunk[16];
-  for (std::uint64_t r = 0; r < rows; ++r) {
-    std::int64_t coord[5];
-    bool row_inside = true;
-    std::uint64_t rest = r, row_addr = map->base;
-    for (std::uint32_t d = 1; d < rank; ++d) {
-      coord[d] = coords[d] + std::int64_t(rest % map->box[d]);
-      rest /= map->box[d];
-      row_inside = row_inside && coord[d] >= 0 && std::uint64_t(coord[d]) < map->sizes[d];
-      row_addr += std::uint64_t(coord[d]) * map->strides[d];
-    }
-    for (std::uint64_t cb = 0; cb < inner; cb += 16) {
+  box.each_row([&](bool row_inside, std::uint64_t row_addr, std::uint64_t r) {
+    for (std::uint64_t cb = 0; cb < box.inner; cb += 16) {
       std::memset(chunk, 0, 16);
       for (std::uint64_t e = cb / eb; e < (cb + 16) / eb;) { // the in-bounds elements, in aligned pieces
-        const std::int64_t x = coords[0] + std::int64_t(e);
-        if (!row_inside || x < 0 || std::uint64_t(x) >= map->sizes[0]) {
+        if (!row_inside || !box.inside(e)) {
           ++e;
           continue;
         }
-        const std::uintptr_t a = row_addr + std::uint64_t(x) * eb;
+        const std::uintptr_t a = row_addr + e * eb;
         std::uint64_t n = eb;
         while (n < 16 && a % (2 * n) == 0 && (e * eb) % (2 * n) == 0 && e * eb + 2 * n <= cb + 16 &&
-               std::uint64_t(x) * eb + 2 * n <= map->sizes[0] * eb)
+               box.inside(e + 2 * n / eb - 1))
           n *= 2;
         check_access(t, reinterpret_cast<const void*>(a), std::uint32_t(n), true, false, "TMA copy");
         std::memcpy(chunk + (e * eb - cb), reinterpret_cast<const void*>(a), n);
         e += n / eb;
       }
-      std::size_t off = doff + r * inner + cb;
-      if (s) off ^= ((off >> 7) & (s / 16 - 1)) << 4;
+      const std::size_t off = box.chunk(r, cb);
       // An ordinary write of these bytes must have been fenced to the async proxy the copy
       // writes through, or the two may land in either order.
-      for (std::size_t i = off; i < off + 16; ++i) {
-        const ShadowByte& sb = w.shadow[i];
-        const tilec_emu_thread& wr = w.threads[sb.writer];
-        const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
-        if (sb.write_epoch >= w.block_epoch && !sb.mbar && fenced == sb.writer_fences)
+      for (std::size_t i = off; i < off + 16; ++i)
+        if (!proxy_fenced(w, w.shadow[i]))
           fail_thread(t, "TMA copy (at {}) overwrites byte offset {}, which thread {} wrote (at {}) with no "
-                         "fence.proxy.async since: the two writes may land in either order", site, i, sb.writer,
-                      sb.write_site);
-      }
+                         "fence.proxy.async since: the two writes may land in either order", site, i,
+                      w.shadow[i].writer, w.shadow[i].write_site);
       check_shared_write(t, off, 16, chunk, site, 0, w.epoch, true);
       for (std::size_t i = off; i < off + 16; ++i) w.shadow[i].mbar = std::uint32_t(boff + 1), w.shadow[i].mbar_phase = phase;
     }
-  }
-  m.tx -= std::int64_t(box_bytes);
+  });
+  m.tx -= std::int64_t(box.bytes());
   mbarrier_progress(m);
 }
 
@@ -1430,54 +1467,28 @@ void tilec_emu_tma_store(tilec_emu_thread* t, const void* src, const tilec_emu_t
                          int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4, const char* site) {
   using namespace tilec::rt;
   tilec_emu_worker& w = *t->worker;
-  if (rank != map->rank || rank < 1 || rank > 5)
-    fail_thread(t, "TMA store (at {}) of rank {} with a tensor map of rank {}", site, rank, map->rank);
-  const std::int64_t coords[5] = {c0, c1, c2, c3, c4};
-  const std::uint64_t eb = map->strides[0];
-  const std::uint64_t inner = map->box[0] * eb, s = map->swizzle;
-  if (inner % 16 != 0 || (s && inner != s))
-    fail_thread(t, "TMA store (at {}): a box row of {} bytes with a {}-byte swizzle (tilec's boxes are rows of "
-                   "16-byte chunks, one swizzle pattern wide when swizzled)", site, inner, s);
-  const std::size_t soff = check_shared(t, src, 16, "TMA store", site);
-  if (soff % 128 != 0) fail_thread(t, "TMA store (at {}) from byte offset {}: its source is 128-byte aligned", site, soff);
-  std::uint64_t rows = 1;
-  for (std::uint32_t d = 1; d < rank; ++d) rows *= map->box[d];
-  if (soff + rows * inner > w.launch->shared_bytes)
-    fail_thread(t, "TMA store (at {}) of {} bytes from byte offset {} runs past the kernel's {} bytes of shared memory",
-                site, rows * inner, soff, w.launch->shared_bytes);
+  const TmaBox box(t, src, map, rank, {c0, c1, c2, c3, c4}, "TMA store", site);
+  const std::uint64_t eb = box.eb;
   std::uint8_t chunk[16];
-  for (std::uint64_t r = 0; r < rows; ++r) {
-    bool row_inside = true;
-    std::uint64_t rest = r, row_addr = map->base;
-    for (std::uint32_t d = 1; d < rank; ++d) {
-      const std::int64_t coord = coords[d] + std::int64_t(rest % map->box[d]);
-      rest /= map->box[d];
-      row_inside = row_inside && coord >= 0 && std::uint64_t(coord) < map->sizes[d];
-      row_addr += std::uint64_t(coord) * map->strides[d];
-    }
-    for (std::uint64_t cb = 0; cb < inner; cb += 16) {
-      std::size_t off = soff + r * inner + cb;
-      if (s) off ^= ((off >> 7) & (s / 16 - 1)) << 4;
+  box.each_row([&](bool row_inside, std::uint64_t row_addr, std::uint64_t r) {
+    for (std::uint64_t cb = 0; cb < box.inner; cb += 16) {
+      const std::size_t off = box.chunk(r, cb);
       // The copy engine reads through the async proxy: each byte's writer fenced it first.
-      for (std::size_t i = off; i < off + 16; ++i) {
-        const ShadowByte& sb = w.shadow[i];
-        const tilec_emu_thread& wr = w.threads[sb.writer];
-        const std::uint32_t fenced = sb.write_epoch == w.epoch ? wr.proxy_fences : wr.fences_at_barrier;
-        if (sb.write_epoch >= w.block_epoch && !sb.mbar && fenced == sb.writer_fences)
+      for (std::size_t i = off; i < off + 16; ++i)
+        if (!proxy_fenced(w, w.shadow[i]))
           fail_thread(t, "TMA store (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
-                         "fence.proxy.async since: the copy engine may not see it", site, i, sb.writer, sb.write_site);
-      }
+                         "fence.proxy.async since: the copy engine may not see it", site, i, w.shadow[i].writer,
+                      w.shadow[i].write_site);
       tilec_emu_shared_load(t, w.shared + off, 16, chunk, site);
       for (std::uint64_t e = cb / eb; e < (cb + 16) / eb; ++e) {
-        const std::int64_t x = coords[0] + std::int64_t(e);
-        if (!row_inside || x < 0 || std::uint64_t(x) >= map->sizes[0]) continue; // clipped, as the hardware does
-        void* a = reinterpret_cast<void*>(row_addr + std::uint64_t(x) * eb);
+        if (!row_inside || !box.inside(e)) continue; // clipped, as the hardware does
+        void* a = reinterpret_cast<void*>(row_addr + e * eb);
         check_access(t, a, std::uint32_t(eb), false, true, "TMA store");
         std::memcpy(a, chunk + (e * eb - cb), eb);
       }
     }
-  }
-  w.bulk_stores.push_back({t->tid, t->bulk_open, soff, soff + rows * inner, site, UINT64_MAX});
+  });
+  w.bulk_stores.push_back({t->tid, t->bulk_open, box.smem, box.smem + box.bytes(), site, UINT64_MAX});
   t->bulk_site = site;
 }
 
