@@ -18,6 +18,7 @@
 #include "backends/launchers.h"
 #include "codegen/compile.h"
 #include "interp/interpreter.h"
+#include "interp/launcher.h"
 #include "abi/float16.h"
 #include "abi/error.h"
 #include "launch/launcher.h"
@@ -46,6 +47,23 @@ inline void fill_random(launch::Buffer& b, uint32_t seed, double lo, double hi) 
     double v = d(rng);
     b.set(i, ir::is_float(b.dtype) ? v : std::floor(v));
   }
+}
+
+// `run(launcher)` launches a kernel on fresh outputs and returns the buffer it writes; on the
+// emulator, in both lowerings (the emu hooks, and the GPU's nvptx code retargeted), it must
+// equal the interpreter's bit for bit. Returns the interpreter's.
+inline launch::Buffer require_bitwise_on_both_lowerings(const std::function<launch::Buffer(launch::Launcher&)>& run) {
+  launch::Buffer want = run(*interp::make_interpret_launcher());
+  for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
+    INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
+    launch::Buffer got = run(*backends::make_emulate_launcher(lowering));
+    int bad = 0;
+    for (size_t i = 0; i < want.count(); ++i)
+      if (want.get(i) != got.get(i) && ++bad <= 3)
+        FAIL_CHECK(want.name << "[" << i << "]: " << got.get(i) << ", want " << want.get(i));
+    CHECK(bad == 0);
+  }
+  return want;
 }
 
 using MakeArgs = std::function<std::vector<launch::Arg>(std::vector<launch::Buffer>&)>;

@@ -17,6 +17,7 @@
 #include "launch/launcher.h"
 #include "templates/kernels.h"
 #include "tests/codegen/codegen_test_util.h"
+#include "tests/codegen/emu_harness.h"
 
 using namespace tilec;
 using ir::DType;
@@ -274,15 +275,7 @@ TEST_CASE("TMA: the emulator runs the matmul's TMA-fed wgmma against the interpr
                 launch::Arg::of_int(n), launch::Arg::of_int(k)});
       return out;
     };
-    launch::Buffer want = run(*interp::make_interpret_launcher());
-    for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
-      INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-      launch::Buffer got = run(*backends::make_emulate_launcher(lowering));
-      int bad = 0;
-      for (size_t i = 0; i < want.count(); ++i)
-        if (want.get(i) != got.get(i) && ++bad <= 3) FAIL_CHECK("c[" << i << "]: " << want.get(i) << " vs " << got.get(i));
-      CHECK(bad == 0);
-    }
+    codegen::test::require_bitwise_on_both_lowerings(run);
   }
 }
 
@@ -331,18 +324,10 @@ TEST_CASE("TMA: descriptor stores on sm_90 are staged and copied out by the copy
                   launch::Arg::of_int(r0), launch::Arg::of_int(c0)});
         return y;
       };
-      launch::Buffer want = run(*interp::make_interpret_launcher());
+      launch::Buffer want = codegen::test::require_bitwise_on_both_lowerings(run);
       int written = 0;
       for (size_t i = 0; i < want.count(); ++i) written += want.get(i) != -7.0;
       CHECK(written > 0);
-      for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
-        INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-        launch::Buffer got = run(*backends::make_emulate_launcher(lowering));
-        int bad = 0;
-        for (size_t i = 0; i < want.count(); ++i)
-          if (want.get(i) != got.get(i) && ++bad <= 3) FAIL_CHECK("y[" << i << "]: " << got.get(i) << ", want " << want.get(i));
-        CHECK(bad == 0);
-      }
     }
   }
   // Not on sm_80, not with --no-tma, not past the staging limit: masked stores.

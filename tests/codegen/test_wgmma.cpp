@@ -16,6 +16,7 @@
 #include "launch/launcher.h"
 #include "tests/codegen/codegen_test_util.h"
 #include "tests/codegen/dot_kernel.h"
+#include "tests/codegen/emu_harness.h"
 
 using namespace tilec;
 using ir::DType;
@@ -126,20 +127,11 @@ TEST_CASE("wgmma: the emulator agrees with the interpreter bit for bit (every sw
     std::uniform_real_distribution<double> d(-1, 1);
     for (launch::Buffer* x : {&a, &b, &acc})
       for (size_t i = 0; i < x->count(); ++i) x->set(i, d(rng));
-    auto args = [&](launch::Buffer& out) {
-      return std::vector<launch::Arg>{launch::Arg::of(a), launch::Arg::of(b), launch::Arg::of(acc), launch::Arg::of(out)};
-    };
-    launch::Buffer want("out", DType::f32, size_t(c.m * c.n));
-    interp::make_interpret_launcher()->launch(k, c.warps, {1, 1, 1}, args(want));
-    for (auto lowering : {backends::EmuLowering::emu, backends::EmuLowering::nvptx}) {
-      INFO((lowering == backends::EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-      launch::Buffer got("out", DType::f32, size_t(c.m * c.n));
-      backends::make_emulate_launcher(lowering)->launch(k, c.warps, {1, 1, 1}, args(got));
-      int bad = 0;
-      for (size_t i = 0; i < want.count(); ++i)
-        if (want.get(i) != got.get(i) && ++bad <= 3) FAIL_CHECK("out[" << i << "]: " << want.get(i) << " vs " << got.get(i));
-      CHECK(bad == 0);
-    }
+    codegen::test::require_bitwise_on_both_lowerings([&](launch::Launcher& l) {
+      launch::Buffer out("out", DType::f32, size_t(c.m * c.n));
+      l.launch(k, c.warps, {1, 1, 1}, {launch::Arg::of(a), launch::Arg::of(b), launch::Arg::of(acc), launch::Arg::of(out)});
+      return out;
+    });
   }
 }
 
