@@ -103,9 +103,10 @@ rt::Manifest cached_module(const ir::Function& fn, const codegen::CompileOptions
   for (const auto& [name, d] : opts.int_arg_divisibility) divisibility += fmt::format(" {}%{}", name, d);
   for (const auto& [name, v] : opts.int_arg_values) divisibility += fmt::format(" {}={}", name, v);
   for (const std::string& name : opts.large_buffers) divisibility += fmt::format(" {}:i64", name);
-  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={} tensor_cores={} wgmma={} tma={} asserts={} o3={} divisible:{}\ncompiler={}\n",
+  std::string key = fmt::format("{}\ntarget={} arch={} num_warps={} ptxas={} tensor_cores={} wgmma={} tma={} asserts={} o3={} max_registers={} divisible:{}\ncompiler={}\n",
                                 ir::print(fn), target_name(opts.target), opts.arch, opts.num_warps, opts.run_ptxas,
-                                opts.tensor_cores, opts.wgmma, opts.tma, opts.device_asserts, opts.stock_o3, divisibility, identity);
+                                opts.tensor_cores, opts.wgmma, opts.tma, opts.device_asserts, opts.stock_o3,
+                                opts.max_registers, divisibility, identity);
   std::promise<rt::Manifest> promise;
   std::shared_future<rt::Manifest> pending;
   {

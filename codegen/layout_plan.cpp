@@ -255,7 +255,12 @@ void LayoutPlan::forward_op(const Op& op) {
     const int64_t kk = op.operands[0]->type.shape[1];
     const int eb = ir::dtype_bytes(op.operands[0]->type.dtype());
     const bool ka = along_k(la, op.operands[0], 1), kb = along_k(lb, op.operands[1], 0);
-    if (tensor_cores_ && wgmma_ && (dot_on_tensor_cores(op) || dot_on_wgmma_only(op)) &&
+    // An 8-column product (a decode tile's few query rows as N) stays on mma.sync where it
+    // can: a wgmma would do the same tensor work, with its operands in the swizzled layout and
+    // a proxy fence per staged operand, where mma.sync reads them by ldmatrix from the
+    // pipeline's padded rows (and a late slot can hold V).
+    const bool wgmma_pays = s[1] >= 16 || dot_on_wgmma_only(op);
+    if (tensor_cores_ && wgmma_ && wgmma_pays && (dot_on_tensor_cores(op) || dot_on_wgmma_only(op)) &&
         wgmma_fits(s[0], s[1], kk, num_warps_) && kk % wgmma_k_step(eb) == 0 && wgmma_operand_fits(ka, s[0], kk, eb) &&
         wgmma_operand_fits(kb, s[1], kk, eb)) {
       d = intern(wgmma_layout(s[0], s[1], num_warps_));

@@ -11,6 +11,7 @@
 
 #include "abi/float16.h"
 #include "abi/float8.h"
+#include "abi/limits.h"
 #include "codegen/lowering.h"
 #include "ir/op_rules.h"
 
@@ -86,7 +87,8 @@ LoweringStats Lowering::run() {
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   pb_.CreateBr(body);
   stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
-  hooks_.finish_kernel(m_, kernel_, threads, fn_.min_blocks_per_sm, stats_.shared_bytes);
+  hooks_.finish_kernel(m_, kernel_, threads, fn_.min_blocks_per_sm,
+                       opts_.max_registers ? opts_.max_registers : fn_.max_registers, stats_.shared_bytes);
   // `tilec ir --stage layouts` prints the plan's list: it must be what was emitted.
   internal_assert(stats_.conversions == static_cast<int>(plan_.conversions().size()),
                   "the lowering emits the layout plan's conversions");
@@ -238,7 +240,15 @@ void Lowering::scratch_begin(int64_t bytes, int64_t align) {
       lo = at;
       break;
     }
-  if (lo < 0 || lo - scratch_floor_ > std::max(kScratchSpread, align)) {
+  // Outside loops, a region that would raise the kernel's shared memory enough to fit fewer
+  // blocks on an SM, where the floor would not, waits at a barrier for the floor instead: one
+  // barrier costs less than a block of occupancy. (An SM runs at most 32 blocks.)
+  auto blocks = [&](int64_t scratch_top) {
+    const int64_t total = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + scratch_top);
+    return std::min<int64_t>(32, blocks_by_shared_memory(opts_.arch, (total + 15) / 16 * 16));
+  };
+  const bool grows = lo >= 0 && loops_open_ == 0 && blocks(lo + bytes) < blocks(aligned(scratch_floor_) + bytes);
+  if (lo < 0 || grows || lo - scratch_floor_ > std::max(kScratchSpread, align)) {
     barrier();
     lo = aligned(scratch_floor_);
   }
@@ -524,6 +534,7 @@ void Lowering::emit_for(const Op& op) {
   // Dot operands that do not change in the loop are staged once, here.
   const int64_t floor_before = scratch_floor_;
   const std::vector<Access> resident = stage_resident(op);
+  ++loops_open_;
   // The bookkeeping as the body's first trip finds it (and as zero trips leave it).
   const SyncState before = sync_state();
   llvm::BasicBlock* pre = b_.GetInsertBlock();
@@ -603,6 +614,7 @@ void Lowering::emit_for(const Op& op) {
   after.touched.insert(after.touched.end(), resident.begin(), resident.end()); // read by the last trip
   set_sync_state(after);
   scratch_floor_ = floor_before;
+  --loops_open_;
   for (auto it = resident_.begin(); it != resident_.end();)
     it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
   if (pl && pl->cp_async) {

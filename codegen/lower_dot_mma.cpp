@@ -362,7 +362,7 @@ std::array<llvm::Value*, 4> Lowering::mma_frag_a(const MmaDot& dot, llvm::Value*
 }
 
 std::vector<llvm::Value*> Lowering::mma_frag_b(const MmaDot& dot, llvm::Value* n0, llvm::Value* kk, int ntiles,
-                                               int64_t tile_stride) {
+                                               int64_t tile_stride, int64_t k_stride) {
   const int64_t N = dot.N, K = dot.K;
   std::vector<llvm::Value*> r(size_t(2 * ntiles), b_.getInt32(0));
   std::vector<int> need; // 2 q + h: tile q, k half h
@@ -371,7 +371,7 @@ std::vector<llvm::Value*> Lowering::mma_frag_b(const MmaDot& dot, llvm::Value* n
   auto b_at = [&](llvm::Value* k, llvm::Value* n) { return dot.b_at(b_, k, n); };
   if (dot.b_ldm) {
     std::vector<std::pair<int64_t, int64_t>> mats;
-    for (int i : need) mats.push_back({(i >> 1) * tile_stride, (i & 1) * 8});
+    for (int i : need) mats.push_back({(i >> 1) * tile_stride, (i & 1) * 8 + (i >> 1) * k_stride});
     auto v = mma_ldmatrix(dot, mats, dot.b_kmajor, n0, kk, N,
                           [&](llvm::Value* n, llvm::Value* k) { return b_at(k, n); }, "dot (mma) operand B read");
     for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j]; // columns past N read zeros
@@ -380,7 +380,7 @@ std::vector<llvm::Value*> Lowering::mma_frag_b(const MmaDot& dot, llvm::Value* n
   llvm::Value* n_out = N < 8 ? b_.CreateICmpUGE(dot.g, b_.getInt32(uint32_t(N))) : nullptr; // columns g >= N
   for (int i : need) {
     llvm::Value* n = b_.CreateAdd(b_.CreateAdd(n0, dot.g), b_.getInt32(uint32_t((i >> 1) * tile_stride)));
-    llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, dot.t2), b_.getInt32(uint32_t((i & 1) * 8)));
+    llvm::Value* k = b_.CreateAdd(b_.CreateAdd(kk, dot.t2), b_.getInt32(uint32_t((i & 1) * 8 + (i >> 1) * k_stride)));
     llvm::Value* k_out = K < 16 ? b_.CreateICmpUGE(k, b_.getInt32(uint32_t(K))) : nullptr;
     r[size_t(i)] = mma_frag_word(dot, dot.b_kmajor, [&](llvm::Value* kx) { return b_at(kx, clamp(b_, n, n_out)); },
                                  clamp(b_, k, k_out), either(b_, n_out, k_out), "dot (mma) operand B read");
@@ -442,10 +442,16 @@ Elems Lowering::mma_direct(const Op& op, const MmaDot& dot, LayoutId l) {
           const size_t* s = slot(q, r);
           c.push_back(acc && s ? (*acc)[*s] : llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
         }
-      Elems d = k_loop("mma", dot.Kp, 16, c, [&](llvm::Value* kk, const Elems& cur) {
-        std::array<llvm::Value*, 4> af = mma_frag_a(dot, m0, kk);
-        std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, nt, col_step);
-        return mma_step(dot, af, bfs, nt, cur);
+      // A single column tile (an 8-column product) takes B for two k steps from one 4-matrix
+      // ldmatrix, where each step alone would load two matrices.
+      const bool pair_k = nt == 1 && dot.b_ldm && dot.K % 32 == 0;
+      Elems d = k_loop("mma", dot.Kp, pair_k ? 32 : 16, c, [&](llvm::Value* kk, const Elems& cur) {
+        if (!pair_k)
+          return mma_step(dot, mma_frag_a(dot, m0, kk), mma_frag_b(dot, n0, kk, nt, col_step), nt, cur);
+        std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, 2, 0, 16);
+        llvm::Value* kk16 = b_.CreateAdd(kk, b_.getInt32(16));
+        Elems mid = mma_step(dot, mma_frag_a(dot, m0, kk), {bfs[0], bfs[1]}, 1, cur);
+        return mma_step(dot, mma_frag_a(dot, m0, kk16), {bfs[2], bfs[3]}, 1, mid);
       });
       for (int q = 0; q < nt; ++q)
         for (int r = 0; r < 4; ++r)

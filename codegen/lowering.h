@@ -289,9 +289,11 @@ private:
                                          const char* what, bool wrap_rows = false);
   // A's fragment registers for row tile m0 at k step kk (zeros where the padding is).
   std::array<llvm::Value*, 4> mma_frag_a(const MmaDot& dot, llvm::Value* m0, llvm::Value* kk);
-  // B's fragment registers for `ntiles` adjacent column tiles from n0 at k step kk.
+  // B's fragment registers for `ntiles` adjacent column tiles from n0 at k step kk; tile q
+  // starts q tile_stride columns and q k_stride k past the first (k_stride 16, tile_stride
+  // 0: one column tile at consecutive k steps).
   std::vector<llvm::Value*> mma_frag_b(const MmaDot& dot, llvm::Value* n0, llvm::Value* kk, int ntiles,
-                                       int64_t tile_stride = 8);
+                                       int64_t tile_stride = 8, int64_t k_stride = 0);
   // One k step: an MMA per column tile, from A's fragments `af`, B's `bfs` (two per tile) and
   // the accumulator registers `acc` (four per tile). Returns the new accumulators.
   Elems mma_step(const MmaDot& dot, const std::array<llvm::Value*, 4>& af, const std::vector<llvm::Value*>& bfs,
@@ -363,6 +365,7 @@ private:
   // current exchange's region, and the floor under which loops keep resident operands.
   std::vector<Access> touched_;
   Access region_{kScratch, 0, 0, true};
+  int loops_open_ = 0; // loops whose body is being lowered (scratch_begin)
   std::vector<ir::ParamAccess> param_access_; // per kernel parameter
   int64_t scratch_floor_ = 0;
   // Per loop being lowered, innermost last: whether a barrier ran on every path since its body

@@ -167,10 +167,12 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       x.pipeline = int(pipelines_.size());
       x.slot = int(pl.operands.size());
       pl.operands.push_back(i);
-      // Late only for a short A (decode's few query rows): its tile leaves registers to spare for
-      // the next iteration's slice values the trip then holds; a large tile (prefill) is
-      // already at the register file's limit.
-      const bool late = pl.stages == 2 && !x.tma() && x.dot != first_dot && x.dot->operands[0]->type.shape[0] <= Pipeline::kMaxLateRows;
+      // Late only for a thin result (decode's few query rows, as [rows, D] or transposed
+      // [D, rows]): it leaves registers to spare for the next iteration's slice values the trip
+      // then holds; a large tile (prefill) is already at the register file's limit.
+      const ir::Shape& res = x.dot->results[0]->type.shape;
+      const bool late = pl.stages == 2 && !x.tma() && x.dot != first_dot &&
+                        std::min(res[0], res[1]) <= Pipeline::kMaxLateRows;
       pl.late.push_back(late);
       if (!x.tma()) pl.cp_async = true;
       int64_t& at = late ? pl.late_bytes : pl.stage_bytes;

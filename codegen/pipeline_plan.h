@@ -91,14 +91,16 @@ public:
     int64_t mbarriers = -1;
     bool cp_async = false;
     // Two stages only: per slot, whether it is late, read by a dot after the body's first
-    // pipelined one (attention's V after K) whose A has at most kMaxLateRows rows. A late slot has one buffer of its own, at
+    // pipelined one (attention's V after K) whose result is thin: at most kMaxLateRows rows
+    // or columns (decode's query rows, as [rows, D] or transposed). A late slot has one
+    // buffer of its own, at
     // base + stages * stage_bytes + its offset, which the previous trip fills after its last
     // barrier (its own reads are done), in a group of its own; its dot waits for that group
     // while the next trip's early copies stay in flight. K double-buffered and V single
     // take three tiles of shared memory instead of four.
     std::vector<bool> late;
     int64_t late_bytes = 0;
-    static constexpr int64_t kMaxLateRows = 16; // the late dot's A has at most this many rows
+    static constexpr int64_t kMaxLateRows = 16; // the late dot's result's smaller side
     int64_t late_base() const { return base + stages * stage_bytes; } // where the late buffer starts
     int64_t end() const { return late_base() + late_bytes; }
     bool has_late() const { return late_bytes > 0; }

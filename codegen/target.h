@@ -192,9 +192,10 @@ public:
                               llvm::Value* pred) = 0;
 
   // Annotations once the kernel body is complete.
-  // `min_blocks`: ir::Function::min_blocks_per_sm (0: none); `shared_bytes`: what one block of
-  // the kernel takes.
-  virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks, int64_t shared_bytes) {}
+  // `min_blocks`: ir::Function::min_blocks_per_sm (0: none); `max_registers`: the kernel's or
+  // the compile options' ceiling (0: none); `shared_bytes`: what one block of the kernel takes.
+  virtual void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks, int max_registers,
+                             int64_t shared_bytes) {}
 };
 
 // `sm`: the arch's number (80, 86, 89, 90): sm_89 and later convert fp8 with cvt.

@@ -480,7 +480,8 @@ public:
     return b.CreateBitCast(seen, b.getFloatTy());
   }
 
-  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks, int64_t shared_bytes) override {
+  void finish_kernel(llvm::Module& m, llvm::Function* f, int threads, int min_blocks, int max_registers,
+                     int64_t shared_bytes) override {
     llvm::LLVMContext& c = m.getContext();
     auto* md = m.getOrInsertNamedMetadata("nvvm.annotations");
     auto i32 = [&](int v) {
@@ -510,6 +511,8 @@ public:
     if (const int64_t by_smem = blocks_by_shared_memory(arch_, shared_bytes); by_smem > 0)
       blocks = std::min(blocks, by_smem);
     int maxnreg = std::min<int>(255, int(65536 / (threads * std::max<int64_t>(1, blocks)) / 8 * 8));
+    // A ceiling of the kernel's own (or the compile's) holds where it is lower.
+    if (max_registers > 0) maxnreg = std::min(maxnreg, max_registers);
     md->addOperand(llvm::MDNode::get(c, {fm, llvm::MDString::get(c, "maxnreg"), i32(maxnreg)}));
   }
 

@@ -299,6 +299,14 @@ void KernelBuilder::min_blocks_per_sm(int n, Loc loc) {
   fn_->min_blocks_per_sm = n;
 }
 
+void KernelBuilder::max_registers(int n, Loc loc) {
+  if (!fn_) fail(loc, "max_registers: the kernel is already finished");
+  if (n < ir::Function::kMinRegisters || n > ir::Function::kMaxRegisters)
+    fail(loc, fmt::format("max_registers {} must be from {} to {}", n, ir::Function::kMinRegisters,
+                          ir::Function::kMaxRegisters));
+  fn_->max_registers = n;
+}
+
 Kernel KernelBuilder::finish(Loc loc) {
   if (!fn_) fail(loc, "finish: the kernel is already finished");
   ir::Builder& b = tracker_->builder;

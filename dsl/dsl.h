@@ -130,6 +130,9 @@ public:
   // Asks the GPU compiler to keep registers low enough for `n` blocks per SM (1 to 32), as
   // CUDA's __launch_bounds__ does: for a kernel whose shared memory lets that many blocks in.
   void min_blocks_per_sm(int n, Loc loc = Loc::current());
+  // Caps registers per thread (24 to 255), as Triton's maxnreg does: the GPU compiler
+  // schedules within it (spilling if it must). With min_blocks_per_sm, the lower ceiling holds.
+  void max_registers(int n, Loc loc = Loc::current());
   // Ends the kernel (adds the return), verifies it and hands it over.
   Kernel finish(Loc loc = Loc::current());
 

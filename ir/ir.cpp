@@ -230,6 +230,7 @@ Kernel clone(const Function& f) {
   }
   clone_block(f.body, k->body, *k, map);
   k->min_blocks_per_sm = f.min_blocks_per_sm;
+  k->max_registers = f.max_registers;
   k->renumber();
   return k;
 }

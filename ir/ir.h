@@ -146,6 +146,10 @@ public:
   // registers within 64 K / (N * threads), N lowered to the blocks the kernel's shared memory
   // lets share an SM of the arch. 0: no ask, every register one block can have.
   int min_blocks_per_sm = 0;
+  // A ceiling on registers per thread (Triton's maxnreg; printed `max_registers N`): the GPU
+  // compiler keeps within it, and within what min_blocks_per_sm gives. 0: none.
+  int max_registers = 0;
+  static constexpr int kMinRegisters = 24, kMaxRegisters = 255;
 
   Value* new_value(Type t, Op* def = nullptr, Block* owner = nullptr);
   Value* add_param(std::string name, Type t);

@@ -82,6 +82,14 @@ public:
       if (n < 1 || n > 32) fail(at, fmt::format("min_blocks_per_sm {} must be from 1 to 32", n));
       fn_->min_blocks_per_sm = int(n);
     }
+    if (accept_keyword("max_registers")) {
+      const Token at = peek();
+      const int64_t n = parse_int("a register count after 'max_registers'");
+      if (n < ir::Function::kMinRegisters || n > ir::Function::kMaxRegisters)
+        fail(at, fmt::format("max_registers {} must be from {} to {}", n, ir::Function::kMinRegisters,
+                             ir::Function::kMaxRegisters));
+      fn_->max_registers = int(n);
+    }
     parse_region(fn_->body, 0);
     if (peek().kind != Tok::eof) fail_expected(peek(), "end of input after the kernel");
     fn_->renumber();

@@ -78,6 +78,7 @@ public:
     }
     out_ += ")";
     if (fn_.min_blocks_per_sm) out_ += fmt::format(" min_blocks_per_sm {}", fn_.min_blocks_per_sm);
+    if (fn_.max_registers) out_ += fmt::format(" max_registers {}", fn_.max_registers);
     out_ += " {\n";
     print_ops(fn_.body, 1);
     out_ += "}\n";

@@ -3,7 +3,8 @@
 decode configuration (bf16, Hq 32, Hkv 8, D 128, page 16, block_n 64, head_group 4, 4 warps,
 2 stages, sm_90), nvdisasm lists the cubin, and the first loop that reads global memory (a
 label and the last backward branch to it, issuing LDGSTS or LDG) must have at most 340
-instructions, at most 8 barriers and 32 HMMA a 64-token trip. Prints the counts; exits 1 when a
+instructions, at most 8 barriers and 16 HMMA a 64-token trip (the transposed decode tile: 8 for
+S^T = K q^T and 8 for O^T = V^T P^T). Prints the counts; exits 1 when a
 bound is broken, 2 on a usage or set-up error (no tilec, no nvdisasm).
 
   python3 scripts/sass_check.py [--tilec build/tools/tilec] [--nvdisasm PATH] [--keep DIR]
@@ -27,7 +28,7 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPE = ["batch=1", "hq=32", "hkv=8", "head_dim=128", "block_size=16", "dtype=bf16"]
 CONFIG = ["block_n=64", "head_group=4", "num_warps=4", "num_stages=2"]
-MAX_SASS, MAX_BAR, HMMA = 340, 8, 32
+MAX_SASS, MAX_BAR, HMMA = 340, 8, 16
 
 
 def find_nvdisasm(given=None):

@@ -453,6 +453,14 @@ struct FusedSpec {
   }
 };
 
+// Whether a tile of `bm` query rows computes its products transposed (paged_attention_transposed):
+// on the tensor cores, at most 8 rows, and both products lay their warps along their rows (the
+// keys of a step, and D): 16 rows per warp.
+bool transposed_tile(DType dtype, int64_t bm, int64_t block_n, int64_t head_dim, int64_t num_warps) {
+  return dtype != DType::f32 && bm <= 8 && block_n % (16 * num_warps) == 0 &&
+         next_pow2(head_dim) % (16 * num_warps) == 0;
+}
+
 // One program per (query tile, sequence b; KV head and head-group chunk; KV split). The query
 // rows of a KV head's head group are packed position-major: packed row R = i * G + g for
 // query position i and head g of the group (FlashAttention-3's PackGQA), so each K/V tile is
@@ -472,6 +480,19 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // heads): then no key a tile walks is hidden from any of its rows by causal or window.
   const bool one_position = sp.sq == 1 || G % BM == 0;
   const ElemType io{sp.dtype, false};
+  // A tile of at most 8 rows on the tensor cores (decode) computes the transposed products,
+  // S^T = K q^T [N, 8] and O^T = V^T P^T [D, 8] (transposed_tile): the query rows are the
+  // MMA's 8 columns instead of 16 rows padded from 4, so each step runs half the MMAs and
+  // holds half the fragment registers (q's as B operand, P's, and the accumulators). A tile
+  // of fewer than 8 rows repeats them up to 8: row r is row r mod BM, whose q the repeat reads
+  // as zeros and whose result it does not store.
+  const bool swap = transposed_tile(sp.dtype, BM, N, D, sp.cfg.num_warps);
+  const int64_t BMP = swap ? 8 : BM, warps = sp.cfg.num_warps;
+  // A vector over the tile's rows against the keys or D (a column, or with `swap` a row), and
+  // one over the keys or D against the rows.
+  auto per_row = [&](const Tile& x) { return swap ? x.row() : x.col(); };
+  auto per_key = [&](const Tile& x) { return swap ? x.col() : x.row(); };
+  const int key_axis = swap ? 0 : 1;
 
   KernelBuilder k("paged_attention");
   auto q = k.arg(ptr_to(sp.dtype), "q");
@@ -501,7 +522,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto b = T == 1 ? program_id(0) : program_id(0) / T, split = program_id(2);
   Tile row0 = T == 1 ? Tile() : program_id(0) % T * BM; // the tile's first packed row
   auto kvh = program_id(1) / (group / G);
-  auto packed = T == 1 ? arange(0, BM) : row0 + arange(0, BM);
+  Tile lane_rows = BMP > BM ? arange(0, BMP) % BM : arange(0, BM);
+  auto packed = T == 1 ? lane_rows : row0 + lane_rows;
   Tile g = sp.sq == 1 ? packed : G == 1 ? Tile() : packed % G;
   Tile i = sp.sq == 1 ? Tile() : G == 1 ? packed : packed / G; // query position within Sq
   Tile heads = kvh * group + (program_id(1) % (group / G)) * G;
@@ -509,6 +531,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile q_start = sp.varlen ? load(query_start_loc + b) : Tile();
   Tile q_len = sp.varlen ? load(query_start_loc + b + 1) - q_start : Tile(); // this sequence's Sq_b
   auto row_ok = sp.varlen ? packed < q_len * G : packed < R;
+  // The rows a tile reads and stores: each once. A swapped tile's repeats of its rows read
+  // zeros for q (their columns of S^T and O^T are never stored) and store nothing.
+  Tile own_ok = BMP > BM ? row_ok & (arange(0, BMP) < BM) : row_ok;
   // Row index into q and out: [B, Hq, Sq], or packed [total_q, Hq].
   Tile rows = sp.varlen ? (i ? q_start + i : q_start) * sp.hq + heads : (b * sp.hq + heads) * sp.sq;
   if (i && !sp.varlen) rows = rows + i;
@@ -516,8 +541,11 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile d_ok = pad_d ? d < D : Tile();
   // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below D).
   auto elems = [&](const Tile& row_mask) { return pad_d ? row_mask.col() & d_ok.row() : row_mask.col(); };
-  auto qt = load(q + rows.col() * D + d.row(), elems(row_ok), 0); // [BM, DP]
-  Tile slope = sp.alibi ? load(alibi_slopes + heads, row_ok, 0) : Tile();
+  auto qt = load(q + rows.col() * D + d.row(), elems(own_ok), 0); // [BMP, DP]
+  // A swapped tile's B operand, q^T, made before the walk: the dots stage an operand defined
+  // outside their loop once, and keep it in shared memory across the trips.
+  Tile q_b = swap ? trans(qt) : Tile();
+  Tile slope = sp.alibi ? load(alibi_slopes + heads, own_ok, 0) : Tile();
 
   auto ctx = load(context_lens + b);
   // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
@@ -544,19 +572,25 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile pos = masks && !one_position ? first_pos + i : Tile();
   Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
 
-  Var m = full({BM}, -INFINITY), l = zeros({BM}), acc = zeros({BM, DP});
+  Var m = full({BMP}, -INFINITY), l = zeros({BMP});
+  Var acc = swap ? zeros({DP, BMP}) : zeros({BM, DP});
   // A small tile (decode) keeps the softmax's denominator per key column, [BM, N], and sums
   // it across the columns once after the walk (FlashAttention-2's deferred row sum): the
   // columns are spread over the warps, so a sum per step would cross warps through shared
   // memory every trip. A large tile's rows sit within warps and sum with shuffles.
-  const bool defer_sum = BM * N <= 4 * 32 * sp.cfg.num_warps;
-  Var l_keys = defer_sum ? zeros({BM, N}) : Tile();
+  const bool defer_sum = BMP * N <= 4 * 32 * warps;
+  Var l_keys = defer_sum ? (swap ? zeros({N, BMP}) : zeros({BM, N})) : Tile();
   // Such a tile is memory-bound: up to 128 registers a thread are plenty, so it asks for the
   // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
   // its shared memory lets share an SM (4 of 4 warps at D 128 on an H100/H200, K double- and
   // V single-buffered).
   if (const int64_t blocks = 16 / sp.cfg.num_warps; defer_sum && sp.dtype != DType::f32 && blocks > 1)
     k.min_blocks_per_sm(int(blocks));
+  // A transposed tile needs fewer still while its K and V steps hold at most 64 elements a
+  // thread (the serving configuration's 64 keys x 128: no spills down to 88 registers): it
+  // asks for 96, five blocks' worth of 4 warps where shared memory lets five share an SM
+  // (head_dim 64), and otherwise registers the SM keeps for other kernels.
+  if (swap && defer_sum && N * DP <= 64 * 32 * warps) k.max_registers(96);
 
   // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
   // the whole step is below it), `causal` masks each row's keys past its position.
@@ -576,27 +610,28 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       return widen(pad_d ? load(addr, d_ok.row(), 0) : load(addr));
     };
     auto kt = kv_rows(k_cache);
-    auto s = dot(qt, trans(kt)) * scale; // [BM, N]
+    auto s = (swap ? dot(kt, q_b) : dot(qt, trans(kt))) * scale; // [BM, N], or [N, BM]
     if (sp.softcap) s = cap * tanh(s / cap);
-    if (sp.alibi) s = s + slope.col() * (i ? j.row() - i.col() : j.row()).to(f32);
-    Tile seen = live ? live.row() : Tile();
+    if (sp.alibi) s = s + per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32);
+    Tile seen = live ? per_key(live) : Tile();
     auto both = [&](const Tile& a, const Tile& c) { return a ? a & c : c; };
-    if (causal) seen = both(seen, j.row() <= pos.col());
-    if (first) seen = both(seen, j.row() >= first.col());
+    if (causal) seen = both(seen, per_key(j) <= per_row(pos));
+    if (first) seen = both(seen, per_key(j) >= per_row(first));
     if (seen) s = where(seen, s, -INFINITY);
-    auto m_new = max(m, reduce_max(s, 1));
+    auto m_new = max(m, reduce_max(s, key_axis));
     // A row may see none of this step's keys (causal, window): its max stays -inf, and the
     // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
     // position sees every key of [lo, hi), at least one per step.)
     Tile m_use = causal || first ? where(m_new > -INFINITY, m_new, 0) : m_new;
-    auto p = exp(s - m_use.col());
+    auto p = exp(s - per_row(m_use));
     auto alpha = exp(m - m_use);
-    if (defer_sum) l_keys = l_keys * alpha.col() + p;
-    else l = l * alpha + reduce_sum(p, 1);
+    if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
+    else l = l * alpha + reduce_sum(p, key_axis);
     auto vt = kv_rows(v_cache);
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
     // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
-    acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
+    if (swap) acc = acc * alpha.row() + dot(trans(vt), p.to(io));
+    else acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
     m = m_new;
   };
   // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
@@ -613,20 +648,23 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
     for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
   }
-  if (defer_sum) l = reduce_sum(l_keys, 1);
+  if (defer_sum) l = reduce_sum(l_keys, key_axis);
+  // A swapped tile's O^T goes back to rows, [BMP, DP], to be stored along D: as late as it
+  // can, in q's dtype (half the shared memory the exchange takes in f32).
+  auto rows_of = [&](Tile t) { return swap ? trans(t) : t; };
 
   if (S == 1) {
     // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does. An fp8
     // cache's v_scale applies to the normalized sum, which is at most the cache's largest
     // value: l / v_scale would overflow f32 for a small scale.
-    Tile o = where(l.col() > 0, acc / l.col(), 0);
+    Tile o = where(per_row(l) > 0, acc / per_row(l), 0);
     if (fp8) o = o * v_scale;
-    store(out + rows.col() * D + d.row(), o.to(io), elems(row_ok));
+    store(out + rows.col() * D + d.row(), rows_of(o.to(io)), elems(own_ok));
   } else {
     auto part = rows * S + split; // [B, Hq, Sq, S]
-    store(out + part.col() * D + d.row(), fp8 ? acc * v_scale : acc, elems(row_ok));
-    store(partial_m + part, m, row_ok);
-    store(partial_l + part, l, row_ok);
+    store(out + part.col() * D + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok));
+    store(partial_m + part, m, own_ok);
+    store(partial_l + part, l, own_ok);
   }
   return k.finish();
 }
@@ -688,6 +726,12 @@ int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttenti
   int64_t automatic = 1;
   while (automatic * 2 <= std::min(fit, kMaxBlockM)) automatic *= 2;
   return std::min(rows, cfg.block_m ? cfg.block_m : automatic);
+}
+
+bool paged_attention_transposed(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  PagedAttentionConfig c = cfg;
+  if (c.head_group == 0) c.head_group = s.group();
+  return transposed_tile(s.dtype, paged_attention_block_m(s, c), c.block_n, s.head_dim, c.num_warps);
 }
 
 int64_t paged_attention_query_tiles(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {

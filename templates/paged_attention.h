@@ -147,6 +147,12 @@ struct PagedAttentionConfig {
 // power of two up to kMaxBlockM.
 constexpr int64_t kMaxBlockM = 256, kAutoTileElems = 2048;
 int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// Whether the fused kernel computes a tile's products transposed, S^T = K q^T and
+// O^T = V^T P^T, its query rows being the tensor cores' 8 columns instead of 16 rows padded
+// from a few: a tile of at most 8 rows in f16/bf16 whose block_n and padded head_dim give
+// every warp 16 rows of each product. Its rows are repeated up to 8 (each read and stored
+// once).
+bool paged_attention_transposed(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
 // Query tiles per (sequence, head-group chunk): the fused kernel's grid is
 // (batch x query tiles, Hkv x Hq / Hkv / head_group, num_splits).
 int64_t paged_attention_query_tiles(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);

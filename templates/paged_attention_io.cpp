@@ -392,7 +392,8 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       // (every warp: each holds at least a head group's worth of rows or the whole tile), and
       // the context length: one 4-byte warp-uniform request per warp.
       const int64_t row0 = tile * BM, rows = std::clamp<int64_t>(R - row0, 0, BM);
-      t.q += programs_per_tile * rows * D * e_io * copies(BM * DP);
+      // (A transposed tile holds 8 rows, its repeats reading nothing.)
+      t.q += programs_per_tile * rows * D * e_io * copies((paged_attention_transposed(s, cfg) ? 8 : BM) * DP);
       if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
       t.context_lens += programs_per_tile * w * 4;
       if (s.varlen) t.query_start_loc += programs_per_tile * w * 8; // its two entries, warp-uniform

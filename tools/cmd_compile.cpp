@@ -30,6 +30,7 @@ struct CompileArgs {
   bool no_wgmma = false;
   bool no_tma = false;
   bool stock_o3 = false;
+  int max_registers = 0;
   bool no_device_asserts = false;
   std::vector<std::string> large_buffers;
 };
@@ -78,6 +79,10 @@ Action add_compile(CLI::App& app, Common& common) {
                "on sm_90, copy tensor descriptor loads with cp.async (a wgmma operand's descriptor load is a TMA "
                "copy, cp.async.bulk.tensor, by default), to compare");
   app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
+  app.add_option("--max-registers", a->max_registers,
+                 "registers per thread the GPU code may use, 24 to 255, in place of the kernel's own ceiling (as "
+                 "Triton's maxnreg), to compare")
+      ->check(CLI::Range(ir::Function::kMinRegisters, ir::Function::kMaxRegisters));
   app.add_option("--large-buffers", a->large_buffers,
                  "pointer parameters whose buffers may pass 2^31 elements: 64-bit offsets into them (the "
                  "kernel's own sizes add theirs)")
@@ -96,6 +101,7 @@ Action add_compile(CLI::App& app, Common& common) {
     opts.wgmma = !a->no_wgmma;
     opts.tma = !a->no_tma;
     opts.stock_o3 = a->stock_o3;
+    opts.max_registers = a->max_registers;
     opts.device_asserts = !a->no_device_asserts;
     check_out_dir(a->out_dir, {t.name + ".toml", t.name + ".ptx", t.name + ".cubin", t.name + ".so"});
     bool have_ptxas = opts.target == codegen::Target::nvptx && codegen::find_ptxas().has_value();

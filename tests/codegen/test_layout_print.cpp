@@ -313,11 +313,12 @@ TEST_CASE("the layouts print shows a tensor-core dot's result in the MMA accumul
   INFO(text);
   std::smatch m;
   REQUIRE(std::regex_search(text, m, std::regex(R"(#L(\d+) = blocked<size_per_thread=\[1,2\], threads_per_warp=\[8,4\], )"
-                                               R"(warps_per_block=\[1,4\], order=\[1,0\]>  // mma\.sync m16n8 )"
-                                               R"(accumulator fragments, warps along N)")));
+                                               R"(warps_per_block=\[4,1\], order=\[1,0\]>  // mma\.sync m16n8 )"
+                                               R"(accumulator fragments, warps along M)")));
   const std::string mma = "#L" + m[1].str();
   // Both dots of both K/V loops (whole steps, then the masked last one) produce it, and the
-  // loops carry the accumulator in it.
+  // loops carry the accumulator in it: a decode tile's products are transposed (S^T = K q^T,
+  // O^T = V^T P^T), their warps along the keys and along D.
   CHECK(std::regex_search(text, std::regex("= dot [^\\n]*  : " + mma + " loc")));
   size_t notes = 0;
   for (size_t at = text.find("accumulator and result in registers (the MMA layout)"); at != std::string::npos;

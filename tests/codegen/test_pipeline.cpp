@@ -147,7 +147,9 @@ TEST_CASE("the lowering moves shared memory in vectors where a thread's elements
   INFO("paged_attention: " << pa.shared_accesses << " accesses, " << pa.shared_vector_accesses << " vectors, "
                            << pa.shared_access_bytes << " B");
   CHECK(pa.shared_vector_accesses >= 12);
-  CHECK(pa.shared_accesses <= 56); // two K/V loops (whole steps, the masked last one), 26 or so each
+  // Two K/V loops (whole steps, the masked last one), 15 or so each, q^T staged once, and the
+  // transposed tile's O^T back to rows after them.
+  CHECK(pa.shared_accesses <= 70);
   // matmul (f32, CUDA cores): B staged with 16-byte stores, and per k each thread's row and
   // column groups read as vectors.
   codegen::LoweringStats mm = lowering_stats("matmul", {}, {});

@@ -216,3 +216,26 @@ TEST_CASE("structure kernels agree with the interpreter when emulated", "[codege
     }
   }
 }
+
+TEST_CASE("the register ceiling: min_blocks_per_sm, max_registers and the compile's own, the lowest holds",
+          "[codegen][registers]") {
+  auto maxnreg = [](int min_blocks, int kernel_max, int option_max) {
+    ir::Kernel k = transpose_kernel(16);
+    k->min_blocks_per_sm = min_blocks;
+    k->max_registers = kernel_max;
+    CompileOptions o;
+    o.run_ptxas = false;
+    o.max_registers = option_max;
+    const std::string ptx = compile(*k, o).ptx;
+    const size_t at = ptx.find(".maxnreg ");
+    REQUIRE(at != std::string::npos);
+    return std::stoi(ptx.substr(at + 9));
+  };
+  CHECK(maxnreg(0, 0, 0) == 255);     // every register one block of 128 threads can have
+  CHECK(maxnreg(4, 0, 0) == 128);     // 64 K / (4 x 128)
+  CHECK(maxnreg(4, 96, 0) == 96);     // the kernel's ceiling, lower
+  CHECK(maxnreg(4, 200, 0) == 128);   // ... or not
+  CHECK(maxnreg(0, 72, 0) == 72);
+  CHECK(maxnreg(4, 96, 160) == 128);  // the compile's ceiling replaces the kernel's
+  CHECK(maxnreg(0, 96, 40) == 40);
+}

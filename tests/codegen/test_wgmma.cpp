@@ -92,6 +92,9 @@ TEST_CASE("wgmma: which dots take it (sm_90, both operands read along K)", "[cod
   // N-major B of 8 columns: 16-byte rows, which no swizzle takes.
   CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("kn8", 64, 8, 64, DType::f16, false, false, false), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({16, 64, 64, DType::f16, false, 4}), 4)); // decode's few rows: mma.sync
+  // An 8-column product (decode's rows as N) stays on mma.sync, but for fp8, which only wgmma takes.
+  CHECK_FALSE(on_wgmma(*wgmma_dot({64, 8, 16, DType::f16, false, 4}), 4));
+  CHECK(on_wgmma(*wgmma_dot({64, 8, 32, DType::f8e4m3, false, 4}), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 64, DType::f32, false, 4}), 4)); // f32: CUDA cores
   CHECK(on_wgmma(*wgmma_dot({64, 64, 64, DType::f8e4m3, false, 4}), 4));      // fp8: K-major, K a multiple of 32
   CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 16, DType::f8e4m3, false, 4}), 4));
@@ -106,7 +109,7 @@ TEST_CASE("wgmma: the emulator agrees with the interpreter bit for bit (every sw
           "[codegen][wgmma][emulator]") {
   std::mt19937 rng(7);
   const std::vector<Case> cases = {
-      {64, 8, 16, DType::f16, false, 4},     {64, 64, 32, DType::bf16, true, 4},  {128, 128, 64, DType::bf16, false, 4},
+      {64, 8, 32, DType::f8e4m3, false, 4},  {64, 64, 32, DType::bf16, true, 4},  {128, 128, 64, DType::bf16, false, 4},
       {64, 256, 16, DType::f16, true, 4},    {128, 32, 128, DType::bf16, true, 8}, {256, 16, 64, DType::f16, false, 8},
       {64, 16, 128, DType::bf16, false, 4},
       // M-major A, N-major B: 32-, 64- and 128-byte rows of N, and two panels of them.
@@ -228,7 +231,7 @@ TEST_CASE("wgmma: reading an accumulator before its wait is reported when the nv
     }
     hooks->store(b, params[0], d[0], 4, nullptr);
     b.CreateRetVoid();
-    hooks->finish_kernel(*m, f, 128, 0, 0);
+    hooks->finish_kernel(*m, f, 128, 0, 0, 0);
     return m;
   };
   llvm::LLVMContext c;

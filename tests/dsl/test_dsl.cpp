@@ -3,6 +3,7 @@
 #include <string>
 
 #include "dsl/dsl.h"
+#include "ir/printer.h"
 #include "templates/kernels.h"
 
 using namespace tilec;
@@ -179,6 +180,18 @@ TEST_CASE("a carried variable may not change type in the loop", "[dsl][errors]")
 
 TEST_CASE("DSL calls outside a kernel are errors, not crashes", "[dsl][errors]") {
   CHECK_THAT(error_of([] { auto t = arange(0, 4); }), Catch::Contains("KernelBuilder"));
+}
+
+TEST_CASE("max_registers and min_blocks_per_sm are kernel attributes, checked", "[dsl][registers]") {
+  KernelBuilder kb("k");
+  kb.min_blocks_per_sm(4);
+  kb.max_registers(96);
+  CHECK_THROWS_WITH(kb.max_registers(300), Catch::Contains("max_registers 300 must be from 24 to 255"));
+  CHECK_THROWS_WITH(kb.max_registers(8), Catch::Contains("max_registers 8 must be from 24 to 255"));
+  ir::Kernel k = kb.finish();
+  CHECK(k->min_blocks_per_sm == 4);
+  CHECK(k->max_registers == 96);
+  CHECK_THAT(ir::print(*k), Catch::Contains("min_blocks_per_sm 4 max_registers 96 {"));
 }
 
 TEST_CASE("for_range takes a stage count for its loads, checked", "[dsl][pipeline]") {

@@ -368,6 +368,26 @@ TEST_CASE("min_blocks_per_sm prints after the parameters, round-trips and is che
              Catch::Matchers::StartsWith("k.tir:1:31: min_blocks_per_sm 0 must be from 1 to 32"));
 }
 
+TEST_CASE("max_registers prints after min_blocks_per_sm, round-trips and is checked", "[ir][parser]") {
+  auto fn = std::make_shared<Function>("k");
+  fn->add_param("n", scalar_type(DType::i32));
+  fn->min_blocks_per_sm = 4;
+  fn->max_registers = 96;
+  Builder b(*fn);
+  b.ret();
+  std::string text = print(*fn);
+  CHECK(text.starts_with("kernel @k(%n: i32) min_blocks_per_sm 4 max_registers 96 {"));
+  Kernel back = parse(text);
+  CHECK(back->max_registers == 96);
+  CHECK(print(*back) == text);
+  CHECK(clone(*fn)->max_registers == 96);
+  CHECK(parse("kernel @k() max_registers 24 {\n  return\n}")->max_registers == 24);
+  CHECK_THAT(parse_error("kernel @k() max_registers 256 {\n  return\n}"),
+             Catch::Matchers::StartsWith("k.tir:1:27: max_registers 256 must be from 24 to 255"));
+  CHECK_THAT(parse_error("kernel @k() max_registers 16 {\n  return\n}"),
+             Catch::Matchers::StartsWith("k.tir:1:27: max_registers 16 must be from 24 to 255"));
+}
+
 TEST_CASE("hand-written IR with names and comments parses", "[ir][parser]") {
   Kernel k = parse(R"(// scale a vector
 kernel @scale(%x: ptr<f32>, %n: i32) {
