@@ -13,6 +13,7 @@
 #include "codegen/layout_plan.h"
 #include "codegen/ptx_loops.h"
 #include "tests/codegen/dot_kernel.h"
+#include "tests/codegen/emu_harness.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "interp/launcher.h"
@@ -412,5 +413,41 @@ TEST_CASE("a barrier in a loop of no trips or in one branch does not fence a pip
         CHECK(dot_error(want, got, 64) <= 1.0);
       }
     }
+  }
+}
+
+// An 8-column product (the transposed decode tile's shape) has one column tile per warp: its B
+// fragments for two k steps come from one 4-matrix ldmatrix (rows along K: .trans or not),
+// where each step alone would load two matrices; a K of one step keeps the
+// 2-matrix loads (K 16: one step). The emulator runs both against the interpreter bit for bit.
+TEST_CASE("an 8-column dot loads B two k steps at a time, exactly", "[codegen][mma][emulator]") {
+  struct Case {
+    int64_t m, k;
+    int warps;
+    bool trans_b, with_acc;
+    bool paired;
+  };
+  std::mt19937 rng(11);
+  for (const Case& c : {Case{64, 64, 4, true, false, true}, Case{64, 32, 4, false, true, true},
+                        Case{128, 128, 4, true, true, true}, Case{32, 64, 2, false, false, true},
+                        Case{64, 16, 4, true, false, false}, Case{128, 16, 4, false, true, false}}) {
+    INFO("M " << c.m << " N 8 K " << c.k << " warps " << c.warps << " B from [N, K] " << c.trans_b << " acc "
+              << c.with_acc);
+    ir::Kernel k = codegen::test::dot_kernel("dot_n8", c.m, 8, c.k, DType::bf16, false, c.trans_b, c.with_acc);
+    codegen::CompileOptions o;
+    o.num_warps = c.warps;
+    o.run_ptxas = false;
+    const std::string ptx = codegen::compile(*k, o).ptx;
+    CHECK((ptx.find("ldmatrix.sync.aligned.m8n8.x2") == std::string::npos) == c.paired);
+    launch::Buffer a("a", DType::bf16, size_t(c.m * c.k)), b("b", DType::bf16, size_t(c.k * 8));
+    launch::Buffer acc("c", DType::f32, size_t(c.m * 8));
+    std::uniform_real_distribution<double> d(-1, 1);
+    for (launch::Buffer* x : {&a, &b, &acc})
+      for (size_t i = 0; i < x->count(); ++i) x->set(i, d(rng));
+    codegen::test::require_bitwise_on_both_lowerings([&](launch::Launcher& l) {
+      launch::Buffer out("out", DType::f32, size_t(c.m * 8));
+      l.launch(k, c.warps, {1, 1, 1}, {launch::Arg::of(a), launch::Arg::of(b), launch::Arg::of(acc), launch::Arg::of(out)});
+      return out;
+    });
   }
 }
