@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (44 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (46 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -237,6 +237,16 @@ MUTATIONS = [
      "a descriptor block at a negative offset reads the elements before the tensor instead of zeros",
      '    if (!known_nonnegative(op.operands[1 + 2 * rank + d]))',
      '    if (false)'),
+    ("mma-b-pair-same-k",
+     "codegen/lower_dot_mma.cpp",
+     "an 8-column product's paired B load takes the second k step's matrices at the first's k",
+     '        std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, 2, 0, 16);',
+     '        std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, 2, 0, 0);'),
+    ("late-slot-wide-result",
+     "codegen/pipeline_plan.cpp",
+     "late slots only for a result thin both ways: the transposed decode tile's V is double-buffered again (3 blocks an SM by shared memory, not 4)",
+     '                        std::min(res[0], res[1]) <= Pipeline::kMaxLateRows;',
+     '                        std::max(res[0], res[1]) <= Pipeline::kMaxLateRows;'),
 ]
 
 
