@@ -578,7 +578,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // it across the columns once after the walk (FlashAttention-2's deferred row sum): the
   // columns are spread over the warps, so a sum per step would cross warps through shared
   // memory every trip. A large tile's rows sit within warps and sum with shuffles.
-  const bool defer_sum = BMP * N <= 4 * 32 * warps;
+  const bool defer_sum = BM * N <= 4 * 32 * warps; // the tile's own rows (a transposed one holds 8)
   Var l_keys = defer_sum ? (swap ? zeros({N, BMP}) : zeros({BM, N})) : Tile();
   // Such a tile is memory-bound: up to 128 registers a thread are plenty, so it asks for the
   // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
@@ -586,11 +586,13 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // V single-buffered).
   if (const int64_t blocks = 16 / sp.cfg.num_warps; defer_sum && sp.dtype != DType::f32 && blocks > 1)
     k.min_blocks_per_sm(int(blocks));
-  // A transposed tile needs fewer still while its K and V steps hold at most 64 elements a
-  // thread (the serving configuration's 64 keys x 128: no spills down to 88 registers): it
-  // asks for 96, five blocks' worth of 4 warps where shared memory lets five share an SM
-  // (head_dim 64), and otherwise registers the SM keeps for other kernels.
-  if (swap && defer_sum && N * DP <= 64 * 32 * warps) k.max_registers(96);
+  // A transposed tile of 4 or more warps needs fewer still while its K and V steps hold at
+  // most 64 elements a thread (the serving configuration's 64 keys x 128: no spills down to 88
+  // registers): it asks for 96, five blocks' worth of 4 warps where shared memory lets five
+  // share an SM (head_dim 64), and otherwise registers the SM keeps for other kernels. (With 2
+  // warps each holds twice the product rows, and 96 spills.) tests/codegen/test_mma.cpp pins
+  // every such configuration spill-free.
+  if (swap && defer_sum && warps >= 4 && N * DP <= 64 * 32 * warps) k.max_registers(96);
 
   // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
   // the whole step is below it), `causal` masks each row's keys past its position.

@@ -13,6 +13,7 @@
 #include "codegen/layout_plan.h"
 #include "codegen/ptx_loops.h"
 #include "tests/codegen/dot_kernel.h"
+#include "tests/codegen/codegen_test_util.h"
 #include "tests/codegen/emu_harness.h"
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
@@ -450,4 +451,39 @@ TEST_CASE("an 8-column dot loads B two k steps at a time, exactly", "[codegen][m
       return out;
     });
   }
+}
+
+// Every paged-attention configuration whose kernel asks for a register ceiling of its own
+// (the transposed decode tile's 96, templates/paged_attention.cpp) compiles without spills
+// on both archs; the grid holds every (block_n, head_dim, num_warps) the ceiling applies to.
+TEST_CASE("every decode configuration with a register ceiling of its own compiles without spills",
+          "[codegen][mma][paged_attention][registers]") {
+  const templates::KernelTemplate* t = templates::find_template("paged_attention");
+  REQUIRE(t);
+  int capped = 0;
+  for (int64_t n : {32, 64, 128})
+    for (int64_t d : {64, 128, 256})
+      for (int64_t w : {2, 4, 8})
+        for (int64_t g : {1, 8})
+          for (int64_t stages : {1, 2, 3}) {
+            templates::ParamMap params{{"block_n", n}, {"head_group", g}, {"num_warps", w}, {"num_splits", 1},
+                                       {"num_stages", stages}};
+            templates::ParamMap shape;
+            for (const templates::Param& p : t->shape) shape[p.name] = p.value;
+            shape["batch"] = 1, shape["hq"] = 64, shape["hkv"] = 8, shape["sq"] = 1, shape["head_dim"] = d;
+            shape["block_size"] = 16, shape["dtype"] = 2; // bf16
+            if (stages == 3 && n * d > 64 * 128) continue; // three such K/V stages do not fit sm_80
+            ir::Kernel k = t->build(params, shape);
+            if (!k->max_registers) continue;
+            ++capped;
+            INFO("block_n " << n << " head_dim " << d << " warps " << w << " head_group " << g << " stages "
+                            << stages);
+            CHECK(k->max_registers == 96);
+            for (const codegen::test::ArchResult& r : codegen::test::compile_all_archs(*k, int(w)))
+              CHECK(r.kernel.ptx.find(".maxnreg 96") != std::string::npos);
+          }
+  // (block_n, head_dim) (64, 64) and (64, 128) at 4 warps, 2 groups x 3 stages; (128, 64) at 4
+  // warps, 3 stages, one group (8 rows x 128 keys sum per step, not deferred); (128, 128) at 8
+  // warps, 2 groups x 2 stages.
+  CHECK(capped == 19);
 }
