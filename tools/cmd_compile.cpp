@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -147,9 +148,12 @@ Action add_compile(CLI::App& app, Common& common) {
     say(common, fmt::format("  phases: build {:.1f} ms, lower {:.1f}, optimize {:.1f}, codegen {:.1f}, ptxas {:.1f}",
                             build_ms, ck.phases.lower_ms, ck.phases.optimize_ms, ck.phases.codegen_ms,
                             ck.phases.ptxas_ms));
+    // The register ceiling the PTX gives ptxas (.maxnreg), which its count follows.
+    int ceiling = 0;
+    if (size_t at = ck.ptx.find(".maxnreg "); at != std::string::npos) ceiling = std::atoi(ck.ptx.c_str() + at + 9);
     if (ck.ptxas)
-      say(common, fmt::format("  ptxas: {} registers, {} B spill stores, {} B spill loads", ck.ptxas->registers,
-                              ck.ptxas->spill_stores, ck.ptxas->spill_loads));
+      say(common, fmt::format("  ptxas: {} registers (at most {}), {} B spill stores, {} B spill loads",
+                              ck.ptxas->registers, ceiling, ck.ptxas->spill_stores, ck.ptxas->spill_loads));
     else if (opts.target == codegen::Target::nvptx && !have_ptxas)
       say(common, "  ptxas not found (PATH, /usr/local/cuda/bin): wrote PTX only");
     if (ck.stats.wgmma_dots)
@@ -203,6 +207,8 @@ Action add_compile(CLI::App& app, Common& common) {
       } else {
         j.null("registers").null("spills");
       }
+      if (ceiling) j.integer("register_ceiling", ceiling);
+      else j.null("register_ceiling");
       j.integer("shared_bytes", ck.shared_bytes);
       j.integer("pipeline_stages", ck.stats.pipelined_loops ? ck.stats.pipeline_stages : 1);
       j.integer("pipeline_stage_bytes", ck.stats.pipeline_stage_bytes);

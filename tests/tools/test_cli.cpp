@@ -114,8 +114,9 @@ TEST_CASE("tilec compile --json reports the phases and the main loop of paged at
 TEST_CASE("tilec compile --max-registers sets the GPU code's register ceiling, checked", "[cli][registers]") {
   tilec::rt::test::TempDir tmp;
   std::string dir = (tmp.path / "maxreg").string();
-  auto o = run("compile vector_add --max-registers 40 -o " + dir);
+  auto o = run("compile vector_add --max-registers 40 -o " + dir + " --json");
   CHECK(o.exit_code == 0);
+  CHECK_THAT(last_line(o.out), Catch::Contains("\"register_ceiling\": 40"));
   std::ifstream in(dir + "/vector_add.ptx");
   std::stringstream ptx;
   ptx << in.rdbuf();
