@@ -45,8 +45,9 @@ struct CompileOptions {
   // LLVM's stock O3 pipeline instead of tilec's own short one (kLeanPipeline in compile.cpp),
   // to compare the two (`tilec compile --stock-o3`). GPU code only: the emulator's is O3.
   bool stock_o3 = false;
-  // A ceiling on registers per thread for GPU code (24 to 255; `tilec compile --max-registers`),
-  // in place of the kernel's own (ir::Function::max_registers). 0: the kernel's.
+  // A ceiling on registers per thread for GPU code (24 to 255, no more than one block can have;
+  // `tilec compile --max-registers`), in place of the kernel's own asks (min_blocks_per_sm and
+  // max_registers). 0: the kernel's.
   int max_registers = 0;
   // Integer parameters, by name, that the launch guarantees a power of two divides (16: the
   // specialization launchers make, as Triton's does, for arguments that are multiples of

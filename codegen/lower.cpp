@@ -87,7 +87,8 @@ LoweringStats Lowering::run() {
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   pb_.CreateBr(body);
   stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
-  hooks_.finish_kernel(m_, kernel_, threads, fn_.min_blocks_per_sm,
+  // The compile's own ceiling replaces both of the kernel's asks.
+  hooks_.finish_kernel(m_, kernel_, threads, opts_.max_registers ? 0 : fn_.min_blocks_per_sm,
                        opts_.max_registers ? opts_.max_registers : fn_.max_registers, stats_.shared_bytes);
   // `tilec ir --stage layouts` prints the plan's list: it must be what was emitted.
   internal_assert(stats_.conversions == static_cast<int>(plan_.conversions().size()),

@@ -445,11 +445,13 @@ struct FusedSpec {
   PagedAttentionConfig cfg; // head_group resolved (never 0)
   int64_t block_m;          // query rows per program, resolved (paged_attention_block_m)
 
-  // Names the specialization in the kernel cache.
+  // Names the specialization in the kernel cache: everything build_fused reads (the warps too:
+  // they choose the products' orientation, the deferred sum and the register asks).
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim,
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim,
                        block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
-                       cfg.head_group, cfg.num_splits, cfg.num_stages, window, causal, block_m, varlen);
+                       cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
+                       varlen);
   }
 };
 

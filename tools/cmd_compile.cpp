@@ -81,8 +81,8 @@ Action add_compile(CLI::App& app, Common& common) {
                "copy, cp.async.bulk.tensor, by default), to compare");
   app.add_flag("--no-device-asserts", a->no_device_asserts, "compile device_assert checks out");
   app.add_option("--max-registers", a->max_registers,
-                 "registers per thread the GPU code may use, 24 to 255, in place of the kernel's own ceiling (as "
-                 "Triton's maxnreg), to compare")
+                 "registers per thread the GPU code may use, 24 to 255, in place of the kernel's own asks "
+                 "(min_blocks_per_sm, max_registers; as Triton's maxnreg), to compare")
       ->check(CLI::Range(ir::Function::kMinRegisters, ir::Function::kMaxRegisters));
   app.add_option("--large-buffers", a->large_buffers,
                  "pointer parameters whose buffers may pass 2^31 elements: 64-bit offsets into them (the "

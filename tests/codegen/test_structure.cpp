@@ -236,6 +236,10 @@ TEST_CASE("the register ceiling: min_blocks_per_sm, max_registers and the compil
   CHECK(maxnreg(4, 96, 0) == 96);     // the kernel's ceiling, lower
   CHECK(maxnreg(4, 200, 0) == 128);   // ... or not
   CHECK(maxnreg(0, 72, 0) == 72);
-  CHECK(maxnreg(4, 96, 160) == 128);  // the compile's ceiling replaces the kernel's
+  CHECK(maxnreg(4, 96, 160) == 160);  // the compile's ceiling replaces the kernel's asks
   CHECK(maxnreg(0, 96, 40) == 40);
+  ir::Kernel k = transpose_kernel(16);
+  CompileOptions o;
+  o.max_registers = 300;
+  CHECK_THROWS_WITH(compile(*k, o), Catch::Contains("max_registers 300 must be from 24 to 255"));
 }

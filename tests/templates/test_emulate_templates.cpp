@@ -10,6 +10,7 @@
 #include "tests/templates/test_util.h"
 #include "dsl/dsl.h"
 #include "interp/launcher.h"
+#include "ir/printer.h"
 #include "runtime/emulator.h"
 #include "templates/kernels.h"
 #include "templates/paged_attention.h"
@@ -195,4 +196,38 @@ TEST_CASE("emulate: paged attention moves about the ideal bytes", "[emulator][te
   REQUIRE(st.unique_bytes);
   CHECK(double(*st.unique_bytes) <= 1.05 * double(ideal));
   CHECK(double(*st.unique_bytes) >= 0.95 * double(ideal));
+}
+
+namespace {
+
+// Keeps the IR of every kernel it is asked to launch, and runs none.
+class RecordingLauncher : public launch::Launcher {
+public:
+  std::string backend() const override { return "record"; }
+  void launch(const ir::Kernel& kernel, int, launch::Grid, const std::vector<launch::Arg>&) override {
+    printed.push_back(ir::print(*kernel));
+  }
+  std::vector<std::string> printed;
+};
+
+} // namespace
+
+TEST_CASE("the fused kernel's cache tells configurations apart by their warps", "[templates][paged_attention]") {
+  // The same problem at 4 and then 8 warps, in one process: 4 warps take the transposed tile
+  // with its register ceiling, 8 cannot (64 keys a step are not 16 rows for each of 8 warps).
+  PagedAttentionShape s;
+  s.batch = 1, s.hq = 32, s.hkv = 8, s.head_dim = 128, s.dtype = ir::DType::bf16;
+  auto in = make_paged_attention_inputs(s, 5);
+  RecordingLauncher rec;
+  for (int64_t warps : {4, 8, 4}) {
+    PagedAttentionConfig cfg;
+    cfg.block_n = 64;
+    cfg.head_group = 4;
+    cfg.num_warps = warps;
+    run_paged_attention_fused(in, cfg, rec);
+  }
+  REQUIRE(rec.printed.size() == 3);
+  CHECK_THAT(rec.printed[0], Catch::Contains("max_registers 96"));
+  CHECK_THAT(rec.printed[1], !Catch::Contains("max_registers"));
+  CHECK(rec.printed[2] == rec.printed[0]);
 }
