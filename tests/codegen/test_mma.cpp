@@ -487,3 +487,37 @@ TEST_CASE("every decode configuration with a register ceiling of its own compile
   // warps, 2 groups x 2 stages.
   CHECK(capped == 19);
 }
+
+// The same ceiling with every feature the fused kernel has, at the serving configuration
+// (block_n 64, head_dim 128, 4 warps, 2 stages) and at head_dim 64: an fp8 cache (decoded in
+// software on sm_80), ALiBi, a softcap, causal and windowed tiles of 2 positions x 4 heads,
+// a padded head_dim, splits and a mixed batch.
+TEST_CASE("the decode register ceiling holds without spills with every feature", "[codegen][mma][paged_attention][registers]") {
+  struct Variant {
+    const char* name;
+    std::function<void(templates::PagedAttentionShape&, templates::PagedAttentionConfig&)> set;
+  };
+  const std::vector<Variant> variants = {
+      {"fp8 e4m3 cache", [](auto& s, auto&) { s.kv_fp8 = DType::f8e4m3; }},
+      {"fp8 e5m2 cache", [](auto& s, auto&) { s.kv_fp8 = DType::f8e5m2; }},
+      {"alibi", [](auto& s, auto&) { s.alibi = true; }},
+      {"softcap", [](auto& s, auto&) { s.softcap = 30.0; }},
+      {"causal, 2 positions", [](auto& s, auto&) { s.causal = true, s.sq = 2; }},
+      {"window, 2 positions", [](auto& s, auto&) { s.window = 100, s.sq = 2; }},
+      {"head_dim 80 of 128", [](auto& s, auto&) { s.head_dim = s.head_dim == 128 ? 80 : 48; }},
+      {"4 splits", [](auto&, auto& c) { c.num_splits = 4; }},
+      {"mixed batch", [](auto& s, auto&) { s.varlen = true, s.sq = 2; }},
+  };
+  for (int64_t d : {128, 64})
+    for (const Variant& v : variants) {
+      templates::PagedAttentionShape s;
+      s.batch = 1, s.hq = 32, s.hkv = 8, s.head_dim = d, s.dtype = DType::bf16;
+      templates::PagedAttentionConfig cfg;
+      cfg.block_n = 64, cfg.head_group = 4, cfg.num_warps = 4, cfg.num_stages = 2;
+      v.set(s, cfg);
+      INFO(v.name << " at head_dim " << d);
+      ir::Kernel k = templates::paged_attention_fused_kernel(s, cfg);
+      CHECK(k->max_registers == 96);
+      codegen::test::compile_all_archs(*k, 4);
+    }
+}
