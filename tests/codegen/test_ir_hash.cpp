@@ -25,3 +25,15 @@ TEST_CASE("the IR hash ignores source locations and absolute paths", "[codegen][
   // A different kernel hashes differently.
   CHECK(codegen::ir_hash(*templates::softmax(512)) != codegen::ir_hash(*k));
 }
+
+TEST_CASE("the IR hash tells apart kernels that differ only in their register asks", "[codegen][module][registers]") {
+  ir::Kernel k = templates::softmax(256);
+  const std::string plain = codegen::ir_hash(*k);
+  k->min_blocks_per_sm = 4;
+  const std::string blocks = codegen::ir_hash(*k);
+  k->max_registers = 96;
+  const std::string ceiling = codegen::ir_hash(*k);
+  CHECK(plain != blocks);
+  CHECK(blocks != ceiling);
+  CHECK(plain != ceiling);
+}
