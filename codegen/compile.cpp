@@ -97,9 +97,8 @@ void check_options(const CompileOptions& o) {
   static const char* const kArchs[] = {"sm_80", "sm_86", "sm_89", "sm_90"};
   if (o.target != Target::emu && std::find(std::begin(kArchs), std::end(kArchs), o.arch) == std::end(kArchs))
     throw UserError(fmt::format("unsupported arch '{}' (expected one of {})", o.arch, fmt::join(kArchs, ", ")));
-  if (o.max_registers && (o.max_registers < ir::Function::kMinRegisters || o.max_registers > ir::Function::kMaxRegisters))
-    throw UserError(fmt::format("max_registers {} must be from {} to {}", o.max_registers, ir::Function::kMinRegisters,
-                                ir::Function::kMaxRegisters));
+  if (std::string why = ir::Function::max_registers_error(o.max_registers); o.max_registers && !why.empty())
+    throw UserError(why);
 }
 
 // The PTX target a kernel's code needs: sm_90a (the arch-specific features wgmma is one of)

@@ -301,9 +301,7 @@ void KernelBuilder::min_blocks_per_sm(int n, Loc loc) {
 
 void KernelBuilder::max_registers(int n, Loc loc) {
   if (!fn_) fail(loc, "max_registers: the kernel is already finished");
-  if (n < ir::Function::kMinRegisters || n > ir::Function::kMaxRegisters)
-    fail(loc, fmt::format("max_registers {} must be from {} to {}", n, ir::Function::kMinRegisters,
-                          ir::Function::kMaxRegisters));
+  if (std::string why = ir::Function::max_registers_error(n); !why.empty()) fail(loc, why);
   fn_->max_registers = n;
 }
 

@@ -150,6 +150,13 @@ public:
   // compiler keeps within it, and within what min_blocks_per_sm gives. 0: none.
   int max_registers = 0;
   static constexpr int kMinRegisters = 24, kMaxRegisters = 255;
+  // Why `n` cannot be a register ceiling ("" when it can): the DSL, the parser and the compile
+  // options give the same message.
+  static std::string max_registers_error(int64_t n) {
+    if (n >= kMinRegisters && n <= kMaxRegisters) return "";
+    return "max_registers " + std::to_string(n) + " must be from " + std::to_string(kMinRegisters) + " to " +
+           std::to_string(kMaxRegisters);
+  }
 
   Value* new_value(Type t, Op* def = nullptr, Block* owner = nullptr);
   Value* add_param(std::string name, Type t);

@@ -85,9 +85,7 @@ public:
     if (accept_keyword("max_registers")) {
       const Token at = peek();
       const int64_t n = parse_int("a register count after 'max_registers'");
-      if (n < ir::Function::kMinRegisters || n > ir::Function::kMaxRegisters)
-        fail(at, fmt::format("max_registers {} must be from {} to {}", n, ir::Function::kMinRegisters,
-                             ir::Function::kMaxRegisters));
+      if (std::string why = ir::Function::max_registers_error(n); !why.empty()) fail(at, why);
       fn_->max_registers = int(n);
     }
     parse_region(fn_->body, 0);

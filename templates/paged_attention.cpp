@@ -586,7 +586,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
   // its shared memory lets share an SM (4 of 4 warps at D 128 on an H100/H200, K double- and
   // V single-buffered).
-  if (const int64_t blocks = 16 / sp.cfg.num_warps; defer_sum && sp.dtype != DType::f32 && blocks > 1)
+  if (const int64_t blocks = 16 / warps; defer_sum && sp.dtype != DType::f32 && blocks > 1)
     k.min_blocks_per_sm(int(blocks));
   // A transposed tile of 4 or more warps needs fewer still while its K and V steps hold at
   // most 64 elements a thread (the serving configuration's 64 keys x 128: no spills down to 88
@@ -733,9 +733,8 @@ int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttenti
 }
 
 bool paged_attention_transposed(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
-  PagedAttentionConfig c = cfg;
-  if (c.head_group == 0) c.head_group = s.group();
-  return transposed_tile(s.dtype, paged_attention_block_m(s, c), c.block_n, s.head_dim, c.num_warps);
+  const FusedSpec sp = fused_spec(s, cfg);
+  return transposed_tile(sp.dtype, sp.block_m, sp.cfg.block_n, sp.head_dim, sp.cfg.num_warps);
 }
 
 int64_t paged_attention_query_tiles(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {

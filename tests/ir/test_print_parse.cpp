@@ -352,35 +352,27 @@ TEST_CASE("odd kernel and parameter names round-trip", "[ir][parser]") {
   CHECK(print(*back) == text);
 }
 
-TEST_CASE("min_blocks_per_sm prints after the parameters, round-trips and is checked", "[ir][parser]") {
+TEST_CASE("the register asks print after the parameters, round-trip and are checked", "[ir][parser]") {
   auto fn = std::make_shared<Function>("k");
   fn->add_param("n", scalar_type(DType::i32));
   fn->min_blocks_per_sm = 4;
   Builder b(*fn);
   b.ret();
-  std::string text = print(*fn);
-  CHECK(text.starts_with("kernel @k(%n: i32) min_blocks_per_sm 4 {"));
-  Kernel back = parse(text);
-  CHECK(back->min_blocks_per_sm == 4);
-  CHECK(print(*back) == text);
-  CHECK(clone(*fn)->min_blocks_per_sm == 4);
+  auto round_trip = [&](const std::string& head) {
+    std::string text = print(*fn);
+    CHECK(text.starts_with(head));
+    Kernel back = parse(text);
+    CHECK(back->min_blocks_per_sm == 4);
+    CHECK(back->max_registers == fn->max_registers);
+    CHECK(print(*back) == text);
+    CHECK(clone(*fn)->min_blocks_per_sm == 4);
+    CHECK(clone(*fn)->max_registers == fn->max_registers);
+  };
+  round_trip("kernel @k(%n: i32) min_blocks_per_sm 4 {");
+  fn->max_registers = 96;
+  round_trip("kernel @k(%n: i32) min_blocks_per_sm 4 max_registers 96 {");
   CHECK_THAT(parse_error("kernel @k() min_blocks_per_sm 0 {\n  return\n}"),
              Catch::Matchers::StartsWith("k.tir:1:31: min_blocks_per_sm 0 must be from 1 to 32"));
-}
-
-TEST_CASE("max_registers prints after min_blocks_per_sm, round-trips and is checked", "[ir][parser]") {
-  auto fn = std::make_shared<Function>("k");
-  fn->add_param("n", scalar_type(DType::i32));
-  fn->min_blocks_per_sm = 4;
-  fn->max_registers = 96;
-  Builder b(*fn);
-  b.ret();
-  std::string text = print(*fn);
-  CHECK(text.starts_with("kernel @k(%n: i32) min_blocks_per_sm 4 max_registers 96 {"));
-  Kernel back = parse(text);
-  CHECK(back->max_registers == 96);
-  CHECK(print(*back) == text);
-  CHECK(clone(*fn)->max_registers == 96);
   CHECK(parse("kernel @k() max_registers 24 {\n  return\n}")->max_registers == 24);
   CHECK_THAT(parse_error("kernel @k() max_registers 256 {\n  return\n}"),
              Catch::Matchers::StartsWith("k.tir:1:27: max_registers 256 must be from 24 to 255"));
