@@ -12,7 +12,7 @@
 // --module runs the one run whose modules DIR holds (a plan's candidate, say); --inputs reads
 // the problem's inputs from .npy files (paged attention's q.npy, k_cache.npy, ...) instead of
 // generating them, and --save-output writes the output as .npy: scripts/gpu_check.sh gives
-// tilec and its peers (scripts/gpu_peers.py) the same inputs this way and compares outputs.
+// tilec and its peers (bench/gpu_peers.py) the same inputs this way and compares outputs.
 //
 // MODULES_DIR holds <arch>/<name>/<kernel>.toml; the arch folder is the device's (sm_80 code
 // for sm_8x, sm_90 code for sm_9x and newer, which the driver JIT-compiles from the PTX), or
@@ -80,7 +80,7 @@ struct Result {
 };
 
 // What else a run does: inputs read from .npy files instead of generated, and the output
-// written as .npy (for scripts/gpu_peers.py to compare with its peers).
+// written as .npy (for bench/gpu_peers.py to compare with its peers).
 struct RunOptions {
   std::string inputs_dir, save_output;
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A Triton paged-attention decode kernel: the Triton peer that scripts/gpu_peers.py times
+"""A Triton paged-attention decode kernel: the Triton peer that bench/gpu_peers.py times
 against tilec's paged_attention modules, plus a compile-time benchmark.
 
 Layouts (the same as tilec's paged_attention op):

@@ -94,7 +94,7 @@ fi
 rm -f "$out/.last.log"
 
 # The GEMM step's matmul configs (tiles of configs/matmul_sm90.toml, bf16, wgmma on sm_90): one
-# folder each, a module and its kernel card, which scripts/gpu_gemm.py loads through python/tilec.
+# folder each, a module and its kernel card, which bench/gpu_gemm.py loads through python/tilec.
 echo "==> compiling the GEMM step's matmul configs into $out/gemm"
 if [ $dry = 1 ]; then
   gemm_size=256
@@ -121,7 +121,7 @@ done
 rm -f "$out/.last.log"
 
 # The prefill step's paged-attention config (causal, Sq = ctx; the 128-row tile, both dots on
-# wgmma on sm_90), one folder, which scripts/gpu_prefill.py loads through python/tilec.
+# wgmma on sm_90), one folder, which bench/gpu_prefill.py loads through python/tilec.
 echo "==> compiling the prefill step's paged-attention config into $out/prefill"
 if [ $dry = 1 ]; then
   prefill_sizes=(batch=1 hq=8 hkv=2 sq=64 head_dim=64)

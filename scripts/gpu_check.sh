@@ -13,15 +13,15 @@
 #      scaled-dot-product attention on K/V gathered from the pages, the repository's own
 #      Triton paged-decode kernel and tilec again through its Python package (python/tilec
 #      over libtilec.so: store.run on the same torch tensors, from a folder exported from the
-#      plan's modules and its measurements) in one process (scripts/gpu_peers.py), each
+#      plan's modules and its measurements) in one process (bench/gpu_peers.py), each
 #      checked against an fp32 reference and against the others;
 #   6. the GEMM step: bf16 4096^3 (256^3 in the dry run), tilec's matmul configs (wgmma on
 #      sm_90, through python/tilec) against torch.matmul and a Triton matmul, TFLOP/s and % of
-#      the dense bf16 peak, each checked against an fp32 product (scripts/gpu_gemm.py);
+#      the dense bf16 peak, each checked against an fp32 product (bench/gpu_gemm.py);
 #   7. the prefill step: causal paged attention over a 2048-token prompt (64 in the dry run),
 #      tilec's 128-row tile (wgmma on sm_90, through python/tilec) against PyTorch's SDPA on
 #      dense K/V, TFLOP/s and % of peak, each checked against an fp32 reference
-#      (scripts/gpu_prefill.py);
+#      (bench/gpu_prefill.py);
 #   8. runs every template module against its reference (gpu_bench);
 #   9. prints us, GB/s and % of the copy bandwidth per problem and implementation, and
 #      draws them (roofline.svg).
@@ -32,7 +32,7 @@
 # --dry-run is the same script on a machine without a GPU (CI runs it): modules from
 # `build_gpu_modules.sh --dry-run` run on the CPU emulator at small sizes, a host memcpy
 # stands in for the copy bandwidth, numpy's reference for the peers, and the Python package's
-# path runs on NumPy arrays (scripts/tilec_py_peer.py); everything else (the runtime-only
+# path runs on NumPy arrays (bench/tilec_py_peer.py); everything else (the runtime-only
 # build, libtilec.so, tilec-measure, the winners, the exported folder, gpu_bench --inputs, the
 # table, the SVG) is what the GPU run does.
 #
@@ -148,10 +148,10 @@ fi
 
 step "copy bandwidth$([ $dry = 1 ] && echo ' (dry run: host memcpy)')"
 if [ $dry = 1 ]; then
-  run copybw 60 "$python" "$root/scripts/gpu_peers.py" copybw --device cpu --mib 64 --repeats 5 \
+  run copybw 60 "$python" "$root/bench/gpu_peers.py" copybw --device cpu --mib 64 --repeats 5 \
     --json-out "$results/copy.jsonl"
 else
-  run copybw 60 "$python" "$root/scripts/gpu_peers.py" copybw --mib 2048 --repeats 20 --json-out "$results/copy.jsonl"
+  run copybw 60 "$python" "$root/bench/gpu_peers.py" copybw --mib 2048 --repeats 20 --json-out "$results/copy.jsonl"
 fi
 
 step "the plan: every candidate of $(wc -l <"$modules/problems.txt") paged-decode problems, checked and timed (tilec-measure)"
@@ -189,7 +189,7 @@ while read -r -u 3 name values; do
   mkdir -p "$dir"
   device=cuda
   [ $dry = 1 ] && device=cpu
-  if ! run "$name inputs" 90 "$python" "$root/scripts/gpu_peers.py" inputs --out "$dir/inputs" --batch "${v[batch]}" \
+  if ! run "$name inputs" 90 "$python" "$root/bench/gpu_peers.py" inputs --out "$dir/inputs" --batch "${v[batch]}" \
       --hq "${v[hq]}" --hkv "${v[hkv]}" --head-dim "${v[head_dim]}" --ctx "${v[ctx]}" \
       --block-size "${v[block_size]}" --dtype "${v[dtype]}" --seed 7 --device $device; then
     problem=$((problem + 1))
@@ -214,18 +214,18 @@ for line in open(sys.argv[1]):
       --save-output "$dir/out_tilec.npy" --name "$name" --out "$results/decode.jsonl" >/dev/null
   fi
   if [ $dry = 1 ]; then
-    run "$name check" 60 "$python" "$root/scripts/gpu_peers.py" check-tilec --inputs "$dir/inputs" \
+    run "$name check" 60 "$python" "$root/bench/gpu_peers.py" check-tilec --inputs "$dir/inputs" \
       --tilec-output "$dir/out_tilec.npy"
     # The Python package's path on NumPy arrays on the emulator: what peers --tilec-deploy runs.
     compare=()
     [ -f "$dir/out_tilec.npy" ] && compare=(--tilec-output "$dir/out_tilec.npy")
-    [ -n "$deploy" ] && run "$name tilec_py" 60 "$python" "$root/scripts/tilec_py_peer.py" --deploy "$deploy" \
+    [ -n "$deploy" ] && run "$name tilec_py" 60 "$python" "$root/bench/tilec_py_peer.py" --deploy "$deploy" \
       --backend emulate --inputs "$dir/inputs" --repeats 2 --name "$name" --json-out "$results/decode.jsonl" \
       "${compare[@]}" --expect-config "$winner_config" --save-output "$dir/out_tilec_py.npy"
   else
     python_path=()
     [ -n "$deploy" ] && python_path=(--tilec-deploy "$deploy" --tilec-config "$winner_config")
-    run "$name peers" 150 "$python" "$root/scripts/gpu_peers.py" peers --inputs "$dir/inputs" --out "$dir" \
+    run "$name peers" 150 "$python" "$root/bench/gpu_peers.py" peers --inputs "$dir/inputs" --out "$dir" \
       --tilec-output "$dir/out_tilec.npy" --name "$name" --json-out "$results/decode.jsonl" --repeats 50 \
       "${python_path[@]}"
   fi
@@ -243,8 +243,8 @@ if [ ${#gemm_dirs[@]} -eq 0 ] || [ ! -f "$modules/gemm/size" ]; then
   failed+=("gemm (no modules)")
 else
   gemm_size=$(cat "$modules/gemm/size")
-  step "GEMM: bf16 ${gemm_size}^3, tilec's matmul configs$([ $dry = 0 ] && echo ', torch.matmul and Triton') (scripts/gpu_gemm.py)"
-  run gemm 150 "$python" "$root/scripts/gpu_gemm.py" --backend "$gemm_backend" --size "$gemm_size" \
+  step "GEMM: bf16 ${gemm_size}^3, tilec's matmul configs$([ $dry = 0 ] && echo ', torch.matmul and Triton') (bench/gpu_gemm.py)"
+  run gemm 150 "$python" "$root/bench/gpu_gemm.py" --backend "$gemm_backend" --size "$gemm_size" \
     --repeats "$gemm_repeats" "${gemm_dirs[@]}" --json-out "$results/gemm.jsonl" >"$results/gemm.txt" 2>&1
   cat "$results/gemm.txt"
 fi
@@ -255,8 +255,8 @@ if [ ! -f "$modules/prefill/paged_attention.toml" ] || [ ! -f "$modules/prefill/
 else
   declare -A pv=()
   for kv in $(cat "$modules/prefill/sizes"); do pv[${kv%%=*}]=${kv#*=}; done
-  step "prefill: causal paged attention, Sq=${pv[sq]}$([ $dry = 0 ] && echo ', against PyTorch SDPA') (scripts/gpu_prefill.py)"
-  run prefill 120 "$python" "$root/scripts/gpu_prefill.py" --backend "$gemm_backend" --deploy "$modules/prefill" \
+  step "prefill: causal paged attention, Sq=${pv[sq]}$([ $dry = 0 ] && echo ', against PyTorch SDPA') (bench/gpu_prefill.py)"
+  run prefill 120 "$python" "$root/bench/gpu_prefill.py" --backend "$gemm_backend" --deploy "$modules/prefill" \
     --batch "${pv[batch]}" --hq "${pv[hq]}" --hkv "${pv[hkv]}" --head-dim "${pv[head_dim]}" --sq "${pv[sq]}" \
     --repeats "$gemm_repeats" --json-out "$results/prefill.jsonl" >"$results/prefill.txt" 2>&1
   cat "$results/prefill.txt"
@@ -272,10 +272,10 @@ run gpu_bench "$remaining" "$gpu_bench" "$modules" "${emulate[@]}" --repeats $re
 cat "$results/gpu_bench.log"
 
 step "summary"
-run summary 30 "$python" "$root/scripts/gpu_peers.py" summary --results "$results/copy.jsonl" "$results/decode.jsonl" \
+run summary 30 "$python" "$root/bench/gpu_peers.py" summary --results "$results/copy.jsonl" "$results/decode.jsonl" \
   >"$results/summary.txt"
 cat "$results/summary.txt"
-run roofline 30 "$python" "$root/scripts/gpu_peers.py" roofline --results "$results/copy.jsonl" \
+run roofline 30 "$python" "$root/bench/gpu_peers.py" roofline --results "$results/copy.jsonl" \
   "$results/decode.jsonl" --out "$results/roofline.svg" \
   --title "Paged decode attention$([ $dry = 1 ] && echo ' (dry run on the CPU emulator)'): achieved bandwidth"
 {

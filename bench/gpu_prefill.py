@@ -7,7 +7,7 @@ scaled-dot-product attention (FlashAttention where PyTorch picks it) on K/V gath
 dense tensors beforehand (not timed); each timed and checked against an fp32 reference.
 Prints us, TFLOP/s (causal: half of 4 B Hq Sq ctx D) and % of the dense bf16 peak.
 
-  scripts/gpu_prefill.py --deploy DIR --batch B --hq H --hkv G --head-dim D --sq S
+  bench/gpu_prefill.py --deploy DIR --batch B --hq H --hkv G --head-dim D --sq S
                          [--backend cuda|emulate] [--repeats R] [--json-out FILE]
 
 --backend emulate is the dry run: NumPy inputs, tilec on the CPU emulator, a float64 NumPy

@@ -6,7 +6,7 @@ torch.matmul and a Triton matmul (bench/matmul_vs_triton.py's kernel, the same t
 PTX side-by-side compiles), each timed and checked against an fp32 product; prints us, TFLOP/s
 and % of the GPU's dense bf16 peak (H100/H200 SXM: 989.4 TFLOP/s).
 
-  scripts/gpu_gemm.py --deploy DIR [--deploy DIR ...] --size N [--backend cuda|emulate]
+  bench/gpu_gemm.py --deploy DIR [--deploy DIR ...] --size N [--backend cuda|emulate]
                       [--repeats R] [--json-out FILE]
 
 --backend emulate is the dry run (scripts/gpu_check.sh --dry-run, CI): NumPy inputs, tilec on
@@ -25,7 +25,6 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
 import gpu_peers  # noqa: E402  (timing, bf16 helpers, ToolError)
 import tilec_py_peer  # noqa: E402  (import_tilec, Bf16Bits)
 

@@ -10,7 +10,7 @@ make_runner() on the same torch CUDA tensors (CUDA events, the L2 flushed before
 On the dry run (no GPU) this script's command line runs the same calls on NumPy arrays on the
 CPU emulator and checks them against the float64 reference:
 
-  python3 scripts/tilec_py_peer.py --deploy DIR --inputs DIR [--backend emulate|cuda|auto]
+  python3 bench/tilec_py_peer.py --deploy DIR --inputs DIR [--backend emulate|cuda|auto]
       [--repeats N] [--name NAME] [--json-out FILE] [--save-output OUT.npy]
       [--expect-config "block_n=32 ..."] [--tilec-output OUT.npy]
 

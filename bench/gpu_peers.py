@@ -18,7 +18,7 @@ context_lens[b] tokens (Sq = 1: no causal mask).
 Subcommands (see --help of each):
   inputs       generate an input folder (numpy on cpu, torch on cuda)
   peers        time and check torch SDPA, the Triton kernel, tilec through its Python package
-               (--tilec-deploy, scripts/tilec_py_peer.py) and tilec's output (CUDA)
+               (--tilec-deploy, bench/tilec_py_peer.py) and tilec's output (CUDA)
   copybw       device-to-device copy bandwidth (CUDA)
   roofline     bar chart SVG of GB/s per problem and implementation (CPU)
   check-tilec  float64 numpy reference check of tilec's output (CPU, small inputs)
@@ -361,7 +361,7 @@ def _load_triton_module():
 
 def _load_tilec_py_peer():
     import importlib.util
-    path = os.path.join(ROOT, "scripts", "tilec_py_peer.py")
+    path = os.path.join(ROOT, "bench", "tilec_py_peer.py")
     spec = importlib.util.spec_from_file_location("tilec_py_peer", path)
     if spec is None or spec.loader is None:
         raise ToolError(f"cannot load {path}")
@@ -829,7 +829,7 @@ def build_parser():
     p.add_argument("--out", required=True, help="folder for out_<impl>.npy, ref_f32.npy and peers.jsonl")
     p.add_argument("--tilec-output", help="tilec's output .npy for these inputs (checked, not timed)")
     p.add_argument("--tilec-deploy", help="exported folder: also time and check tilec through its Python "
-                                          "package (scripts/tilec_py_peer.py; TILEC_LIBRARY names libtilec.so)")
+                                          "package (bench/tilec_py_peer.py; TILEC_LIBRARY names libtilec.so)")
     p.add_argument("--tilec-config", help="the config tilec's own row ran (\"name=value ...\"), to compare with "
                                           "what the Python path selects")
     p.add_argument("--repeats", type=int, default=50, help="timed runs; the median is reported (default 50)")
