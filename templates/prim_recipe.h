@@ -10,7 +10,7 @@
 
 #include "ir/types.h"
 #include "launch/launcher.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/primitives.h"
 
 namespace tilec::templates::prim {

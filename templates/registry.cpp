@@ -13,8 +13,8 @@
 #include "templates/kernels.h"
 #include "ir/printer.h"
 #include "launch/launcher.h"
-#include "templates/paged_attention.h"
-#include "templates/paged_attention_launch.h"
+#include "templates/attention/paged_attention.h"
+#include "templates/attention/run_description.h"
 #include "runtime/npy.h"
 #include <filesystem>
 #include <utility>
@@ -89,7 +89,7 @@ std::vector<KernelTemplate>& registry() {
   static std::vector<KernelTemplate> all = [] {
     std::vector<KernelTemplate> t = {paged_attention_template(), vector_add_template(), softmax_template(),
                                      matmul_template()};
-    t.front().run = std::string(paged_attention_run()); // templates/paged_attention_launch.cpp
+    t.front().run = std::string(paged_attention_run()); // templates/attention/run_description.cpp
     return t;
   }();
   return all;

@@ -13,7 +13,7 @@
 #include "dsl/dsl.h"
 #include "interp/interpreter.h"
 #include "launch/launcher.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;

@@ -19,7 +19,7 @@
 #include "interp/interpreter.h"
 #include "interp/launcher.h"
 #include "launch/launcher.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 
 using namespace tilec;
@@ -454,7 +454,7 @@ TEST_CASE("an 8-column dot loads B two k steps at a time, exactly", "[codegen][m
 }
 
 // Every paged-attention configuration whose kernel asks for a register ceiling of its own
-// (the transposed decode tile's 96, templates/paged_attention.cpp) compiles without spills
+// (the transposed decode tile's 96, templates/attention/fused.cpp) compiles without spills
 // on both archs; the grid holds every (block_n, head_dim, num_warps) the ceiling applies to.
 TEST_CASE("every decode configuration with a register ceiling of its own compiles without spills",
           "[codegen][mma][paged_attention][registers]") {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "codegen/compile.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 
 using namespace tilec;

@@ -43,7 +43,7 @@ bool has(const std::string& text, const std::string& re) { return std::regex_sea
 // registers. Regenerate with (one line)
 //   build/tools/tilec ir paged_attention --stage layouts --shape dtype=bf16 head_dim=128
 //     --set block_n=64 num_stages=2 | sed -n '/^\/\/ pipelines/,$p'
-// A change to templates/paged_attention.cpp that adds or removes ops renumbers the values: check
+// A change to templates/attention/fused.cpp that adds or removes ops renumbers the values: check
 // that only the numbers moved.
 const char* const kPagedAttentionPlan =
     R"(// pipelines of @paged_attention for num_warps=4: 2 of 2 loops with stages pipelined, 4 operands copied by cp.async

@@ -6,7 +6,7 @@
 #include "abi/limits.h"
 #include "codegen/compile.h"
 #include "codegen/ptx_loops.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 #include "tests/codegen/codegen_test_util.h"
 

@@ -13,7 +13,7 @@
 #include "runtime/module_store.h"
 #include "runtime/tilec_tuning.h"
 #include "backends/module_builder.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "interp/launcher.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/prim_recipe.h"
 #include "tests/tilec_process.h"
 

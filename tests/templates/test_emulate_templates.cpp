@@ -13,7 +13,7 @@
 #include "ir/printer.h"
 #include "runtime/emulator.h"
 #include "templates/kernels.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 
 using namespace tilec;
 using namespace tilec::templates;

@@ -7,7 +7,7 @@
 #include "backends/launchers.h"
 #include "interp/launcher.h"
 #include "runtime/npy.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 
 using namespace tilec;
 using namespace tilec::templates;

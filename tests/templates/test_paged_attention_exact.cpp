@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backends/launchers.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 #include "tests/runtime/helpers.h"
 

@@ -1,4 +1,4 @@
-// Paged attention's run as data (templates/paged_attention_launch.cpp) against what the C++
+// Paged attention's run as data (templates/attention/run_description.cpp) against what the C++
 // path does (run_paged_attention_fused): for many configs and shapes the described launches
 // (kernels, grids) equal the recorded ones, the workspace equals its partial buffers, the
 // specialization equals paged_attention_module_spec and the tuning key has the fields of
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "runtime/op_store.h"
-#include "templates/paged_attention.h"
-#include "templates/paged_attention_launch.h"
+#include "templates/attention/paged_attention.h"
+#include "templates/attention/run_description.h"
 #include "templates/registry.h"
 
 // The launch layer is moving from templates/ and interp/ to launch/ (issue 30): either spelling.

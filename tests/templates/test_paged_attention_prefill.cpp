@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/launchers.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 
 using namespace tilec;

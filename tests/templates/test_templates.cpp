@@ -12,7 +12,7 @@
 #include "interp/launcher.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 #include "tests/codegen/codegen_test_util.h"
 

@@ -18,7 +18,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/npy.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "tests/tilec_process.h"
 
 namespace fs = std::filesystem;

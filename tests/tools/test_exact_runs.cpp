@@ -11,7 +11,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 #include "runtime/module_store.h"
 #include "runtime/npy.h"

@@ -1,5 +1,5 @@
 // Paged attention: inputs, validation, the C++ reference and the fused kernel.
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 
 #include <thread>
 #include <atomic>

@@ -15,7 +15,7 @@
 
 #include "abi/limits.h"
 #include "runtime/npy.h"
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 
 namespace tilec::templates {
 
@@ -359,7 +359,7 @@ KernelTemplate paged_attention_template() {
 }
 
 // The emulator counts each warp-wide request's distinct bytes (runtime/emulator.h), so this
-// replays the fused kernel's programs (templates/paged_attention.cpp, build_fused) on the host:
+// replays the fused kernel's programs (templates/attention/fused.cpp, build_fused) on the host:
 // which tokens each one walks, in which steps, and how many warps hold each tile it loads.
 PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& config) {
   const PagedAttentionShape& s = in.shape;

@@ -1,11 +1,11 @@
 // Paged attention's run as data: its launches, grids, buffers and specialization, in the
 // format of runtime/op_run.h. This text is what `tilec autotune --export` and `tilec compile`
 // write into paged_attention.kernel.toml and what rt::OpStore and the C ABI execute; it must
-// say what run_paged_attention_fused (templates/paged_attention.cpp) does.
+// say what run_paged_attention_fused (templates/attention/fused.cpp) does.
 // tests/templates/test_paged_attention_launch.cpp holds the two together: for many configs
 // and shapes the grids here equal the grids that function launches, the workspace equals its
 // partial buffers, and the specialization equals paged_attention_module_spec.
-#include "templates/paged_attention_launch.h"
+#include "templates/attention/run_description.h"
 
 namespace tilec::templates {
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "templates/paged_attention.h"
+#include "templates/attention/paged_attention.h"
 #include "templates/prim_recipe.h"
 
 namespace tilec::templates {
