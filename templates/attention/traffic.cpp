@@ -1,0 +1,98 @@
+// Paged attention's traffic model: the bytes the fused kernel moves in warp-wide requests, from a
+// replay of its programs on the host (the emulator's counts are held to it).
+#include <array>
+#include <string_view>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "abi/limits.h"
+#include "runtime/npy.h"
+#include "templates/attention/paged_attention.h"
+
+namespace tilec::templates {
+
+// The emulator counts each warp-wide request's distinct bytes (runtime/emulator.h), so this
+// replays the fused kernel's programs (templates/attention/fused.cpp, build_fused) on the host:
+// which tokens each one walks, in which steps, and how many warps hold each tile it loads.
+PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& config) {
+  const PagedAttentionShape& s = in.shape;
+  PagedAttentionConfig cfg = config;
+  if (cfg.head_group == 0) cfg.head_group = s.group();
+  auto pow2 = [](int64_t v) {
+    int64_t p = 1;
+    while (p < v) p *= 2;
+    return p;
+  };
+  const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits, D = s.head_dim;
+  const int64_t DP = pow2(D), BM = paged_attention_block_m(s, cfg), tiles = cdiv(G * s.sq, BM);
+  const int64_t chunks = s.group() / G, W = s.effective_window();
+  const int64_t e_io = ir::dtype_bytes(s.dtype), e_kv = ir::dtype_bytes(s.cache_dtype());
+  // A loaded tile of fewer elements than the block has threads (32 per warp) is held whole by
+  // several warps, each of which reads it with requests of its own: the copies of a tile of
+  // `elems` elements. (Stores of such tiles are made by one owner: written once.)
+  auto copies = [&](int64_t elems) { return std::min(w, std::max<int64_t>(1, 32 * w / elems)); };
+  // The request a warp makes for an index tile covers 32 consecutive tokens (fewer when the
+  // tile is smaller): the page entries one request reads are the distinct pages of its tokens.
+  const int64_t segment = std::min<int64_t>(N, 32);
+  auto pages_of = [&](int64_t lo, int64_t hi) { return hi > lo ? (hi - 1) / s.block_size - lo / s.block_size + 1 : 0; };
+
+  PagedAttentionTraffic t;
+  const int64_t programs_per_tile = s.hkv * chunks * S; // grid (B x tiles, Hkv x chunks, S)
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t len = in.context_lens.get_int(size_t(b)), sq = in.query_len(b), R = G * sq;
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      // Every program reads q's rows of its tile (each split again), the slopes of their heads
+      // (every warp: each holds at least a head group's worth of rows or the whole tile), and
+      // the context length: one 4-byte warp-uniform request per warp.
+      const int64_t row0 = tile * BM, rows = std::clamp<int64_t>(R - row0, 0, BM);
+      // (A transposed tile holds 8 rows, its repeats reading nothing.)
+      t.q += programs_per_tile * rows * D * e_io * copies((paged_attention_transposed(s, cfg) ? 8 : BM) * DP);
+      if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
+      t.context_lens += programs_per_tile * w * 4;
+      if (s.varlen) t.query_start_loc += programs_per_tile * w * 8; // its two entries, warp-uniform
+      // The walk (build_fused): from the first key the window lets the tile's first row see
+      // (0 without one) to the context's end, or with causal=1 and several tiles to the tile's
+      // last position, in S chunks of whole N-token steps; splits past the end walk nothing
+      // but still read q and write their (empty) partials. Each step loads the page entries of
+      // its live tokens and their K and V rows (head_dim elements each; the lanes past it are
+      // masked).
+      const int64_t p_lo = len - sq + row0 / G, p_hi = len - sq + std::min((row0 + BM - 1) / G, sq - 1);
+      const int64_t lo = W > 0 ? std::max(p_lo + 1, W) - W : 0;
+      // A tile past a shorter sequence's rows (varlen) walks nothing.
+      const int64_t hi = rows == 0 ? lo : s.causal && tiles > 1 ? p_hi + 1 : len;
+      const int64_t chunk = cdiv(cdiv(hi - lo, S), N) * N;
+      int64_t tokens = 0, entries = 0;
+      for (int64_t split = 0; split < S && chunk > 0; ++split) {
+        const int64_t start = lo + split * chunk, end = std::min(hi, start + chunk);
+        for (int64_t s0 = start; s0 < end; s0 += N) {
+          const int64_t step_end = std::min(end, s0 + N);
+          tokens += step_end - s0;
+          for (int64_t g0 = s0; g0 < step_end; g0 += segment) entries += pages_of(g0, std::min(step_end, g0 + segment));
+        }
+      }
+      // Each KV head's head-group chunks walk the same tokens.
+      t.block_table += s.hkv * chunks * entries * 4 * copies(N);
+      t.k_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
+      t.v_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
+    }
+  }
+  const int64_t rows = in.q_rows();
+  t.out = rows * D * e_io;
+  if (S > 1) {
+    // Each split stores its f32 partials (o: head_dim, m and l: one each) for its rows; the
+    // combine kernel (one program per row) reads m and l [S] and o [S, head_dim] back.
+    t.partials = rows * S * (D + 2) * 4 + rows * (2 * S * 4 * copies(S) + S * D * 4 * copies(S * DP));
+  }
+  return t;
+}
+
+} // namespace tilec::templates
