@@ -1,3 +1,5 @@
+// The registry of kernel templates and what every command asks of one: its kernels, module
+// specialization, problem key, kernel card, launch grid and resolved parameters.
 #include "templates/registry.h"
 
 #include <thread>
@@ -10,88 +12,34 @@
 #include <map>
 #include <random>
 
-#include "templates/kernels.h"
 #include "ir/printer.h"
 #include "launch/launcher.h"
-#include "templates/attention/paged_attention.h"
-#include "templates/attention/run_description.h"
 #include "runtime/npy.h"
 #include <filesystem>
 #include <utility>
 
 namespace tilec::templates {
 
+#define TILEC_BUILTIN_KERNEL(make) KernelTemplate make();
+#include "templates/builtin_kernels.def"
+#undef TILEC_BUILTIN_KERNEL
+
 std::string Param::value_str(int64_t v) const {
   if (!choices.empty() && v >= 0 && v < static_cast<int64_t>(choices.size())) return choices[v];
   return std::to_string(v);
 }
 
-int Problem::add_buffer(launch::Buffer b) {
-  buffers.push_back(std::move(b));
-  return static_cast<int>(buffers.size()) - 1;
-}
-
-std::vector<launch::Arg> Problem::launch_args() {
-  std::vector<launch::Arg> out;
-  for (const ArgSpec& a : args) {
-    if (a.buffer >= 0) out.push_back(launch::Arg::of(buffers.at(a.buffer)));
-    else out.push_back(a.is_float ? launch::Arg::of_float(a.f) : launch::Arg::of_int(a.i));
-  }
-  return out;
-}
-
-std::optional<int64_t> ideal_traffic_budget(const Problem& p, double tolerance) {
-  if (!p.ideal_bytes) return std::nullopt;
-  return static_cast<int64_t>(std::ceil(double(*p.ideal_bytes) * (1.0 + tolerance)));
-}
-
-std::string traffic_error(const KernelTemplate& t, const std::string& path, const ParamMap& params, const Problem& p,
-                          const launch::LaunchStats& stats) {
-  if (!t.traffic_budget || !stats.request_bytes) return "";
-  if (!path.empty() && path != default_path(t)) return "";
-  std::optional<int64_t> budget = t.traffic_budget(p, params);
-  if (!budget || *stats.request_bytes <= *budget) return "";
-  return fmt::format("{} moved {} bytes in warp-wide requests, more than the {} a correct run may ({}{}): an "
-                     "access wider than it needs, or one that a mask should have stopped",
-                     t.name, *stats.request_bytes, *budget,
-                     p.ideal_bytes ? fmt::format("ideal {}, ", *p.ideal_bytes) : std::string(),
-                     p.ideal_bytes ? fmt::format("{:+.1f}%", 100.0 * (double(*stats.request_bytes) / double(*p.ideal_bytes) - 1.0))
-                                   : std::string("over budget"));
-}
-
-Comparison compare_outputs(const Problem& p) {
-  Comparison c;
-  for (size_t k = 0; k < p.outputs.size(); ++k) {
-    const launch::Buffer& got = p.buffers.at(p.outputs[k]);
-    const launch::Buffer& want = p.expected.at(k);
-    for (size_t i = 0; i < want.count(); ++i) {
-      double g = got.get(i), w = want.get(i);
-      double err = std::abs(g - w);
-      if (std::isnan(g) != std::isnan(w) || (std::isinf(w) && g != w)) err = INFINITY;
-      else if (std::isnan(w) || std::isinf(w)) err = 0.0;
-      double rel = err / std::max(std::abs(w), 1e-30);
-      c.max_abs_err = std::max(c.max_abs_err, err);
-      if (std::abs(w) > p.atol) c.max_rel_err = std::max(c.max_rel_err, rel);
-      if (!(err <= p.atol + p.rtol * std::abs(w)) && c.ok) {
-        c.ok = false;
-        c.first_mismatch = fmt::format("{}[{}]: got {}, expected {}", got.name, i, g, w);
-      }
-    }
-  }
-  return c;
-}
-
 namespace {
 
-// The registry: tilec's kernels first, then the registered ones. A function-local static, so
-// registrations from other translation units' static initializers find it constructed.
+// The registry: tilec's kernels first (templates/builtin_kernels.def), then the registered ones.
+// A function-local static, so registrations from other translation units' static initializers
+// find it constructed.
 std::vector<KernelTemplate>& registry() {
-  static std::vector<KernelTemplate> all = [] {
-    std::vector<KernelTemplate> t = {paged_attention_template(), vector_add_template(), softmax_template(),
-                                     matmul_template()};
-    t.front().run = std::string(paged_attention_run()); // templates/attention/run_description.cpp
-    return t;
-  }();
+  static std::vector<KernelTemplate> all = {
+#define TILEC_BUILTIN_KERNEL(make) make(),
+#include "templates/builtin_kernels.def"
+#undef TILEC_BUILTIN_KERNEL
+  };
   return all;
 }
 
@@ -235,177 +183,6 @@ launch::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const 
 
 bool takes_inputs(const KernelTemplate& t) { return t.reads_inputs || (t.reference && !t.tensors.empty()); }
 
-std::string inputs_help(const KernelTemplate& t) {
-  if (t.reads_inputs || t.tensors.empty()) return t.inputs_help;
-  std::vector<std::string> files;
-  for (const TensorSpec& s : t.tensors)
-    if (!s.output) files.push_back(fmt::format("{}.npy [{}]", s.name, fmt::join(s.dims, ", ")));
-  return fmt::format("{}", fmt::join(files, " "));
-}
-
-namespace {
-
-// A dim of a TensorSpec: a number, or the --shape field's value.
-int64_t dim_value(const std::string& dim, const ParamMap& shape, const KernelTemplate& t) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), v);
-  if (ec == std::errc() && ptr == dim.data() + dim.size()) return v;
-  auto it = shape.find(dim);
-  if (it == shape.end())
-    throw InternalError(fmt::format("{}: a tensor dim '{}' is neither a number nor a --shape field", t.name, dim));
-  return it->second;
-}
-
-const Param* shape_param(const KernelTemplate& t, const std::string& name) {
-  for (const Param& p : t.shape)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-// Reads the input arrays of `t` from `dir`, and sets in `shape` every size and dtype field they
-// determine; a field two files disagree on is a UserError naming both.
-std::map<std::string, rt::NpyArray> read_tensor_inputs(const KernelTemplate& t, const std::string& dir,
-                                                       ParamMap& shape) {
-  namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw UserError(fmt::format("--inputs {}: not a folder", dir));
-  std::map<std::string, rt::NpyArray> arrays;
-  std::map<std::string, std::string> source; // field -> the file that set it
-  auto set_field = [&](const std::string& field, int64_t v, const std::string& file) {
-    auto [it, fresh] = source.emplace(field, file);
-    if (fresh) {
-      shape[field] = v;
-      return;
-    }
-    if (shape[field] != v) {
-      const Param* p = shape_param(t, field);
-      throw UserError(fmt::format("--inputs {}: {} gives {}={}, but {} gives {}={}", dir, file, field,
-                                  p ? p->value_str(v) : std::to_string(v), it->second, field,
-                                  p ? p->value_str(shape[field]) : std::to_string(shape[field])));
-    }
-  };
-  for (const TensorSpec& spec : t.tensors) {
-    if (spec.output) continue;
-    const std::string file = spec.name + ".npy", path = (fs::path(dir) / file).string();
-    if (!fs::exists(path))
-      throw UserError(fmt::format("--inputs {}: {} is missing ({} reads {})", dir, file, t.name, inputs_help(t)));
-    rt::NpyArray a = rt::read_npy(path);
-    if (a.shape.size() != spec.dims.size())
-      throw UserError(fmt::format("{}: a {}-d array of shape ({}); {} takes {} as [{}]", path, a.shape.size(),
-                                  fmt::join(a.shape, ", "), t.name, spec.name, fmt::join(spec.dims, ", ")));
-    for (size_t i = 0; i < spec.dims.size(); ++i) {
-      const std::string& dim = spec.dims[i];
-      if (shape_param(t, dim)) {
-        set_field(dim, a.shape[i], file);
-      } else if (dim_value(dim, shape, t) != a.shape[i]) {
-        throw UserError(fmt::format("{}: dim {} is {}; {} takes {} as [{}]", path, i, a.shape[i], t.name, spec.name,
-                                    fmt::join(spec.dims, ", ")));
-      }
-    }
-    if (!spec.dtype_field.empty()) {
-      const Param* field = shape_param(t, spec.dtype_field);
-      if (!field || field->choices.empty())
-        throw InternalError(fmt::format("{}: tensor {}'s dtype_field '{}' is not a --shape choice field", t.name,
-                                        spec.name, spec.dtype_field));
-      std::vector<int64_t> matches;
-      std::vector<std::string> descrs;
-      for (size_t c = 0; c < field->choices.size(); ++c) {
-        std::optional<ir::DType> dt = ir::parse_dtype(field->choices[c]);
-        if (!dt) throw InternalError(fmt::format("{}: choice {} of {} is not a dtype", t.name, field->choices[c], spec.dtype_field));
-        std::string d = npy_descr(*dt);
-        descrs.push_back(field->choices[c] + " " + d);
-        if (d == a.descr) matches.push_back(int64_t(c));
-      }
-      if (matches.empty())
-        throw UserError(fmt::format("{}: holds {}; {} takes {} as one of: {}", path, a.descr, t.name, spec.name,
-                                    fmt::join(descrs, ", ")));
-      // Two dtypes with one .npy spelling (bf16 and u16 bits): the given or default value when it is one of them.
-      int64_t pick = std::find(matches.begin(), matches.end(), shape[spec.dtype_field]) != matches.end()
-                         ? shape[spec.dtype_field]
-                         : matches.front();
-      set_field(spec.dtype_field, pick, file);
-    }
-    arrays.emplace(spec.name, std::move(a));
-  }
-  return arrays;
-}
-
-// Puts the files' arrays into the problem's buffers of the same names, each checked for its
-// dtype and element count.
-void fill_from_files(const KernelTemplate& t, const std::string& dir, Problem& p,
-                     std::map<std::string, rt::NpyArray>& arrays) {
-  for (auto& [name, a] : arrays) {
-    auto it = std::find_if(p.buffers.begin(), p.buffers.end(), [&](const launch::Buffer& b) { return b.name == name; });
-    if (it == p.buffers.end())
-      throw InternalError(fmt::format("{}: declares the tensor {} but its problem has no buffer of that name", t.name,
-                                      name));
-    const std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
-    if (a.descr != npy_descr(it->dtype))
-      throw UserError(fmt::format("{}: holds {}, but {}'s {} is {} ({}) at these sizes", path, a.descr, t.name, name,
-                                  ir::dtype_name(it->dtype), npy_descr(it->dtype)));
-    if (size_t(a.count()) != it->count())
-      throw UserError(fmt::format("{}: {} elements, but {}'s {} has {} at these sizes", path, a.count(), t.name, name,
-                                  it->count()));
-    it->bytes = ByteArray(a.data);
-  }
-}
-
-} // namespace
-
-void write_output(const KernelTemplate& t, const std::string& path, const Problem& p) {
-  if (t.write_output) return t.write_output(path, p);
-  const launch::Buffer& out = p.buffers.at(size_t(p.outputs.at(0)));
-  std::vector<int64_t> dims{int64_t(out.count())};
-  for (const TensorSpec& s : t.tensors)
-    if (s.output && s.name == out.name) {
-      dims.clear();
-      for (const std::string& d : s.dims) dims.push_back(dim_value(d, p.shape, t));
-    }
-  rt::write_npy(path, {npy_descr(out.dtype), dims, out.bytes.to_vector()});
-}
-
-Problem make_problem(const KernelTemplate& t, const ProblemRequest& request) {
-  if (!t.make_problem)
-    throw UserError(fmt::format("{} has no problem generator with a reference (KernelTemplate::make_problem), so it "
-                                "cannot be run, checked, benchmarked or tuned",
-                                t.name));
-  for (const auto& [name, value] : request.options)
-    if (std::none_of(t.options.begin(), t.options.end(), [&](const FloatOption& o) { return o.name == name; }))
-      throw UserError(fmt::format("--{}: {} has no such option{}", name, t.name,
-                                  t.options.empty() ? "" : fmt::format(" (its options: --{})", t.options.front().name)));
-  if (!request.inputs_dir.empty() && !takes_inputs(t))
-    throw UserError(fmt::format("--inputs: {} does not read its inputs from files (a kernel declares its arrays, "
-                                "KernelTemplate::tensors, and a reference from its inputs to take them)",
-                                t.name));
-  ProblemRequest r = request;
-  for (const Param& s : t.shape) r.shape.emplace(s.name, s.value); // the sizes not given: their defaults
-  Problem p;
-  if (!r.inputs_dir.empty() && !t.reads_inputs) {
-    std::map<std::string, rt::NpyArray> arrays = read_tensor_inputs(t, r.inputs_dir, r.shape);
-    const std::string dir = std::exchange(r.inputs_dir, "");
-    p = t.make_problem(r);
-    for (const auto& [name, v] : r.shape) p.shape.emplace(name, v);
-    fill_from_files(t, dir, p, arrays);
-    p.expected.clear();
-    t.reference(p);
-    p.description = dir;
-  } else {
-    p = t.make_problem(r);
-    for (const auto& [name, v] : r.shape) p.shape.emplace(name, v); // a template's own (from files) first
-    if (p.expected.empty() && t.reference) t.reference(p);
-  }
-  if (p.expected.size() != p.outputs.size())
-    throw InternalError(fmt::format("{}: its problem has {} outputs but {} expected buffers", t.name, p.outputs.size(),
-                                    p.expected.size()));
-  std::string sizes;
-  for (const Param& s : t.shape)
-    if (p.shape.count(s.name)) sizes += fmt::format("{}{}={}", sizes.empty() ? "" : " ", s.name, s.value_str(p.shape.at(s.name)));
-  if (p.description.empty()) p.description = sizes;
-  // Inputs from files: what is printed is what ran, the sizes the files gave included.
-  else if (!request.inputs_dir.empty() && p.description == request.inputs_dir)
-    p.description = fmt::format("{}: {}", request.inputs_dir, sizes);
-  return p;
-}
-
 const KernelTemplate* find_template(std::string_view name) {
   for (const auto& t : all_templates())
     if (t.name == name) return &t;
@@ -450,61 +227,6 @@ ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<st
   }
   return out;
 }
-
-std::string npy_descr(ir::DType t) {
-  switch (t) {
-  case ir::DType::f32: return "<f4";
-  case ir::DType::f16: return "<f2";
-  case ir::DType::bf16: return "<u2"; // raw bfloat16 bits
-  case ir::DType::i32: return "<i4";
-  case ir::DType::i8: return "|i1";
-  case ir::DType::i16: return "<i2";
-  case ir::DType::i64: return "<i8";
-  case ir::DType::i1: return "|b1";
-  case ir::DType::u8: return "|u1";
-  case ir::DType::u16: return "<u2"; // as bf16's bits: a reader tells them apart by the dtype it expects
-  case ir::DType::u32: return "<u4";
-  case ir::DType::u64: return "<u8";
-  case ir::DType::f8e4m3:
-  case ir::DType::f8e5m2: return "|u1"; // raw fp8 bits; the dtype is declared elsewhere
-  default: throw UserError(fmt::format("no .npy dtype for {}", ir::dtype_name(t)));
-  }
-}
-
-void fill_uniform(launch::Buffer& b, uint64_t seed, double lo, double hi) {
-  const bool is_float = ir::is_float(b.dtype);
-  if (b.count() < kParallelFillElements) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> dist(lo, hi);
-    for (size_t i = 0; i < b.count(); ++i) {
-      double v = dist(rng);
-      b.set(i, is_float ? v : std::floor(v));
-    }
-    return;
-  }
-  // A large buffer (a KV cache of the GPU check's sizes: hundreds of millions of elements) is
-  // filled on every core: element i is a function of (seed, i) alone (SplitMix64 of the two),
-  // so the values do not depend on the threads. One sequential stream took minutes.
-  auto fill = [&](size_t from, size_t to) {
-    for (size_t i = from; i < to; ++i) {
-      uint64_t z = seed * 0x9e3779b97f4a7c15ull + (i + 1) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      z ^= z >> 31;
-      double v = lo + (hi - lo) * double(z >> 11) * 0x1.0p-53;
-      b.set(i, is_float ? v : std::floor(v));
-    }
-  };
-  const size_t n = b.count(), threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
-  fill(0, n / threads);
-  for (std::thread& th : pool) th.join();
-}
-
-} // namespace tilec::templates
-
-namespace tilec::templates {
 
 void require_pow2(const ParamMap& values, const std::string& name, int64_t lo, int64_t hi, std::string_view flag) {
   int64_t v = values.at(name);

@@ -17,6 +17,7 @@
 #include "abi/limits.h"
 #include "runtime/npy.h"
 #include "templates/attention/paged_attention.h"
+#include "templates/attention/run_description.h"
 
 namespace tilec::templates {
 
@@ -325,6 +326,7 @@ KernelTemplate paged_attention_template() {
     return static_cast<int64_t>(std::ceil(double(std::max(moved, *p.ideal_bytes)) * 1.02));
   };
   t.module_variants = {{{"softcap", 0}}, {{"softcap", 1}}};
+  t.run = std::string(paged_attention_run()); // templates/attention/run.toml
   return t;
 }
 
