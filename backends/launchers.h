@@ -16,7 +16,7 @@ namespace tilec::backends {
 enum class EmuLowering { emu, nvptx };
 EmuLowering default_emu_lowering();
 
-// The CPU emulator running the emu-target code (runtime/emulator.h) as a launcher.
+// The CPU emulator running the emu-target code (runtime/emulator/emulator.h) as a launcher.
 std::unique_ptr<launch::Launcher> make_emulate_launcher(EmuLowering lowering = default_emu_lowering());
 // The GPU through the CUDA Driver API (runtime/cuda.h): compiles each kernel for the device's
 // arch once, moves the buffers to the device and back around each launch, and times the

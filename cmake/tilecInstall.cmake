@@ -58,7 +58,7 @@ endif()
 # The headers are C++20; consumers compile them with at least that.
 target_compile_features(tilec_abi PUBLIC cxx_std_20)
 # Emulated kernels (dlopened shared libraries) call the emulator's tilec_emu_* functions,
-# so every executable that links the runtime exports them (runtime/emulator.h).
+# so every executable that links the runtime exports them (runtime/emulator/emulator.h).
 target_link_options(tilec_runtime INTERFACE "LINKER:--export-dynamic-symbol=tilec_emu_*")
 
 # An instrumented build (TILEC_SANITIZE) installs instrumented libraries: whatever links them

@@ -27,7 +27,7 @@ function(_tilec_kernels_executable fn name sources libs)
   target_link_libraries(${name} PRIVATE ${libs})
   target_compile_features(${name} PRIVATE cxx_std_20)
   # Emulated modules are shared libraries calling the emulator's tilec_emu_* functions, which
-  # this executable must export (runtime/emulator.h).
+  # this executable must export (runtime/emulator/emulator.h).
   target_link_options(${name} PRIVATE "LINKER:--export-dynamic-symbol=tilec_emu_*")
   # Source locations recorded in the kernels' IR relative to the calling project, so printed
   # IR (which the module cache and a plan's modules hash) does not depend on where it lives.

@@ -13,7 +13,7 @@
 #include "abi/float8.h"
 #include "ir/error.h"
 #include "runtime/cuda.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "runtime/launch.h"
 #include "runtime/loaded_module.h"
 

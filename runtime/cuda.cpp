@@ -43,7 +43,7 @@ std::string describe(const DriverApi& api, CUresult r) {
 LoadedDriver load_driver() {
   LoadedDriver d;
   // Said to a host program, which may run the module's emulator build instead.
-  constexpr const char* kAdvice = "; without a GPU, load the module built for the CPU emulator (runtime/emulator.h)";
+  constexpr const char* kAdvice = "; without a GPU, load the module built for the CPU emulator (runtime/emulator/emulator.h)";
   void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = ::dlerror();

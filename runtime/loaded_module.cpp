@@ -8,7 +8,7 @@
 
 #include "abi/error.h"
 #include "runtime/cuda.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 
 namespace tilec::rt {
 

@@ -17,7 +17,7 @@
 #include <span>
 
 #include "abi/manifest.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "runtime/launch.h"
 
 namespace tilec::rt {

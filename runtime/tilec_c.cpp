@@ -10,7 +10,7 @@
 #include <new>
 #include <string>
 
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "runtime/op_store.h"
 
 struct tilec_store {

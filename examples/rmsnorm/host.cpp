@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "abi/float16.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "runtime/module_store.h"
 #include "runtime/tuning_db.h"
 

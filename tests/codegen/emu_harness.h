@@ -26,7 +26,7 @@
 namespace tilec::codegen::test {
 
 // Compiles `fn` for the emu target and runs it over `grid` on `args` (buffers
-// are modified in place) in the product emulator (runtime/emulator.h), through
+// are modified in place) in the product emulator (runtime/emulator/emulator.h), through
 // the emulate launcher. Returns "" or what went wrong.
 inline std::string run_emulated(const ir::Function& fn, launch::Grid grid, const std::vector<launch::Arg>& args,
                                 int num_warps = 4) {

@@ -21,7 +21,7 @@
 #include "tests/codegen/codegen_test_util.h"
 #include "templates/registry.h"
 #include "launch/module_launcher.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;

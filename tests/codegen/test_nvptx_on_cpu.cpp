@@ -13,7 +13,7 @@
 #include "interp/launcher.h"
 #include "launch/launcher.h"
 #include "templates/registry.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "tests/codegen/codegen_test_util.h"
 
 using namespace tilec;

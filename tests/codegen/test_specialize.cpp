@@ -16,7 +16,7 @@
 #include "ir/printer.h"
 #include "launch/module_launcher.h"
 #include "launch/specialize.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "tests/runtime/helpers.h"
 
 using namespace tilec;

@@ -48,7 +48,7 @@ for f in bin/tilec bin/tilec-measure $lib/libtilec_measure.a $lib/libtilec_measu
          $lib/cmake/tilec/tilecRuntimeTargets.cmake $lib/cmake/tilec/tilecCompilerTargets.cmake \
          $lib/cmake/tilec/tilecKernels.cmake $lib/pkgconfig/tilec-runtime.pc $lib/tilec/tilec_emu.dynlist \
          include/tilec/abi/emu_abi.h include/tilec/ir/ir.h include/tilec/ir/ops.def include/tilec/dsl/dsl.h \
-         include/tilec/templates/registry.h include/tilec/launch/args.h include/tilec/launch/module_launcher.h include/tilec/runtime/emulator.h include/tilec/runtime/cuda_entry_points.def \
+         include/tilec/templates/registry.h include/tilec/launch/args.h include/tilec/launch/module_launcher.h include/tilec/runtime/emulator/emulator.h include/tilec/runtime/cuda_entry_points.def \
          include/tilec/tools/cli.h; do
   [[ -e $p/$f ]] || fail "the install has no $f"
 done

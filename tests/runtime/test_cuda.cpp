@@ -27,7 +27,7 @@ TEST_CASE("the cuda runtime without a driver raises BackendUnavailable", "[runti
   }
   INFO(reason);
   CHECK(reason.find('\n') == std::string::npos);
-  CHECK_THAT(reason, Catch::EndsWith("; without a GPU, load the module built for the CPU emulator (runtime/emulator.h)"));
+  CHECK_THAT(reason, Catch::EndsWith("; without a GPU, load the module built for the CPU emulator (runtime/emulator/emulator.h)"));
   if (reason.starts_with("CUDA driver not found"))
     CHECK_THAT(reason, Catch::StartsWith("CUDA driver not found (libcuda.so.1: cannot open shared "
                                          "object file"));

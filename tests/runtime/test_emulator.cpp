@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "abi/float16.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "tests/runtime/helpers.h"
 
 #include <algorithm>

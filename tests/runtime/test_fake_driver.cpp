@@ -106,7 +106,7 @@ TEST_CASE("failing driver calls name the call and the driver's error", "[runtime
     CHECK(out.status == 3);
     CHECK_THAT(out.text, Catch::StartsWith("launch_module: no CUDA device found (cuInit: "
                                            "CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is "
-                                           "detected); without a GPU, load the module built for the CPU emulator (runtime/emulator.h)\n"));
+                                           "detected); without a GPU, load the module built for the CPU emulator (runtime/emulator/emulator.h)\n"));
   }
   SECTION("out of memory") {
     Output out = run_with_fake_driver(kExampleManifest, "FAKE_CUDA_OOM=1");

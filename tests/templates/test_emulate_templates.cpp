@@ -11,7 +11,7 @@
 #include "dsl/dsl.h"
 #include "interp/launcher.h"
 #include "ir/printer.h"
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "templates/kernels.h"
 #include "templates/attention/paged_attention.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/emu_fiber.h"
+#include "runtime/emulator/fiber.h"
 
 #include "abi/error.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/emulator.h"
+#include "runtime/emulator/emulator.h"
 #include "runtime/tensor_map.h"
 
 #include "abi/atomic_ops.h"
@@ -6,7 +6,7 @@
 #include "abi/emu_abi.h"
 #include "abi/float16.h"
 #include "abi/float8.h"
-#include "runtime/emu_fiber.h"
+#include "runtime/emulator/fiber.h"
 
 #include <algorithm>
 #include <atomic>
