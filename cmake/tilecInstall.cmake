@@ -114,6 +114,9 @@ endif()
 # pipeline plan it reads): no interface, not installed. An installed header that included one
 # would not compile once installed, so configuration fails on it.
 set(tilec_internal_headers codegen/lowering.h codegen/pipeline_plan.h)
+# The DSL's internal header (what its source files share: the live-tile tracker and the rules
+# every op applies) is not installed either.
+list(APPEND tilec_internal_headers dsl/internal.h)
 set(tilec_internal_excludes "")
 set(tilec_internal_alternatives "")
 foreach(h IN LISTS tilec_internal_headers)
