@@ -1,12 +1,8 @@
-#include "dsl/dsl.h"
-
+// The machinery under every DSL call: Tile, the handle on the thread's list of live tiles
+// (detail::Tracker), and KernelBuilder, which owns a kernel while it is built.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <unordered_map>
-
 #include "dsl/internal.h"
-#include "ir/op_rules.h"
 #include "ir/passes.h"
 #include "ir/verifier.h"
 
