@@ -1,5 +1,5 @@
 /* The C ABI between code generated for the `emu` target and the CPU emulator
- * that runs it (runtime/, which implements every function declared here).
+ * that runs it (runtime/emulator/, which implements every function declared here).
  * Plain C: includable without LLVM, from C or C++.
  *
  * The emulator runs each GPU thread of a block as a fiber. Generated code never
@@ -29,6 +29,13 @@ extern "C" {
 #endif
 
 typedef struct tilec_emu_thread tilec_emu_thread;
+
+/* The functions are exported (default visibility) even though the emulator hides its own types,
+ * tilec_emu_thread among them (runtime/emulator/internal.h): GCC would otherwise give a function
+ * taking a hidden type hidden visibility too. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 /* Thread index within the block (x only; blocks are 1-d), and block size. */
 uint32_t tilec_emu_thread_id(tilec_emu_thread* ctx);
@@ -215,6 +222,10 @@ void tilec_emu_print(tilec_emu_thread* ctx, const char* prefix, const char* shap
  * upper byte, `lo` in the lower). */
 uint32_t tilec_emu_fp8x2_to_f16x2(tilec_emu_thread* ctx, uint16_t pair, uint32_t format);
 uint16_t tilec_emu_f32x2_to_fp8x2(tilec_emu_thread* ctx, float hi, float lo, uint32_t format);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -21,8 +21,13 @@ set(TILEC_LAYER_RULES
   "bench:measure templates backends codegen interp launch dsl ir runtime abi"  # benchmarks, and gpu_bench for the GPU machine
   "tests:measure tools fuzz autotune backends templates codegen interp launch dsl ir runtime abi") # everything
 
+# Headers private to a folder inside a top-level one, as "HEADER:FOLDER": only files under
+# FOLDER may include HEADER.
+set(TILEC_PRIVATE_HEADERS
+  "runtime/emulator/internal.h:runtime/emulator")  # the emulator's own types and shared helpers
+
 # Fails configuration, naming the file, the line and the edge, when a source includes a
-# header from a folder its rule does not allow.
+# header from a folder its rule does not allow, or a private header from outside its folder.
 function(tilec_check_layer_rules)
   set(known "")
   foreach(rule IN LISTS TILEC_LAYER_RULES)
@@ -53,6 +58,17 @@ function(tilec_check_layer_rules)
           string(STRIP "${line}" line)
           list(APPEND violations "  ${rel}: ${line} (${folder}/ may include only: ${allowed_text})")
         endif()
+        string(REGEX MATCH "\"([^\"]+)\"" _ "${line}")
+        set(header "${CMAKE_MATCH_1}")
+        foreach(private IN LISTS TILEC_PRIVATE_HEADERS)
+          string(REGEX MATCH "^([^:]+):(.+)$" _ "${private}")
+          set(private_header "${CMAKE_MATCH_1}")
+          set(private_folder "${CMAKE_MATCH_2}")
+          if(header STREQUAL private_header AND NOT rel MATCHES "^${private_folder}/")
+            string(STRIP "${line}" line)
+            list(APPEND violations "  ${rel}: ${line} (${header} is private to ${private_folder}/)")
+          endif()
+        endforeach()
       endforeach()
     endforeach()
   endforeach()

@@ -111,9 +111,10 @@ if(NOT TILEC_RUNTIME_ONLY)
   list(APPEND tilec_header_folders codegen backends autotune fuzz tools)
 endif()
 # Headers internal to the lowering (the Lowering class, which includes LLVM's headers, and the
-# pipeline plan it reads): no interface, not installed. An installed header that included one
-# would not compile once installed, so configuration fails on it.
-set(tilec_internal_headers codegen/lowering.h codegen/pipeline_plan.h)
+# pipeline plan it reads) and to the emulator (its own types, runtime/emulator/internal.h): no
+# interface, not installed. An installed header that included one would not compile once
+# installed, so configuration fails on it.
+set(tilec_internal_headers codegen/lowering.h codegen/pipeline_plan.h runtime/emulator/internal.h)
 # The DSL's internal header (what its source files share: the live-tile tracker and the rules
 # every op applies) is not installed either.
 list(APPEND tilec_internal_headers dsl/internal.h)

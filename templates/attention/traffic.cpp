@@ -20,7 +20,7 @@
 
 namespace tilec::templates {
 
-// The emulator counts each warp-wide request's distinct bytes (runtime/emulator.h), so this
+// The emulator counts each warp-wide request's distinct bytes (runtime/emulator/emulator.h), so this
 // replays the fused kernel's programs (templates/attention/fused.cpp, build_fused) on the host:
 // which tokens each one walks, in which steps, and how many warps hold each tile it loads.
 PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& config) {

@@ -53,6 +53,7 @@ for f in bin/tilec bin/tilec-measure $lib/libtilec_measure.a $lib/libtilec_measu
   [[ -e $p/$f ]] || fail "the install has no $f"
 done
 [[ ! -e $p/include/tilec/fuzz/corpus && ! -e $p/include/tilec/fuzz/targets ]] || fail "fuzz inputs installed as headers"
+[[ ! -e $p/include/tilec/runtime/emulator/internal.h ]] || fail "the emulator's internal header installed"
 [[ -z $(find "$p/include" -name '*.cpp') ]] || fail "sources installed under include/"
 "$p/bin/tilec" list >/dev/null || fail "the installed tilec does not run"
 

@@ -1,0 +1,181 @@
+// Warpgroup MMA (Hopper's wgmma): matrix descriptors decoded by the PTX ISA's canonical layouts,
+// the MMA run by the warpgroup's last thread to arrive, its fences, commit groups and waits.
+#include "runtime/emulator/internal.h"
+
+#include "abi/float16.h"
+#include "abi/float8.h"
+
+#include <algorithm>
+
+namespace tilec::rt::emu {
+
+namespace {
+
+// Element (mn, k) of an operand in shared memory, as a matrix descriptor places it (PTX ISA,
+// "Canonical Layouts"), `kb` and `mnb` its byte offsets along K and along M or N:
+//   K-major, no swizzle: 8 x 16-byte core matrices, rows 16 bytes apart, 8-row groups `sbo`
+//     apart, 16-byte columns `lbo` apart;
+//   K-major, swizzle s: rows of s bytes, 8-row groups `sbo` apart;
+//   MN-major, no swizzle: 16-byte runs of M or N, K rows 16 bytes apart, 8-row groups `lbo`
+//     apart, runs `sbo` apart;
+//   MN-major, swizzle s: K rows of s bytes, 8-row groups `sbo` apart, panels of s bytes of M
+//     or N `lbo` apart.
+// A swizzle of s bytes (128, 64, 32) then XORs the address bits [4, 4 + log2(s / 16)) with
+// bits [7, ...): what the GPU does to the address.
+std::size_t descriptor_offset(std::uint64_t desc, bool mn_major, std::uint32_t mn, std::uint32_t k, std::uint32_t eb) {
+  const std::size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+  const std::uint32_t mode = std::uint32_t(desc >> 62);
+  const std::size_t kb = std::size_t(k) * eb, mnb = std::size_t(mn) * eb;
+  if (mode == 0)
+    return mn_major ? start + (mnb / 16) * sbo + (k / 8) * lbo + (k % 8) * 16 + mnb % 16
+                    : start + (mn / 8) * sbo + (kb / 16) * lbo + (mn % 8) * 16 + kb % 16;
+  const std::size_t s = mode == 1 ? 128 : mode == 2 ? 64 : 32;
+  const std::size_t logical = mn_major ? start + (mnb / s) * lbo + (k / 8) * sbo + (k % 8) * s + mnb % s
+                                       : start + (mn / 8) * sbo + (mn % 8) * s + kb;
+  return logical ^ (((logical >> 7) & (s / 16 - 1)) << 4);
+}
+
+// The warpgroup's MMA, run by its last thread to arrive (`t`), every other one waiting.
+void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
+  tilec_emu_worker& w = *t->worker;
+  const tilec_emu_thread& first = w.threads[g0];
+  for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+    const tilec_emu_thread& o = w.threads[i];
+    if (o.wgmma_dtype != first.wgmma_dtype || o.wgmma_n != first.wgmma_n || o.wgmma_desc_a != first.wgmma_desc_a ||
+        o.wgmma_desc_b != first.wgmma_desc_b || o.wgmma_scale != first.wgmma_scale || o.wgmma_trans != first.wgmma_trans)
+      fail_thread(t, "warpgroup MMA (at {}): thread {} passes other operands than thread {} (dtype {}/{}, n {}/{}, "
+                     "descriptors {:#x}/{:#x} and {:#x}/{:#x}, scale-d {}/{})",
+                  first.wgmma_site, i, g0, o.wgmma_dtype, first.wgmma_dtype, o.wgmma_n, first.wgmma_n, o.wgmma_desc_a,
+                  first.wgmma_desc_a, o.wgmma_desc_b, first.wgmma_desc_b, o.wgmma_scale, first.wgmma_scale);
+  // (trans differs only where the descriptors' meaning does: reported with them)
+  }
+  const std::uint32_t n = first.wgmma_n, dtype = first.wgmma_dtype;
+  const std::uint32_t eb = dtype >= 4 ? 1 : 2, ks = 32 / eb; // element bytes; k step: 16 or 32
+  if (eb == 1 && first.wgmma_trans)
+    fail_thread(t, "warpgroup MMA (at {}) on 8-bit operands with a transposed operand: they are K-major only",
+                first.wgmma_site);
+  for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b})
+    if ((d >> 49) & 7)
+      fail_thread(t, "warpgroup MMA (at {}): matrix descriptor {:#x} has a base offset ({}): tilec places swizzled "
+                     "operands at multiples of the pattern, where it is 0", first.wgmma_site, d, (d >> 49) & 7);
+  // A swizzled operand's rows start on the pattern: the start's row bits within it are those
+  // of the pattern's start, which a base offset of 0 says is aligned.
+  for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b}) {
+    const std::uint32_t mode = std::uint32_t(d >> 62);
+    const std::size_t s = mode == 1 ? 128 : mode == 2 ? 64 : 32, start = (d & 0x3fff) << 4;
+    if (mode && ((start >> 7) & (s / 16 - 1)) != 0)
+      fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} starts at byte offset {}, inside a {}-byte swizzle "
+                     "pattern that does not start at a multiple of {} bytes (base offset 0)",
+                  first.wgmma_site, d, start, s, 8 * s);
+  }
+  // The operands, read as the warpgroup's first thread through the shared-memory checks; each
+  // byte must have been fenced to the async proxy by its writer.
+  tilec_emu_thread* reader = &w.threads[g0];
+  std::vector<std::size_t>& offsets = w.wgmma_offsets;
+  offsets.clear();
+  auto read = [&](std::uint64_t desc, bool mn_major, std::uint32_t row, std::uint32_t k) {
+    std::size_t off = descriptor_offset(desc, mn_major, row, k, eb);
+    if (off + eb > w.launch->shared_bytes)
+      fail_thread(t, "warpgroup MMA (at {}): descriptor {:#x} addresses byte offset {} (row {}, k {}), outside the "
+                     "kernel's {} bytes of shared memory", first.wgmma_site, desc, off, row, k, w.launch->shared_bytes);
+    for (std::size_t i = off; i < off + eb; ++i)
+      if (!proxy_fenced(w, w.shadow[i]))
+        fail_thread(t, "warpgroup MMA (at {}) reads byte offset {}, which thread {} wrote (at {}) with no "
+                       "fence.proxy.async since: the async proxy may not see it", first.wgmma_site, i,
+                    w.shadow[i].writer, w.shadow[i].write_site);
+    std::uint16_t bits = 0;
+    tilec_emu_shared_load(reader, w.shared + off, eb, &bits, first.wgmma_site);
+    offsets.push_back(off);
+    switch (dtype) {
+    case 3: return tilec::bf16_bits_to_f32(bits);
+    case 4: return tilec::f8e4m3_bits_to_f32(std::uint8_t(bits));
+    case 5: return tilec::f8e5m2_bits_to_f32(std::uint8_t(bits));
+    default: return tilec::f16_bits_to_f32(bits);
+    }
+  };
+  std::vector<float>& A = w.wgmma_a;
+  std::vector<float>& B = w.wgmma_b;
+  A.assign(64 * ks, 0.0f);
+  B.assign(std::size_t(n) * ks, 0.0f);
+  for (std::uint32_t r = 0; r < 64; ++r)
+    for (std::uint32_t k = 0; k < ks; ++k) A[r * ks + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
+  for (std::uint32_t c = 0; c < n; ++c)
+    for (std::uint32_t k = 0; k < ks; ++k) B[c * ks + k] = read(first.wgmma_desc_b, first.wgmma_trans & 2, c, k);
+  for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+    tilec_emu_thread& o = w.threads[i];
+    const std::uint32_t warp = (i - g0) / 32, lane = i % 32;
+    for (std::uint32_t r = 0; r < n / 2; ++r) {
+      const std::uint32_t row = 16 * warp + lane / 4 + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+      float acc = first.wgmma_scale ? o.wgmma_acc[r] : 0.0f;
+      for (std::uint32_t k = 0; k < ks; ++k) acc += A[row * ks + k] * B[col * ks + k]; // exact product, rounded sum
+      o.wgmma_acc[r] = acc;
+    }
+  }
+  std::sort(offsets.begin(), offsets.end());
+  tilec_emu_worker::PendingWgmma p{g0 / 128, first.wgmma_open, {}, first.wgmma_site, std::vector<bool>(128), UINT64_MAX};
+  for (std::size_t off : offsets) {
+    if (!p.ranges.empty() && off <= p.ranges.back().second) p.ranges.back().second = std::max(p.ranges.back().second, off + eb);
+    else p.ranges.push_back({off, off + eb});
+  }
+  w.wgmmas.push_back(std::move(p));
+  for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+    tilec_emu_thread& o = w.threads[i];
+    o.wgmma_groups.push_back(o.wgmma_open);
+    o.wgmma_n = 0;
+    if (&o != t) o.state = State::runnable;
+  }
+}
+
+} // namespace
+
+} // namespace tilec::rt::emu
+
+using namespace tilec::rt::emu;
+
+extern "C" {
+
+void tilec_emu_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
+                     uint32_t scale_d, uint32_t trans, float* acc, const char* site) {
+  if (dtype < 2 || dtype > 5) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
+  if (n < 8 || n > 256 || n % 8 != 0) fail_thread(t, "warpgroup MMA (at {}) with n = {} (8, 16, ..., 256)", site, n);
+  tilec_emu_worker& w = *t->worker;
+  const std::uint32_t g0 = t->tid / 128 * 128;
+  if (g0 + 128 > w.threads.size())
+    fail_thread(t, "warpgroup MMA (at {}) in a block of {} threads: warpgroups are 4 whole warps", site,
+                w.threads.size());
+  if (!t->wgmma_fenced)
+    fail_thread(t, "warpgroup MMA (at {}) with no wgmma.fence since the thread's last wgmma.wait_group (or its "
+                   "start): its accumulator registers' last writes are not ordered before it", site);
+  t->wgmma_n = n, t->wgmma_dtype = dtype, t->wgmma_desc_a = desc_a, t->wgmma_desc_b = desc_b;
+  t->wgmma_scale = scale_d ? 1 : 0, t->wgmma_trans = trans & 3, t->wgmma_acc = acc, t->wgmma_site = site;
+  bool all = true;
+  for (std::uint32_t i = g0; i < g0 + 128 && all; ++i)
+    all = &w.threads[i] == t || (w.threads[i].state == State::at_shuffle && w.threads[i].wgmma_n != 0);
+  if (all) {
+    run_wgmma(t, g0);
+    return;
+  }
+  t->state = State::at_shuffle;
+  yield(t);
+}
+
+void tilec_emu_wgmma_fence(tilec_emu_thread* t) { t->wgmma_fenced = true; }
+
+void tilec_emu_wgmma_commit(tilec_emu_thread* t) { ++t->wgmma_open; }
+
+void tilec_emu_wgmma_wait(tilec_emu_thread* t, uint32_t groups) {
+  const std::uint64_t keep_from = t->wgmma_open >= groups ? t->wgmma_open - groups : 0;
+  std::erase_if(t->wgmma_groups, [&](std::uint64_t g) { return g < keep_from; });
+  // Complete for this thread now, and for every thread after the next barrier.
+  tilec_emu_worker& w = *t->worker;
+  for (auto& p : w.wgmmas)
+    if (p.warpgroup == t->tid / 128 && p.group < keep_from) {
+      p.waited[t->tid % 128] = true;
+      p.retired_epoch = std::min(p.retired_epoch, w.epoch);
+    }
+  t->wgmma_fenced = false;
+}
+
+void tilec_emu_fence_proxy_async(tilec_emu_thread* t) { ++t->proxy_fences; }
+
+} // extern "C"
