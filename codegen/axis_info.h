@@ -6,6 +6,7 @@
 // vector width and layout.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,6 +37,10 @@ private:
   std::unordered_map<const ir::Value*, int64_t> fixed_; // parameters with a known value
   void visit_block(const ir::Block& b);
   void visit(const ir::Op& op);
+  std::optional<AxisInfo> transfer(const ir::Op& op) const;
+  void visit_for(const ir::Op& op);
+  void visit_if(const ir::Op& op);
+  void visit_elementwise(const ir::Op& op);
   std::unordered_map<const ir::Value*, AxisInfo> info_;
 };
 
