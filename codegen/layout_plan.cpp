@@ -115,58 +115,17 @@ void LayoutPlan::forward(const ir::Block& b) {
   for (const auto& op : b.ops) forward_op(*op);
 }
 
+// Which layout each op's result is produced in (native_ and nat_) and each op's access,
+// operand or staging layouts (op_layouts_): views and elementwise ops follow their operands;
+// the others get one of their own.
 void LayoutPlan::forward_op(const Op& op) {
   const Value* res = op.results.empty() ? nullptr : op.results[0];
-  auto set_native = [&](const Value* v, LayoutId l) {
-    if (v->type.is_scalar()) return;
-    native_[v] = l;
-    nat_[v] = l;
-  };
   if (is_view_or_elementwise(op.kind) && res && !res->type.is_scalar()) {
-    LayoutId l = kNone;
-    switch (op.kind) {
-    case OpKind::Broadcast: l = nat(op.operands[0]); break;
-    case OpKind::ExpandDims: {
-      LayoutId s = nat(op.operands[0]);
-      if (s >= 0) l = intern(expand_layout(layout(s), static_cast<int>(op.attrs.axis)));
-      break;
-    }
-    case OpKind::Permute: {
-      LayoutId s = nat(op.operands[0]);
-      if (s >= 0) l = intern(permute_layout(layout(s), op.attrs.perm));
-      break;
-    }
-    default:
-      for (const Value* v : op.operands)
-        if (nat(v) >= 0 && is_mma(nat(v))) { // keep an accumulator in its fragments
-          l = nat(v);
-          break;
-        }
-      if (l == kNone)
-        for (const Value* v : op.operands)
-          if (nat(v) >= 0) {
-            l = nat(v);
-            break;
-          }
-    }
-    if (l != kNone) nat_[res] = l;
-    else nat_.erase(res);
+    forward_view_or_elementwise(op);
     return;
   }
   switch (op.kind) {
-  case OpKind::Reshape: {
-    const Value* src = op.operands[0];
-    if (res->type.is_scalar()) return;
-    if (is_trivial_reshape(src->type.shape, res->type.shape)) {
-      LayoutId s = nat(src);
-      if (s >= 0) nat_[res] = derive_reshape(s, src->type.shape, res->type.shape);
-      else if (s == kScalar) nat_.erase(res);
-      return;
-    }
-    op_layouts_[&op] = {nat_or_default(src)};
-    set_native(res, nat_or_default(res));
-    return;
-  }
+  case OpKind::Reshape: forward_reshape(op); return;
   case OpKind::Load: {
     if (res->type.is_scalar()) return;
     Access a = access(op.operands[0]);
@@ -175,45 +134,11 @@ void LayoutPlan::forward_op(const Op& op) {
     set_native(res, l);
     return;
   }
-  case OpKind::DescLoad: { // a TMA copy (prepare_descriptors expands the others): laid out as a
-    // load along its contiguous innermost dim would be, which tells its dot how it is read
-    const ir::Shape& s = res->type.shape;
-    const int inner = int(s.size()) - 1;
-    const int vec = int(std::min<int64_t>(s[size_t(inner)], 16 / ir::dtype_bytes(res->type.dtype())));
-    LayoutId l = intern(access_layout(s, inner, vec, num_warps_));
-    op_layouts_[&op] = {l};
-    set_native(res, l);
-    return;
-  }
+  case OpKind::DescLoad: forward_desc_load(op); return;
   case OpKind::DescStore: // a TMA store (prepare_descriptors expands the others): staged from the value's layout
     op_layouts_[&op] = {nat_or_default(op.operands.back())};
     return;
-  case OpKind::Store: {
-    const Value* ptr = op.operands[0];
-    if (ptr->type.is_scalar()) {
-      op_layouts_[&op] = {kScalar};
-      return;
-    }
-    Access a = access(ptr);
-    LayoutId l = intern(access_layout(ptr->type.shape, a.contig_dim, a.vec, num_warps_));
-    // Storing straight from the value's own layout saves a conversion when that
-    // layout already runs along the contiguous dim with the full vector width.
-    LayoutId v = nat(op.operands[1]);
-    if (v >= 0) {
-      const Layout& vl = layout(v);
-      ThreadElems te = thread_elems(vl, ptr->type.shape);
-      bool coalesced = te.run_dim == a.contig_dim && te.run >= a.vec &&
-                       vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 4;
-      // A tensor-core accumulator (2 consecutive elements a lane, 4 lanes along a row) writes
-      // whole 32-byte sectors of f32 rows: stored as it is, with no trip through shared memory.
-      const int eb = ir::dtype_bytes(op.operands[1]->type.dtype());
-      bool whole_sectors = is_mma(v) && te.run_dim == a.contig_dim && te.run <= a.vec && te.run * eb >= 8 &&
-                           te.run * eb * vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 32;
-      if (coalesced || whole_sectors || a.vec == 1) l = v;
-    }
-    op_layouts_[&op] = {l};
-    return;
-  }
+  case OpKind::Store: forward_store(op); return;
   TILEC_ATOMIC_RMW_OPS(TILEC_OP_CASE)
   case OpKind::AtomicCas: {
     if (res->type.is_scalar()) {
@@ -242,81 +167,188 @@ void LayoutPlan::forward_op(const Op& op) {
     if (!res->type.is_scalar()) set_native(res, intern(slice_layout(layout(p), static_cast<int>(op.attrs.axis))));
     return;
   }
-  case OpKind::Dot: {
-    const ir::Shape& s = res->type.shape;
-    LayoutId d;
-    const LayoutId la = nat_or_default(op.operands[0]), lb = nat_or_default(op.operands[1]);
-    // Each operand is staged along the dim it is read along (its layout's fastest dim): K
-    // (k-major) or M / N (MN-major).
-    auto along_k = [&](LayoutId l, const Value* v, int k_dim) {
-      const Layout& x = layout(l);
-      return v->type.shape[size_t(k_dim)] > 1 && x.dims[size_t(k_dim)] == x.base.order[0];
-    };
-    const int64_t kk = op.operands[0]->type.shape[1];
-    const int eb = ir::dtype_bytes(op.operands[0]->type.dtype());
-    const bool ka = along_k(la, op.operands[0], 1), kb = along_k(lb, op.operands[1], 0);
-    // An 8-column product (a decode tile's few query rows as N) stays on mma.sync where it
-    // can: a wgmma would do the same tensor work, with its operands in the swizzled layout and
-    // a proxy fence per staged operand, where mma.sync reads them by ldmatrix from the
-    // pipeline's padded rows (and a late slot can hold V).
-    const bool wgmma_pays = s[1] >= 16 || dot_on_wgmma_only(op);
-    if (tensor_cores_ && wgmma_ && wgmma_pays && (dot_on_tensor_cores(op) || dot_on_wgmma_only(op)) &&
-        wgmma_fits(s[0], s[1], kk, num_warps_) && kk % wgmma_k_step(eb) == 0 && wgmma_operand_fits(ka, s[0], kk, eb) &&
-        wgmma_operand_fits(kb, s[1], kk, eb)) {
-      d = intern(wgmma_layout(s[0], s[1], num_warps_));
-      mma_.insert(d);
-      wgmma_dots_.insert(&op);
-      if (!ka) wgmma_mn_major_.insert({&op, 0});
-      if (!kb) wgmma_mn_major_.insert({&op, 1});
-    } else if (tensor_cores_ && dot_on_tensor_cores(op) && mma_layout_fits(s[0], s[1], num_warps_)) {
-      d = intern(mma_layout(s[0], s[1], num_warps_));
-      mma_.insert(d);
-    } else {
-      d = intern(dot_layout(s[0], s[1], num_warps_));
-    }
-    op_layouts_[&op] = {la, lb, d};
-    set_native(res, d);
-    return;
-  }
-  case OpKind::For: {
-    const ir::Block& body = op.region(0);
-    size_t n = op.results.size();
-    std::vector<LayoutId> carried(n);
-    for (size_t i = 0; i < n; ++i) carried[i] = nat(op.operands[3 + i]);
-    auto run_body = [&] {
-      for (size_t i = 0; i < n; ++i) {
-        if (carried[i] >= 0) set_native(body.args[i + 1], carried[i]);
-        else {
-          nat_.erase(body.args[i + 1]);
-          native_.erase(body.args[i + 1]);
-        }
-      }
-      forward(body);
-    };
-    run_body();
-    bool changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (carried[i] != kNone) continue;
-      carried[i] = nat(body.terminator()->operands[i]);
-      if (carried[i] == kNone) carried[i] = nat_or_default(op.results[i]);
-      changed = true;
-    }
-    if (changed) run_body();
-    for (size_t i = 0; i < n; ++i) set_native(op.results[i], carried[i]);
-    return;
-  }
-  case OpKind::If: {
-    forward(op.region(0));
-    forward(op.region(1));
-    for (size_t i = 0; i < op.results.size(); ++i) {
-      LayoutId l = nat(op.region(0).terminator()->operands[i]);
-      if (l == kNone) l = nat(op.region(1).terminator()->operands[i]);
-      if (l == kNone) l = nat_or_default(op.results[i]);
-      set_native(op.results[i], l);
-    }
-    return;
-  }
+  case OpKind::Dot: forward_dot(op); return;
+  case OpKind::For: forward_for(op); return;
+  case OpKind::If: forward_if(op); return;
   default: return;
+  }
+}
+
+void LayoutPlan::set_native(const Value* v, LayoutId l) {
+  if (v->type.is_scalar()) return;
+  native_[v] = l;
+  nat_[v] = l;
+}
+
+// A view's or elementwise op's tile result follows its operands: broadcast, expand_dims and
+// permute derive their operand's layout; the others take an MMA accumulator operand's, else
+// the first operand's that has one, else none (computed wherever it is asked for).
+void LayoutPlan::forward_view_or_elementwise(const Op& op) {
+  const Value* res = op.results[0];
+  LayoutId l = kNone;
+  switch (op.kind) {
+  case OpKind::Broadcast: l = nat(op.operands[0]); break;
+  case OpKind::ExpandDims: {
+    LayoutId s = nat(op.operands[0]);
+    if (s >= 0) l = intern(expand_layout(layout(s), static_cast<int>(op.attrs.axis)));
+    break;
+  }
+  case OpKind::Permute: {
+    LayoutId s = nat(op.operands[0]);
+    if (s >= 0) l = intern(permute_layout(layout(s), op.attrs.perm));
+    break;
+  }
+  default:
+    for (const Value* v : op.operands)
+      if (nat(v) >= 0 && is_mma(nat(v))) { // keep an accumulator in its fragments
+        l = nat(v);
+        break;
+      }
+    if (l == kNone)
+      for (const Value* v : op.operands)
+        if (nat(v) >= 0) {
+          l = nat(v);
+          break;
+        }
+  }
+  if (l != kNone) nat_[res] = l;
+  else nat_.erase(res);
+}
+
+// A trivial reshape is a view of its operand's layout; another moves the elements from the
+// operand's layout into a default one of the result.
+void LayoutPlan::forward_reshape(const Op& op) {
+  const Value* src = op.operands[0];
+  const Value* res = op.results[0];
+  if (res->type.is_scalar()) return;
+  if (is_trivial_reshape(src->type.shape, res->type.shape)) {
+    LayoutId s = nat(src);
+    if (s >= 0) nat_[res] = derive_reshape(s, src->type.shape, res->type.shape);
+    else if (s == kScalar) nat_.erase(res);
+    return;
+  }
+  op_layouts_[&op] = {nat_or_default(src)};
+  set_native(res, nat_or_default(res));
+}
+
+// A TMA copy (prepare_descriptors expands the others): laid out as a load along its
+// contiguous innermost dim would be, which tells its dot how it is read.
+void LayoutPlan::forward_desc_load(const Op& op) {
+  const Value* res = op.results[0];
+  const ir::Shape& s = res->type.shape;
+  const int inner = int(s.size()) - 1;
+  const int vec = int(std::min<int64_t>(s[size_t(inner)], 16 / ir::dtype_bytes(res->type.dtype())));
+  LayoutId l = intern(access_layout(s, inner, vec, num_warps_));
+  op_layouts_[&op] = {l};
+  set_native(res, l);
+}
+
+// The coalesced access layout of the address tile, or the stored value's own layout where
+// storing from it needs no conversion and loses no width.
+void LayoutPlan::forward_store(const Op& op) {
+  const Value* ptr = op.operands[0];
+  if (ptr->type.is_scalar()) {
+    op_layouts_[&op] = {kScalar};
+    return;
+  }
+  Access a = access(ptr);
+  LayoutId l = intern(access_layout(ptr->type.shape, a.contig_dim, a.vec, num_warps_));
+  // Storing straight from the value's own layout saves a conversion when that
+  // layout already runs along the contiguous dim with the full vector width.
+  LayoutId v = nat(op.operands[1]);
+  if (v >= 0) {
+    const Layout& vl = layout(v);
+    ThreadElems te = thread_elems(vl, ptr->type.shape);
+    bool coalesced = te.run_dim == a.contig_dim && te.run >= a.vec &&
+                     vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 4;
+    // A tensor-core accumulator (2 consecutive elements a lane, 4 lanes along a row) writes
+    // whole 32-byte sectors of f32 rows: stored as it is, with no trip through shared memory.
+    const int eb = ir::dtype_bytes(op.operands[1]->type.dtype());
+    bool whole_sectors = is_mma(v) && te.run_dim == a.contig_dim && te.run <= a.vec && te.run * eb >= 8 &&
+                         te.run * eb * vl.base.threads_per_warp[vl.dims[a.contig_dim]] >= 32;
+    if (coalesced || whole_sectors || a.vec == 1) l = v;
+  }
+  op_layouts_[&op] = {l};
+}
+
+// The operands in their own layouts; the result in a warpgroup MMA's accumulator layout
+// where the dot fits one (and pays), else an mma.sync accumulator's, else the CUDA-core one.
+void LayoutPlan::forward_dot(const Op& op) {
+  const Value* res = op.results[0];
+  const ir::Shape& s = res->type.shape;
+  LayoutId d;
+  const LayoutId la = nat_or_default(op.operands[0]), lb = nat_or_default(op.operands[1]);
+  // Each operand is staged along the dim it is read along (its layout's fastest dim): K
+  // (k-major) or M / N (MN-major).
+  auto along_k = [&](LayoutId l, const Value* v, int k_dim) {
+    const Layout& x = layout(l);
+    return v->type.shape[size_t(k_dim)] > 1 && x.dims[size_t(k_dim)] == x.base.order[0];
+  };
+  const int64_t kk = op.operands[0]->type.shape[1];
+  const int eb = ir::dtype_bytes(op.operands[0]->type.dtype());
+  const bool ka = along_k(la, op.operands[0], 1), kb = along_k(lb, op.operands[1], 0);
+  // An 8-column product (a decode tile's few query rows as N) stays on mma.sync where it
+  // can: a wgmma would do the same tensor work, with its operands in the swizzled layout and
+  // a proxy fence per staged operand, where mma.sync reads them by ldmatrix from the
+  // pipeline's padded rows (and a late slot can hold V).
+  const bool wgmma_pays = s[1] >= 16 || dot_on_wgmma_only(op);
+  if (tensor_cores_ && wgmma_ && wgmma_pays && (dot_on_tensor_cores(op) || dot_on_wgmma_only(op)) &&
+      wgmma_fits(s[0], s[1], kk, num_warps_) && kk % wgmma_k_step(eb) == 0 && wgmma_operand_fits(ka, s[0], kk, eb) &&
+      wgmma_operand_fits(kb, s[1], kk, eb)) {
+    d = intern(wgmma_layout(s[0], s[1], num_warps_));
+    mma_.insert(d);
+    wgmma_dots_.insert(&op);
+    if (!ka) wgmma_mn_major_.insert({&op, 0});
+    if (!kb) wgmma_mn_major_.insert({&op, 1});
+  } else if (tensor_cores_ && dot_on_tensor_cores(op) && mma_layout_fits(s[0], s[1], num_warps_)) {
+    d = intern(mma_layout(s[0], s[1], num_warps_));
+    mma_.insert(d);
+  } else {
+    d = intern(dot_layout(s[0], s[1], num_warps_));
+  }
+  op_layouts_[&op] = {la, lb, d};
+  set_native(res, d);
+}
+
+// The carried values keep their initial values' layouts; one without takes what the body
+// yields for it (else a default), and the body is planned again with it.
+void LayoutPlan::forward_for(const Op& op) {
+  const ir::Block& body = op.region(0);
+  size_t n = op.results.size();
+  std::vector<LayoutId> carried(n);
+  for (size_t i = 0; i < n; ++i) carried[i] = nat(op.operands[3 + i]);
+  auto run_body = [&] {
+    for (size_t i = 0; i < n; ++i) {
+      if (carried[i] >= 0) set_native(body.args[i + 1], carried[i]);
+      else {
+        nat_.erase(body.args[i + 1]);
+        native_.erase(body.args[i + 1]);
+      }
+    }
+    forward(body);
+  };
+  run_body();
+  bool changed = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (carried[i] != kNone) continue;
+    carried[i] = nat(body.terminator()->operands[i]);
+    if (carried[i] == kNone) carried[i] = nat_or_default(op.results[i]);
+    changed = true;
+  }
+  if (changed) run_body();
+  for (size_t i = 0; i < n; ++i) set_native(op.results[i], carried[i]);
+}
+
+// Each result in the layout the then branch yields it in, else the else branch's, else a
+// default.
+void LayoutPlan::forward_if(const Op& op) {
+  forward(op.region(0));
+  forward(op.region(1));
+  for (size_t i = 0; i < op.results.size(); ++i) {
+    LayoutId l = nat(op.region(0).terminator()->operands[i]);
+    if (l == kNone) l = nat(op.region(1).terminator()->operands[i]);
+    if (l == kNone) l = nat_or_default(op.results[i]);
+    set_native(op.results[i], l);
   }
 }
 

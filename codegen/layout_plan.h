@@ -114,6 +114,14 @@ public:
 private:
   void forward(const ir::Block& b);
   void forward_op(const ir::Op& op);
+  void set_native(const ir::Value* v, LayoutId l);
+  void forward_view_or_elementwise(const ir::Op& op);
+  void forward_reshape(const ir::Op& op);
+  void forward_desc_load(const ir::Op& op);
+  void forward_store(const ir::Op& op);
+  void forward_dot(const ir::Op& op);
+  void forward_for(const ir::Op& op);
+  void forward_if(const ir::Op& op);
   void backward(const ir::Block& b);
   void backward_op(const ir::Op& op);
   void request(const ir::Value* v, LayoutId l);
