@@ -148,6 +148,31 @@ void write_output(const KernelTemplate& t, const std::string& path, const Proble
   rt::write_npy(path, {npy_descr(out.dtype), dims, out.bytes.to_vector()});
 }
 
+namespace {
+
+// Each declared tensor's dims that name --shape fields (the others are numbers, or come from
+// files) multiply to at most kMaxTensorElements; a product that would overflow is refused
+// with the field values that make it.
+void check_tensor_sizes(const KernelTemplate& t, const ParamMap& shape) {
+  for (const TensorSpec& ts : t.tensors) {
+    int64_t elements = 1;
+    std::vector<std::string> named;
+    for (const std::string& dim : ts.dims) {
+      int64_t n = 0;
+      if (auto it = shape.find(dim); it != shape.end()) n = it->second;
+      else if (auto [ptr, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), n); ec != std::errc()) continue;
+      named.push_back(fmt::format("{}={}", dim, n));
+      if (n < 0) throw UserError(fmt::format("--shape {}: {} has a negative dim", dim, ts.name));
+      if (n != 0 && elements > kMaxTensorElements / n) elements = kMaxTensorElements + 1;
+      else elements *= n;
+    }
+    if (elements > kMaxTensorElements)
+      throw UserError(fmt::format("--shape: {} would have more than 2^48 elements ({})", ts.name, fmt::join(named, " x ")));
+  }
+}
+
+} // namespace
+
 Problem make_problem(const KernelTemplate& t, const ProblemRequest& request) {
   if (!t.make_problem)
     throw UserError(fmt::format("{} has no problem generator with a reference (KernelTemplate::make_problem), so it "
@@ -163,6 +188,7 @@ Problem make_problem(const KernelTemplate& t, const ProblemRequest& request) {
                                 t.name));
   ProblemRequest r = request;
   for (const Param& s : t.shape) r.shape.emplace(s.name, s.value); // the sizes not given: their defaults
+  check_tensor_sizes(t, r.shape);
   Problem p;
   if (!r.inputs_dir.empty() && !t.reads_inputs) {
     std::map<std::string, rt::NpyArray> arrays = read_tensor_inputs(t, r.inputs_dir, r.shape);

@@ -223,6 +223,9 @@ ParamMap resolve_params(const std::vector<Param>& declared, const std::vector<st
       throw UserError(fmt::format("{} '{}': {} is out of range", flag, kv, text));
     if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
       throw UserError(fmt::format("{} '{}': '{}' is not an integer", flag, kv, text));
+    if (v < decl.min || v > kMaxParamValue)
+      throw UserError(fmt::format("{} '{}': {} must be from {} to {} (2^40), got {}", flag, kv, name, decl.min,
+                                  kMaxParamValue, v));
     out[name] = v;
   }
   return out;

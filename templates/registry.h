@@ -28,11 +28,19 @@ struct Param {
   std::string help;
   // When set, the value is an index into these names and `k=name` is accepted.
   std::vector<std::string> choices = {};
+  // The smallest value `--set`/`--shape` accepts (a size: 0; paged attention's ctx: -1, "random
+  // per sequence"). Every value is at most kMaxParamValue. resolve_params refuses the rest.
+  int64_t min = 0;
 
   std::string value_str() const { return value_str(value); }
   std::string value_str(int64_t v) const;
 };
 using ParamMap = std::map<std::string, int64_t>;
+// The largest value of any --set or --shape field, 2^40, and the most elements any tensor a
+// template declares may have from its sizes, 2^48: past them a size is a typo or an overflow,
+// refused before a template's code sees it.
+inline constexpr int64_t kMaxParamValue = int64_t(1) << 40;
+inline constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
 
 // One kernel argument: a buffer of the problem, or a scalar.
 struct ArgSpec {

@@ -159,7 +159,7 @@ KernelTemplate paged_attention_template() {
              {"block_size", 16, "tokens per cache page (1..256)"},
              {"max_blocks", 0, "block-table columns (0: enough for ctx, else for sq and at least 16)"},
              {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
-             {"ctx", -1, "context length of every sequence (-1: random per sequence)"},
+             {"ctx", -1, "context length of every sequence (-1: random per sequence)", {}, -1},
              {"dtype", 0, "q/k/v dtype", {kDtypes.begin(), kDtypes.end()}},
              {"alibi", 0, "1: add ALiBi slopes"},
              {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
