@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -99,8 +101,20 @@ std::vector<templates::ParamMap> candidates_of(const templates::KernelTemplate& 
 
 // Enumerates the space for one key, compiles what the database lacks, checks and times each
 // survivor, and merges each measured config into the database as soon as it is measured.
+// Why candidates were dropped, by kind: the reason with its numbers left out, so "block=3 must be
+// a power of two" and "block=5 must be ..." are one kind, shown by its first example.
+std::string reason_kind(const std::string& reason) {
+  std::string kind;
+  for (char c : reason)
+    if (!std::isdigit(static_cast<unsigned char>(c))) kind += c;
+    else if (kind.empty() || kind.back() != '#') kind += '#';
+  return kind;
+}
+using Reasons = std::map<std::string, std::pair<std::string, size_t>>; // kind -> (first example, count)
+
 void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
-              launch::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r) {
+              launch::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r,
+              Reasons& reasons) {
   std::vector<templates::ParamMap> all = candidates_of(t, space, k, r);
   if (!s.shard.whole()) { // the same order on every machine, so the shards partition it
     std::vector<templates::ParamMap> mine;
@@ -154,6 +168,8 @@ void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, cons
       measuring.step(format_values(c.config) + "  dropped: " + c.rejected);
     }
     ++n.rejected;
+    auto [kind, fresh] = reasons.try_emplace(reason_kind(c.rejected), c.rejected, 0);
+    ++kind->second.second;
     r.say(fmt::format("  dropped {}: {}", format_values(c.config), c.rejected));
   }
 }
@@ -219,11 +235,29 @@ TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, st
     r.warn(fmt::format("{}; it will be moved aside when the first result is stored", e.what()));
   }
   TuneResult n;
+  Reasons reasons;
   for (KeyToTune& k : keys) {
     if (r.interrupted()) break;
-    tune_key(t, space, s, tg, launcher, k, db, n, r);
+    tune_key(t, space, s, tg, launcher, k, db, n, r, reasons);
   }
   n.interrupted = r.interrupted();
+  for (const auto& [kind, example] : reasons) n.reasons.push_back(example);
+  std::stable_sort(n.reasons.begin(), n.reasons.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (const KeyToTune& k : keys) {
+    auto sel = rt::select_config(db, t.name, tg.device, k.key, {});
+    if (!sel || sel->rule != "exact") n.failed_keys.push_back(rt::format_key(k.key));
+  }
+  // A shard measures part of each key's candidates: its keys may all be dropped there and won elsewhere.
+  if (!s.shard.whole()) n.failed_keys.clear();
+  if (!n.interrupted && !n.failed_keys.empty()) {
+    // No database line and no export: the run failed, and says why candidates were dropped.
+    std::string why;
+    for (const auto& [reason, count] : n.reasons)
+      why += count == 1 ? fmt::format("\n  1 dropped: {}", reason) : fmt::format("\n  {} dropped, e.g. {}", count, reason);
+    r.warn(fmt::format("no valid candidate for {} ({} candidates, {} rejected, {} measured){}",
+                       fmt::join(n.failed_keys, "; "), n.candidates, n.rejected, n.measured, why));
+    return n;
+  }
   for (const KeyToTune& k : keys) {
     auto sel = rt::select_config(db, t.name, tg.device, k.key, {});
     if (!sel || sel->rule != "exact") continue;

@@ -71,6 +71,11 @@ struct TuneResult {
   std::vector<rt::TuningEntry> best;  // each key's exact winner, in key order
   std::vector<std::string> exported;  // manifests written under export_dir
   bool interrupted = false;
+  // Keys that ended without any valid candidate (every one rejected, none measured before),
+  // printed as in format_key; and why candidates were dropped, by kind (a reason with other
+  // numbers is the same kind): (the first reason of the kind, count), most frequent first. A run with such keys failed: nothing is exported and the command exits 1.
+  std::vector<std::string> failed_keys;
+  std::vector<std::pair<std::string, size_t>> reasons;
 };
 
 // Tunes every key on `launcher` (the target's backend) into settings.db and exports the

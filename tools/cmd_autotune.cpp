@@ -184,10 +184,15 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     else if (keys.size() == 1) j.raw("best", best[0]);
     else j.raw("best", arr(best));
     j.str("db", o.db).boolean("interrupted", n.interrupted);
+    std::vector<std::string> failed, reasons;
+    for (const std::string& key : n.failed_keys) failed.push_back("\"" + json_escape(key) + "\"");
+    for (const auto& [reason, count] : n.reasons)
+      reasons.push_back(fmt::format("{{\"reason\": \"{}\", \"count\": {}}}", json_escape(reason), count));
+    j.raw("failed_keys", arr(failed)).raw("rejections", arr(reasons));
     if (!o.export_dir.empty()) j.str("export_dir", o.export_dir).raw("exported", arr(exported));
     std::cout << j.str() << std::endl;
   }
-  return n.interrupted ? kFailed : kOk;
+  return n.interrupted || !n.failed_keys.empty() ? kFailed : kOk;
 }
 
 } // namespace
