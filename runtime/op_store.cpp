@@ -166,7 +166,8 @@ public:
   void resolve_sizes();      // 1. given, implied by a tensor, else defaulted; the tuning key
   void select_config();      // 2. the nearest tuned key's, else the card's defaults; the caller's on top
   void evaluate_lets();
-  void check_tensors();      // 3. present when wanted, of the right shape and dtype, contiguous, aligned
+  void check_tensors();      // 3. present when wanted, of the right shape and dtype, contiguous, aligned,
+  void check_overlaps() const; //    and no output overlapping another tensor
   void check_scalars();
   void lay_out_workspace();  //    each buffer at a 256-byte aligned offset
   void prepare_launches();   // 4. the modules by the run's specialization, their parameters bound
@@ -332,6 +333,25 @@ void Preparation::check_tensors() {
     check_tensor_shape(t, a);
     check_tensor_dtype(t, a);
     bytes_of_[t.name] = {&a, tensor_bytes(t, a)};
+  }
+  check_overlaps();
+}
+
+// An output shares no byte with another tensor: tilec's kernels assume a written buffer
+// overlaps no other (they read inputs through the non-coherent path, and would read what they
+// wrote).
+void Preparation::check_overlaps() const {
+  for (const OpTensor& t : run_.tensors) {
+    auto out = bytes_of_.find(t.name);
+    if (!t.output || out == bytes_of_.end() || out->second.second == 0) continue;
+    const std::uint64_t lo = out->second.first->address, hi = lo + out->second.second;
+    for (const auto& [name, other] : bytes_of_) {
+      const std::uint64_t olo = other.first->address, ohi = olo + other.second;
+      if (name != t.name && other.second > 0 && lo < ohi && olo < hi)
+        fail(fmt::format("tensor '{}' [{:#x}, {:#x}) and tensor '{}' [{:#x}, {:#x}) overlap, and the op writes '{}': "
+                         "pass separate arrays",
+                         t.name, lo, hi, name, olo, ohi, t.name));
+    }
   }
 }
 

@@ -80,6 +80,41 @@ template <class F> tilec_status guard(F&& f) {
     if (!(cond)) return fail(TILEC_ERROR_ARGUMENT, what);                                                              \
   } while (0)
 
+// The most dims a tensor argument may have, and the most elements (2^48: past it a shape is a
+// caller's mistake, and products of its dims could overflow).
+constexpr int kMaxTensorDims = 8;
+constexpr std::int64_t kMaxTensorElements = std::int64_t(1) << 48;
+
+// A caller's tensor as the op store takes it, after the checks that keep a caller's mistake from
+// reaching memory: a NULL or misaligned data pointer, a NULL shape, a negative or overflowing
+// shape, too many dims. OpArgumentError names the tensor and the number.
+OpTensorArg to_tensor(const tilec_tensor& t, const std::string& name) {
+  OpTensorArg x;
+  x.name = name;
+  if (t.dtype < 0 || size_t(t.dtype) >= kDtypes.size())
+    throw OpArgumentError(fmt::format("tensor '{}': dtype {} is not a tilec_dtype", name, int(t.dtype)));
+  if (t.ndim < 0 || t.ndim > kMaxTensorDims || (t.ndim > 0 && !t.shape))
+    throw OpArgumentError(fmt::format("tensor '{}': ndim {} with {} shape (0 to {} dims)", name, t.ndim,
+                                      t.shape ? "a" : "a NULL", kMaxTensorDims));
+  std::int64_t elements = 1;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] < 0) throw OpArgumentError(fmt::format("tensor '{}': dim {} is {}", name, d, t.shape[d]));
+    if (t.shape[d] != 0 && elements > kMaxTensorElements / t.shape[d])
+      throw OpArgumentError(fmt::format("tensor '{}': its shape has more than 2^48 elements (dim {} is {})", name, d,
+                                        t.shape[d]));
+    elements *= t.shape[d];
+  }
+  if (!t.data && elements > 0)
+    throw OpArgumentError(fmt::format("tensor '{}': data is NULL for {} elements", name, elements));
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
+    throw OpArgumentError(fmt::format("tensor '{}': data {} is not 16-byte aligned", name, t.data));
+  x.address = reinterpret_cast<std::uintptr_t>(t.data);
+  x.dtype = kDtypes[size_t(t.dtype)];
+  x.shape.assign(t.shape, t.shape + t.ndim);
+  if (t.strides) x.strides.assign(t.strides, t.strides + t.ndim);
+  return x;
+}
+
 OpArgs to_args(const tilec_args* a) {
   OpArgs out;
   if (!a) return out;
@@ -87,20 +122,14 @@ OpArgs to_args(const tilec_args* a) {
     if (!s) throw OpArgumentError(fmt::format("a {} has a NULL name", what));
     return std::string(s);
   };
-  for (size_t i = 0; i < a->num_tensors; ++i) {
-    const tilec_tensor& t = a->tensors[i];
-    OpTensorArg x;
-    x.name = text(t.name, "tensor");
-    if (t.dtype < 0 || size_t(t.dtype) >= kDtypes.size())
-      throw OpArgumentError(fmt::format("tensor '{}': dtype {} is not a tilec_dtype", x.name, int(t.dtype)));
-    if (t.ndim < 0 || (t.ndim > 0 && !t.shape))
-      throw OpArgumentError(fmt::format("tensor '{}': ndim {} with {} shape", x.name, t.ndim, t.shape ? "a" : "a NULL"));
-    x.address = reinterpret_cast<std::uintptr_t>(t.data);
-    x.dtype = kDtypes[size_t(t.dtype)];
-    x.shape.assign(t.shape, t.shape + t.ndim);
-    if (t.strides) x.strides.assign(t.strides, t.strides + t.ndim);
-    out.tensors.push_back(std::move(x));
-  }
+  auto list = [](const void* items, size_t n, const char* what) {
+    if (n > 0 && !items) throw OpArgumentError(fmt::format("tilec_args: {} {} with a NULL array", n, what));
+  };
+  list(a->tensors, a->num_tensors, "tensors");
+  list(a->scalars, a->num_scalars, "scalars");
+  list(a->sizes, a->num_sizes, "sizes");
+  list(a->config, a->num_config, "config values");
+  for (size_t i = 0; i < a->num_tensors; ++i) out.tensors.push_back(to_tensor(a->tensors[i], text(a->tensors[i].name, "tensor")));
   for (size_t i = 0; i < a->num_scalars; ++i) out.scalars.push_back({text(a->scalars[i].name, "scalar"), a->scalars[i].value});
   for (size_t i = 0; i < a->num_sizes; ++i) {
     const tilec_value& v = a->sizes[i];

@@ -193,6 +193,50 @@ int main(int argc, char** argv) {
   args.num_sizes = 1;
   CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_NOT_FOUND && contains(tilec_last_error(), "tilec compile"));
   args.num_sizes = 0;
+
+  /* A caller's mistakes are refused with a status and a message naming the tensor and the
+   * number, never a crash (the sanitizer pass runs this program too). */
+  tilec_call* refused = (tilec_call*)&args; /* set to NULL by every refusal */
+  tensors[0].data = NULL;
+  CHECK(tilec_op_prepare(op, &args, &refused) == TILEC_ERROR_ARGUMENT && refused == NULL &&
+        contains(tilec_last_error(), "'q'") && contains(tilec_last_error(), "NULL"));
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "NULL"));
+  tensors[0].data = (char*)q + 4;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "'q'") &&
+        contains(tilec_last_error(), "16-byte aligned"));
+  tensors[0].data = q;
+  int64_t negative[4] = {B, HQ, -SQ, D};
+  tensors[0].shape = negative;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "'q'") &&
+        contains(tilec_last_error(), "dim 2 is -1"));
+  int64_t huge[4] = {B, HQ, (int64_t)1 << 40, (int64_t)1 << 40};
+  tensors[0].shape = huge;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "2^48"));
+  tensors[0].shape = NULL;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "NULL shape"));
+  tensors[0].shape = q_shape;
+  tensors[0].ndim = 9;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "ndim 9"));
+  tensors[0].ndim = 5; /* more dims than q has, over a shape array of 4 is never read past 5 */
+  int64_t five[5] = {B, HQ, SQ, D, 1};
+  tensors[0].shape = five;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "q"));
+  tensors[0].ndim = 4;
+  tensors[0].shape = q_shape;
+  tensors[5].data = q; /* out is q: the kernel would write what it reads */
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "overlap"));
+  tensors[5].data = out;
+  tensors[4].name = NULL;
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "NULL name"));
+  tensors[4].name = "context_lens";
+  tilec_args no_array = args;
+  no_array.tensors = NULL;
+  CHECK(tilec_op_run(op, &no_array, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "NULL array"));
+  CHECK(tilec_op_prepare(NULL, &args, &refused) == TILEC_ERROR_ARGUMENT);
+  CHECK(tilec_op_prepare(op, &args, NULL) == TILEC_ERROR_ARGUMENT);
+  CHECK(tilec_call_run(NULL, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT);
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_OK); /* and the arguments are fine again */
+
   tilec_store* none = NULL;
   CHECK(tilec_store_open("/nonexistent/folder", "emulate", &none) == TILEC_ERROR_NOT_FOUND && none == NULL);
 
