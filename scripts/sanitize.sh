@@ -2,18 +2,29 @@
 # Builds tilec and its test suite with AddressSanitizer and UndefinedBehaviorSanitizer in
 # ${TILEC_ASAN_BUILD_DIR:-build-asan} and runs every test; any finding fails the run.
 # It installs nothing: it needs what scripts/setup.sh installs (scripts/test.sh runs that).
+#
+#   scripts/sanitize.sh [--build | --test]    (default: both; scripts/test.sh times them apart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-all}
+case "$mode" in
+  all | --build | --test) ;;
+  *) echo "sanitize.sh: unknown argument '$mode' (--build, --test or nothing)" >&2; exit 2 ;;
+esac
 
 for tool in cmake ninja g++; do
   command -v "$tool" >/dev/null || { echo "error: $tool not found; run scripts/setup.sh first" >&2; exit 1; }
 done
 
 build_dir=${TILEC_ASAN_BUILD_DIR:-build-asan}
-echo "==> configuring $build_dir (AddressSanitizer + UndefinedBehaviorSanitizer)"
-cmake -G Ninja -B "$build_dir" -S . -DCMAKE_BUILD_TYPE=Release -DTILEC_WERROR=ON -DTILEC_SANITIZE=ON >/dev/null
-echo "==> building"
-ninja -C "$build_dir" --quiet
+if [ "$mode" != --test ]; then
+  echo "==> configuring $build_dir (AddressSanitizer + UndefinedBehaviorSanitizer)"
+  cmake -G Ninja -B "$build_dir" -S . -DCMAKE_BUILD_TYPE=Release -DTILEC_WERROR=ON -DTILEC_SANITIZE=ON >/dev/null
+  echo "==> building"
+  ninja -C "$build_dir" --quiet
+fi
+[ "$mode" = --build ] && exit 0
+[ -f "$build_dir/CTestTestfile.cmake" ] || { echo "sanitize.sh: no build in $build_dir; run scripts/sanitize.sh --build first" >&2; exit 1; }
 
 # Every process the tests start (tilec, the example host programs) inherits these. A finding
 # aborts the process (a signal: the CLI tests check that none ends with one, ctest reports
