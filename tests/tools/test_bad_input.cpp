@@ -321,7 +321,7 @@ TEST_CASE("bad input: tilec run", "[cli][errors]") {
       {pa_with({"--shape", "ctx=-2"}), {"ctx", "-2"}},
       {pa_with({"--shape", "ctx=100000", "block_size=16", "max_blocks=2"}), {"ctx=100000"}},
       {pa_with({"--shape", "alibi=2"}), {"alibi", "2"}},
-      {pa_with({"--shape", "window=-1"}), {"window=-1", "must be positive"}},
+      {pa_with({"--shape", "window=-1"}), {"window=-1", "window must be from 0 to 1099511627776 (2^40)"}},
       {pa_with({"--shape", "causal=2"}), {"causal=2"}},
       {pa_with({"--shape", "causal=1", "sq=4", "ctx=3"}), {"causal=1", "sq=4", "ctx=3"}},
       {pa_with({"--shape", "kv_dtype=f8e3m4"}), {"kv_dtype", "f8e3m4"}},
