@@ -54,6 +54,7 @@ for f in bin/tilec bin/tilec-measure $lib/libtilec_measure.a $lib/libtilec_measu
 done
 [[ ! -e $p/include/tilec/fuzz/corpus && ! -e $p/include/tilec/fuzz/targets ]] || fail "fuzz inputs installed as headers"
 [[ ! -e $p/include/tilec/runtime/emulator/internal.h ]] || fail "the emulator's internal header installed"
+[[ ! -e $p/include/tilec/dsl/internal.h ]] || fail "the DSL's internal header installed"
 [[ -z $(find "$p/include" -name '*.cpp') ]] || fail "sources installed under include/"
 "$p/bin/tilec" list >/dev/null || fail "the installed tilec does not run"
 
