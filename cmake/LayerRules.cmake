@@ -24,7 +24,8 @@ set(TILEC_LAYER_RULES
 # Headers private to a folder inside a top-level one, as "HEADER:FOLDER": only files under
 # FOLDER may include HEADER.
 set(TILEC_PRIVATE_HEADERS
-  "runtime/emulator/internal.h:runtime/emulator")  # the emulator's own types and shared helpers
+  "runtime/emulator/internal.h:runtime/emulator"  # the emulator's own types and shared helpers
+  "dsl/internal.h:dsl")  # the DSL's live-tile tracker and its typing and broadcasting rules
 
 # Fails configuration, naming the file, the line and the edge, when a source includes a
 # header from a folder its rule does not allow, or a private header from outside its folder.
