@@ -122,6 +122,30 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
     }
   }
 
+  // 3c. (off by default) chunked local attention: -inf where floor(j / C) != floor(p_i / C). The
+  // floors are made of the basis: a cast to i32 truncates toward zero, and the remainder left
+  // (in (-C, C), or off by one C where f32 rounds the quotient) moves the quotient by one.
+  if (const int64_t c = s.effective_chunk(); c > 0) {
+    auto floor_div = [&](int x) { // floor(x / c), x integral in f32
+      int ones = r.cast(r.ge(x, x), DType::f32);
+      int q0 = r.cast(r.cast(r.mul_scalar(x, 1.0 / double(c)), DType::i32), DType::f32);
+      int rem = r.sub(x, r.mul_scalar(q0, double(c)));
+      int up = r.cast(r.ge(rem, r.mul_scalar(ones, double(c))), DType::f32);
+      int down = r.cast(r.ge(r.mul_scalar(ones, -1.0), rem), DType::f32);
+      return r.sub(r.add(q0, up), down);
+    };
+    int iq = r.iota(s.sq, DType::f32);
+    int q_ones = r.cast(r.ge(iq, iq), DType::f32);
+    int rel = r.sub(iq, r.mul_scalar(q_ones, double(s.sq))); // i - Sq
+    const ir::Shape rows_shape = {b, 1, s.sq, 1};
+    int p = r.add(r.broadcast_to(cl, rows_shape), r.broadcast_to(r.reshape(rel, {1, 1, s.sq, 1}), rows_shape)); // p_i
+    int key_chunk = r.broadcast_to(r.reshape(floor_div(iota_kv), {1, 1, 1, kv_len}), scores_shape);
+    int row_chunk = r.broadcast_to(floor_div(p), scores_shape);
+    int ones_bc = r.cast(r.ge(key_chunk, key_chunk), DType::f32);
+    masked = r.masked_fill(masked, r.ge(key_chunk, r.add(row_chunk, ones_bc)), -INFINITY);
+    masked = r.masked_fill(masked, r.ge(row_chunk, r.add(key_chunk, ones_bc)), -INFINITY);
+  }
+
   // 4. probs = softmax(masked); out = probs · v
   int probs = r.softmax_last_dim(masked);
   int out = r.matmul(probs, v_att);

@@ -32,14 +32,15 @@ struct FusedSpec {
   bool causal, varlen;
   PagedAttentionConfig cfg; // head_group resolved (never 0)
   int64_t block_m;          // query rows per program, resolved (paged_attention_block_m)
+  int64_t chunk;            // chunked local attention (effective_chunk; 0: none)
 
   // Names the specialization in the kernel cache: everything build_fused reads (the warps too:
   // they choose the products' orientation, the deferred sum and the register asks).
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim,
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim,
                        block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
-                       varlen);
+                       varlen, chunk);
   }
 };
 
@@ -139,7 +140,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
 
   auto ctx = load(context_lens + b);
   // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
-  const bool masks = sp.causal || sp.window > 0;
+  const bool masks = sp.causal || sp.window > 0 || sp.chunk > 0;
   Tile i_lo = T == 1 ? Tile() : row0 / G;
   Tile first_pos = sp.varlen ? ctx - q_len : ctx - sp.sq; // the position of row 0
   Tile p_lo = i_lo ? first_pos + i_lo : first_pos;
@@ -149,18 +150,34 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // window, not the context. The window W is below 2^31 - 1 (effective_window) and the first
   // key a row at position p sees is max(p + 1, W) - W: no i32 value on the way wraps, however
   // large W or small p is. Causal: the walk ends at the tile's last position.
-  const int64_t W = sp.window;
+  const int64_t W = sp.window, C = sp.chunk;
+  // Chunked local attention: a row at position p sees its chunk's keys, [p - p mod C, that + C)
+  // cut to the context, and none at a negative position (C is below 2^31: effective_chunk).
+  // Both ends are computed without wrapping: p mod C as a remainder made non-negative, the
+  // end as lo + min(C, ctx - lo) with lo in [0, ctx].
+  auto chunk_lo = [&](const Tile& p) {
+    Tile rem = p % C;
+    return max(p - where(rem < 0, rem + C, rem), 0);
+  };
+  auto chunk_hi = [&](const Tile& p, const Tile& lo_p) { return where(p < 0, 0, lo_p + min(ctx - lo_p, C)); };
   Tile lo = W > 0 ? max(p_lo + 1, W) - W : Tile();
-  Tile hi = sp.causal && T > 1 ? p_hi + 1 : ctx;
+  if (C > 0) lo = lo ? max(lo, chunk_lo(p_lo)) : chunk_lo(p_lo);
+  Tile hi = sp.causal && T > 1 ? p_hi + 1 : C > 0 ? chunk_hi(p_hi, chunk_lo(p_hi)) : ctx;
   // A tile past a shorter sequence's rows (varlen) walks nothing.
-  if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, W > 0 ? lo : scalar(0, i32));
-  auto chunk = ((W > 0 ? hi - lo : hi) + (S - 1)) / S;
+  if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, lo ? lo : scalar(0, i32));
+  // (A chunked tile whose rows sit before the context's start walks nothing either.)
+  if (lo && C > 0) hi = max(hi, lo);
+  auto chunk = ((lo ? hi - lo : hi) + (S - 1)) / S;
   chunk = (chunk + (N - 1)) / N * N;
-  auto start = W > 0 ? lo + split * chunk : split * chunk;
+  auto start = lo ? lo + split * chunk : split * chunk;
   auto end = min(hi, start + chunk);
-  // Each row's position and first key in the window, where masks apply.
+  // Each row's position, first key (window, chunk) and with chunks and no causal mask its end,
+  // where masks apply.
   Tile pos = masks && !one_position ? first_pos + i : Tile();
   Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
+  Tile row_lo = C > 0 && !one_position ? chunk_lo(pos) : Tile();
+  if (row_lo) first = first ? max(first, row_lo) : row_lo;
+  Tile row_end = C > 0 && !one_position && !sp.causal ? chunk_hi(pos, row_lo) : Tile();
 
   Var m = full({BMP}, -INFINITY), l = zeros({BMP});
   Var acc = swap ? zeros({DP, BMP}) : zeros({BM, DP});
@@ -209,12 +226,13 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto both = [&](const Tile& a, const Tile& c) { return a ? a & c : c; };
     if (causal) seen = both(seen, per_key(j) <= per_row(pos));
     if (first) seen = both(seen, per_key(j) >= per_row(first));
+    if (row_end) seen = both(seen, per_key(j) < per_row(row_end));
     if (seen) s = where(seen, s, -INFINITY);
     auto m_new = max(m, reduce_max(s, key_axis));
     // A row may see none of this step's keys (causal, window): its max stays -inf, and the
     // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
     // position sees every key of [lo, hi), at least one per step.)
-    Tile m_use = causal || first ? where(m_new > -INFINITY, m_new, 0) : m_new;
+    Tile m_use = causal || first || row_end ? where(m_new > -INFINITY, m_new, 0) : m_new;
     auto p = exp(s - per_row(m_use));
     auto alpha = exp(m - m_use);
     if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
@@ -302,7 +320,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
-          s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg)};
+          s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk()};
 }
 
 } // namespace
@@ -358,6 +376,7 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"num_stages", sp.cfg.num_stages},
           {"window", sp.window},
           {"causal", int64_t(sp.causal)},
+          {"chunk", sp.chunk},
           {"varlen", int64_t(sp.varlen)}};
 }
 

@@ -254,6 +254,8 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
     throw UserError(fmt::format("paged_attention: softcap {} is not a positive number in {}", *s.softcap, f32_range));
   if (s.window < 0)
     throw UserError(fmt::format("paged_attention: window {} must be positive (0: no window)", s.window));
+  if (s.chunk < 0)
+    throw UserError(fmt::format("paged_attention: chunk {} must be positive (0: no chunks)", s.chunk));
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = in.context_lens.get_int(size_t(b));
     if (len < 0 || len > s.capacity())

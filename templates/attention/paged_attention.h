@@ -3,7 +3,9 @@
 // problem, its inputs, validation, a plain C++ reference, and the two ways to
 // compute it — the fused block-table-walking kernel and the seed's
 // decomposition into primitive tensor ops.
+#include <algorithm>
 #include <limits>
+#include <utility>
 #include <optional>
 #include <string>
 
@@ -33,6 +35,10 @@ struct PagedAttentionShape {
   // Query row i (0 <= i < Sq) of sequence b sits at position p_i = context_lens[b] - Sq + i.
   int64_t window = 0;  // > 0: row i sees only keys j >= p_i - window + 1 (sliding window)
   bool causal = false; // row i sees only keys j <= p_i (needs context_lens[b] >= Sq)
+  // > 0: chunked local attention (Llama-4): row i sees only keys j in its own chunk of `chunk`
+  // positions, j // chunk == p_i // chunk (floor division: a row at a negative position, which
+  // only a non-causal row of a context shorter than Sq has, sees no key).
+  int64_t chunk = 0;
   // Mixed batches (vLLM's query_start_loc, FlashInfer's qo_indptr): q and out are packed
   // [total_q, Hq, D], sequence b's Sq_b = query_start_loc[b + 1] - query_start_loc[b] rows
   // starting at row query_start_loc[b], and `sq` is the longest Sq_b (the kernel's tiles are
@@ -49,12 +55,30 @@ struct PagedAttentionShape {
   int64_t effective_window() const {
     return window >= std::min<int64_t>(capacity(), std::numeric_limits<int32_t>::max()) ? 0 : window;
   }
+  // The chunk every computation applies: `chunk`, or the capacity (or 2^31 - 1) when it is
+  // longer, which puts every position a context can hold in chunk 0 just as `chunk` does: the
+  // fused kernel's 32-bit arithmetic holds what remains. 0: none.
+  int64_t effective_chunk() const {
+    return chunk <= 0 ? 0 : std::min({chunk, std::max<int64_t>(capacity(), 1), int64_t(std::numeric_limits<int32_t>::max())});
+  }
+  // The keys [lo, hi) within [0, len) that a row at position p sees through the chunk alone
+  // (all of [0, len) without one): its chunk, cut to the context; none at a negative position.
+  std::pair<int64_t, int64_t> chunk_keys(int64_t p, int64_t len) const {
+    const int64_t c = effective_chunk();
+    if (c == 0) return {0, len};
+    if (p < 0) return {0, 0};
+    const int64_t lo = p - p % c;
+    return {lo, std::min(len, lo + c)};
+  }
   // The keys of sequence b (with context length len) that some query row sees: [first, len).
-  // (Sequence b's query length is sq, or with varlen its own.)
+  // (Sequence b's query length is sq, or with varlen its own.) Rows sit at consecutive
+  // positions, so what they see together is one range, from the first row's first key.
   int64_t first_key(int64_t len) const { return first_key(len, sq); }
   int64_t first_key(int64_t len, int64_t query_len) const {
-    const int64_t w = effective_window();
-    return w > 0 ? std::max<int64_t>(0, len - query_len - w + 1) : 0;
+    const int64_t w = effective_window(), c = effective_chunk(), p0 = len - query_len;
+    const int64_t by_window = w > 0 ? std::max<int64_t>(0, p0 - w + 1) : 0;
+    const int64_t by_chunk = c > 0 && p0 > 0 ? p0 - p0 % c : 0; // (rows before 0 see nothing; 0 starts chunk 0)
+    return std::max(by_window, by_chunk);
   }
   int64_t capacity() const { return max_blocks * block_size; }
   // Elements of each cache (num_blocks 0: batch * max_blocks pages).

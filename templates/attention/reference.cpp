@@ -13,7 +13,10 @@ namespace tilec::templates {
 
 launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAttentionMagnitudes* magnitudes) {
   const PagedAttentionShape& s = in.shape;
-  const int64_t D = s.head_dim, group = s.group(), window = s.effective_window();
+  const int64_t D = s.head_dim, group = s.group(), window = s.effective_window(), chunk = s.chunk;
+  // Chunked local attention by its definition: key j is in the query's chunk iff
+  // floor(j / chunk) == floor(pos / chunk) (the `chunk` given, not the effective one).
+  auto floor_div = [](int64_t a, int64_t c) { return a >= 0 ? a / c : -((-a + c - 1) / c); };
   // An fp8 cache is dequantized: its values times its scale.
   const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
   launch::Buffer out("out", ir::DType::f32, in.q.count());
@@ -43,6 +46,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = kvh * group + r / sq, i = r % sq, pos = len - sq + i; // this row's position
         if ((s.causal && j > pos) || (window > 0 && j < pos - window + 1)) continue; // not seen
+        if (chunk > 0 && floor_div(j, chunk) != floor_div(pos, chunk)) continue;
         if (!decoded) {
           for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.k_cache.get(krow + d);
           decoded = true;
@@ -87,7 +91,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
     }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d)
-        out.set(qrow(r) + d, len > 0 ? acc[size_t(r * D + d)] * v_scale / sum[size_t(r)] : 0.0);
+        out.set(qrow(r) + d, sum[size_t(r)] > 0 ? acc[size_t(r * D + d)] * v_scale / sum[size_t(r)] : 0.0);
     if (mags)
       for (int64_t n : row_keys) mags->keys = std::max(mags->keys, n);
   };

@@ -85,6 +85,8 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   s.window = p.count("window") ? p.at("window") : 0;
   if (s.window < 0) throw UserError(fmt::format("--shape window={}: must be positive (0: no window)", s.window));
   s.causal = p.count("causal") && in_range("causal", 0, 1) != 0;
+  s.chunk = p.count("chunk") ? p.at("chunk") : 0;
+  if (s.chunk < 0) throw UserError(fmt::format("--shape chunk={}: must be positive (0: no chunks)", s.chunk));
   s.varlen = p.count("varlen") && in_range("varlen", 0, 1) != 0;
   if (s.causal && ctx >= 0 && ctx < s.sq)
     throw UserError(fmt::format("--shape causal=1 sq={} ctx={}: the query rows are the last Sq positions of the "
@@ -164,6 +166,7 @@ KernelTemplate paged_attention_template() {
              {"alibi", 0, "1: add ALiBi slopes"},
              {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
              {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"},
+             {"chunk", 0, "chunked local attention: query row i sees keys j with j // chunk == p_i // chunk (0: none)"},
              {"varlen", 0, "1: mixed batch: q and out packed [total_q, hq, head_dim] with query_start_loc [batch+1], "
                            "query lengths from 0 to sq (fused path)"},
              {"kv_dtype", 0, "k/v cache dtype: q's, or fp8 with --k-scale/--v-scale",
@@ -214,6 +217,7 @@ KernelTemplate paged_attention_template() {
       // Masks are parameters of the op, not data: from --shape.
       in.shape.window = r.shape.count("window") ? r.shape.at("window") : 0;
       in.shape.causal = r.shape.count("causal") && r.shape.at("causal") != 0;
+      in.shape.chunk = r.shape.count("chunk") ? r.shape.at("chunk") : 0;
       if (kv_fp8)
         for (const char* name : {"k-scale", "v-scale"})
           if (!r.options.count(name))
@@ -256,7 +260,7 @@ KernelTemplate paged_attention_template() {
     p.rtol = tol.rtol;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
                                       s.num_blocks != s.batch * s.max_blocks
                                           ? fmt::format(" num_blocks={} ({} elements per cache{})", s.num_blocks,
@@ -268,14 +272,15 @@ KernelTemplate paged_attention_template() {
                                                : "",
                                       s.alibi ? " alibi" : "",
                                       s.window > 0 ? fmt::format(" window={}", s.window) : "",
-                                      s.causal ? " causal" : "")
+                                      s.causal ? " causal" : "",
+                                      s.chunk > 0 ? fmt::format(" chunk={}", s.chunk) : "")
                         : r.inputs_dir;
     if (!r.inputs_dir.empty()) {
       int64_t ctx = 0;
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal}, {"varlen", s.varlen},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
                  {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
                                              kKvDtypes.begin()

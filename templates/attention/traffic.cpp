@@ -65,10 +65,12 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       // but still read q and write their (empty) partials. Each step loads the page entries of
       // its live tokens and their K and V rows (head_dim elements each; the lanes past it are
       // masked).
+      // With chunks, from the first row's chunk start (after the window's first key) to the
+      // last row's chunk end.
       const int64_t p_lo = len - sq + row0 / G, p_hi = len - sq + std::min((row0 + BM - 1) / G, sq - 1);
-      const int64_t lo = W > 0 ? std::max(p_lo + 1, W) - W : 0;
+      const int64_t lo = std::max(W > 0 ? std::max(p_lo + 1, W) - W : 0, s.chunk_keys(p_lo, len).first);
       // A tile past a shorter sequence's rows (varlen) walks nothing.
-      const int64_t hi = rows == 0 ? lo : s.causal && tiles > 1 ? p_hi + 1 : len;
+      const int64_t hi = rows == 0 ? lo : s.causal && tiles > 1 ? p_hi + 1 : std::max(lo, s.chunk_keys(p_hi, len).second);
       const int64_t chunk = cdiv(cdiv(hi - lo, S), N) * N;
       int64_t tokens = 0, entries = 0;
       for (int64_t split = 0; split < S && chunk > 0; ++split) {

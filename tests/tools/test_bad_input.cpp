@@ -323,6 +323,7 @@ TEST_CASE("bad input: tilec run", "[cli][errors]") {
       {pa_with({"--shape", "alibi=2"}), {"alibi", "2"}},
       {pa_with({"--shape", "window=-1"}), {"window=-1", "window must be from 0 to 1099511627776 (2^40)"}},
       {pa_with({"--shape", "causal=2"}), {"causal=2"}},
+      {pa_with({"--shape", "chunk=-1"}), {"chunk=-1", "chunk must be from 0"}},
       {pa_with({"--shape", "causal=1", "sq=4", "ctx=3"}), {"causal=1", "sq=4", "ctx=3"}},
       {pa_with({"--shape", "kv_dtype=f8e3m4"}), {"kv_dtype", "f8e3m4"}},
       {pa_with({"--k-scale", "0.5"}), {"--k-scale", "not fp8", "kv_dtype=f8e4m3"}},

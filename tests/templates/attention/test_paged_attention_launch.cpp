@@ -70,10 +70,11 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
   const rt::Op& op = store->op("paged_attention");
 
   struct Case {
-    int64_t batch, hq, hkv, sq, head_dim, alibi, dtype;
+    int64_t batch, hq, hkv, sq, head_dim, alibi, dtype, chunk;
   };
-  const std::vector<Case> shapes = {{1, 8, 2, 1, 64, 0, 0}, {3, 8, 8, 1, 32, 1, 0}, {2, 16, 2, 3, 32, 0, 1},
-                                    {4, 4, 1, 2, 64, 1, 0}, {2, 32, 4, 1, 128, 0, 2}};
+  // (A chunk past the capacity is cut to it on both sides: 2^40.)
+  const std::vector<Case> shapes = {{1, 8, 2, 1, 64, 0, 0, 0}, {3, 8, 8, 1, 32, 1, 0, 16}, {2, 16, 2, 3, 32, 0, 1, 0},
+                                    {4, 4, 1, 2, 64, 1, 0, int64_t(1) << 40}, {2, 32, 4, 1, 128, 0, 2, 8}};
   int checked = 0;
   for (const Case& c : shapes) {
     ParamMap shape;
@@ -87,6 +88,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
     shape.insert_or_assign("dtype", c.dtype);
     shape.insert_or_assign("block_size", 8);
     shape.insert_or_assign("ctx", 40);
+    shape.insert_or_assign("chunk", c.chunk);
     PagedAttentionShape s = paged_attention_shape(shape);
     PagedAttentionInputs in = make_paged_attention_inputs(s, 7, 40);
     const int64_t group = c.hq / c.hkv, pages = int64_t(in.k_cache.count()) / (8 * c.hkv * c.head_dim);
@@ -99,8 +101,9 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           params.insert_or_assign("num_splits", splits);
           params.insert_or_assign("block_n", block_n);
           params.insert_or_assign("num_stages", 1);
-          INFO(fmt::format("batch={} hq={} hkv={} sq={} head_dim={} alibi={} dtype={} head_group={} num_splits={} block_n={}",
-                           c.batch, c.hq, c.hkv, c.sq, c.head_dim, c.alibi, c.dtype, head_group, splits, block_n));
+          INFO(fmt::format("batch={} hq={} hkv={} sq={} head_dim={} alibi={} dtype={} chunk={} head_group={} num_splits={} "
+                           "block_n={}",
+                           c.batch, c.hq, c.hkv, c.sq, c.head_dim, c.alibi, c.dtype, c.chunk, head_group, splits, block_n));
           Recorder rec;
           run_paged_attention_fused(in, paged_attention_config(params), rec);
 
@@ -117,6 +120,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           args.scalars = {{"softmax_scale", 0.125}};
           for (const auto& [k, v] : params) args.config[k] = v;
           args.sizes["ctx"] = int64_t(40);
+          if (c.chunk) args.sizes["chunk"] = c.chunk;
           rt::OpCall call = op.resolve(args);
           rt::ExprLookup lookup = [&](std::string_view n) -> std::optional<rt::SpecValue> {
             if (n == "present(alibi_slopes)") return int64_t(c.alibi);
