@@ -42,24 +42,33 @@ findings="$build_dir/findings"
 mkdir -p "$findings"
 failed=()
 start=$SECONDS
-for t in "${targets[@]}"; do
+# Each target runs single-threaded: up to TILEC_FUZZ_PARALLEL (default: the cores) at once.
+parallel=${TILEC_FUZZ_PARALLEL:-$(nproc)}
+fuzz_one() { # target: runs it, leaving its log, exit status and seconds in $work
+  local t=$1 t0=$SECONDS status=0 dict=()
   mkdir -p "$work/$t"
-  dict=()
   [ -f "fuzz/targets/$t.dict" ] && dict=("-dict=fuzz/targets/$t.dict")
-  t0=$SECONDS
-  status=0
   # New inputs go to $work/$t (first folder); the committed corpus is only read. Scratch
   # files (the npy target's) go to $work too, so an aborted run leaves none behind.
   TMPDIR="$work" "$build_dir/fuzz_$t" -runs="$runs" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$findings/$t-" -print_final_stats=1 "${dict[@]}" \
     "$work/$t" "fuzz/corpus/$t" >"$work/$t.log" 2>&1 || status=$?
+  echo "$status $((SECONDS - t0))" >"$work/$t.status"
+}
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= parallel)); do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+for t in "${targets[@]}"; do
+  read -r status secs <"$work/$t.status"
   done_line=$(grep -E '^Done [0-9]+ runs' "$work/$t.log" | tail -1 || true)
   if ((status == 0)); then
-    echo "==> $t: ${done_line:-done} ($((SECONDS - t0)) s)"
+    echo "==> $t: ${done_line:-done} ($secs s)"
     continue
   fi
   failed+=("$t")
-  echo "==> $t: FINDING (exit $status after $((SECONDS - t0)) s); the fuzzer's report:" >&2
+  echo "==> $t: FINDING (exit $status after $secs s); the fuzzer's report:" >&2
   # The report without libFuzzer's progress lines and its dumps of the input (shown below).
   grep -v -E '^(#[0-9]+|INFO:|MS:|Base64:|0x[0-9a-f]+,|\s*$)' "$work/$t.log" | tail -60 >&2 || true
   for f in $(grep -oE "Test unit written to \S+" "$work/$t.log" | awk '{print $5}'); do

@@ -2,6 +2,8 @@
 // What the template tests share: comparing an output buffer with a reference.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "launch/args.h"
 
@@ -17,6 +19,14 @@ inline double max_err(const launch::Buffer& got, const launch::Buffer& want) {
     e = std::max(e, d);
   }
   return e;
+}
+
+// Whether the long form of the slowest sweeps runs (TILEC_TEST_FULL=1, scripts/test_full.sh):
+// every variant of every case. The suite's short form runs each case in one variant, the
+// variants taken in turn, so every variant and every case still runs.
+inline bool full_sweeps() {
+  const char* v = std::getenv("TILEC_TEST_FULL");
+  return v && std::string(v) == "1";
 }
 
 // Paged attention's absolute tolerance against the f64 reference, by q's dtype.
