@@ -20,6 +20,8 @@
 
 extern char** environ;
 
+#include "tests/build_paths.h"
+
 namespace tilec::test {
 
 struct Process {
@@ -94,7 +96,7 @@ inline Process run_process(const std::string& program, const std::vector<std::st
 }
 
 inline Process run_tilec(const std::vector<std::string>& args, int timeout_s = 600) {
-  return run_process(TILEC_BINARY, args, timeout_s);
+  return run_process(tilec_binary(), args, timeout_s);
 }
 
 // `args` split at whitespace (no quoting: for arguments without spaces).

@@ -82,13 +82,13 @@ TEST_CASE("tilec autotune --export writes modules a runtime-only host loads, and
   // The example host program (linked with the runtime alone) finds them too, and names the
   // command that builds a module it cannot find.
   std::string key_text = rt::format_key(key);
-  test::Process host = test::run_process(TILEC_TUNED_MODULES_BINARY,
+  test::Process host = test::run_process(tilec::test::tuned_modules_binary(),
                                          {(out / "db.toml").string(), out.string(), "cpu-emulator", "host", key_text});
   INFO(host.text());
   CHECK(host.exit_code == 0);
   CHECK_THAT(host.out, Catch::Contains("exact key") && Catch::Contains("module paged_attention (host)"));
   test::Process missing = test::run_process(
-      TILEC_TUNED_MODULES_BINARY, {(out / "db.toml").string(), out.string(), "cpu-emulator", "sm_80", key_text});
+      tilec::test::tuned_modules_binary(), {(out / "db.toml").string(), out.string(), "cpu-emulator", "sm_80", key_text});
   INFO(missing.text());
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Catch::Contains("no module paged_attention for sm_80") &&

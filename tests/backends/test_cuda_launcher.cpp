@@ -219,7 +219,7 @@ TEST_CASE("the cuda launcher uploads, launches with the compiled block and downl
 
 TEST_CASE("tilec run --backend cuda against the fake driver", "[cuda]") {
   TempDir cache;
-  const std::string tilec = quoted(TILEC_BINARY);
+  const std::string tilec = quoted(tilec::test::tilec_binary());
   SECTION("vector_add is right and reports kernel time, no byte counts") {
     Output out = with_fake_driver(cache, tilec + " run vector_add --backend cuda --shape n=3000 --json");
     INFO(out.text);
@@ -276,10 +276,10 @@ TEST_CASE("tilec run --backend cuda against the fake driver", "[cuda]") {
 TEST_CASE("without a CUDA driver the cuda backend is unavailable, never a crash", "[cuda][errors]") {
   if (rt::cuda_available()) return; // a machine with a GPU: nothing to check here
   CHECK_THROWS_AS(backends::make_cuda_launcher(), rt::BackendUnavailable);
-  Output out = run_command(quoted(TILEC_BINARY) + " run softmax --backend cuda");
+  Output out = run_command(quoted(tilec::test::tilec_binary()) + " run softmax --backend cuda");
   CHECK(out.status == 3);
   CHECK_THAT(out.text, Catch::StartsWith("tilec: error: CUDA driver not found ("));
   CHECK(std::count(out.text.begin(), out.text.end(), '\n') == 1);
-  out = run_command(quoted(TILEC_BINARY) + " run softmax --backend cuda --json");
+  out = run_command(quoted(tilec::test::tilec_binary()) + " run softmax --backend cuda --json");
   CHECK(out.status == 3);
 }

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/build_paths.h"
+
 namespace {
 
 struct Run {
@@ -14,8 +16,8 @@ struct Run {
 };
 
 // `redirect` says where stderr goes ("2>&1" or "2>/dev/null").
-Run tilec(const std::string& args, const std::string& redirect) {
-  std::string cmd = std::string(TILEC_BINARY) + " " + args + " " + redirect;
+Run run_tilec_cli(const std::string& args, const std::string& redirect) {
+  std::string cmd = std::string(tilec::test::tilec_binary()) + " " + args + " " + redirect;
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
@@ -39,7 +41,7 @@ std::string last_line(const std::string& s) {
 
 TEST_CASE("tilec fuzz runs programs and reports in JSON", "[fuzz][cli]") {
   std::string dir = (std::filesystem::temp_directory_path() / "tilec_fuzz_cli_test").string();
-  Run r = tilec("fuzz --count 5 --seed 3 --json --save-dir " + dir, "2>/dev/null");
+  Run r = run_tilec_cli("fuzz --count 5 --seed 3 --json --save-dir " + dir, "2>/dev/null");
   INFO(r.out);
   CHECK(r.code == 0);
   std::string j = last_line(r.out);
@@ -48,7 +50,7 @@ TEST_CASE("tilec fuzz runs programs and reports in JSON", "[fuzz][cli]") {
   CHECK_THAT(j, Catch::Contains("\"ops\": {"));
   CHECK_THAT(j, Catch::Contains("\"failures\": []"));
 
-  Run human = tilec("fuzz --count 2 --seed 3 --save-dir " + dir, "2>&1");
+  Run human = run_tilec_cli("fuzz --count 2 --seed 3 --save-dir " + dir, "2>&1");
   CHECK(human.code == 0);
   CHECK_THAT(human.out, Catch::Contains("2 programs (seeds 3..4): 2 agree, 0 disagreements"));
   CHECK_THAT(human.out, Catch::Contains("dtypes exercised:"));
@@ -57,7 +59,7 @@ TEST_CASE("tilec fuzz runs programs and reports in JSON", "[fuzz][cli]") {
 TEST_CASE("tilec fuzz rejects bad arguments with exit 2", "[fuzz][cli][errors]") {
   for (const char* args : {"fuzz --count 0", "fuzz --count -3", "fuzz --count many", "fuzz --jobs 0",
                            "fuzz --frobnicate", "fuzz --seed"}) {
-    Run r = tilec(args, "2>&1");
+    Run r = run_tilec_cli(args, "2>&1");
     INFO(args << "\n" << r.out);
     CHECK(r.code == 2);
     CHECK_THAT(r.out, Catch::Contains("tilec: error:"));

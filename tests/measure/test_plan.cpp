@@ -39,7 +39,7 @@ Outcome run_measure(const std::string& args) {
   std::vector<std::string> split;
   std::istringstream in(args);
   for (std::string a; in >> a;) split.push_back(a);
-  return finished("tilec-measure " + args, test::run_process(TILEC_MEASURE_BINARY, split));
+  return finished("tilec-measure " + args, test::run_process(tilec::test::measure_binary(), split));
 }
 
 struct Scratch {

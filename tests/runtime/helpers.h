@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/build_paths.h"
+
 namespace tilec::rt::test {
 
 // A fresh folder under the system temp dir, removed with the object.
@@ -64,18 +66,9 @@ inline std::string quoted(const std::filesystem::path& p) {
 }
 
 // The example host program and the runtime library, as built beside the tests.
-#ifdef TILEC_LAUNCH_MODULE_BINARY
-inline const std::filesystem::path kExample = TILEC_LAUNCH_MODULE_BINARY;
-inline const std::filesystem::path kRuntimeLibrary = TILEC_RUNTIME_LIBRARY;
-inline const std::filesystem::path kFakeCudaDir = TILEC_FAKE_CUDA_DIR;
-#else
-// <build>/tools/tilec → <build>/examples/launch_module
-inline const std::filesystem::path kBuildDir =
-    std::filesystem::path(TILEC_BINARY).parent_path().parent_path();
-inline const std::filesystem::path kExample = kBuildDir / "examples/launch_module";
-inline const std::filesystem::path kRuntimeLibrary = kBuildDir / "libtilec_runtime.a";
-inline const std::filesystem::path kFakeCudaDir = kBuildDir / "fake_cuda";
-#endif
+inline const std::filesystem::path kExample = ::tilec::test::launch_module_binary();
+inline const std::filesystem::path kRuntimeLibrary = ::tilec::test::runtime_library();
+inline const std::filesystem::path kFakeCudaDir = ::tilec::test::fake_cuda_dir();
 
 inline const std::filesystem::path kExampleManifest =
     std::filesystem::path(TILEC_SOURCE_DIR) / "examples/vector_add/manifest.toml";

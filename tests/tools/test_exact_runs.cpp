@@ -167,7 +167,7 @@ TEST_CASE("a kernel that declares its tensors reads --inputs and writes a shaped
 
 TEST_CASE("a CLI started under another name speaks in that name", "[tools][exact]") {
   Scratch s;
-  fs::create_symlink(TILEC_BINARY, s.dir / "my_kernels_cli"); // as a user's tilec_add_kernels executable
+  fs::create_symlink(tilec::test::tilec_binary(), s.dir / "my_kernels_cli"); // as a user's tilec_add_kernels executable
   test::Process p = test::run_process((s.dir / "my_kernels_cli").string(), {"run", "no_such_kernel"});
   INFO(p.text());
   CHECK(p.exit_code == 2);

@@ -42,7 +42,7 @@ TEST_CASE("gpu_bench --emulate checks every module against its kernel's referenc
                              "dtype=f16");
   compile(host / "pa_alibi", "paged_attention --shape batch=2 hq=4 hkv=1 ctx=33 dtype=bf16 alibi=1");
   fs::path jsonl = s.dir / "out.jsonl";
-  test::Process p = test::run_process(TILEC_GPU_BENCH_BINARY, {s.dir.string(), "--emulate", "--repeats", "2",
+  test::Process p = test::run_process(tilec::test::gpu_bench_binary(), {s.dir.string(), "--emulate", "--repeats", "2",
                                                                "--out", jsonl.string()});
   INFO(p.text());
   CHECK(p.exit_code == 0);
@@ -57,28 +57,28 @@ TEST_CASE("gpu_bench --emulate checks every module against its kernel's referenc
 
   // --module runs one folder; code files that are not what the manifest recorded (here:
   // pa_alibi's library under pa_split's manifest) are refused before anything loads them.
-  test::Process one = test::run_process(TILEC_GPU_BENCH_BINARY, {"--module", (host / "softmax").string(), "--emulate",
+  test::Process one = test::run_process(tilec::test::gpu_bench_binary(), {"--module", (host / "softmax").string(), "--emulate",
                                                                  "--repeats", "1", "--name", "sm"});
   CHECK(one.exit_code == 0);
   CHECK_THAT(one.out, Catch::Contains("\"name\":\"sm\"") && Catch::Contains("\"ok\":true"));
   fs::copy_file(host / "pa_split" / "paged_attention.toml", host / "pa_alibi" / "paged_attention.toml",
                 fs::copy_options::overwrite_existing);
-  test::Process wrong = test::run_process(TILEC_GPU_BENCH_BINARY, {"--module", (host / "pa_alibi").string(),
+  test::Process wrong = test::run_process(tilec::test::gpu_bench_binary(), {"--module", (host / "pa_alibi").string(),
                                                                    "--emulate", "--repeats", "1"});
   CHECK(wrong.exit_code == 1);
   CHECK_THAT(wrong.err, Catch::Contains("truncated or corrupt"));
-  CHECK(test::run_process(TILEC_GPU_BENCH_BINARY, {"--module", (host / "nowhere").string(), "--emulate"}).exit_code == 2);
+  CHECK(test::run_process(tilec::test::gpu_bench_binary(), {"--module", (host / "nowhere").string(), "--emulate"}).exit_code == 2);
 
   // A module whose run's other kernel is missing is reported, and the run fails.
   fs::remove(host / "pa_split" / "paged_attention_combine.toml");
-  test::Process broken = test::run_process(TILEC_GPU_BENCH_BINARY, {s.dir.string(), "--emulate", "--repeats", "1"});
+  test::Process broken = test::run_process(tilec::test::gpu_bench_binary(), {s.dir.string(), "--emulate", "--repeats", "1"});
   CHECK(broken.exit_code == 1);
   CHECK_THAT(broken.err, Catch::Contains("no module of kernel 'paged_attention_combine'"));
 }
 
 TEST_CASE("gpu_bench without a GPU or modules exits with the documented codes", "[bench][gpu_bench]") {
   Scratch s;
-  CHECK(test::run_process(TILEC_GPU_BENCH_BINARY, {s.dir.string()}).exit_code == 3);             // no driver
-  CHECK(test::run_process(TILEC_GPU_BENCH_BINARY, {s.dir.string(), "--emulate"}).exit_code == 2); // no host/
-  CHECK(test::run_process(TILEC_GPU_BENCH_BINARY, {s.dir.string(), "--bogus"}).exit_code == 2);
+  CHECK(test::run_process(tilec::test::gpu_bench_binary(), {s.dir.string()}).exit_code == 3);             // no driver
+  CHECK(test::run_process(tilec::test::gpu_bench_binary(), {s.dir.string(), "--emulate"}).exit_code == 2); // no host/
+  CHECK(test::run_process(tilec::test::gpu_bench_binary(), {s.dir.string(), "--bogus"}).exit_code == 2);
 }
