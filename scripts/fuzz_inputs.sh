@@ -29,8 +29,11 @@ done
 
 build_dir=${TILEC_FUZZ_BUILD_DIR:-build-fuzz}
 echo "==> building the input fuzz targets in $build_dir"
+# -O1 with line tables only: what a finding's stack trace needs, in about half the compile time
+# of -O2 -g (the readers run fast enough at -O1 for 20,000 inputs).
 cmake -G Ninja -S fuzz/targets -B "$build_dir" -DCMAKE_CXX_COMPILER=clang++-19 \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTILEC_WERROR=ON >/dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
+  -DTILEC_WERROR=ON >/dev/null
 ninja -C "$build_dir" --quiet -j "${TILEC_FUZZ_JOBS:-$(nproc)}" "${targets[@]/#/fuzz_}"
 
 # Longest input per target: the seeds fit (printed paged attention is about 11 KB).
