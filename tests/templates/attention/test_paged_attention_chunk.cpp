@@ -11,33 +11,16 @@
 #include "backends/launchers.h"
 #include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
+#include "tests/templates/attention/pa_test_util.h"
 
 using namespace tilec;
 using namespace tilec::templates;
 
 namespace {
 
-const KernelTemplate& paged_attention() {
-  const KernelTemplate* t = find_template("paged_attention");
-  REQUIRE(t);
-  return *t;
-}
-
-struct Run {
-  Problem p;
-  launch::LaunchStats stats;
-};
-
-Run run_path(const std::string& path, const ParamMap& params, const ProblemRequest& request) {
-  const KernelTemplate& t = paged_attention();
-  Run r{make_problem(t, request), {}};
-  auto launcher = backends::make_emulate_launcher();
-  run_problem(t, path, params, r.p, *launcher);
-  r.stats = launcher->stats();
-  return r;
-}
-
-const launch::Buffer& output(const Problem& p) { return p.buffers.at(size_t(p.outputs.at(0))); }
+using tilec::templates::test::output;
+using tilec::templates::test::paged_attention;
+using tilec::templates::test::Run;
 
 int64_t kv_bytes(const launch::LaunchStats& st) {
   return st.buffer_request_bytes.at("k_cache") + st.buffer_request_bytes.at("v_cache");
@@ -75,7 +58,7 @@ TEST_CASE("chunked local attention matches the reference on both paths, alone an
       INFO(path << " sq " << c.sq << " chunk " << c.chunk << " causal " << c.causal << " window " << c.window
                 << " block_m " << c.block_m << " splits " << c.splits << " ctx " << shape["ctx"] << " dtype "
                 << shape["dtype"] << " kv_dtype " << shape["kv_dtype"]);
-      Run r = run_path(path, params, {shape, 7, {}, {}});
+      Run r = tilec::templates::test::run_emulated(path, params, {shape, 7, {}, {}});
       Comparison cmp = compare_outputs(r.p);
       INFO(cmp.first_mismatch);
       CHECK(cmp.ok);
@@ -106,10 +89,10 @@ TEST_CASE("a decode row under chunked attention reads only its chunk's keys, as 
     const int64_t C = 32;
     INFO("ctx " << ctx);
     shape["chunk"] = C;
-    Run chunked = run_path("fused", params, {shape, 3, {}, {}});
+    Run chunked = tilec::templates::test::run_emulated("fused", params, {shape, 3, {}, {}});
     CHECK(compare_outputs(chunked.p).ok);
     shape["chunk"] = 0, shape["window"] = (ctx - 1) % C + 1;
-    Run windowed = run_path("fused", params, {shape, 3, {}, {}});
+    Run windowed = tilec::templates::test::run_emulated("fused", params, {shape, 3, {}, {}});
     CHECK(kv_bytes(chunked.stats) == kv_bytes(windowed.stats));
     CHECK(*chunked.p.ideal_bytes == *windowed.p.ideal_bytes);
     CHECK(output(chunked.p).bytes == output(windowed.p).bytes);
@@ -117,7 +100,7 @@ TEST_CASE("a decode row under chunked attention reads only its chunk's keys, as 
     CHECK(chunked.p.expected.at(0).bytes == windowed.p.expected.at(0).bytes);
     // And without either, the whole context is read.
     shape["window"] = 0;
-    Run whole = run_path("fused", params, {shape, 3, {}, {}});
+    Run whole = tilec::templates::test::run_emulated("fused", params, {shape, 3, {}, {}});
     if (ctx > C) CHECK(kv_bytes(whole.stats) > 2 * kv_bytes(chunked.stats));
   }
 }

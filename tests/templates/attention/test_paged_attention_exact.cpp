@@ -16,6 +16,7 @@
 #include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 #include "tests/runtime/helpers.h"
+#include "tests/templates/attention/pa_test_util.h"
 
 using namespace tilec;
 using namespace tilec::templates;
@@ -37,29 +38,10 @@ template <class F> std::string error_of(F&& f) {
   return "";
 }
 
-const KernelTemplate& paged_attention() {
-  const KernelTemplate* t = find_template("paged_attention");
-  REQUIRE(t);
-  return *t;
-}
-
-struct Run {
-  Problem p;
-  launch::LaunchStats stats;
-};
-
-// Path `path` of the problem `request` with config `params` on the emulator (the lowering of
-// TILEC_EMU_LOWERING).
-Run run_emulated(const std::string& path, const ParamMap& params, const ProblemRequest& request) {
-  const KernelTemplate& t = paged_attention();
-  Run r{make_problem(t, request), {}};
-  auto launcher = backends::make_emulate_launcher();
-  run_problem(t, path, params, r.p, *launcher);
-  r.stats = launcher->stats();
-  return r;
-}
-
-const launch::Buffer& output(const Problem& p) { return p.buffers.at(size_t(p.outputs.at(0))); }
+using tilec::templates::test::paged_attention;
+using tilec::templates::test::Run;
+using tilec::templates::test::run_emulated;
+using tilec::templates::test::output;
 
 } // namespace
 
