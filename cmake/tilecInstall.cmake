@@ -4,17 +4,21 @@
 #   cmake --install build --prefix PREFIX
 #     PREFIX/include/tilec/<folder>/*.h|*.def     headers, included as "ir/ir.h" etc. (not the lowering's own)
 #     PREFIX/lib/libtilec_*.a                     the static libraries
+#     PREFIX/lib/libtilec.so.0.1[.0]              the C ABI (include/tilec/runtime/tilec.h), soname libtilec.so.0.1
 #     PREFIX/bin/tilec                            the CLI
 #     PREFIX/bin/tilec-measure                    times a measurement plan (no LLVM)
 #     PREFIX/lib/cmake/tilec/                     find_package(tilec CONFIG)
 #     PREFIX/lib/pkgconfig/tilec-runtime.pc       the runtime for non-CMake builds
+#     PREFIX/lib/pkgconfig/tilec.pc               the C ABI (libtilec.so) for non-CMake builds
 #     PREFIX/lib/tilec/tilec_emu.dynlist          the symbols its link flag exports
 #
-# Three export sets, one per component of the package: tilecRuntimeTargets (abi, runtime),
+# Four export sets: tilecCTargets (c: libtilec.so, the C ABI; needs nothing, so a C program
+# can use find_package(tilec COMPONENTS c) alone; the runtime component includes it),
+# and one per component of the package: tilecRuntimeTargets (abi, runtime),
 # tilecMeasureTargets (ir, dsl, launch, interp, templates, measure, measure_main, tilec-measure; no LLVM
 # either) and tilecCompilerTargets (the rest), so a consumer without LLVM can use
 # find_package(tilec COMPONENTS runtime measure). A runtime-only build (TILEC_RUNTIME_ONLY)
-# installs the first two.
+# installs all but the compiler's.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -46,6 +50,14 @@ foreach(target IN LISTS tilec_runtime_targets tilec_measure_libraries tilec_comp
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   add_library(tilec::${export_name} ALIAS ${target})
 endforeach()
+# tilec::c: libtilec.so, for C programs (and any language with a C FFI). A C program compiles
+# its header, "runtime/tilec.h" (or "tilec/runtime/tilec.h"), with no C++ flags.
+set_target_properties(tilec_c PROPERTIES EXPORT_NAME c)
+target_include_directories(tilec_c PUBLIC
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tilec>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+add_library(tilec::c ALIAS tilec_c)
 set_target_properties(tilec-measure PROPERTIES EXPORT_NAME tilec-measure)
 add_executable(tilec::tilec-measure ALIAS tilec-measure)
 if(NOT TILEC_RUNTIME_ONLY)
@@ -66,6 +78,7 @@ target_link_options(tilec_runtime INTERFACE "LINKER:--export-dynamic-symbol=tile
 set(TILEC_PC_SANITIZE "")
 if(TILEC_SANITIZE)
   target_link_options(tilec_abi INTERFACE $<INSTALL_INTERFACE:-fsanitize=address,undefined>)
+  target_link_options(tilec_c INTERFACE $<INSTALL_INTERFACE:-fsanitize=address,undefined>)
   set(TILEC_PC_SANITIZE " -fsanitize=address,undefined")
 endif()
 
@@ -145,6 +158,12 @@ foreach(folder IN LISTS tilec_header_folders)
           ${tilec_internal_excludes})
 endforeach()
 
+# libtilec.so.0.1.0 and its soname link in the runtime component (what a program needs to run),
+# the libtilec.so link a linker looks for with the headers.
+install(TARGETS tilec_c EXPORT tilecCTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_runtime NAMELINK_COMPONENT tilec_development)
+install(EXPORT tilecCTargets NAMESPACE tilec:: DESTINATION ${TILEC_INSTALL_CMAKEDIR}
+        COMPONENT tilec_development)
 install(TARGETS ${tilec_runtime_targets} EXPORT tilecRuntimeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tilec_development)
 install(TARGETS ${tilec_measure_libraries} EXPORT tilecMeasureTargets
@@ -178,6 +197,10 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/tilecConfig.cmake ${PROJECT_BINARY_DIR
 file(RELATIVE_PATH TILEC_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/tilec-runtime.pc.in ${PROJECT_BINARY_DIR}/cmake/tilec-runtime.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/tilec-runtime.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT tilec_development)
+# pkg-config for the C ABI: libtilec.so and tilec.h.
+configure_file(${CMAKE_CURRENT_LIST_DIR}/tilec.pc.in ${PROJECT_BINARY_DIR}/cmake/tilec.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/tilec.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT tilec_development)
 # The symbols its link flag exports (-Wl,--dynamic-list=...): the emulator's tilec_emu_*.
 install(FILES ${CMAKE_CURRENT_LIST_DIR}/tilec_emu.dynlist

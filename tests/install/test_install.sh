@@ -9,8 +9,10 @@
 # then the example configured with LLVM hidden (rmsnorm_measure and rmsnorm_host only, and
 # that rmsnorm_measure timing the same plan), a TILEC_RUNTIME_ONLY build of tilec installed
 # and the example built against it (the same), a runtime-only consumer (find_package(tilec
-# COMPONENTS runtime) with LLVM hidden) and the pkg-config file. Every check fails the test;
-# nothing is skipped.
+# COMPONENTS runtime) with LLVM hidden) and the pkg-config file; then libtilec.so (the C ABI):
+# its versioned file and soname, and a C program linking the installed library through
+# pkg-config's tilec.pc and through the CMake target tilec::c (find_package(tilec COMPONENTS c)
+# with every other package hidden). Every check fails the test; nothing is skipped.
 #
 #   tests/install/test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -47,6 +49,7 @@ for f in bin/tilec bin/tilec-measure $lib/libtilec_measure.a $lib/libtilec_measu
          $lib/libtilec_cli_main.a $lib/cmake/tilec/tilecConfig.cmake $lib/cmake/tilec/tilecConfigVersion.cmake \
          $lib/cmake/tilec/tilecRuntimeTargets.cmake $lib/cmake/tilec/tilecCompilerTargets.cmake \
          $lib/cmake/tilec/tilecKernels.cmake $lib/pkgconfig/tilec-runtime.pc $lib/tilec/tilec_emu.dynlist \
+         $lib/libtilec.so $lib/pkgconfig/tilec.pc $lib/cmake/tilec/tilecCTargets.cmake include/tilec/runtime/tilec.h \
          include/tilec/abi/emu_abi.h include/tilec/ir/ir.h include/tilec/ir/ops.def include/tilec/dsl/dsl.h \
          include/tilec/templates/registry.h include/tilec/launch/args.h include/tilec/launch/module_launcher.h include/tilec/runtime/emulator/emulator.h include/tilec/runtime/cuda_entry_points.def \
          include/tilec/tools/cli.h; do
@@ -188,12 +191,13 @@ cmake -G Ninja -S "$src" -B "$tmp/rt_build" -DTILEC_RUNTIME_ONLY=ON -DCMAKE_BUIL
   >"$tmp/rt_configure.log" 2>&1 || { cat "$tmp/rt_configure.log"; fail "a runtime-only tilec does not configure"; }
 # What the measure component installs: tilec-measure and its libraries, and the interpreter
 # (LLVM-free too, though tilec-measure does not link it).
-cmake --build "$tmp/rt_build" --target tilec-measure tilec_measure_main tilec_interp -j "$jobs" >"$tmp/rt_build.log" 2>&1 ||
+cmake --build "$tmp/rt_build" --target tilec-measure tilec_measure_main tilec_interp tilec_c -j "$jobs" >"$tmp/rt_build.log" 2>&1 ||
   { tail -30 "$tmp/rt_build.log"; fail "building the runtime-only tilec"; }
 cmake --install "$tmp/rt_build" --prefix "$tmp/rt_prefix" >"$tmp/rt_install.log" 2>&1 ||
   { cat "$tmp/rt_install.log"; fail "installing the runtime-only tilec"; }
 rl=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$tmp/rt_build/CMakeCache.txt")
-for f in bin/tilec-measure $rl/libtilec_measure_main.a $rl/libtilec_runtime.a $rl/cmake/tilec/tilecMeasureTargets.cmake; do
+for f in bin/tilec-measure $rl/libtilec_measure_main.a $rl/libtilec_runtime.a $rl/cmake/tilec/tilecMeasureTargets.cmake \
+         $rl/libtilec.so $rl/pkgconfig/tilec.pc $rl/cmake/tilec/tilecCTargets.cmake; do
   [[ -e $tmp/rt_prefix/$f ]] || fail "the runtime-only install has no $f"
 done
 for f in bin/tilec $rl/libtilec_codegen.a $rl/cmake/tilec/tilecCompilerTargets.cmake; do
@@ -216,6 +220,9 @@ project(runtime_only CXX)
 find_package(tilec CONFIG REQUIRED COMPONENTS runtime)
 if(TARGET tilec::compiler OR TARGET tilec::codegen OR COMMAND tilec_add_kernels)
   message(FATAL_ERROR "the compiler targets are defined although LLVM was not found")
+endif()
+if(NOT TARGET tilec::c)
+  message(FATAL_ERROR "the runtime component defines no tilec::c")
 endif()
 if(NOT tilec_runtime_FOUND OR tilec_compiler_FOUND)
   message(FATAL_ERROR "components: runtime ${tilec_runtime_FOUND}, compiler ${tilec_compiler_FOUND}")
@@ -274,6 +281,98 @@ echo "$flags"
 # shellcheck disable=SC2086  # the flags are words
 c++ -std=c++20 -O1 -o "$tmp/rmsnorm_host_pc" "$src/examples/rmsnorm/host.cpp" $flags || fail "building with pkg-config"
 "$tmp/rmsnorm_host_pc" "$tmp/deploy" $rows $cols || fail "the pkg-config build of rmsnorm_host"
+
+# The C ABI as a C program sees it: the version, an error that reaches the library (a folder
+# that does not exist, named in the message), then the exported folder opened and closed.
+cat >"$tmp/c_host.c" <<'EOF'
+#include "runtime/tilec.h"
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char** argv) {
+  tilec_store* store = NULL;
+  if (argc != 2 || tilec_abi_version() != TILEC_ABI_VERSION) return 1;
+  if (tilec_store_open("no/such/folder", "emulate", &store) != TILEC_ERROR_NOT_FOUND ||
+      !strstr(tilec_last_error(), "no/such/folder")) {
+    fprintf(stderr, "a missing folder: '%s'\n", tilec_last_error());
+    return 1;
+  }
+  if (tilec_store_open(argv[1], "emulate", &store) != TILEC_OK) {
+    fprintf(stderr, "%s\n", tilec_last_error());
+    return 1;
+  }
+  printf("ABI %d, %s on %s\n", tilec_abi_version(), argv[1], tilec_store_arch(store));
+  tilec_store_close(store);
+  return 0;
+}
+EOF
+# check_c_host PROGRAM: it needs libtilec.so by its soname, loads the installed one, and runs.
+check_c_host() {
+  readelf -d "$1" >"$tmp/c_host.dyn"
+  grep -q "NEEDED.*\[libtilec\.so\.$soversion\]" "$tmp/c_host.dyn" ||
+    { cat "$tmp/c_host.dyn"; fail "$1 does not need libtilec.so.$soversion"; }
+  ldd "$1" >"$tmp/c_host.ldd"
+  grep -q "libtilec\.so\.$soversion => $2/" "$tmp/c_host.ldd" ||
+    { cat "$tmp/c_host.ldd"; fail "$1 does not load the libtilec.so installed in $2"; }
+  "$1" "$tmp/deploy" || fail "$1 (the C ABI through the installed libtilec.so)"
+}
+
+step "libtilec.so: the installed file, its soname, its exports"
+version=$(sed -n 's/^#define TILEC_VERSION "\([0-9.]*\)"$/\1/p' "$src/abi/version.h")
+[[ $version =~ ^([0-9]+)\.([0-9]+)\.[0-9]+$ ]] || fail "no version in abi/version.h: '$version'"
+# 0.x: a minor version may break the ABI, so the soname carries major.minor.
+soversion=${BASH_REMATCH[1]}
+[[ $soversion != 0 ]] || soversion=0.${BASH_REMATCH[2]}
+[[ -f $p/$lib/libtilec.so.$version && ! -L $p/$lib/libtilec.so.$version ]] || fail "the install has no file libtilec.so.$version"
+[[ $(readlink "$p/$lib/libtilec.so.$soversion") == "libtilec.so.$version" ]] ||
+  fail "libtilec.so.$soversion is not a link to libtilec.so.$version"
+[[ $(readlink "$p/$lib/libtilec.so") == "libtilec.so.$soversion" ]] || fail "libtilec.so is not a link to libtilec.so.$soversion"
+readelf -d "$p/$lib/libtilec.so.$version" >"$tmp/libtilec.dyn"
+grep "SONAME\|NEEDED" "$tmp/libtilec.dyn"
+grep -q "SONAME.*\[libtilec\.so\.$soversion\]" "$tmp/libtilec.dyn" || fail "libtilec.so's soname is not libtilec.so.$soversion"
+if grep -qi "NEEDED.*llvm" "$tmp/libtilec.dyn"; then fail "libtilec.so links LLVM"; fi
+nm -D --defined-only "$p/$lib/libtilec.so" >"$tmp/libtilec.nm"
+grep -q ' T tilec_store_open$' "$tmp/libtilec.nm" || fail "libtilec.so does not export tilec_store_open"
+grep -q ' T tilec_emu_' "$tmp/libtilec.nm" || fail "libtilec.so does not export the emulator's tilec_emu_* functions"
+
+step "pkg-config tilec: a C11 program linked against the installed libtilec.so"
+pc() { PKG_CONFIG_PATH="$1/pkgconfig" pkg-config "${@:2}" tilec; }
+cflags=$(pc "$p/$lib" --cflags) || fail "pkg-config --cflags tilec"
+libs=$(pc "$p/$lib" --libs) || fail "pkg-config --libs tilec"
+echo "$cflags $libs"
+[[ $(pc "$p/$lib" --modversion) == "$version" ]] || fail "tilec.pc's version is not $version"
+# shellcheck disable=SC2086  # the flags are words
+cc -std=c11 -Wall -Wextra -pedantic -Werror $cflags -o "$tmp/c_host_pc" "$tmp/c_host.c" $libs -Wl,-rpath,"$p/$lib" ||
+  fail "building a C program with pkg-config tilec"
+check_c_host "$tmp/c_host_pc" "$p/$lib"
+
+step "find_package(tilec COMPONENTS c): a C project linking tilec::c, no other package found"
+mkdir -p "$tmp/c_user"
+cp "$tmp/c_host.c" "$tmp/c_user/"
+cat >"$tmp/c_user/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.25)
+project(c_user C)
+find_package(tilec CONFIG REQUIRED COMPONENTS c)
+if(TARGET tilec::runtime OR TARGET tilec::compiler)
+  message(FATAL_ERROR "find_package(tilec COMPONENTS c) defined the C++ targets")
+endif()
+add_executable(c_host c_host.c)
+set_target_properties(c_host PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_compile_options(c_host PRIVATE -Wall -Wextra -pedantic -Werror)
+target_link_libraries(c_host PRIVATE tilec::c)
+EOF
+# fmt, toml++ and LLVM hidden: the C ABI needs none of them.
+cmake -G Ninja -S "$tmp/c_user" -B "$tmp/c_user/build" -DCMAKE_PREFIX_PATH="$p" -DCMAKE_DISABLE_FIND_PACKAGE_fmt=TRUE \
+  -DCMAKE_DISABLE_FIND_PACKAGE_tomlplusplus=TRUE -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=TRUE >"$tmp/c_user.log" 2>&1 ||
+  { cat "$tmp/c_user.log"; fail "a C project with find_package(tilec COMPONENTS c) does not configure"; }
+cmake --build "$tmp/c_user/build" || fail "a C project linking tilec::c does not build"
+check_c_host "$tmp/c_user/build/c_host" "$p/$lib"
+
+step "the runtime-only install's libtilec.so, through its own tilec.pc"
+rt_flags=$(pc "$tmp/rt_prefix/$rl" --cflags --libs) || fail "pkg-config tilec on the runtime-only install"
+# shellcheck disable=SC2086  # the flags are words
+cc -std=c11 -o "$tmp/c_host_rt" "$tmp/c_host.c" $rt_flags -Wl,-rpath,"$tmp/rt_prefix/$rl" ||
+  fail "building a C program against the runtime-only install"
+check_c_host "$tmp/c_host_rt" "$tmp/rt_prefix/$rl"
 
 echo
 echo "install test passed in $((SECONDS - start))s"
