@@ -5,13 +5,14 @@
     out = store.run("paged_attention", q=q, k_cache=k, v_cache=v, block_table=bt,
                     context_lens=cl, softmax_scale=0.125)
 
-The package is ctypes over tilec's C ABI (runtime/tilec.h, the library libtilec.so): nothing
-is compiled when it is installed, and every rule (the sizes, the config the tuning database
-selects, the argument checks, the grids, the workspace, the launches) is the C++ runtime's,
-read from the op's kernel card; this file knows no op by name. Arrays are taken through
-`__dlpack__` without copies: NumPy (or any CPU array) on the emulator, PyTorch CUDA tensors
-(any CUDA array) on the GPU, launched on the current PyTorch stream unless `stream=` names
-another. ctypes releases the GIL for every call into the library, so no launch holds it.
+The package is ctypes over tilec's C ABI (runtime/tilec.h, the library libtilec.so, which
+`pip install ./python` builds into the package; nothing else is compiled), and every rule (the
+sizes, the config the tuning database selects, the argument checks, the grids, the workspace,
+the launches) is the C++ runtime's, read from the op's kernel card; this file knows no op by
+name. Arrays are taken through `__dlpack__` without copies: NumPy (or any CPU array) on the
+emulator, PyTorch CUDA tensors (any CUDA array) on the GPU, launched on the current PyTorch
+stream unless `stream=` names another. ctypes releases the GIL for every call into the library,
+so no launch holds it.
 
 The library is found through $TILEC_LIBRARY, else libtilec.so beside this file, else the
 loader's search path. docs/HOST_PYTHON.md has the whole story.
@@ -97,13 +98,18 @@ def _library():
     global _lib
     if _lib is not None:
         return _lib
+    # $TILEC_LIBRARY overrides; else the copy pip built into this package; else the loader's path.
     path = os.environ.get("TILEC_LIBRARY")
+    if path and not os.path.isfile(path):
+        raise TilecError(f"TILEC_LIBRARY={path}: no such file (a tilec build has build/libtilec.so; unset "
+                         "TILEC_LIBRARY to use the library this package carries)")
     if not path:
         beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtilec.so")
         path = beside if os.path.exists(beside) else ctypes.util.find_library("tilec")
     if not path:
-        raise TilecError("libtilec.so not found: set TILEC_LIBRARY to its path (a tilec build has it at "
-                         "build/libtilec.so), or put it beside this package or on the loader's path")
+        raise TilecError("libtilec.so not found: this package was not installed with it (pip install ./python "
+                         "from a tilec checkout builds it in), so set TILEC_LIBRARY to one (a tilec build has "
+                         "build/libtilec.so) or put it on the loader's path")
     lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # emulated modules call the runtime's tilec_emu_*
     c = ctypes
     sigs = {
