@@ -73,9 +73,10 @@ OpRun read_run(const Reader& r, const toml::table& run) {
     OpTensor x;
     x.name = name_of(t, path);
     std::string role = r.string(t, "role", path + ".role", &t);
-    if (role != "input" && role != "output")
-      r.fail(t.get("role"), fmt::format("key '{}.role' is '{}', not \"input\" or \"output\"", path, role));
+    if (role != "input" && role != "output" && role != "inout")
+      r.fail(t.get("role"), fmt::format("key '{}.role' is '{}', not \"input\", \"output\" or \"inout\"", path, role));
     x.output = role == "output";
+    x.inout = role == "inout";
     const toml::node& dims = r.need(t, "dims");
     if (!dims.is_array()) r.fail(dims, fmt::format("key '{}.dims' must be an array of expressions", path));
     for (size_t i = 0; i < dims.as_array()->size(); ++i)
@@ -97,6 +98,9 @@ OpRun read_run(const Reader& r, const toml::table& run) {
     if (s.type != ScalarType::f32 && !is_integer(s.type))
       r.fail(t.get("type"), fmt::format("key '{}.type': a scalar is f32 or an integer type", path));
     out.scalars.push_back(std::move(s));
+  });
+  each(r, run, "check", [&](const toml::table& t, const std::string& path) {
+    out.checks.push_back({expr(r, r.need(t, "what"), path + ".what"), r.string(t, "message", path + ".message", &t)});
   });
   each(r, run, "workspace", [&](const toml::table& t, const std::string& path) {
     OpWorkspace w{name_of(t, path), scalar_type(r, t, "dtype", path), expr(r, r.need(t, "elements"), path + ".elements"),
@@ -155,11 +159,13 @@ std::string format_op_run(const OpRun& run) {
     for (const SizeExpr& d : t.dims) dims += (dims.empty() ? "" : ", ") + expr_text(d);
     for (ScalarType a : t.accept) accept += (accept.empty() ? "" : ", ") + quote(std::string(scalar_type_name(a)));
     out += fmt::format("\n[[run.tensor]]\nname = {}\nrole = \"{}\"\ndims = [{}]\ndtype = {}\n{}{}", quote(t.name),
-                       t.output ? "output" : "input", dims, expr_text(t.dtype),
+                       t.inout ? "inout" : t.output ? "output" : "input", dims, expr_text(t.dtype),
                        accept.empty() ? "" : fmt::format("accept = [{}]\n", accept), when(t.when));
   }
   for (const OpScalar& s : run.scalars)
     out += fmt::format("\n[[run.scalar]]\nname = {}\ntype = \"{}\"\n{}", quote(s.name), scalar_type_name(s.type), when(s.when));
+  for (const OpCheck& c : run.checks)
+    out += fmt::format("\n[[run.check]]\nwhat = {}\nmessage = {}\n", expr_text(c.what), quote(c.message));
   for (const OpWorkspace& w : run.workspace)
     out += fmt::format("\n[[run.workspace]]\nname = {}\ndtype = \"{}\"\nelements = {}\n{}", quote(w.name),
                        scalar_type_name(w.dtype), expr_text(w.elements), when(w.when));

@@ -16,7 +16,8 @@
 //
 //   [[run.tensor]]        # the caller's arrays, row-major and contiguous
 //   name = "q"
-//   role = "input"        # or "output"
+//   role = "input"        # "output", or "inout": read and written in place (the caller's array,
+//                         # never allocated for the caller; a binding passes it and gets it back)
 //   dims = ["batch", "hq", "sq", "head_dim"]
 //   dtype = "dtype"       # an expression naming the element type
 //   accept = ["u32"]      # optional: other element types taken as they are (same width)
@@ -26,6 +27,10 @@
 //   name = "softmax_scale"
 //   type = "f32"
 //   when = "softcap"      # optional, as for tensors
+//
+//   [[run.check]]         # after the lets: arguments for which `what` is 0 are refused with
+//   what = 'slot_dtype == "i64" || slot_dtype == "i32"'  # the message (and the tuning key)
+//   message = "slot_mapping holds int64 or int32 slots"
 //
 //   [[run.workspace]]     # scratch the run needs, carved from one workspace (256-byte aligned)
 //   name = "partial_o"
@@ -66,7 +71,8 @@ struct OpLet {
 
 struct OpTensor {
   std::string name;
-  bool output = false;
+  bool output = false; // written into an array a binding may allocate
+  bool inout = false;  // read and written in place: always the caller's array (output is false)
   std::vector<SizeExpr> dims;
   SizeExpr dtype;
   std::vector<ScalarType> accept;
@@ -79,6 +85,12 @@ struct OpScalar {
   ScalarType type = ScalarType::f32;
   SizeExpr when;
   bool operator==(const OpScalar&) const = default;
+};
+
+struct OpCheck {
+  SizeExpr what;
+  std::string message;
+  bool operator==(const OpCheck&) const = default;
 };
 
 struct OpWorkspace {
@@ -101,6 +113,7 @@ struct OpRun {
   std::vector<OpLet> lets;
   std::vector<OpTensor> tensors;
   std::vector<OpScalar> scalars;
+  std::vector<OpCheck> checks;
   std::vector<OpWorkspace> workspace;
   std::vector<std::pair<std::string, SizeExpr>> spec;
   std::vector<OpLaunch> launches;

@@ -166,6 +166,7 @@ public:
   void resolve_sizes();      // 1. given, implied by a tensor, else defaulted; the tuning key
   void select_config();      // 2. the nearest tuned key's, else the card's defaults; the caller's on top
   void evaluate_lets();
+  void check_values() const; //    the run's checks over the sizes, the config and the lets
   void check_tensors();      // 3. present when wanted, of the right shape and dtype, contiguous, aligned,
   void check_overlaps() const; //    and no output overlapping another tensor
   void check_scalars();
@@ -316,6 +317,12 @@ void Preparation::evaluate_lets() {
   for (const OpLet& l : run_.lets) v_[l.name] = eval(l.value, "let " + l.name);
 }
 
+void Preparation::check_values() const {
+  for (const OpCheck& c : run_.checks)
+    if (eval_int(c.what, "check " + c.what.text()) == 0)
+      fail(fmt::format("{} ({} is false for {})", c.message, c.what.text(), format_key(call.key)));
+}
+
 // Present exactly when its condition holds, then its shape, dtype, size, contiguity and
 // alignment; the bytes it spans are what a launch binds.
 void Preparation::check_tensors() {
@@ -337,13 +344,13 @@ void Preparation::check_tensors() {
   check_overlaps();
 }
 
-// An output shares no byte with another tensor: tilec's kernels assume a written buffer
+// An output (or inout) shares no byte with another tensor: tilec's kernels assume a written buffer
 // overlaps no other (they read inputs through the non-coherent path, and would read what they
 // wrote).
 void Preparation::check_overlaps() const {
   for (const OpTensor& t : run_.tensors) {
     auto out = bytes_of_.find(t.name);
-    if (!t.output || out == bytes_of_.end() || out->second.second == 0) continue;
+    if (!(t.output || t.inout) || out == bytes_of_.end() || out->second.second == 0) continue;
     const std::uint64_t lo = out->second.first->address, hi = lo + out->second.second;
     for (const auto& [name, other] : bytes_of_) {
       const std::uint64_t olo = other.first->address, ohi = olo + other.second;
@@ -525,6 +532,7 @@ OpCall Op::prepare(const OpArgs& args, bool values_only) const {
   p.select_config();
   p.evaluate_lets();
   if (values_only) return std::move(p.call);
+  p.check_values();
   p.check_tensors();
   p.check_scalars();
   p.lay_out_workspace();

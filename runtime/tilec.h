@@ -139,8 +139,9 @@ const char* tilec_store_op_name(const tilec_store* store, size_t index);
  * the store. */
 tilec_status tilec_store_op(const tilec_store* store, const char* name, const tilec_op** out);
 
-/* The op's declared arguments, by index: tensors (is_output 1 for an output), scalars and
- * sizes, so a binding can check names before it calls. NULL past the end. */
+/* The op's declared arguments, by index: tensors (is_output 0 for an input, 1 for an output a
+ * binding may allocate, 2 for one the op updates in place: the caller's array, read and
+ * written), scalars and sizes, so a binding can check names before it calls. NULL past the end. */
 const char* tilec_op_tensor(const tilec_op* op, size_t index, int* is_output);
 const char* tilec_op_scalar(const tilec_op* op, size_t index);
 const char* tilec_op_size(const tilec_op* op, size_t index);

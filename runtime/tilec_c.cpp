@@ -184,7 +184,7 @@ tilec_status tilec_store_op(const tilec_store* store, const char* name, const ti
 const char* tilec_op_tensor(const tilec_op* op, size_t index, int* is_output) {
   if (!op || index >= op->op->run().tensors.size()) return nullptr;
   const OpTensor& t = op->op->run().tensors[index];
-  if (is_output) *is_output = t.output;
+  if (is_output) *is_output = t.inout ? 2 : t.output ? 1 : 0;
   return t.name.c_str();
 }
 const char* tilec_op_scalar(const tilec_op* op, size_t index) {

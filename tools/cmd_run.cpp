@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -120,6 +121,28 @@ void check_out_file(const std::string& file) {
     throw UserError(fmt::format("--out {}: cannot write in {}: {}", file, folder.string(), std::strerror(errno)));
 }
 
+// A kernel with several outputs (reshape_and_cache's two caches) writes each as NAME.npy into
+// the folder --out names, made when missing: it may be a folder, or a name in one that exists.
+bool out_is_folder(const templates::KernelTemplate& t) {
+  return std::count_if(t.tensors.begin(), t.tensors.end(), [](const templates::TensorSpec& s) { return s.output; }) > 1;
+}
+
+void check_out_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) throw UserError("--out: the folder name is empty");
+  std::error_code ec;
+  fs::path path(dir), where = path;
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+    throw UserError(fmt::format("--out {}: is not a folder (this kernel writes several outputs into one)", dir));
+  if (!fs::exists(path, ec)) {
+    where = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    if (!fs::is_directory(where, ec))
+      throw UserError(fmt::format("--out {}: folder {} does not exist", dir, where.string()));
+  }
+  if (::access(where.c_str(), W_OK | X_OK) != 0)
+    throw UserError(fmt::format("--out {}: cannot write in {}: {}", dir, where.string(), std::strerror(errno)));
+}
+
 // A tuning database given with --tuned must exist: a missing one is a mistyped name, not an
 // empty database.
 void check_tuned_db(const std::string& db) {
@@ -131,7 +154,7 @@ void check_tuned_db(const std::string& db) {
 
 int run_kernel(const Common& common, const RunOptions& o) {
   const templates::KernelTemplate& t = o.choice.kernel();
-  if (!o.out_file.empty() || o.out_given) check_out_file(o.out_file);
+  if (!o.out_file.empty() || o.out_given) out_is_folder(t) ? check_out_folder(o.out_file) : check_out_file(o.out_file);
   if (!o.tuned.empty()) check_tuned_db(o.tuned);
   templates::ProblemRequest req{o.choice.shape(), o.seed, {}, o.inputs_dir};
   for (const auto& [name, value] : o.options)
@@ -189,7 +212,8 @@ Action add_run(CLI::App& app, Common& common) {
   app.add_option("--inputs", o->inputs_dir, "read the inputs from this folder of .npy files (kernels that take "
                                             "files; see tilec list)");
   app.add_option("--tuned", o->tuned, "take the config from this tuning database (tilec autotune)");
-  app.add_option("--out", o->out_file, "write the output here (.npy)");
+  app.add_option("--out", o->out_file, "write the output here (.npy; a folder of NAME.npy files for a kernel with "
+                                       "several outputs)");
   app.add_flag("--strict-traffic", o->strict_traffic,
                "fail (exit 1) when the run moves more bytes than the kernel's traffic budget allows (default: a "
                "warning)");
