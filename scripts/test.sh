@@ -6,8 +6,9 @@
 # second time with the emulator's threads in reverse order running the GPU's own nvptx
 # lowering rewritten for the CPU. So every test runs in both thread orders and on both
 # lowerings, once each, and under the sanitizers once. After the first ctest pass it runs the
-# hosts in Python and Rust (scripts/test_hosts.sh) and counts the decode loop's SASS
-# (scripts/sass_check.py).
+# hosts in Python and Rust (scripts/test_hosts.sh; then as a user installs them, from
+# `pip wheel ./python` and `cmake --install`: tests/install/test_hosts_installed.sh) and counts
+# the decode loop's SASS (scripts/sass_check.py).
 # Each stage prints its time, and the run ends (pass or fail) with a table of them.
 # With TILEC_REQUIRE_PTXAS=1 (CI sets it) a missing ptxas fails the run instead of
 # skipping the PTX checks. TILEC_QUICK=1 runs the plain suite only, in both orders (for a
@@ -105,6 +106,11 @@ wait_prefetch
 # the Rust example, on the folder ctest's hosts_deploy fixture exported (the C host ran in ctest).
 stage "hosts: the Python package (pytest) and the Rust example (scripts/test_hosts.sh)" \
   ./scripts/test_hosts.sh "$build"
+# The same hosts as a user installs them, no build tree on their paths: `pip wheel ./python`
+# (the package builds and carries libtilec.so; ccache serves its compiles) imported from a
+# scratch folder, and the Rust example linking `cmake --install`'s libtilec.so via pkg-config.
+stage "hosts from an install: pip wheel ./python, Rust over pkg-config (tests/install/test_hosts_installed.sh)" \
+  ./tests/install/test_hosts_installed.sh "$build"
 
 # The decode loop in SASS (the cubin through nvdisasm; pip's nvidia-cuda-nvdisasm when the
 # toolkit has none): at most 340 instructions and 8 barriers a trip. Needs ptxas for the cubin.
