@@ -97,9 +97,7 @@ KernelTemplate matmul_template() {
     pr.rtol = 1e-5;
     return pr;
   };
-  t.grid = [](const ParamMap& p, const ParamMap& s) {
-    return launch::Grid{cdiv(s.at("m"), p.at("block_m")), cdiv(s.at("n"), p.at("block_n")), 1};
-  };
+  t.grid_expr = {"cdiv(m, block_m)", "cdiv(n, block_n)", "1"};
   t.reference = [](Problem& pr) {
     const int64_t m = pr.shape.at("m"), n = pr.shape.at("n"), k = pr.shape.at("k");
     const launch::Buffer &a = pr.buffers[0], &b = pr.buffers[1];
@@ -112,48 +110,9 @@ KernelTemplate matmul_template() {
       }
     pr.expected = {std::move(want)};
   };
-  t.tensors = {{"a", {"m", "k"}, false, "dtype"}, {"b", {"k", "n"}, false, "dtype"}, {"c", {"m", "n"}, true}};
-  // The run as data (runtime/op_run.h), for hosts that load a folder of modules (the C ABI,
-  // python/tilec): the sizes from a and b, c allocated, one program per tile of C. The module
-  // is specialized on what its IR depends on: the config, the dtype, and n and k (their
-  // powers of two up to 16 are promised).
-  t.run = R"toml(
-[[run.size]]
-name = "m"
-[[run.size]]
-name = "n"
-[[run.size]]
-name = "k"
-[[run.size]]
-name = "dtype"
-[[run.tensor]]
-name = "a"
-role = "input"
-dims = ["m", "k"]
-dtype = "dtype"
-[[run.tensor]]
-name = "b"
-role = "input"
-dims = ["k", "n"]
-dtype = "dtype"
-[[run.tensor]]
-name = "c"
-role = "output"
-dims = ["m", "n"]
-dtype = '"f32"'
-[run.spec]
-block_m = "block_m"
-block_n = "block_n"
-block_k = "block_k"
-num_warps = "num_warps"
-num_stages = "num_stages"
-dtype = "dtype"
-n = "n"
-k = "k"
-[[run.launch]]
-kernel = "matmul"
-grid = ["cdiv(m, block_m)", "cdiv(n, block_n)", "1"]
-)toml";
+  t.tensors = {{"a", {"m", "k"}, false, "dtype"},
+               {"b", {"k", "n"}, false, "dtype"},
+               {.name = "c", .dims = {"m", "n"}, .output = true, .dtype = "f32"}};
   t.size_fields = {"m", "n", "k"};
   return t;
 }

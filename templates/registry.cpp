@@ -1,6 +1,7 @@
 // The registry of kernel templates and what every command asks of one: its kernels, module
 // specialization, problem key, kernel card, launch grid and resolved parameters.
 #include "templates/registry.h"
+#include "templates/run_generation.h"
 
 #include <thread>
 #include <fmt/format.h>
@@ -35,11 +36,15 @@ namespace {
 // A function-local static, so registrations from other translation units' static initializers
 // find it constructed.
 std::vector<KernelTemplate>& registry() {
-  static std::vector<KernelTemplate> all = {
+  static std::vector<KernelTemplate> all = [] {
+    std::vector<KernelTemplate> builtin = {
 #define TILEC_BUILTIN_KERNEL(make) make(),
 #include "templates/builtin_kernels.def"
 #undef TILEC_BUILTIN_KERNEL
-  };
+    };
+    for (KernelTemplate& t : builtin) derive_grid(t);
+    return builtin;
+  }();
   return all;
 }
 
@@ -51,9 +56,15 @@ bool register_kernel(KernelTemplate (*make)()) {
   KernelTemplate t = make();
   if (t.name.empty() || !t.build)
     throw UserError(fmt::format("register_kernel: a kernel needs a name and a build function (got name '{}')", t.name));
+  try {
+    derive_grid(t);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("register_kernel: {}", e.what()));
+  }
   if (t.make_problem && t.paths.empty() && !t.grid)
-    throw UserError(fmt::format("register_kernel: {} has a problem but no launch grid: set KernelTemplate::grid, a "
-                                "function of the config and the sizes (every config runs on its own grid)",
+    throw UserError(fmt::format("register_kernel: {} has a problem but no launch grid: set KernelTemplate::grid_expr, "
+                                "expressions of the config and the sizes such as {{\"cdiv(n, block)\", \"1\", \"1\"}} "
+                                "(every config runs on its own grid)",
                                 t.name));
   if (!t.tensors.empty() && !t.reference)
     throw UserError(fmt::format("register_kernel: {} declares tensors but no reference from its inputs "
@@ -145,6 +156,7 @@ rt::KernelCard kernel_card(const KernelTemplate& t) {
   if (!t.module_variants.empty())
     for (const auto& [name, v] : t.module_variants.front()) card.spec_defaults[name] = v;
   if (!t.run.empty()) card.run = rt::parse_op_run(t.run, t.name + " (KernelTemplate::run)");
+  else if (!t.grid_expr[0].empty()) card.run = generate_run(t);
   return card;
 }
 
@@ -169,8 +181,8 @@ void run_problem(const KernelTemplate& t, const std::string& path, const ParamMa
 
 launch::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
   if (!t.grid)
-    throw UserError(fmt::format("{} declares no launch grid (KernelTemplate::grid, a function of the config and the "
-                                "sizes), so it cannot be run",
+    throw UserError(fmt::format("{} declares no launch grid (KernelTemplate::grid_expr, expressions of the config and "
+                                "the sizes), so it cannot be run",
                                 t.name));
   launch::Grid g = t.grid(params, shape);
   for (int64_t d : g)

@@ -2,6 +2,7 @@
 // Kernels written in the DSL, each with the problem it solves and a plain C++
 // reference, in one registry that the CLI and the tests share.
 #include <any>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -106,15 +107,18 @@ struct RunPath {
   std::function<void(Problem& p, const ParamMap& params, const ParamMap& shape, launch::Launcher& l)> run;
 };
 
-// One array of a problem as files see it: `NAME.npy` under `--inputs DIR`, or the file
-// `--out` writes. `dims` are --shape field names or decimal numbers, outermost first; the
-// element type is that of the problem's buffer NAME, or, with `dtype_field`, the dtype named by
-// that --shape choice field's value (choices such as "f16", "bf16", "f32"), read from the file.
+// One array of a problem as files and hosts see it: `NAME.npy` under `--inputs DIR`, the file
+// `--out` writes, and a tensor of the run hosts execute (run_generation.h). `dims` are --shape
+// field names or decimal numbers, outermost first. Its element type: with `dtype_field`, the
+// dtype named by that --shape choice field's value (choices such as "f16", "bf16", "f32"), read
+// from the file; else `dtype`, a fixed one ("f32"), which is the problem's buffer NAME's (the CLI
+// reads the buffer's; a host's run needs it written here).
 struct TensorSpec {
   std::string name;
   std::vector<std::string> dims;
   bool output = false;
   std::string dtype_field = {};
+  std::string dtype = {};
 };
 
 // A float value of a problem that is not a size: `tilec run/bench --NAME X`.
@@ -136,8 +140,18 @@ struct KernelTemplate {
   std::function<Problem(const ProblemRequest& request)> make_problem;
   // The launch grid of the default path for a config and the problem's sizes: every command
   // (run, --tuned, bench, autotune, --prepare, tilec-measure) launches each config on its own
-  // grid. Required to run a template that declares no `paths`.
+  // grid. Required to run a template that declares no `paths`: as `grid_expr`, or as a function
+  // here for a grid no expression states.
   std::function<launch::Grid(const ParamMap& params, const ParamMap& shape)> grid = {};
+  // The grid as expressions (x, y, z) in the runtime's language (runtime/size_expr.h) over the
+  // config, the --shape sizes (a choice field by its name: dtype == "f16") and `lets`:
+  // {"cdiv(n, block)", "1", "1"}; an empty y or z is 1. Stated once: the registry derives `grid`
+  // from it, and the run hosts execute (run_generation.h) launches on it. Empty: none.
+  std::array<std::string, 3> grid_expr = {};
+  // Integer kernel parameters that are neither a config value nor a size, as expressions over
+  // them, in order: softmax's row stride {"stride", "cols"}. A host's run binds them by name;
+  // grid_expr may use them. Empty: none.
+  std::vector<std::pair<std::string, std::string>> lets = {};
   // Fills p.expected (one buffer per p.outputs) from p's input buffers; may also set atol/rtol
   // and ideal_bytes. With `tensors`, `--inputs DIR` reads the inputs from .npy files and
   // `--out` writes the output with its shape, with no I/O code of the template's own.
@@ -188,9 +202,11 @@ struct KernelTemplate {
   // --shape values): `autotune --export` writes the winner's modules once per variant
   // (paged attention: softcap=0 and softcap=1). Empty: one set of modules.
   std::vector<ParamMap> module_variants = {};
-  // The whole run as data (runtime/op_run.h), TOML text holding a [run] table: kernel_card
-  // writes it into the card, so hosts in any language run the op through the C ABI
-  // (runtime/tilec.h). Empty: the card describes no run (a host launches the modules itself).
+  // The whole run as data (runtime/op_run.h), TOML text holding a [run] table, for a run that
+  // generate_run cannot describe (paged attention's paths and workspace). Empty: kernel_card
+  // writes the run generated from the declaration above when the template has `grid_expr`
+  // (run_generation.h), else none (a host launches the modules itself). Hosts in any language
+  // run an op whose card has a run through the C ABI (runtime/tilec.h).
   std::string run = {};
 };
 
@@ -199,7 +215,8 @@ struct KernelTemplate {
 rt::ProblemKey problem_key(const KernelTemplate& t, const ParamMap& shape);
 
 // What a host needs of `t` beyond its modules (runtime/module_store.h): its declared defaults,
-// its size fields and the first module variant as specialization defaults.
+// its size fields, the first module variant as specialization defaults, and its run (t.run,
+// else generate_run's when t has grid_expr; UserError when that cannot be generated).
 rt::KernelCard kernel_card(const KernelTemplate& t);
 
 // The default path's name ("kernel" when the template declares none).
@@ -220,8 +237,8 @@ void run_problem(const KernelTemplate& t, const std::string& path, const ParamMa
 // take. request.shape may leave out sizes (their defaults); p.shape holds all of them. With
 // --inputs and `tensors`, the sizes and dtypes come from the files.
 Problem make_problem(const KernelTemplate& t, const ProblemRequest& request);
-// The grid of the default path for a config at these sizes (t.grid); UserError when the
-// template has none.
+// The grid of the default path for a config at these sizes (t.grid, derived from t.grid_expr
+// where given); UserError when the template has none.
 launch::Grid launch_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape);
 // Writes output 0 of a run as .npy: t.write_output, else shaped by its TensorSpec at p.shape's
 // sizes, else a 1-d array of its dtype.
@@ -250,8 +267,10 @@ const KernelTemplate* find_template(std::string_view name);
 
 // Adds the kernel `make()` returns to the registry, for kernels in a user's own source files:
 // the whole tilec CLI (tilec_add_kernels in CMake) then serves them beside tilec's own.
-// A name that is already registered is an error (UserError at start-up). Returns true, so
-// it can initialize a static: see TILEC_REGISTER_KERNEL.
+// A name that is already registered is an error (UserError at start-up), as are a grid given
+// both as `grid` and `grid_expr`, a grid expression or let that does not parse, and
+// `grid_expr` beside `paths` or `build_all` (a run of several kernels states its grids in
+// `run`). Returns true, so it can initialize a static: see TILEC_REGISTER_KERNEL.
 bool register_kernel(KernelTemplate (*make)());
 
 // Starts from the declared defaults and applies `k=v` overrides. Unknown

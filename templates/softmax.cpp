@@ -58,7 +58,8 @@ KernelTemplate softmax_template() {
     pr.rtol = 1e-5;
     return pr;
   };
-  t.grid = [](const ParamMap&, const ParamMap& s) { return launch::Grid{s.at("rows"), 1, 1}; };
+  t.grid_expr = {"rows", "1", "1"};
+  t.lets = {{"n_cols", "cols"}, {"stride", "cols"}}; // the kernel's names for what the problem passes
   t.reference = [](Problem& pr) {
     const int64_t rows = pr.shape.at("rows"), cols = pr.shape.at("cols");
     const launch::Buffer& x = pr.buffers[0];
@@ -71,7 +72,8 @@ KernelTemplate softmax_template() {
     }
     pr.expected = {std::move(want)};
   };
-  t.tensors = {{"x", {"rows", "cols"}}, {"out", {"rows", "cols"}, true}};
+  t.tensors = {{.name = "x", .dims = {"rows", "cols"}, .dtype = "f32"},
+               {.name = "out", .dims = {"rows", "cols"}, .output = true, .dtype = "f32"}};
   t.size_fields = {"rows"};
   t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   return t;

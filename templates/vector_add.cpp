@@ -45,14 +45,16 @@ KernelTemplate vector_add_template() {
     pr.rtol = 0;
     return pr;
   };
-  t.grid = [](const ParamMap& p, const ParamMap& s) { return launch::Grid{cdiv(s.at("n"), p.at("block")), 1, 1}; };
+  t.grid_expr = {"cdiv(n, block)", "1", "1"};
   t.reference = [](Problem& pr) {
     const launch::Buffer &x = pr.buffers[0], &y = pr.buffers[1];
     launch::Buffer want("out", ir::DType::f32, x.count());
     for (size_t i = 0; i < x.count(); ++i) want.set(i, float(x.get(i)) + float(y.get(i)));
     pr.expected = {std::move(want)};
   };
-  t.tensors = {{"x", {"n"}}, {"y", {"n"}}, {"out", {"n"}, true}};
+  t.tensors = {{.name = "x", .dims = {"n"}, .dtype = "f32"},
+               {.name = "y", .dims = {"n"}, .dtype = "f32"},
+               {.name = "out", .dims = {"n"}, .output = true, .dtype = "f32"}};
   t.size_fields = {"n"};
   t.traffic_budget = [](const Problem& p, const ParamMap&) { return ideal_traffic_budget(p); };
   return t;

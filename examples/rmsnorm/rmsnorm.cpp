@@ -59,9 +59,16 @@ KernelTemplate rmsnorm_template() {
                              std::to_string(s.at("cols")) + " does not fit (block must be at least cols)");
     return rmsnorm(p.at("block"));
   };
-  // One program per row, whatever the config: the grid is a function of the config and the
-  // sizes, and every command (run, autotune, bench, --tuned) launches each config on its own.
-  t.grid = [](const ParamMap&, const ParamMap& s) { return tilec::launch::Grid{s.at("rows"), 1, 1}; };
+  // One program per row, whatever the config: the grid is expressions of the config and the
+  // sizes (runtime/size_expr.h; a block of elements per program would be "cdiv(n, block)").
+  // Every command (run, autotune, bench, --tuned) launches each config on its own, and the
+  // kernel card written beside exported modules carries them, so hosts launch the same grid.
+  t.grid_expr = {"rows", "1", "1"};
+  // The kernel's integer parameters that are neither a config value nor a size, as expressions
+  // over them: a host's run binds them by name (make_problem passes the same values).
+  t.lets = {{"n_cols", "cols"}, {"stride", "cols"}};
+  // A float the caller gives (`--eps X` on the CLI, a scalar from a host): the kernel's eps.
+  t.options = {{"eps", "the epsilon under the square root (default 1e-5)"}};
   // A compiled module serves any rows and any cols up to its block: it is specialized on the
   // parameters only, so `autotune --export` writes one module per config, not per shape.
   t.module_spec = [](const ParamMap& p, const ParamMap&) {
@@ -69,9 +76,12 @@ KernelTemplate rmsnorm_template() {
   };
   // A config tuned for some row count serves others (the nearest tuned one).
   t.size_fields = {"rows"};
-  // The arrays, with their dims in --shape fields: `--inputs DIR` reads x.npy and w.npy (and
-  // takes rows and cols from them), `--out` writes out as [rows, cols]; no I/O code here.
-  t.tensors = {{"x", {"rows", "cols"}}, {"w", {"cols"}}, {"out", {"rows", "cols"}, /*output=*/true}};
+  // The arrays, with their dims in --shape fields and their dtypes: `--inputs DIR` reads x.npy
+  // and w.npy (and takes rows and cols from them), `--out` writes out as [rows, cols], a host
+  // passes them by name; no I/O code here.
+  t.tensors = {{.name = "x", .dims = {"rows", "cols"}, .dtype = "f16"},
+               {.name = "w", .dims = {"cols"}, .dtype = "f16"},
+               {.name = "out", .dims = {"rows", "cols"}, .output = true, .dtype = "f16"}};
   // Buffers, arguments and generated inputs; no config (a problem serves every config).
   t.make_problem = [](const ProblemRequest& r) {
     const ParamMap& s = r.shape;
@@ -90,7 +100,7 @@ KernelTemplate rmsnorm_template() {
     pr.arg_buffer(out);
     pr.arg_int(cols);  // n_cols
     pr.arg_int(cols);  // stride
-    pr.arg_float(kEps);
+    pr.arg_float(r.options.count("eps") ? r.options.at("eps") : kEps);
     pr.outputs = {out};
     // The output is rounded to f16 (a relative step of 2^-11) after f32 math: allow a few
     // f16 steps relative to the value, and an absolute floor for values near zero.
@@ -103,11 +113,12 @@ KernelTemplate rmsnorm_template() {
   t.reference = [](Problem& pr) {
     const int64_t rows = pr.shape.at("rows"), cols = pr.shape.at("cols");
     const tilec::launch::Buffer &xb = pr.buffers[0], &wb = pr.buffers[1];
+    const double eps = pr.args.back().f; // the kernel's last argument
     tilec::launch::Buffer want("out", DType::f32, size_t(rows * cols));
     for (int64_t i = 0; i < rows; ++i) {
       double sum_sq = 0;
       for (int64_t c = 0; c < cols; ++c) sum_sq += xb.get(i * cols + c) * xb.get(i * cols + c);
-      const double inv_rms = 1.0 / std::sqrt(sum_sq / double(cols) + kEps);
+      const double inv_rms = 1.0 / std::sqrt(sum_sq / double(cols) + eps);
       for (int64_t c = 0; c < cols; ++c) want.set(i * cols + c, xb.get(i * cols + c) * inv_rms * wb.get(c));
     }
     pr.expected = {std::move(want)};
