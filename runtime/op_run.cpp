@@ -60,8 +60,9 @@ OpRun read_run(const Reader& r, const toml::table& run) {
   each(r, run, "size", [&](const toml::table& t, const std::string& path) {
     OpSize s{name_of(t, path), optional_expr(r, t, "default", path)};
     if (const toml::node* k = t.get("key")) {
-      if (!k->is_boolean()) r.fail(k, fmt::format("key '{}.key' must be true or false", path));
-      s.key = k->as_boolean()->get();
+      if (k->is_string()) s.key_name = k->as_string()->get();
+      else if (k->is_boolean()) s.key = k->as_boolean()->get();
+      else r.fail(k, fmt::format("key '{}.key' must be true, false or the tuning key's name for it", path));
     }
     out.sizes.push_back(std::move(s));
   });
@@ -152,7 +153,7 @@ std::string format_op_run(const OpRun& run) {
   for (const OpSize& s : run.sizes)
     out += fmt::format("\n[[run.size]]\nname = {}\n{}{}", quote(s.name),
                        s.default_value.empty() ? "" : fmt::format("default = {}\n", expr_text(s.default_value)),
-                       s.key ? "" : "key = false\n");
+                       !s.key ? "key = false\n" : s.key_name.empty() ? "" : fmt::format("key = {}\n", quote(s.key_name)));
   for (const OpLet& l : run.lets) out += fmt::format("\n[[run.let]]\nname = {}\nvalue = {}\n", quote(l.name), expr_text(l.value));
   for (const OpTensor& t : run.tensors) {
     std::string dims, accept;

@@ -8,7 +8,8 @@
 //   [[run.size]]          # in order: given by the caller, implied by a tensor's shape or dtype
 //   name = "ctx"          # (a dim or dtype that is just this name), else `default`
 //   default = "max_blocks * block_size"
-//   key = true            # part of the tuning key (default); false: a helper value
+//   key = true            # part of the tuning key (default); false: a helper value; a string:
+//                         # part of it under that name
 //
 //   [[run.let]]           # in order, after the config is selected
 //   name = "group"
@@ -60,6 +61,10 @@ struct OpSize {
   std::string name;
   SizeExpr default_value; // empty: the caller or a tensor must give it
   bool key = true;
+  // The tuning key's field for it when that differs from `name` (a size that shares its
+  // --shape name with a tensor: paged attention's `has_sinks` is the key's `sinks`).
+  std::string key_name = {};
+  const std::string& key_field() const { return key_name.empty() ? name : key_name; }
   bool operator==(const OpSize&) const = default;
 };
 

@@ -291,7 +291,7 @@ void Preparation::resolve_sizes() {
     }
   }
   for (const OpSize& s : run_.sizes)
-    if (s.key) call.key[s.name] = v_.at(s.name);
+    if (s.key) call.key[s.key_field()] = v_.at(s.name);
 }
 
 void Preparation::select_config() {

@@ -15,7 +15,7 @@ std::string_view prim_op_name(PrimOp op) {
       TILEC_PRIM_OPS(TILEC_X)
 #undef TILEC_X
   };
-  static_assert(std::size(names) == static_cast<size_t>(PrimOp::SoftmaxLastDim) + 1,
+  static_assert(std::size(names) == static_cast<size_t>(PrimOp::Narrow) + 1,
                 "one name per primitive op");
   return names[static_cast<size_t>(op)];
 }
@@ -171,6 +171,33 @@ int Recipe::softmax_last_dim(int x) {
   return push(make_node(PrimOp::SoftmaxLastDim, {x}, node(x).shape, node(x).dtype));
 }
 
+int Recipe::concat(int a, int b, int64_t axis) {
+  const RecipeNode &na = node(a), &nb = node(b);
+  bool fits = na.shape.size() == nb.shape.size() && axis >= 0 && axis < int64_t(na.shape.size()) && na.dtype == nb.dtype;
+  for (size_t d = 0; fits && d < na.shape.size(); ++d) fits = int64_t(d) == axis || na.shape[d] == nb.shape[d];
+  if (!fits)
+    reject(PrimOp::Concat, fmt::format("{} of {} and {} of {} do not join along dim {}", ir::shape_str(na.shape),
+                                       ir::dtype_name(na.dtype), ir::shape_str(nb.shape), ir::dtype_name(nb.dtype), axis));
+  Shape s = na.shape;
+  s[size_t(axis)] += nb.shape[size_t(axis)];
+  RecipeNode n = make_node(PrimOp::Concat, {a, b}, s, na.dtype);
+  n.axis = axis;
+  return push(std::move(n));
+}
+
+int Recipe::narrow(int x, int64_t axis, int64_t start, int64_t length) {
+  const Shape& from = node(x).shape;
+  if (axis < 0 || axis >= int64_t(from.size()) || start < 0 || length < 0 || start + length > from[size_t(axis)])
+    reject(PrimOp::Narrow, fmt::format("elements [{}, {}) of dim {} are not within {}", start, start + length, axis,
+                                       ir::shape_str(from)));
+  Shape s = from;
+  s[size_t(axis)] = length;
+  RecipeNode n = make_node(PrimOp::Narrow, {x}, s, node(x).dtype);
+  n.axis = axis;
+  n.start = start;
+  return push(std::move(n));
+}
+
 int Recipe::count(PrimOp op) const {
   return static_cast<int>(
       std::count_if(nodes.begin(), nodes.end(), [&](const RecipeNode& n) { return n.op == op; }));
@@ -189,7 +216,11 @@ std::string Recipe::str() const {
       attrs = fmt::format(" bind={} {}", n.bind, n.name);
       break;
     case PrimOp::IndexSelect:
+    case PrimOp::Concat:
       attrs = fmt::format(" dim={}", n.axis);
+      break;
+    case PrimOp::Narrow:
+      attrs = fmt::format(" dim={} start={}", n.axis, n.start);
       break;
     case PrimOp::Permute:
       attrs = fmt::format(" perm=[{}]", fmt::join(n.perm, ", "));
@@ -278,6 +309,12 @@ Tensor execute(const Recipe& recipe, const std::vector<Tensor>& binds, launch::L
       break;
     case PrimOp::SoftmaxLastDim:
       t = softmax_last_dim(l, arg(0));
+      break;
+    case PrimOp::Concat:
+      t = concat(l, arg(0), arg(1), nd.axis);
+      break;
+    case PrimOp::Narrow:
+      t = narrow(arg(0), nd.axis, nd.start, nd.shape[size_t(nd.axis)]);
       break;
     }
     if (t.shape != nd.shape || t.dtype() != nd.dtype)

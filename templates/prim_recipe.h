@@ -34,7 +34,9 @@ namespace tilec::templates::prim {
   X(Cast)                                                                                          \
   X(Ge)                                                                                            \
   X(MaskedFill)                                                                                    \
-  X(SoftmaxLastDim)
+  X(SoftmaxLastDim)                                                                                \
+  X(Concat)                                                                                        \
+  X(Narrow)
 
 enum class PrimOp : uint8_t {
 #define TILEC_X(E) E,
@@ -51,7 +53,8 @@ struct RecipeNode {
   // Baked attributes; each op uses the few that apply.
   int bind = -1;             // Input: which bound operand
   std::string name;          // Input: the operand's name
-  int64_t axis = 0;          // IndexSelect
+  int64_t axis = 0;          // IndexSelect, Concat, Narrow
+  int64_t start = 0;         // Narrow: its first element along `axis` (its length is the shape's)
   std::vector<int64_t> perm; // Permute
   double scalar = 0.0;       // MulScalar factor, MaskedFill value
 };
@@ -79,6 +82,8 @@ public:
   int ge(int a, int b);
   int masked_fill(int x, int mask, double value);
   int softmax_last_dim(int x);
+  int concat(int a, int b, int64_t axis);
+  int narrow(int x, int64_t axis, int64_t start, int64_t length);
 
   const RecipeNode& node(int i) const { return nodes.at(i); }
   int count(PrimOp op) const;

@@ -121,6 +121,16 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   return r;
 }
 
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  if (dim < 0 || dim >= x.rank() || start < 0 || length < 0 || start + length > x.shape[size_t(dim)])
+    throw UserError(fmt::format("Narrow: elements [{}, {}) of dim {} are not within {}", start, start + length, dim,
+                                ir::shape_str(x.shape)));
+  Tensor r = x;
+  r.shape[size_t(dim)] = length;
+  r.offset += start * x.strides[size_t(dim)];
+  return r;
+}
+
 std::optional<Tensor> reshape_view(const Tensor& x, const Shape& shape) {
   if (ir::num_elements(shape) != x.numel())
     throw UserError(fmt::format("Reshape: {} has {} elements, {} has {}", ir::shape_str(x.shape),
@@ -560,6 +570,20 @@ Tensor mul(launch::Launcher& l, const Tensor& a, const Tensor& b) {
 }
 Tensor ge(launch::Launcher& l, const Tensor& a, const Tensor& b) {
   return binary(l, Ew::ge, a, b);
+}
+
+Tensor concat(launch::Launcher& l, const Tensor& a, const Tensor& b, int64_t dim) {
+  bool fits = a.rank() == b.rank() && dim >= 0 && dim < a.rank() && a.dtype() == b.dtype();
+  for (int d = 0; fits && d < a.rank(); ++d) fits = d == dim || a.shape[size_t(d)] == b.shape[size_t(d)];
+  if (!fits)
+    throw UserError(fmt::format("Concat: {} of {} and {} of {} do not join along dim {}", ir::shape_str(a.shape),
+                                ir::dtype_name(a.dtype()), ir::shape_str(b.shape), ir::dtype_name(b.dtype()), dim));
+  Shape shape = a.shape;
+  shape[size_t(dim)] += b.shape[size_t(dim)];
+  Tensor out = empty(a.dtype(), shape, "concat");
+  launch_elementwise(l, Ew::copy, narrow(out, dim, 0, a.shape[size_t(dim)]), {a});
+  launch_elementwise(l, Ew::copy, narrow(out, dim, a.shape[size_t(dim)], b.shape[size_t(dim)]), {b});
+  return out;
 }
 
 Tensor masked_fill(launch::Launcher& l, const Tensor& x, const Tensor& mask, double value) {

@@ -12,7 +12,8 @@
 // output's flat index that splits the index into up to kMaxRank coordinates
 // with runtime sizes and reads each input through its own runtime strides.
 // Copy, Cast, Permute/BroadcastTo materialization, Reshape copy, IndexSelect,
-// MulScalar, Tanh, Add, Sub, Mul, Ge, MaskedFill and Iota are its modes.
+// MulScalar, Tanh, Add, Sub, Mul, Ge, MaskedFill and Iota are its modes; Concat is two
+// copies into narrowed views of its result (Narrow itself is a view).
 // MatMul (batched, strided operands, f32 accumulation) and SoftmaxLastDim
 // have kernels of their own. Kernels are specialized per (op, rank, dtypes,
 // block) and built once per process.
@@ -66,6 +67,8 @@ bool broadcasts_to(const ir::Shape& from, const ir::Shape& to);
 Tensor permute(const Tensor& x, const std::vector<int64_t>& perm); // result dim i = x dim perm[i]
 // Numpy rules: missing leading dims are added, size-1 dims grow (stride 0).
 Tensor broadcast_to(const Tensor& x, const ir::Shape& shape);
+// Elements [start, start + length) of dim `dim` (torch's narrow).
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 // The same elements in row-major order under `shape`, when x's strides allow
 // it without a copy (the rule of torch's view); nullopt otherwise.
 std::optional<Tensor> reshape_view(const Tensor& x, const ir::Shape& shape);
@@ -95,6 +98,8 @@ Tensor add(launch::Launcher& l, const Tensor& a, const Tensor& b);
 Tensor sub(launch::Launcher& l, const Tensor& a, const Tensor& b);
 Tensor mul(launch::Launcher& l, const Tensor& a, const Tensor& b);
 Tensor ge(launch::Launcher& l, const Tensor& a, const Tensor& b); // an i1 tensor
+// a and b of one dtype and one shape but in dim `dim`, joined along it (a's elements first).
+Tensor concat(launch::Launcher& l, const Tensor& a, const Tensor& b, int64_t dim);
 // value where mask (i1, broadcast to x) else x.
 Tensor masked_fill(launch::Launcher& l, const Tensor& x, const Tensor& mask, double value);
 // out[i] = row-major flat index i, converted to dtype.

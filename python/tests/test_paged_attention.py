@@ -2,7 +2,7 @@
 
 Runs from the folder $TILEC_DEPLOY (tests/hosts/make_deploy.sh: `tilec autotune paged_attention
 --export` for batch=3 hq=8 hkv=2 sq=1 head_dim=32 block_size=8 max_blocks=8, f32 with and
-without ALiBi and f16, each tuned to split-KV) with the library $TILEC_LIBRARY.
+without ALiBi, with sinks, and f16, each tuned to split-KV) with the library $TILEC_LIBRARY.
 """
 import os
 import sys
@@ -20,7 +20,7 @@ if not DEPLOY:
 B, HQ, HKV, SQ, D, BS, MB, NB = 3, 8, 2, 1, 32, 8, 8, 30
 
 
-def inputs(dtype=np.float32, alibi=False, seed=0, table_dtype=np.uint32):
+def inputs(dtype=np.float32, alibi=False, seed=0, table_dtype=np.uint32, sinks=False):
     rng = np.random.default_rng(seed)
     q = rng.uniform(-1, 1, (B, HQ, SQ, D)).astype(dtype)
     k = rng.uniform(-1, 1, (NB, BS, HKV, D)).astype(dtype)
@@ -32,11 +32,15 @@ def inputs(dtype=np.float32, alibi=False, seed=0, table_dtype=np.uint32):
     args = dict(q=q, k_cache=k, v_cache=v, block_table=table, context_lens=lens, softmax_scale=1 / np.sqrt(D))
     if alibi:
         args["alibi_slopes"] = (2.0 ** (-8.0 * np.arange(1, HQ + 1) / HQ)).astype(np.float32)
+    if sinks:
+        args["sinks"] = rng.uniform(-1, 3, HQ).astype(np.float32)
+        args["sinks"][-1] = -np.inf  # no sink for the last head
     return args
 
 
-def reference(q, k_cache, v_cache, block_table, context_lens, softmax_scale, alibi_slopes=None):
-    """out[b, h, i] = softmax_j(scale q.k_j + slope_h (j - i)) v_j over j < context_lens[b]."""
+def reference(q, k_cache, v_cache, block_table, context_lens, softmax_scale, alibi_slopes=None, sinks=None):
+    """out[b, h, i] = softmax_j(scale q.k_j + slope_h (j - i)) v_j over j < context_lens[b]; a sink
+    joins the softmax's denominator: e^(sinks[h] - m) more, m the max of it and the scores."""
     q, k_cache, v_cache = (x.astype(np.float64) for x in (q, k_cache, v_cache))
     out = np.zeros(q.shape)
     group = HQ // HKV
@@ -51,8 +55,10 @@ def reference(q, k_cache, v_cache, block_table, context_lens, softmax_scale, ali
             s = q[b, h] @ k[:, h // group].T * softmax_scale  # [sq, n]
             if alibi_slopes is not None:
                 s = s + alibi_slopes[h] * (np.arange(n)[None, :] - np.arange(SQ)[:, None])
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            out[b, h] = (p / p.sum(axis=1, keepdims=True)) @ v[:, h // group]
+            sink = -np.inf if sinks is None else float(sinks[h])
+            m = np.maximum(s.max(axis=1, keepdims=True), sink)
+            p = np.exp(s - m)
+            out[b, h] = (p / (p.sum(axis=1, keepdims=True) + np.exp(sink - m))) @ v[:, h // group]
     return out
 
 
@@ -83,6 +89,18 @@ def test_split_kv_matches_reference(store, alibi):
     assert out.shape == (B, HQ, SQ, D) and out.dtype == np.float32
     np.testing.assert_allclose(out, reference(**a), atol=1e-5, rtol=1e-5)
     assert not out[2].any()  # an empty context gives zeros
+
+
+def test_sinks(store):
+    a = inputs(sinks=True, seed=4)
+    call = store.prepare("paged_attention", **a)
+    assert call.config["num_splits"] == 2, call.note  # the combine adds each row's sink once
+    out = call.run()
+    np.testing.assert_allclose(out, reference(**a), atol=1e-5, rtol=1e-5)
+    assert not out[2].any()  # no key: zeros, sink or not
+    without = dict(a)
+    del without["sinks"]
+    assert np.abs(out - reference(**without)).max() > 1e-2  # the sinks changed the answer
 
 
 def test_fills_out_and_takes_i32_tables(store):

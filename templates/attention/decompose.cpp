@@ -78,6 +78,7 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
   int block_table = r.input(3, "block_table", {b, s.max_blocks}, DType::i32);
   int context_lens = r.input(4, "context_lens", {b}, DType::i32);
   int alibi = s.alibi ? r.input(5, "alibi_slopes", {s.hq}, DType::f32) : -1;
+  int sinks = s.sinks ? r.input(s.alibi ? 6 : 5, "sinks", {s.hq}, DType::f32) : -1;
 
   // 0. key positions and context lengths in f32, and the dead slots: key position >= context_len
   int iota_kv = r.iota(kv_len, DType::f32);
@@ -146,8 +147,16 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
     masked = r.masked_fill(masked, r.ge(row_chunk, r.add(key_chunk, ones_bc)), -INFINITY);
   }
 
+  // 3d. (off by default) attention sinks: head h's sink joins every row's softmax as one more
+  // column, [B, Hq, Sq, kv_len + 1], and its probability is dropped after (it has no value).
+  if (sinks >= 0) {
+    int column = r.broadcast_to(r.reshape(sinks, {1, s.hq, 1, 1}), {b, s.hq, s.sq, 1});
+    masked = r.concat(masked, column, 3);
+  }
+
   // 4. probs = softmax(masked); out = probs · v
   int probs = r.softmax_last_dim(masked);
+  if (sinks >= 0) probs = r.narrow(probs, 3, 0, kv_len);
   int out = r.matmul(probs, v_att);
   r.output = s.dtype == DType::f32 ? out : r.cast(out, s.dtype);
   return r;
@@ -186,7 +195,9 @@ launch::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, la
   std::string largest_node;
   for (size_t i = 0; i < recipe.nodes.size(); ++i) {
     const prim::RecipeNode& n = recipe.nodes[i];
-    if (n.op == prim::PrimOp::Input || n.op == prim::PrimOp::BroadcastTo || n.op == prim::PrimOp::Permute) continue;
+    if (n.op == prim::PrimOp::Input || n.op == prim::PrimOp::BroadcastTo || n.op == prim::PrimOp::Permute ||
+        n.op == prim::PrimOp::Narrow)
+      continue;
     int64_t bytes = ir::dtype_bytes(n.dtype);
     for (int64_t d : n.shape) bytes = d > 0 && bytes > INT64_MAX / d ? INT64_MAX : bytes * d;
     if (bytes > largest) {
@@ -205,6 +216,7 @@ launch::Buffer run_paged_attention_decomposed(const PagedAttentionInputs& in, la
   std::vector<const launch::Buffer*> operands = {&in.q, &in.k_cache, &in.v_cache,
                                                  block_table ? block_table : &in.block_table, &in.context_lens};
   if (s.alibi) operands.push_back(&in.alibi_slopes);
+  if (s.sinks) operands.push_back(&in.sinks);
   std::vector<prim::Tensor> binds(operands.size());
   for (const prim::RecipeNode& n : recipe.nodes)
     if (n.op == prim::PrimOp::Input)

@@ -27,7 +27,7 @@ int64_t next_pow2(int64_t v) {
 struct FusedSpec {
   int64_t hq, hkv, sq, head_dim, block_size;
   DType dtype, cache; // q/out's, the caches' (dtype, or fp8)
-  bool alibi, softcap;
+  bool alibi, softcap, sinks;
   int64_t window;
   bool causal, varlen;
   PagedAttentionConfig cfg; // head_group resolved (never 0)
@@ -37,10 +37,10 @@ struct FusedSpec {
   // Names the specialization in the kernel cache: everything build_fused reads (the warps too:
   // they choose the products' orientation, the deferred sum and the register asks).
   std::string key() const {
-    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq, head_dim,
-                       block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
+    return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq,
+                       head_dim, block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
-                       varlen, chunk);
+                       varlen, chunk, sinks);
   }
 };
 
@@ -96,6 +96,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // the packed q and out; sp.sq is the longest.
   Tile query_start_loc = sp.varlen ? k.arg<Ptr<i32>>("query_start_loc") : Tile();
   Tile alibi_slopes = sp.alibi ? k.arg<Ptr<f32>>("alibi_slopes") : Tile();
+  // Attention sinks join the denominator once per row: here without splits, else in the combine.
+  Tile sinks = sp.sinks && S == 1 ? k.arg<Ptr<f32>>("sinks") : Tile();
   // Without splits the kernel writes out; with them, f32 partials (o, m, l) per split.
   auto out = S == 1 ? k.arg(ptr_to(sp.dtype), "out") : k.arg<Ptr<f32>>("partial_o");
   Tile partial_m = S > 1 ? k.arg<Ptr<f32>>("partial_m") : Tile();
@@ -264,10 +266,23 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto rows_of = [&](Tile t) { return swap ? trans(t) : t; };
 
   if (S == 1) {
-    // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does. An fp8
-    // cache's v_scale applies to the normalized sum, which is at most the cache's largest
-    // value: l / v_scale would overflow f32 for a small scale.
-    Tile o = where(per_row(l) > 0, acc / per_row(l), 0);
+    // The row's sink joins the denominator: the sums so far are rescaled to the max of m and
+    // the sink (a row that saw no key has m = -inf: its rescale is 0), and e^(sink - max) adds
+    // to l (0 for a sink of -inf, no sink).
+    Tile l_all = l, acc_all = acc;
+    if (sinks) {
+      Tile sink = load(sinks + heads, own_ok, -INFINITY);
+      Tile m_all = max(m, sink);
+      Tile m_use = where(m_all > -INFINITY, m_all, 0);
+      Tile rescale = exp(m - m_use);
+      l_all = l * rescale + exp(sink - m_use);
+      acc_all = acc * per_row(rescale);
+    }
+    // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does (with a
+    // sink, l > 0 and acc = 0: zeros too). An fp8 cache's v_scale applies to the normalized
+    // sum, which is at most the cache's largest value: l / v_scale would overflow f32 for a
+    // small scale.
+    Tile o = where(per_row(l_all) > 0, acc_all / per_row(l_all), 0);
     if (fp8) o = o * v_scale;
     store(out + rows.col() * D + d.row(), rows_of(o.to(io)), elems(own_ok));
   } else {
@@ -279,13 +294,30 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   return k.finish();
 }
 
+// What the combine kernel is specialized on: the splits, the row's size and dtype, and with
+// sinks the layout of the rows (which head a row belongs to).
+struct CombineSpec {
+  int64_t splits, head_dim;
+  DType dtype;
+  bool sinks;
+  int64_t hq, sq;
+  bool varlen;
+
+  std::string key() const {
+    return fmt::format("paged_attention_combine/{}/{}/{}/{}/{}/{}/{}", splits, head_dim, ir::dtype_name(dtype), sinks,
+                       sinks ? hq : 0, sinks ? sq : 0, sinks && varlen);
+  }
+};
+
 // Combines the splits of one query row: rescale each split's partial sums to
-// the row's overall max and normalize.
-ir::Kernel build_combine(int64_t splits, int64_t head_dim, DType dtype) {
+// the row's overall max (and its sink's) and normalize. The sink counts once, here.
+ir::Kernel build_combine(const CombineSpec& c) {
+  const int64_t splits = c.splits, head_dim = c.head_dim;
   KernelBuilder k("paged_attention_combine");
   auto partial_o = k.arg<Ptr<f32>>("partial_o"), partial_m = k.arg<Ptr<f32>>("partial_m");
   auto partial_l = k.arg<Ptr<f32>>("partial_l");
-  auto out = k.arg(ptr_to(dtype), "out");
+  Tile sinks = c.sinks ? k.arg<Ptr<f32>>("sinks") : Tile();
+  auto out = k.arg(ptr_to(c.dtype), "out");
   auto row = program_id(0);
   auto sidx = row * splits + arange(0, splits);
   // Tiles are powers of two: a head_dim between them masks the lanes past it.
@@ -296,11 +328,15 @@ ir::Kernel build_combine(int64_t splits, int64_t head_dim, DType dtype) {
   auto l = load(partial_l + sidx);
   Tile o = DP != head_dim ? load(partial_o + sidx.col() * head_dim + d.row(), d_ok.row(), 0)
                           : load(partial_o + sidx.col() * head_dim + d.row()); // [S, D]
-  auto m_all = reduce_max(m, 0);
+  Tile m_all = reduce_max(m, 0);
+  // The row's head: rows are [B, Hq, Sq], or packed [total_q, Hq].
+  Tile sink = c.sinks ? load(sinks + (c.varlen ? row % c.hq : row / c.sq % c.hq)) : Tile();
+  if (sink) m_all = max(m_all, sink);
   auto w = where(m > -INFINITY, exp(m - m_all), 0);
-  auto total = reduce_sum(l * w, 0);
+  Tile total = reduce_sum(l * w, 0);
+  if (sink) total = total + where(sink > -INFINITY, exp(sink - m_all), 0);
   auto sum = reduce_sum(o * w.col(), 0);
-  Tile res = where(total > 0, sum / total, 0).to(ElemType{dtype, false});
+  Tile res = where(total > 0, sum / total, 0).to(ElemType{c.dtype, false});
   if (DP != head_dim) store(out + row * head_dim + d, res, d_ok);
   else store(out + row * head_dim + d, res);
   return k.finish();
@@ -320,7 +356,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
-          s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk()};
+          s.sinks, s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk()};
 }
 
 } // namespace
@@ -352,8 +388,14 @@ ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const Page
   return build_fused(fused_spec(s, cfg));
 }
 
-ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, DType dtype) {
-  return build_combine(splits, head_dim, dtype);
+namespace {
+CombineSpec combine_spec(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  return {cfg.num_splits, s.head_dim, s.dtype, s.sinks, s.hq, s.sq, s.varlen};
+}
+} // namespace
+
+ir::Kernel paged_attention_combine_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  return build_combine(combine_spec(s, cfg));
 }
 
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
@@ -368,6 +410,7 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"kv_dtype", std::string(sp.cache == sp.dtype ? "same" : ir::dtype_name(sp.cache))},
           {"alibi", int64_t(sp.alibi)},
           {"softcap", int64_t(sp.softcap)},
+          {"sinks", int64_t(sp.sinks)},
           {"block_n", sp.cfg.block_n},
           {"head_group", cfg.head_group}, // as configured: 0 (all Hq/Hkv heads) stays 0
           {"block_m", cfg.block_m},       // as configured: 0 (automatic) stays 0
@@ -401,6 +444,7 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
                                 launch::Arg::of(mut.context_lens)};
   if (s.varlen) args.push_back(launch::Arg::of(mut.query_start_loc));
   if (s.alibi) args.push_back(launch::Arg::of(mut.alibi_slopes));
+  if (s.sinks && S == 1) args.push_back(launch::Arg::of(mut.sinks));
   if (S == 1) {
     args.push_back(launch::Arg::of(out));
   } else {
@@ -419,11 +463,12 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   launcher.launch(kernel, int(sp.cfg.num_warps), grid, args);
 
   if (S > 1) {
-    ir::Kernel combine =
-        prim::detail::cached_kernel(fmt::format("paged_attention_combine/{}/{}/{}", S, s.head_dim, ir::dtype_name(s.dtype)),
-                              [&] { return build_combine(S, s.head_dim, s.dtype); });
-    launcher.launch(combine, int(sp.cfg.num_warps), {rows, 1, 1},
-                    {launch::Arg::of(po), launch::Arg::of(pm), launch::Arg::of(pl), launch::Arg::of(out)});
+    const CombineSpec cs = combine_spec(s, sp.cfg);
+    ir::Kernel combine = prim::detail::cached_kernel(cs.key(), [&] { return build_combine(cs); });
+    std::vector<launch::Arg> combine_args{launch::Arg::of(po), launch::Arg::of(pm), launch::Arg::of(pl)};
+    if (s.sinks) combine_args.push_back(launch::Arg::of(mut.sinks));
+    combine_args.push_back(launch::Arg::of(out));
+    launcher.launch(combine, int(sp.cfg.num_warps), {rows, 1, 1}, combine_args);
   }
   return out;
 }

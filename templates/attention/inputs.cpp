@@ -150,6 +150,15 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
     in.alibi_slopes = launch::Buffer("alibi_slopes", ir::DType::f32, size_t(s.hq));
     for (int64_t h = 0; h < s.hq; ++h) in.alibi_slopes.set(size_t(h), std::exp2(-8.0 * double(h + 1) / double(s.hq)));
   }
+  if (s.sinks) {
+    // Sinks from -1 to 3, about the scores' range and above it: a row's sink takes a share of
+    // its softmax a wrong sink would visibly change. With more than two heads the last one has
+    // none (-inf).
+    in.sinks = launch::Buffer("sinks", ir::DType::f32, size_t(s.hq));
+    std::mt19937_64 sink_rng(seed + 5);
+    std::uniform_real_distribution<double> dist(-1, 3);
+    for (int64_t h = 0; h < s.hq; ++h) in.sinks.set(size_t(h), s.hq > 2 && h == s.hq - 1 ? -INFINITY : dist(sink_rng));
+  }
   return in;
 }
 
@@ -247,6 +256,15 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
     if (in.alibi_slopes.dtype != ir::DType::f32)
       throw UserError(fmt::format("alibi_slopes: dtype must be f32, got {}", ir::dtype_name(in.alibi_slopes.dtype)));
     expect_count(in.alibi_slopes, s.hq, fmt::format("[Hq={}]", s.hq));
+  }
+  if (s.sinks) {
+    if (in.sinks.dtype != ir::DType::f32)
+      throw UserError(fmt::format("sinks: dtype must be f32, got {}", ir::dtype_name(in.sinks.dtype)));
+    expect_count(in.sinks, s.hq, fmt::format("[Hq={}]", s.hq));
+    // A sink is a logit: finite, or -inf for none. NaN and +inf have no softmax.
+    for (int64_t h = 0; h < s.hq; ++h)
+      if (double v = in.sinks.get(size_t(h)); std::isnan(v) || v == INFINITY)
+        throw UserError(fmt::format("sinks[{}] = {}: a sink is a finite logit, or -inf for none", h, v));
   }
   if (double scale = s.scale(); !normal_f32(scale))
     throw UserError(fmt::format("paged_attention: softmax scale {} is not finite and nonzero in {}", scale, f32_range));

@@ -123,6 +123,12 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
     in.alibi_slopes = to_buffer(a, "alibi_slopes", path("alibi_slopes.npy"), true, 1);
     s.alibi = true;
   }
+  if (fs::exists(path("sinks.npy"))) {
+    rt::NpyArray a = rt::read_npy(path("sinks.npy"));
+    if (a.descr != "<f4") throw UserError(fmt::format("{}: dtype '{}' is not <f4", path("sinks.npy"), a.descr));
+    in.sinks = to_buffer(a, "sinks", path("sinks.npy"), true, 1);
+    s.sinks = true;
+  }
   return in;
 }
 
@@ -145,6 +151,7 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
   put("block_table.npy", in.block_table, {s.batch, s.max_blocks}, "<u4");
   put("context_lens.npy", in.context_lens, {s.batch}, "<u4");
   if (s.alibi) put("alibi_slopes.npy", in.alibi_slopes, {s.hq}, "<f4");
+  if (s.sinks) put("sinks.npy", in.sinks, {s.hq}, "<f4");
 }
 
 void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,

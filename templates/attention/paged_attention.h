@@ -30,6 +30,11 @@ struct PagedAttentionShape {
   std::optional<ir::DType> kv_fp8;
   double k_scale = 0.0, v_scale = 0.0; // 0: chosen by make_paged_attention_inputs
   bool alibi = false;
+  // Attention sinks (gpt-oss): one logit per query head, sinks[h], in the units of the scaled
+  // (and capped) score, that joins each row's softmax denominator and adds no value:
+  // out = sum_j e^(s_j - m) v_j / (e^(sinks[h] - m) + sum_j e^(s_j - m)), m the max of the
+  // sink and the scores. -inf is no sink. It is never capped, biased or masked.
+  bool sinks = false;
   double softmax_scale = 0.0;         // 0: 1/sqrt(head_dim)
   std::optional<double> softcap;      // none: no softcap
   // Query row i (0 <= i < Sq) of sequence b sits at position p_i = context_lens[b] - Sq + i.
@@ -93,11 +98,11 @@ struct PagedAttentionShape {
 // The op's inputs as host buffers, named as their .npy files (docs/ARCHITECTURE.md):
 // q [B, Hq, Sq, D], k_cache/v_cache [num_blocks, block_size, Hkv, D],
 // block_table [B, max_blocks] and context_lens [B] (u32 data held as i32),
-// alibi_slopes [Hq] f32 when shape.alibi. The caches are in shape.cache_dtype().
+// alibi_slopes [Hq] f32 when shape.alibi, sinks [Hq] f32 when shape.sinks. The caches are in shape.cache_dtype().
 // With shape.varlen, q is [total_q, Hq, D] and query_start_loc [B + 1] (u32 data held as i32).
 struct PagedAttentionInputs {
   PagedAttentionShape shape;
-  launch::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes, query_start_loc;
+  launch::Buffer q, k_cache, v_cache, block_table, context_lens, alibi_slopes, query_start_loc, sinks;
 
   // Sequence b's query rows (Sq_b), and the element offset of its row i of head h in q and out.
   int64_t query_len(int64_t b) const;
@@ -198,11 +203,11 @@ int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in);
 // buffer: the walk of every program replayed on the host (paged_attention_io.cpp explains
 // each term). The template's traffic budget is its total plus 2%.
 struct PagedAttentionTraffic {
-  int64_t q = 0, alibi_slopes = 0, context_lens = 0, query_start_loc = 0, block_table = 0, k_cache = 0, v_cache = 0,
-          out = 0;
+  int64_t q = 0, alibi_slopes = 0, sinks = 0, context_lens = 0, query_start_loc = 0, block_table = 0, k_cache = 0,
+          v_cache = 0, out = 0;
   int64_t partials = 0; // num_splits > 1: partial_o, partial_m, partial_l written and read back
   int64_t total() const {
-    return q + alibi_slopes + context_lens + query_start_loc + block_table + k_cache + v_cache + out + partials;
+    return q + alibi_slopes + sinks + context_lens + query_start_loc + block_table + k_cache + v_cache + out + partials;
   }
 };
 PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& cfg);
@@ -212,8 +217,9 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
 namespace tilec::templates {
 // The fused kernel for a problem shape and config (for `tilec ir`, codegen tests).
 ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
-// The kernel that combines `splits` f32 partials per row (num_splits > 1).
-ir::Kernel paged_attention_combine_kernel(int64_t splits, int64_t head_dim, ir::DType dtype);
+// The kernel that combines num_splits f32 partials per row (num_splits > 1); with sinks, it
+// adds each row's sink to the denominator once.
+ir::Kernel paged_attention_combine_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
 // What the fused kernel (and its combine kernel) is specialized on, by the names of the
 // template's --shape and --set values plus softcap (0/1): the manifest's [specialization].
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,

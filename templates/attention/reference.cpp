@@ -74,11 +74,18 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
         }
       }
     }
-    for (int64_t r = 0; r < rows; ++r)
+    // A sink joins each row's softmax as one more logit with no value: in the max and the sum.
+    auto sink_of = [&](int64_t r) { return s.sinks ? in.sinks.get(size_t(kvh * group + r / sq)) : -INFINITY; };
+    for (int64_t r = 0; r < rows; ++r) {
+      const double sink = sink_of(r);
+      m[size_t(r)] = std::max(m[size_t(r)], sink);
+      if (mags && sink != -INFINITY) mags->score = std::max(mags->score, std::abs(sink));
       for (int64_t j = 0; j < len; ++j) {
         double& sc = scores[size_t(r * len + j)];
         sum[size_t(r)] += (sc = sc == -INFINITY ? 0.0 : std::exp(sc - m[size_t(r)]));
       }
+      if (sink != -INFINITY) sum[size_t(r)] += std::exp(sink - m[size_t(r)]);
+    }
     for (int64_t j = 0; j < len; ++j) {
       size_t vrow = key_row(j);
       for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.v_cache.get(vrow + d);
@@ -160,6 +167,7 @@ int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
   }
   bytes += s.batch * 4;                            // context lengths
   if (s.alibi) bytes += s.hq * 4;
+  if (s.sinks) bytes += s.hq * 4;
   return bytes;
 }
 

@@ -78,6 +78,7 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   s.dtype = *ir::parse_dtype(kDtypes.at(size_t(p.at("dtype"))));
   if (int64_t kv = p.count("kv_dtype") ? p.at("kv_dtype") : 0; kv != 0) s.kv_fp8 = ir::parse_dtype(kKvDtypes.at(size_t(kv)));
   s.alibi = in_range("alibi", 0, 1) != 0;
+  s.sinks = p.count("sinks") && in_range("sinks", 0, 1) != 0;
   int64_t ctx = in_range("ctx", -1, int64_t(1) << 31);
   s.max_blocks = in_range("max_blocks", 0, kMaxDim);
   s.num_blocks = in_range("num_blocks", 0, kMaxDim);
@@ -164,6 +165,7 @@ KernelTemplate paged_attention_template() {
              {"ctx", -1, "context length of every sequence (-1: random per sequence)", {}, -1},
              {"dtype", 0, "q/k/v dtype", {kDtypes.begin(), kDtypes.end()}},
              {"alibi", 0, "1: add ALiBi slopes"},
+             {"sinks", 0, "1: attention sinks, one logit per query head in each row's softmax denominator (gpt-oss)"},
              {"window", 0, "sliding window: query row i sees keys j > p_i - window (0: none)"},
              {"causal", 0, "1: query row i sees keys j <= p_i (p_i = ctx - sq + i)"},
              {"chunk", 0, "chunked local attention: query row i sees keys j with j // chunk == p_i // chunk (0: none)"},
@@ -180,7 +182,7 @@ KernelTemplate paged_attention_template() {
     PagedAttentionConfig cfg = paged_attention_config(params);
     std::vector<ir::Kernel> ks;
     ks.push_back(paged_attention_fused_kernel(s, cfg));
-    if (cfg.num_splits > 1) ks.push_back(paged_attention_combine_kernel(cfg.num_splits, s.head_dim, s.dtype));
+    if (cfg.num_splits > 1) ks.push_back(paged_attention_combine_kernel(s, cfg));
     return ks;
   };
   // Offsets into a cache (or q and out, or the split partials) past 2^31 elements are 64-bit.
@@ -201,7 +203,8 @@ KernelTemplate paged_attention_template() {
                {"k-scale", "fp8 k_cache: its values are k / k_scale (required with --inputs; generated: amax/max)"},
                {"v-scale", "fp8 v_cache: its values are v / v_scale (required with --inputs; generated: amax/max)"}};
   t.reads_inputs = true;
-  t.inputs_help = "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy] [query_start_loc.npy]";
+  t.inputs_help =
+      "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy] [sinks.npy] [query_start_loc.npy]";
   t.make_problem = [](const ProblemRequest& r) {
     std::optional<ir::DType> kv_fp8;
     if (int64_t kv = r.shape.count("kv_dtype") ? r.shape.at("kv_dtype") : 0; kv != 0)
@@ -218,6 +221,8 @@ KernelTemplate paged_attention_template() {
       in.shape.window = r.shape.count("window") ? r.shape.at("window") : 0;
       in.shape.causal = r.shape.count("causal") && r.shape.at("causal") != 0;
       in.shape.chunk = r.shape.count("chunk") ? r.shape.at("chunk") : 0;
+      if (r.shape.count("sinks") && r.shape.at("sinks") != 0 && !in.shape.sinks)
+        throw UserError(fmt::format("--inputs {}: --shape sinks=1 needs sinks.npy (<f4 [Hq])", r.inputs_dir));
       if (kv_fp8)
         for (const char* name : {"k-scale", "v-scale"})
           if (!r.options.count(name))
@@ -260,7 +265,7 @@ KernelTemplate paged_attention_template() {
     p.rtol = tol.rtol;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
                                       s.num_blocks != s.batch * s.max_blocks
                                           ? fmt::format(" num_blocks={} ({} elements per cache{})", s.num_blocks,
@@ -270,7 +275,7 @@ KernelTemplate paged_attention_template() {
                                       s.kv_fp8 ? fmt::format(" {} cache (scales {:g}, {:g})", ir::dtype_name(*s.kv_fp8),
                                                              s.k_scale, s.v_scale)
                                                : "",
-                                      s.alibi ? " alibi" : "",
+                                      s.alibi ? " alibi" : "", s.sinks ? " sinks" : "",
                                       s.window > 0 ? fmt::format(" window={}", s.window) : "",
                                       s.causal ? " causal" : "",
                                       s.chunk > 0 ? fmt::format(" chunk={}", s.chunk) : "")
@@ -280,7 +285,7 @@ KernelTemplate paged_attention_template() {
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
                  {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
                                              kKvDtypes.begin()

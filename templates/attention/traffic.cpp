@@ -57,6 +57,9 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       // (A transposed tile holds 8 rows, its repeats reading nothing.)
       t.q += programs_per_tile * rows * D * e_io * copies((paged_attention_transposed(s, cfg) ? 8 : BM) * DP);
       if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
+      // Without splits, the sinks of its rows' heads too, as the slopes (with splits, the
+      // combine reads them).
+      if (s.sinks && S == 1) t.sinks += programs_per_tile * std::min(G, rows) * 4 * w;
       t.context_lens += programs_per_tile * w * 4;
       if (s.varlen) t.query_start_loc += programs_per_tile * w * 8; // its two entries, warp-uniform
       // The walk (build_fused): from the first key the window lets the tile's first row see
@@ -93,6 +96,8 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
     // Each split stores its f32 partials (o: head_dim, m and l: one each) for its rows; the
     // combine kernel (one program per row) reads m and l [S] and o [S, head_dim] back.
     t.partials = rows * S * (D + 2) * 4 + rows * (2 * S * 4 * copies(S) + S * D * 4 * copies(S * DP));
+    // With sinks, each combine program reads its row's: one 4-byte warp-uniform request per warp.
+    if (s.sinks) t.sinks += rows * w * 4;
   }
   return t;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the folder the host tests run from: `tilec autotune paged_attention --export OUT` on
-# the emulator for three keys (f32, f32 with ALiBi, f16), each tuned to split-KV
+# the emulator for four keys (f32, f32 with ALiBi, f32 with sinks, f16), each tuned to split-KV
 # (tests/hosts/space.toml). Usage: make_deploy.sh TILEC OUT
 set -euo pipefail
 tilec=$1
@@ -12,6 +12,7 @@ common="batch=3 hq=8 hkv=2 sq=1 head_dim=32 block_size=8 max_blocks=8 ctx=64"
 "$tilec" autotune paged_attention --space "$here/space.toml" --backend emulate \
   --shape $common dtype=f32 alibi=0 \
   --shape $common dtype=f32 alibi=1 \
+  --shape $common dtype=f32 alibi=0 sinks=1 \
   --shape $common dtype=f16 alibi=0 \
   -o "$out/db.toml" --export "$out"
 test -f "$out/paged_attention.kernel.toml"

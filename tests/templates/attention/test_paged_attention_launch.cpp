@@ -70,11 +70,12 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
   const rt::Op& op = store->op("paged_attention");
 
   struct Case {
-    int64_t batch, hq, hkv, sq, head_dim, alibi, dtype, chunk;
+    int64_t batch, hq, hkv, sq, head_dim, alibi, dtype, chunk, sinks = 0;
   };
   // (A chunk past the capacity is cut to it on both sides: 2^40.)
   const std::vector<Case> shapes = {{1, 8, 2, 1, 64, 0, 0, 0}, {3, 8, 8, 1, 32, 1, 0, 16}, {2, 16, 2, 3, 32, 0, 1, 0},
-                                    {4, 4, 1, 2, 64, 1, 0, int64_t(1) << 40}, {2, 32, 4, 1, 128, 0, 2, 8}};
+                                    {4, 4, 1, 2, 64, 1, 0, int64_t(1) << 40}, {2, 32, 4, 1, 128, 0, 2, 8},
+                                    {2, 8, 2, 1, 64, 0, 1, 0, 1},             {3, 16, 2, 2, 64, 1, 0, 8, 1}};
   int checked = 0;
   for (const Case& c : shapes) {
     ParamMap shape;
@@ -89,6 +90,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
     shape.insert_or_assign("block_size", 8);
     shape.insert_or_assign("ctx", 40);
     shape.insert_or_assign("chunk", c.chunk);
+    shape.insert_or_assign("sinks", c.sinks);
     PagedAttentionShape s = paged_attention_shape(shape);
     PagedAttentionInputs in = make_paged_attention_inputs(s, 7, 40);
     const int64_t group = c.hq / c.hkv, pages = int64_t(in.k_cache.count()) / (8 * c.hkv * c.head_dim);
@@ -117,6 +119,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
                           {"context_lens", 256, rt::ScalarType::i32, {c.batch}, {}},
                           {"out", 256, dt, {c.batch, c.hq, c.sq, c.head_dim}, {}}};
           if (c.alibi) args.tensors.push_back({"alibi_slopes", 256, rt::ScalarType::f32, {c.hq}, {}});
+          if (c.sinks) args.tensors.push_back({"sinks", 256, rt::ScalarType::f32, {c.hq}, {}});
           args.scalars = {{"softmax_scale", 0.125}};
           for (const auto& [k, v] : params) args.config[k] = v;
           args.sizes["ctx"] = int64_t(40);
@@ -124,6 +127,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           rt::OpCall call = op.resolve(args);
           rt::ExprLookup lookup = [&](std::string_view n) -> std::optional<rt::SpecValue> {
             if (n == "present(alibi_slopes)") return int64_t(c.alibi);
+            if (n == "present(sinks)") return int64_t(c.sinks);
             if (n.starts_with("present(")) return int64_t(0);
             auto it = call.values.find(std::string(n));
             if (it == call.values.end()) return std::nullopt;
@@ -158,7 +162,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
     rt::OpArgs none;
     std::set<std::string> key_fields, db_fields;
     for (const rt::OpSize& sz : op.run().sizes)
-      if (sz.key) key_fields.insert(sz.name);
+      if (sz.key) key_fields.insert(sz.key_field());
     for (const auto& [k, v] : problem_key(t, shape)) db_fields.insert(k);
     CHECK(key_fields == db_fields);
   }
