@@ -269,7 +269,8 @@ class Call:
         return v.value
 
     def run(self, workspace=None):
-        """Runs every launch; returns the output (the single output array, else a dict by name).
+        """Runs every launch; returns the output (the single output array, else a dict by name;
+        an op without outputs returns the arrays it updated in place, the caller's own).
         On the GPU the launches are queued on the stream the call was prepared with."""
         ws_ptr, ws_bytes, ws_hold = None, 0, None
         if self.workspace_bytes:
@@ -345,33 +346,36 @@ class Store:
             op = ctypes.c_void_p()
             _check(lib.tilec_store_op(self._handle, name.encode(), ctypes.byref(op)))
 
-            def names(fn, output=None):
+            # role: a tensor's is_output (0 input, 1 output, 2 inout: updated in place on the caller's array)
+            def names(fn, role=None):
                 out, i = [], 0
                 while True:
                     flag = ctypes.c_int()
-                    n = fn(op, i, ctypes.byref(flag)) if output is not None else fn(op, i)
+                    n = fn(op, i, ctypes.byref(flag)) if role is not None else fn(op, i)
                     if n is None:
                         return out
-                    if output is None or bool(flag.value) == output:
+                    if role is None or flag.value == role:
                         out.append(n.decode())
                     i += 1
 
-            self._ops[name] = (op, {"inputs": names(lib.tilec_op_tensor, False),
-                                    "outputs": names(lib.tilec_op_tensor, True),
+            self._ops[name] = (op, {"inputs": names(lib.tilec_op_tensor, 0), "outputs": names(lib.tilec_op_tensor, 1),
+                                    "inouts": names(lib.tilec_op_tensor, 2),
                                     "scalars": names(lib.tilec_op_scalar), "sizes": names(lib.tilec_op_size)})
         return self._ops[name]
 
     def arguments(self, op):
-        """The op's arguments by kind: inputs, outputs, scalars, sizes."""
+        """The op's arguments by kind: inputs, outputs, inouts (arrays the op updates in place),
+        scalars, sizes."""
         return dict(self._op(op)[1])
 
     def prepare(self, op, *, config=None, stream=None, **kwargs):
         """Checks the arguments, selects the config and finds the modules; returns a Call.
-        Outputs that are not given are allocated like the inputs (NumPy or PyTorch)."""
+        Outputs that are not given are allocated like the inputs (NumPy or PyTorch); inouts
+        (reshape_and_cache's caches) are always the caller's arrays, updated in place."""
         handle, names = self._op(op)
         tensors, scalars, sizes = {}, {}, {}
         for k, v in kwargs.items():
-            if k in names["inputs"] or k in names["outputs"]:
+            if k in names["inputs"] or k in names["outputs"] or k in names["inouts"]:
                 tensors[k] = v
             elif k in names["scalars"]:
                 if not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
@@ -381,13 +385,16 @@ class Store:
                 sizes[k] = v
             else:
                 raise TypeError(f"{op}() got an unexpected argument '{k}'; it takes tensors "
-                                f"{', '.join(names['inputs'] + names['outputs'])}, scalars {', '.join(names['scalars'])}"
+                                f"{', '.join(names['inputs'] + names['inouts'] + names['outputs'])}, "
+                                f"scalars {', '.join(names['scalars'])}"
                                 f" and sizes {', '.join(names['sizes'])}")
         cuda_stream = _cuda_stream(stream) if self.on_gpu else 0
         dl_stream = cuda_stream or 1  # DLPack spells the legacy default stream 1
         arrays = [_Array(k, v, self.on_gpu, dl_stream) for k, v in tensors.items()]
         outputs = {k: tensors[k] for k in names["outputs"] if k in tensors}
         missing = [k for k in names["outputs"] if k not in tensors]
+        if not names["outputs"]:  # an op that only updates arrays in place returns them
+            outputs = {k: tensors[k] for k in names["inouts"] if k in tensors}
         if missing:
             if not arrays:
                 raise ArgumentError(f"{op}: no tensor arguments")
@@ -406,7 +413,9 @@ class Store:
 
     def run(self, op, *, config=None, stream=None, workspace=None, **kwargs):
         """Runs the whole op on the given arrays and returns its output (allocated when not
-        given as out=...). On the GPU it returns once the launches are queued on the stream."""
+        given as out=...; an op without outputs, such as reshape_and_cache, updates the inout
+        arrays given and returns them). On the GPU it returns once the launches are queued on
+        the stream."""
         return self.prepare(op, config=config, stream=stream, **kwargs).run(workspace=workspace)
 
     def close(self):

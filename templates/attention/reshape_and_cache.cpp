@@ -246,9 +246,10 @@ KernelTemplate reshape_and_cache_template() {
                                 "slots {}{}{}",
                                 s.num_tokens, live, s.hkv, s.head_dim, s.num_blocks, s.block_size,
                                 ir::dtype_name(s.dtype),
-                                s.kv_fp8 ? fmt::format(" {} cache (scales {:g}, {:g})", ir::dtype_name(*s.kv_fp8),
-                                                       s.k_scale, s.v_scale)
-                                         : "",
+                                !s.kv_fp8   ? std::string()
+                                : s.latent  ? fmt::format(" {} cache (scale {:g})", ir::dtype_name(*s.kv_fp8), s.k_scale)
+                                            : fmt::format(" {} caches (scales {:g}, {:g})", ir::dtype_name(*s.kv_fp8),
+                                                          s.k_scale, s.v_scale),
                                 ir::dtype_name(s.slot_dtype), s.latent ? " latent" : "",
                                 r.inputs_dir.empty() ? "" : " from " + r.inputs_dir);
     p.context = s;
