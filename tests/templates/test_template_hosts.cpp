@@ -12,6 +12,7 @@
 #include <optional>
 #include <unistd.h>
 
+#include "backends/module_builder.h"
 #include "runtime/module_store.h"
 #include "runtime/op_store.h"
 #include "templates/registry.h"
@@ -52,10 +53,10 @@ struct HostRun {
 // arrays passed in place, the output written into the problem's buffer), and compares with
 // the template's reference. `config`: values the caller sets over the selected config.
 HostRun run_on_host(const rt::OpStore& store, const KernelTemplate& t, const ParamMap& given_shape,
-                    const rt::TunedConfig& config = {}) {
+                    const rt::TunedConfig& config = {}, const std::map<std::string, double>& options = {}) {
   ParamMap shape = resolve_params(t.shape, {}, "--shape");
   for (const auto& [k, v] : given_shape) shape[k] = v;
-  Problem p = make_problem(t, {shape, 11, {}, {}});
+  Problem p = make_problem(t, {shape, 11, options, {}});
   if (p.expected.empty()) t.reference(p);
   const rt::Op& op = store.op(t.name);
   rt::OpArgs args;
@@ -66,6 +67,7 @@ HostRun run_on_host(const rt::OpStore& store, const KernelTemplate& t, const Par
     for (const std::string& d : ts.dims) dims.push_back(p.shape.count(d) ? p.shape.at(d) : std::stoll(d));
     args.tensors.push_back({ts.name, uint64_t(reinterpret_cast<uintptr_t>(b->bytes.data())), b->dtype, dims, {}});
   }
+  for (const auto& [name, v] : options) args.scalars.push_back({name, v});
   args.config = config;
   HostRun r{{}, op.prepare(args)};
   op.run(r.call, 0, 0, nullptr);
@@ -170,4 +172,29 @@ TEST_CASE("matmul runs through rt::OpStore from folders tilec compile wrote, at 
   // The dtype comes from the tensors: f16 arrays select the f16 module.
   CHECK_THROWS_WITH(run_on_host(*store, t, {{"m", 33}, {"n", 65}, {"k", 17}, {"dtype", 1}}, small_m),
                     Catch::Contains("no module matmul") && Catch::Contains("dtype=f16"));
+}
+
+TEST_CASE("the tutorial's rmsnorm runs through rt::OpStore with its float option as a scalar",
+          "[templates][op_run][hosts]") {
+  // rmsnorm is registered in the test suite, not in `tilec`: its module and card are written
+  // here as its own CLI's `compile -o` writes them.
+  Deploy d;
+  const KernelTemplate& t = *find_template("rmsnorm");
+  const ParamMap params = resolve_params(t.params, {"block=512", "num_warps=2"}, "--set");
+  backends::write_template_modules(t, params, resolve_params(t.shape, {"cols=300"}, "--shape"), "host", d.dir.path,
+                                   false);
+  rt::write_kernel_card(kernel_card(t), d.dir.path);
+  auto store = rt::OpStore::open(d.dir.path, "emulate");
+  CHECK(store->op("rmsnorm").run().scalars == std::vector<rt::OpScalar>{{"eps", rt::ScalarType::f32, {}}});
+  const rt::TunedConfig config(params.begin(), params.end());
+  for (double eps : {1e-5, 0.25}) {
+    INFO("eps=" << eps);
+    HostRun r = run_on_host(*store, t, {{"rows", 7}, {"cols", 300}}, config, {{"eps", eps}});
+    INFO(r.cmp.first_mismatch);
+    CHECK(r.cmp.ok);
+    CHECK(r.call.launches[0].grid.x == 7);
+  }
+  // The scalar is the caller's to give: the op refuses a call without it, naming it.
+  CHECK_THROWS_WITH(run_on_host(*store, t, {{"rows", 2}, {"cols", 300}}, config),
+                    Catch::Contains("scalar argument 'eps' is missing"));
 }
