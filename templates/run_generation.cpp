@@ -12,10 +12,13 @@ namespace tilec::templates {
 
 namespace {
 
-std::string string_literal(std::string_view s) { return fmt::format("\"{}\"", s); }
+std::string string_literal(std::string_view s) {
+  return fmt::format("\"{}\"", s);
+}
 
 const Param* find_param(const std::vector<Param>& declared, const std::string& name) {
-  auto it = std::find_if(declared.begin(), declared.end(), [&](const Param& p) { return p.name == name; });
+  auto it = std::find_if(declared.begin(), declared.end(),
+                         [&](const Param& p) { return p.name == name; });
   return it == declared.end() ? nullptr : &*it;
 }
 
@@ -55,14 +58,17 @@ private:
 
   const KernelTemplate& t_;
   rt::OpRun run_;
-  ParamMap params_, shape_; // the declared defaults
+  ParamMap params_, shape_;     // the declared defaults
   std::set<std::string> names_; // sizes, lets, tensors, scalars: one namespace
 };
 
 rt::OpRun RunGenerator::generate() {
-  if (t_.grid_expr[0].empty()) cannot("it declares no grid expressions (KernelTemplate::grid_expr)");
-  if (!t_.paths.empty()) cannot("it has run paths of its own; write its [run] (KernelTemplate::run)");
-  if (t_.build_all) cannot("a run launches several kernels (build_all); write its [run] (KernelTemplate::run)");
+  if (t_.grid_expr[0].empty())
+    cannot("it declares no grid expressions (KernelTemplate::grid_expr)");
+  if (!t_.paths.empty())
+    cannot("it has run paths of its own; write its [run] (KernelTemplate::run)");
+  if (t_.build_all)
+    cannot("a run launches several kernels (build_all); write its [run] (KernelTemplate::run)");
   if (!t_.module_variants.empty())
     cannot("its modules come in variants (module_variants); write its [run] (KernelTemplate::run)");
   if (t_.tensors.empty()) cannot("it declares no tensors (KernelTemplate::tensors)");
@@ -82,7 +88,8 @@ rt::OpRun RunGenerator::generate() {
   rt::OpLaunch launch;
   launch.kernel = k->name;
   std::array<std::string, 3> g = grid_texts(t_);
-  for (size_t i = 0; i < 3; ++i) launch.grid[i] = parse_expr(t_, fmt::format("grid_expr[{}]", i), g[i]);
+  for (size_t i = 0; i < 3; ++i)
+    launch.grid[i] = parse_expr(t_, fmt::format("grid_expr[{}]", i), g[i]);
   run_.launches.push_back(std::move(launch));
   return std::move(run_);
 }
@@ -92,14 +99,20 @@ void RunGenerator::add_sizes() {
   std::set<std::string> implied;
   for (const TensorSpec& ts : t_.tensors) {
     for (const std::string& d : ts.dims) {
-      if (!d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-      if (!find_param(t_.shape, d)) cannot(fmt::format("tensor '{}' has the dim '{}', which is no size (--shape field)", ts.name, d));
+      if (!d.empty() &&
+          std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        continue;
+      if (!find_param(t_.shape, d))
+        cannot(fmt::format("tensor '{}' has the dim '{}', which is no size (--shape field)",
+                           ts.name, d));
       implied.insert(d);
     }
     if (!ts.dtype_field.empty()) {
       const Param* f = find_param(t_.shape, ts.dtype_field);
       if (!f || f->choices.empty())
-        cannot(fmt::format("tensor '{}' takes its dtype from '{}', which is no choice field of --shape", ts.name, ts.dtype_field));
+        cannot(fmt::format(
+            "tensor '{}' takes its dtype from '{}', which is no choice field of --shape", ts.name,
+            ts.dtype_field));
       implied.insert(ts.dtype_field);
     }
   }
@@ -107,8 +120,9 @@ void RunGenerator::add_sizes() {
     rt::OpSize size;
     size.name = s.name;
     if (!implied.count(s.name))
-      size.default_value = parse_expr(t_, fmt::format("size '{}' default", s.name),
-                                      s.choices.empty() ? std::to_string(s.value) : string_literal(s.value_str()));
+      size.default_value =
+          parse_expr(t_, fmt::format("size '{}' default", s.name),
+                     s.choices.empty() ? std::to_string(s.value) : string_literal(s.value_str()));
     run_.sizes.push_back(std::move(size));
     names_.insert(s.name);
   }
@@ -126,7 +140,9 @@ void RunGenerator::add_lets() {
 void RunGenerator::add_tensors() {
   for (const TensorSpec& ts : t_.tensors) {
     if (!names_.insert(ts.name).second || find_param(t_.params, ts.name))
-      cannot(fmt::format("tensor '{}' has the name of a size, a let, another tensor or a config parameter", ts.name));
+      cannot(fmt::format(
+          "tensor '{}' has the name of a size, a let, another tensor or a config parameter",
+          ts.name));
     rt::OpTensor o;
     o.name = ts.name;
     o.output = ts.output;
@@ -135,10 +151,13 @@ void RunGenerator::add_tensors() {
     if (!ts.dtype_field.empty()) {
       o.dtype = parse_expr(t_, fmt::format("tensor '{}' dtype", ts.name), ts.dtype_field);
     } else if (!ts.dtype.empty()) {
-      if (!ir::parse_dtype(ts.dtype)) cannot(fmt::format("tensor '{}' has the dtype '{}', which is no element type", ts.name, ts.dtype));
+      if (!ir::parse_dtype(ts.dtype))
+        cannot(fmt::format("tensor '{}' has the dtype '{}', which is no element type", ts.name,
+                           ts.dtype));
       o.dtype = parse_expr(t_, fmt::format("tensor '{}' dtype", ts.name), string_literal(ts.dtype));
     } else {
-      cannot(fmt::format("tensor '{}' declares no dtype (TensorSpec::dtype, or dtype_field)", ts.name));
+      cannot(fmt::format("tensor '{}' declares no dtype (TensorSpec::dtype, or dtype_field)",
+                         ts.name));
     }
     run_.tensors.push_back(std::move(o));
   }
@@ -152,29 +171,43 @@ void RunGenerator::bind_kernel(const ir::Function& k) {
     const std::string& n = p->name;
     const std::string type = p->type.str();
     if (p->type.is_ptr()) {
-      auto ts = std::find_if(t_.tensors.begin(), t_.tensors.end(), [&](const TensorSpec& s) { return s.name == n; });
-      if (ts == t_.tensors.end()) cannot(fmt::format("kernel parameter '{}' ({}) is no tensor of KernelTemplate::tensors", n, type));
-      const std::string want = ts->dtype_field.empty() ? ts->dtype : find_param(t_.shape, ts->dtype_field)->value_str(shape_.at(ts->dtype_field));
+      auto ts = std::find_if(t_.tensors.begin(), t_.tensors.end(),
+                             [&](const TensorSpec& s) { return s.name == n; });
+      if (ts == t_.tensors.end())
+        cannot(fmt::format("kernel parameter '{}' ({}) is no tensor of KernelTemplate::tensors", n,
+                           type));
+      const std::string want =
+          ts->dtype_field.empty()
+              ? ts->dtype
+              : find_param(t_.shape, ts->dtype_field)->value_str(shape_.at(ts->dtype_field));
       if (want != ir::dtype_name(p->type.dtype()))
-        cannot(fmt::format("tensor '{}' is {} (at the defaults), but kernel parameter '{}' is {}", n, want, n, type));
+        cannot(fmt::format("tensor '{}' is {} (at the defaults), but kernel parameter '{}' is {}",
+                           n, want, n, type));
       continue;
     }
     if (ir::is_int(p->type.dtype())) {
-      const bool bound = find_param(t_.shape, n) || find_param(t_.params, n) ||
-                         std::any_of(t_.lets.begin(), t_.lets.end(), [&](const auto& l) { return l.first == n; });
+      const bool bound =
+          find_param(t_.shape, n) || find_param(t_.params, n) ||
+          std::any_of(t_.lets.begin(), t_.lets.end(), [&](const auto& l) { return l.first == n; });
       if (!bound)
-        cannot(fmt::format("kernel parameter '{}' ({}) is no size, config parameter or let (KernelTemplate::lets)", n, type));
+        cannot(fmt::format(
+            "kernel parameter '{}' ({}) is no size, config parameter or let (KernelTemplate::lets)",
+            n, type));
       continue;
     }
     // `--softmax-scale` is the kernel's softmax_scale.
-    const bool option = std::any_of(t_.options.begin(), t_.options.end(), [&](const FloatOption& o) {
-      std::string name = o.name;
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name == n;
-    });
+    const bool option =
+        std::any_of(t_.options.begin(), t_.options.end(), [&](const FloatOption& o) {
+          std::string name = o.name;
+          std::replace(name.begin(), name.end(), '-', '_');
+          return name == n;
+        });
     if (p->type.dtype() != ir::DType::f32 || !option)
-      cannot(fmt::format("kernel parameter '{}' ({}) is no float option (KernelTemplate::options, an f32 a host passes)", n, type));
-    if (!names_.insert(n).second) cannot(fmt::format("scalar '{}' has the name of a size, a let or a tensor", n));
+      cannot(fmt::format("kernel parameter '{}' ({}) is no float option (KernelTemplate::options, "
+                         "an f32 a host passes)",
+                         n, type));
+    if (!names_.insert(n).second)
+      cannot(fmt::format("scalar '{}' has the name of a size, a let or a tensor", n));
     run_.scalars.push_back({n, rt::ScalarType::f32, {}});
   }
 }
@@ -183,7 +216,8 @@ std::string RunGenerator::spec_value(const Param& p, bool config) {
   // A host's config holds a choice parameter's index; a module records its name.
   if (!config || p.choices.empty()) return p.name;
   std::string e = string_literal(p.choices.back());
-  for (size_t i = p.choices.size() - 1; i-- > 0;) e = fmt::format("{} == {} ? {} : {}", p.name, i, string_literal(p.choices[i]), e);
+  for (size_t i = p.choices.size() - 1; i-- > 0;)
+    e = fmt::format("{} == {} ? {} : {}", p.name, i, string_literal(p.choices[i]), e);
   return e;
 }
 
@@ -195,26 +229,37 @@ void RunGenerator::add_spec() {
       const Param* p = find_param(t_.params, name);
       const bool config = p;
       if (!p) p = find_param(t_.shape, name);
-      if (!p) cannot(fmt::format("its modules are specialized on '{}', which is no config parameter or size", name));
+      if (!p)
+        cannot(fmt::format(
+            "its modules are specialized on '{}', which is no config parameter or size", name));
       const int64_t v = (config ? params_ : shape_).at(name);
-      const rt::SpecValue own = p->choices.empty() ? rt::SpecValue(v) : rt::SpecValue(p->value_str(v));
+      const rt::SpecValue own =
+          p->choices.empty() ? rt::SpecValue(v) : rt::SpecValue(p->value_str(v));
       if (value != own)
-        cannot(fmt::format("module_spec gives {}={} at the defaults, not the value of the {} '{}' ({})", name,
-                           rt::format_value(value), config ? "config parameter" : "size", name, rt::format_value(own)));
+        cannot(fmt::format(
+            "module_spec gives {}={} at the defaults, not the value of the {} '{}' ({})", name,
+            rt::format_value(value), config ? "config parameter" : "size", name,
+            rt::format_value(own)));
       spec[name] = spec_value(*p, config);
     }
   } else {
-    for (const Param& p : t_.params) spec[p.name] = spec_value(p, true);
-    for (const Param& p : t_.shape) spec[p.name] = spec_value(p, false);
+    for (const Param& p : t_.params)
+      spec[p.name] = spec_value(p, true);
+    for (const Param& p : t_.shape)
+      spec[p.name] = spec_value(p, false);
   }
-  for (const auto& [name, text] : spec) run_.spec.emplace_back(name, parse_expr(t_, fmt::format("spec '{}'", name), text));
+  for (const auto& [name, text] : spec)
+    run_.spec.emplace_back(name, parse_expr(t_, fmt::format("spec '{}'", name), text));
 }
 
 } // namespace
 
-rt::OpRun generate_run(const KernelTemplate& t) { return RunGenerator(t).generate(); }
+rt::OpRun generate_run(const KernelTemplate& t) {
+  return RunGenerator(t).generate();
+}
 
-std::map<std::string, rt::SpecValue> run_values(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
+std::map<std::string, rt::SpecValue> run_values(const KernelTemplate& t, const ParamMap& params,
+                                                const ParamMap& shape) {
   std::map<std::string, rt::SpecValue> v;
   for (const Param& p : t.params) {
     auto it = params.find(p.name);
@@ -241,7 +286,9 @@ std::map<std::string, rt::SpecValue> run_values(const KernelTemplate& t, const P
 }
 
 launch::Grid run_grid(const KernelTemplate& t, const ParamMap& params, const ParamMap& shape) {
-  if (t.grid_expr[0].empty()) throw UserError(fmt::format("{} declares no grid expressions (KernelTemplate::grid_expr)", t.name));
+  if (t.grid_expr[0].empty())
+    throw UserError(
+        fmt::format("{} declares no grid expressions (KernelTemplate::grid_expr)", t.name));
   const std::map<std::string, rt::SpecValue> v = run_values(t, params, shape);
   rt::ExprLookup lookup = [&](std::string_view n) -> std::optional<rt::SpecValue> {
     auto it = v.find(std::string(n));
@@ -261,18 +308,25 @@ launch::Grid run_grid(const KernelTemplate& t, const ParamMap& params, const Par
 }
 
 void derive_grid(KernelTemplate& t) {
-  const bool any = std::any_of(t.grid_expr.begin(), t.grid_expr.end(), [](const std::string& e) { return !e.empty(); });
+  const bool any = std::any_of(t.grid_expr.begin(), t.grid_expr.end(),
+                               [](const std::string& e) { return !e.empty(); });
   if (!any) return;
-  if (t.grid_expr[0].empty()) throw UserError(fmt::format("{}: grid_expr gives no x axis (grid_expr[0])", t.name));
+  if (t.grid_expr[0].empty())
+    throw UserError(fmt::format("{}: grid_expr gives no x axis (grid_expr[0])", t.name));
   if (t.grid)
-    throw UserError(fmt::format("{}: the grid is given twice, as grid and as grid_expr: keep grid_expr (hosts launch on it too)", t.name));
-  if (!t.paths.empty() || t.build_all)
-    throw UserError(fmt::format("{}: grid_expr is the grid of one kernel's run; a template with paths or build_all "
-                                "launches its own grids (and writes its run, KernelTemplate::run)",
+    throw UserError(fmt::format("{}: the grid is given twice, as grid and as grid_expr: keep "
+                                "grid_expr (hosts launch on it too)",
                                 t.name));
+  if (!t.paths.empty() || t.build_all)
+    throw UserError(fmt::format(
+        "{}: grid_expr is the grid of one kernel's run; a template with paths or build_all "
+        "launches its own grids (and writes its run, KernelTemplate::run)",
+        t.name));
   const std::array<std::string, 3> g = grid_texts(t);
-  for (size_t i = 0; i < 3; ++i) parse_expr(t, fmt::format("grid_expr[{}]", i), g[i]);
-  for (const auto& [name, text] : t.lets) parse_expr(t, fmt::format("let '{}'", name), text);
+  for (size_t i = 0; i < 3; ++i)
+    parse_expr(t, fmt::format("grid_expr[{}]", i), g[i]);
+  for (const auto& [name, text] : t.lets)
+    parse_expr(t, fmt::format("let '{}'", name), text);
   // A copy of what the grid reads: the registry moves `t`.
   KernelTemplate decl;
   decl.name = t.name;
@@ -280,7 +334,9 @@ void derive_grid(KernelTemplate& t) {
   decl.shape = t.shape;
   decl.grid_expr = t.grid_expr;
   decl.lets = t.lets;
-  t.grid = [decl = std::move(decl)](const ParamMap& params, const ParamMap& shape) { return run_grid(decl, params, shape); };
+  t.grid = [decl = std::move(decl)](const ParamMap& params, const ParamMap& shape) {
+    return run_grid(decl, params, shape);
+  };
 }
 
 } // namespace tilec::templates

@@ -47,16 +47,19 @@ std::vector<const KernelTemplate*> generated_templates() {
 
 ParamMap with(const std::vector<Param>& declared, const ParamMap& given) {
   ParamMap out = resolve_params(declared, {}, "--set");
-  for (const auto& [k, v] : given) out[k] = v;
+  for (const auto& [k, v] : given)
+    out[k] = v;
   return out;
 }
 
 } // namespace
 
-TEST_CASE("every shipped template but paged attention has a generated run that reads back as written",
-          "[templates][op_run]") {
+TEST_CASE(
+    "every shipped template but paged attention has a generated run that reads back as written",
+    "[templates][op_run]") {
   std::vector<std::string> names;
-  for (const KernelTemplate* t : generated_templates()) names.push_back(t->name);
+  for (const KernelTemplate* t : generated_templates())
+    names.push_back(t->name);
   // The shipped ones and the tutorial's (registered in the suite): none may fall back to no run.
   for (const char* name : {"vector_add", "softmax", "matmul", "rmsnorm"})
     CHECK(std::find(names.begin(), names.end(), name) != names.end());
@@ -74,9 +77,11 @@ TEST_CASE("every shipped template but paged attention has a generated run that r
     Scratch s;
     CHECK(rt::read_kernel_card(rt::write_kernel_card(card, s.dir)) == card);
 
-    // One size per --shape field, one tensor per TensorSpec, one launch of the built kernel on grid_expr.
+    // One size per --shape field, one tensor per TensorSpec, one launch of the built kernel on
+    // grid_expr.
     REQUIRE(run.sizes.size() == t->shape.size());
-    for (size_t i = 0; i < t->shape.size(); ++i) CHECK(run.sizes[i].name == t->shape[i].name);
+    for (size_t i = 0; i < t->shape.size(); ++i)
+      CHECK(run.sizes[i].name == t->shape[i].name);
     REQUIRE(run.tensors.size() == t->tensors.size());
     REQUIRE(run.launches.size() == 1);
     const ParamMap params = with(t->params, {}), shape = with(t->shape, {});
@@ -85,16 +90,18 @@ TEST_CASE("every shipped template but paged attention has a generated run that r
   }
 }
 
-TEST_CASE("a generated run's tensors have the problem's dtypes and its values are the problem's arguments",
+TEST_CASE("a generated run's tensors have the problem's dtypes and its values are the problem's "
+          "arguments",
           "[templates][op_run]") {
   struct Case {
     std::string kernel;
     ParamMap shape, config;
   };
-  const std::vector<Case> cases = {{"vector_add", {{"n", 1000}}, {{"block", 256}}},
-                                   {"softmax", {{"rows", 5}, {"cols", 257}}, {{"block", 512}}},
-                                   {"matmul", {{"m", 33}, {"n", 65}, {"k", 17}, {"dtype", 2}}, {{"block_m", 16}}},
-                                   {"rmsnorm", {{"rows", 7}, {"cols", 300}}, {{"block", 512}}}};
+  const std::vector<Case> cases = {
+      {"vector_add", {{"n", 1000}}, {{"block", 256}}},
+      {"softmax", {{"rows", 5}, {"cols", 257}}, {{"block", 512}}},
+      {"matmul", {{"m", 33}, {"n", 65}, {"k", 17}, {"dtype", 2}}, {{"block_m", 16}}},
+      {"rmsnorm", {{"rows", 7}, {"cols", 300}}, {{"block", 512}}}};
   for (const Case& c : cases) {
     const KernelTemplate& t = *find_template(c.kernel);
     INFO(c.kernel);
@@ -109,11 +116,13 @@ TEST_CASE("a generated run's tensors have the problem's dtypes and its values ar
       return it->second;
     };
     for (const rt::OpTensor& ot : run.tensors) {
-      auto b = std::find_if(p.buffers.begin(), p.buffers.end(), [&](const launch::Buffer& x) { return x.name == ot.name; });
+      auto b = std::find_if(p.buffers.begin(), p.buffers.end(),
+                            [&](const launch::Buffer& x) { return x.name == ot.name; });
       REQUIRE(b != p.buffers.end());
       CHECK(ot.dtype.eval(lookup) == rt::SpecValue(std::string(ir::dtype_name(b->dtype))));
       int64_t elements = 1;
-      for (const rt::SizeExpr& d : ot.dims) elements *= d.eval_int(lookup);
+      for (const rt::SizeExpr& d : ot.dims)
+        elements *= d.eval_int(lookup);
       CHECK(size_t(elements) == b->count());
     }
     // Each integer parameter of the kernel binds by name to the value the problem passes it.
@@ -129,14 +138,16 @@ TEST_CASE("a generated run's tensors have the problem's dtypes and its values ar
         REQUIRE(values.count(param->name));
         CHECK(values.at(param->name) == rt::SpecValue(p.args[i].i));
       } else {
-        CHECK(std::any_of(run.scalars.begin(), run.scalars.end(), [&](const rt::OpScalar& s) { return s.name == param->name; }));
+        CHECK(std::any_of(run.scalars.begin(), run.scalars.end(),
+                          [&](const rt::OpScalar& s) { return s.name == param->name; }));
       }
     }
   }
 }
 
-TEST_CASE("the C++ grid is the card's grid expression for every config of the shipped search spaces",
-          "[templates][op_run][grid]") {
+TEST_CASE(
+    "the C++ grid is the card's grid expression for every config of the shipped search spaces",
+    "[templates][op_run][grid]") {
   using Ref = std::function<launch::Grid(const ParamMap& p, const ParamMap& s)>;
   struct SpaceGrid {
     std::string kernel, file;
@@ -145,24 +156,40 @@ TEST_CASE("the C++ grid is the card's grid expression for every config of the sh
   };
   auto rows = [](const ParamMap&, const ParamMap& s) { return launch::Grid{s.at("rows"), 1, 1}; };
   const std::vector<SpaceGrid> spaces = {
-      {"vector_add", "configs/vector_add.toml", {{{"n", 1}}, {{"n", 4097}}, {{"n", 100003}}},
-       [](const ParamMap& p, const ParamMap& s) { return launch::Grid{cdiv(s.at("n"), p.at("block")), 1, 1}; }},
-      {"softmax", "configs/softmax.toml", {{{"rows", 1}, {"cols", 1}}, {{"rows", 37}, {"cols", 1000}}}, rows},
-      {"rmsnorm", "examples/rmsnorm/rmsnorm.toml", {{{"rows", 7}, {"cols", 300}}, {{"rows", 64}, {"cols", 1000}}}, rows},
-      {"matmul", "configs/matmul.toml", {{{"m", 1}, {"n", 1}, {"k", 1}}, {{"m", 100}, {"n", 75}, {"k", 50}}},
+      {"vector_add",
+       "configs/vector_add.toml",
+       {{{"n", 1}}, {{"n", 4097}}, {{"n", 100003}}},
+       [](const ParamMap& p, const ParamMap& s) {
+         return launch::Grid{cdiv(s.at("n"), p.at("block")), 1, 1};
+       }},
+      {"softmax",
+       "configs/softmax.toml",
+       {{{"rows", 1}, {"cols", 1}}, {{"rows", 37}, {"cols", 1000}}},
+       rows},
+      {"rmsnorm",
+       "examples/rmsnorm/rmsnorm.toml",
+       {{{"rows", 7}, {"cols", 300}}, {{"rows", 64}, {"cols", 1000}}},
+       rows},
+      {"matmul",
+       "configs/matmul.toml",
+       {{{"m", 1}, {"n", 1}, {"k", 1}}, {{"m", 100}, {"n", 75}, {"k", 50}}},
        [](const ParamMap& p, const ParamMap& s) {
          return launch::Grid{cdiv(s.at("m"), p.at("block_m")), cdiv(s.at("n"), p.at("block_n")), 1};
        }},
-      {"matmul", "configs/matmul_sm90.toml", {{{"m", 130}, {"n", 96}, {"k", 64}, {"dtype", 2}}}, nullptr},
+      {"matmul",
+       "configs/matmul_sm90.toml",
+       {{{"m", 130}, {"n", 96}, {"k", 64}, {"dtype", 2}}},
+       nullptr},
   };
   size_t checked = 0;
   for (const SpaceGrid& sg : spaces) {
     const KernelTemplate& t = *find_template(sg.kernel);
     INFO(sg.file);
     const Ref ref = sg.grid ? sg.grid : spaces[3].grid;
-    autotune::SearchSpace space =
-        autotune::load_space((fs::path(TILEC_SOURCE_DIR) / sg.file).string(), autotune::space_names(t));
-    // The host's side: the card's run in an OpStore, whose values the launch grid is evaluated with.
+    autotune::SearchSpace space = autotune::load_space(
+        (fs::path(TILEC_SOURCE_DIR) / sg.file).string(), autotune::space_names(t));
+    // The host's side: the card's run in an OpStore, whose values the launch grid is evaluated
+    // with.
     Scratch s;
     rt::write_kernel_card(kernel_card(t), s.dir);
     auto store = rt::OpStore::open(s.dir, "emulate");
@@ -188,7 +215,8 @@ TEST_CASE("the C++ grid is the card's grid expression for every config of the sh
         CHECK(launch_grid(t, config, shape) == want);
         rt::OpArgs args;
         for (const Param& p : t.shape)
-          args.sizes[p.name] = p.choices.empty() ? rt::SpecValue(shape.at(p.name)) : rt::SpecValue(p.value_str(shape.at(p.name)));
+          args.sizes[p.name] = p.choices.empty() ? rt::SpecValue(shape.at(p.name))
+                                                 : rt::SpecValue(p.value_str(shape.at(p.name)));
         args.config = rt::TunedConfig(config.begin(), config.end());
         rt::OpCall call = op.resolve(args);
         rt::ExprLookup lookup = [&](std::string_view n) -> std::optional<rt::SpecValue> {
@@ -197,7 +225,8 @@ TEST_CASE("the C++ grid is the card's grid expression for every config of the sh
           return it->second;
         };
         launch::Grid host{};
-        for (size_t i = 0; i < 3; ++i) host[i] = op.run().launches[0].grid[i].eval_int(lookup);
+        for (size_t i = 0; i < 3; ++i)
+          host[i] = op.run().launches[0].grid[i].eval_int(lookup);
         CHECK(host == want);
         ++checked;
       }
@@ -205,7 +234,8 @@ TEST_CASE("the C++ grid is the card's grid expression for every config of the sh
   CHECK(checked >= 200);
 }
 
-TEST_CASE("templates whose run cannot be generated are refused, naming what they lack", "[templates][op_run]") {
+TEST_CASE("templates whose run cannot be generated are refused, naming what they lack",
+          "[templates][op_run]") {
   const KernelTemplate& va = *find_template("vector_add");
   auto refused = [](const KernelTemplate& t) {
     try {
@@ -239,11 +269,13 @@ TEST_CASE("templates whose run cannot be generated are refused, naming what they
 
   t = *find_template("softmax");
   t.lets.pop_back(); // stride
-  CHECK_THAT(refused(t), Catch::Contains("kernel parameter 'stride'") && Catch::Contains("KernelTemplate::lets"));
+  CHECK_THAT(refused(t), Catch::Contains("kernel parameter 'stride'") &&
+                             Catch::Contains("KernelTemplate::lets"));
 
   t = *find_template("rmsnorm");
   t.options.clear(); // eps
-  CHECK_THAT(refused(t), Catch::Contains("kernel parameter 'eps'") && Catch::Contains("float option"));
+  CHECK_THAT(refused(t),
+             Catch::Contains("kernel parameter 'eps'") && Catch::Contains("float option"));
 
   t = va;
   t.module_spec = [](const ParamMap& p, const ParamMap&) {
@@ -289,19 +321,23 @@ KernelTemplate y_only() {
 }
 } // namespace
 
-TEST_CASE("registration refuses a grid given twice, a grid expression that does not parse, and grid_expr beside paths",
+TEST_CASE("registration refuses a grid given twice, a grid expression that does not parse, and "
+          "grid_expr beside paths",
           "[templates][registry][op_run]") {
   CHECK_THROWS_WITH(register_kernel(grid_twice), Catch::Contains("given twice"));
-  CHECK_THROWS_WITH(register_kernel(bad_grid_expr), Catch::Contains("vector_add_bad_grid") &&
-                                                        Catch::Contains("grid_expr[0] 'cdiv(n, block'"));
+  CHECK_THROWS_WITH(register_kernel(bad_grid_expr),
+                    Catch::Contains("vector_add_bad_grid") &&
+                        Catch::Contains("grid_expr[0] 'cdiv(n, block'"));
   CHECK_THROWS_WITH(register_kernel(grid_expr_with_paths), Catch::Contains("paths or build_all"));
   CHECK_THROWS_WITH(register_kernel(y_only), Catch::Contains("no x axis"));
-  for (const char* name : {"vector_add_grid_twice", "vector_add_bad_grid", "vector_add_paths", "vector_add_y_only"})
+  for (const char* name :
+       {"vector_add_grid_twice", "vector_add_bad_grid", "vector_add_paths", "vector_add_y_only"})
     CHECK_FALSE(find_template(name));
 }
 
-TEST_CASE("a grid expression that cannot be evaluated is a UserError naming the template and the axis",
-          "[templates][op_run][grid]") {
+TEST_CASE(
+    "a grid expression that cannot be evaluated is a UserError naming the template and the axis",
+    "[templates][op_run][grid]") {
   KernelTemplate t = *find_template("vector_add");
   t.grid_expr = {"cdiv(n, block - block)", "", ""};
   CHECK_THROWS_WITH(run_grid(t, with(t.params, {}), with(t.shape, {})),
@@ -310,5 +346,6 @@ TEST_CASE("a grid expression that cannot be evaluated is a UserError naming the 
   t.grid_expr = {"rows", "", ""};
   CHECK_THROWS_WITH(run_grid(t, with(t.params, {}), with(t.shape, {})), Catch::Contains("rows"));
   t.grid_expr = {"n", "", ""};
-  CHECK(run_grid(t, with(t.params, {}), {{"n", 9}}) == launch::Grid{9, 1, 1}); // y and z left empty: 1
+  CHECK(run_grid(t, with(t.params, {}), {{"n", 9}}) ==
+        launch::Grid{9, 1, 1}); // y and z left empty: 1
 }

@@ -38,9 +38,12 @@ struct Deploy {
     REQUIRE(p.exited());
     REQUIRE(p.exit_code == 0);
   }
-  // `tilec compile KERNEL --target emu ARGS -o DIR/SUB` (SUB empty: the folder itself, with the card).
-  void compile(const std::string& kernel, const std::string& args, const std::string& sub = "") const {
-    tilec_ok(fmt::format("compile {} --target emu {} -o {}", kernel, args, (dir.path / sub).string()));
+  // `tilec compile KERNEL --target emu ARGS -o DIR/SUB` (SUB empty: the folder itself, with the
+  // card).
+  void compile(const std::string& kernel, const std::string& args,
+               const std::string& sub = "") const {
+    tilec_ok(
+        fmt::format("compile {} --target emu {} -o {}", kernel, args, (dir.path / sub).string()));
   }
 };
 
@@ -53,21 +56,27 @@ struct HostRun {
 // arrays passed in place, the output written into the problem's buffer), and compares with
 // the template's reference. `config`: values the caller sets over the selected config.
 HostRun run_on_host(const rt::OpStore& store, const KernelTemplate& t, const ParamMap& given_shape,
-                    const rt::TunedConfig& config = {}, const std::map<std::string, double>& options = {}) {
+                    const rt::TunedConfig& config = {},
+                    const std::map<std::string, double>& options = {}) {
   ParamMap shape = resolve_params(t.shape, {}, "--shape");
-  for (const auto& [k, v] : given_shape) shape[k] = v;
+  for (const auto& [k, v] : given_shape)
+    shape[k] = v;
   Problem p = make_problem(t, {shape, 11, options, {}});
   if (p.expected.empty()) t.reference(p);
   const rt::Op& op = store.op(t.name);
   rt::OpArgs args;
   for (const TensorSpec& ts : t.tensors) {
-    auto b = std::find_if(p.buffers.begin(), p.buffers.end(), [&](const launch::Buffer& x) { return x.name == ts.name; });
+    auto b = std::find_if(p.buffers.begin(), p.buffers.end(),
+                          [&](const launch::Buffer& x) { return x.name == ts.name; });
     REQUIRE(b != p.buffers.end());
     std::vector<int64_t> dims;
-    for (const std::string& d : ts.dims) dims.push_back(p.shape.count(d) ? p.shape.at(d) : std::stoll(d));
-    args.tensors.push_back({ts.name, uint64_t(reinterpret_cast<uintptr_t>(b->bytes.data())), b->dtype, dims, {}});
+    for (const std::string& d : ts.dims)
+      dims.push_back(p.shape.count(d) ? p.shape.at(d) : std::stoll(d));
+    args.tensors.push_back(
+        {ts.name, uint64_t(reinterpret_cast<uintptr_t>(b->bytes.data())), b->dtype, dims, {}});
   }
-  for (const auto& [name, v] : options) args.scalars.push_back({name, v});
+  for (const auto& [name, v] : options)
+    args.scalars.push_back({name, v});
   args.config = config;
   HostRun r{{}, op.prepare(args)};
   op.run(r.call, 0, 0, nullptr);
@@ -82,27 +91,32 @@ HostRun run_on_host(const rt::OpStore& store, const KernelTemplate& t, const Par
 
 std::string shape_text(const ParamMap& s) {
   std::string out;
-  for (const auto& [k, v] : s) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
+  for (const auto& [k, v] : s)
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
   return out;
 }
 
 } // namespace
 
-TEST_CASE("vector_add runs through rt::OpStore from a folder autotune --export wrote, at ragged sizes",
-          "[templates][op_run][hosts]") {
+TEST_CASE(
+    "vector_add runs through rt::OpStore from a folder autotune --export wrote, at ragged sizes",
+    "[templates][op_run][hosts]") {
   Deploy d;
   const fs::path space = d.dir.path / "space.toml";
   std::ofstream(space) << "kernel = \"vector_add\"\n[params]\nblock = [256, 512]\nnum_warps = [4]\n"
                           "[measure]\nwarmup = 0\nrepeats = 1\n";
   const fs::path out = d.dir.path / "deploy";
-  d.tilec_ok(fmt::format("autotune vector_add --space {} --shape n=4097 --backend emulate --no-ptxas -o {} --export {}",
+  d.tilec_ok(fmt::format("autotune vector_add --space {} --shape n=4097 --backend emulate "
+                         "--no-ptxas -o {} --export {}",
                          space.string(), (d.dir.path / "db.toml").string(), out.string()));
   // A config the search did not have, whose grid (cdiv(n, 128)) is neither winner's.
-  d.tilec_ok(fmt::format("compile vector_add --target emu --set block=128 num_warps=2 -o {}", (out / "b128").string()));
+  d.tilec_ok(fmt::format("compile vector_add --target emu --set block=128 num_warps=2 -o {}",
+                         (out / "b128").string()));
   auto store = rt::OpStore::open(out, "emulate");
   REQUIRE(store->ops() == std::vector<std::string>{"vector_add"});
   const KernelTemplate& t = *find_template("vector_add");
-  for (int64_t n : {4097, 1, 1000, 5003}) { // the tuned key, then the nearest tuned key serves the others
+  for (int64_t n :
+       {4097, 1, 1000, 5003}) { // the tuned key, then the nearest tuned key serves the others
     INFO("n=" << n);
     HostRun r = run_on_host(*store, t, {{"n", n}});
     INFO(r.call.note << "\n" << r.cmp.first_mismatch);
@@ -116,10 +130,12 @@ TEST_CASE("vector_add runs through rt::OpStore from a folder autotune --export w
   CHECK(r.call.launches[0].grid.x == 8); // cdiv(1001, 128)
 }
 
-TEST_CASE("softmax runs through rt::OpStore from folders tilec compile wrote, at ragged sizes and configs",
+TEST_CASE("softmax runs through rt::OpStore from folders tilec compile wrote, at ragged sizes and "
+          "configs",
           "[templates][op_run][hosts]") {
   Deploy d;
-  d.compile("softmax", "--set block=512 --shape cols=257"); // the module serves every cols up to its block
+  d.compile("softmax",
+            "--set block=512 --shape cols=257"); // the module serves every cols up to its block
   d.compile("softmax", "--set block=2048 num_warps=8", "b2048");
   auto store = rt::OpStore::open(d.dir.path, "emulate");
   const KernelTemplate& t = *find_template("softmax");
@@ -127,23 +143,27 @@ TEST_CASE("softmax runs through rt::OpStore from folders tilec compile wrote, at
     ParamMap shape;
     rt::TunedConfig config;
   };
-  for (const Case& c : std::vector<Case>{{{{"rows", 5}, {"cols", 257}}, {{"block", 512}}},
-                                         {{{"rows", 1}, {"cols", 1}}, {{"block", 512}}},
-                                         {{{"rows", 37}, {"cols", 1000}}, {{"block", 2048}, {"num_warps", 8}}},
-                                         {{{"rows", 3}, {"cols", 2048}}, {{"block", 2048}, {"num_warps", 8}}}}) {
+  for (const Case& c :
+       std::vector<Case>{{{{"rows", 5}, {"cols", 257}}, {{"block", 512}}},
+                         {{{"rows", 1}, {"cols", 1}}, {{"block", 512}}},
+                         {{{"rows", 37}, {"cols", 1000}}, {{"block", 2048}, {"num_warps", 8}}},
+                         {{{"rows", 3}, {"cols", 2048}}, {{"block", 2048}, {"num_warps", 8}}}}) {
     INFO(shape_text(c.shape));
     HostRun r = run_on_host(*store, t, c.shape, c.config);
     INFO(r.cmp.first_mismatch);
     CHECK(r.cmp.ok);
     CHECK(r.call.launches[0].grid.x == unsigned(c.shape.at("rows")));
   }
-  // Nothing tuned: the defaults (block=1024), whose module the folder lacks; the error says how to build it.
+  // Nothing tuned: the defaults (block=1024), whose module the folder lacks; the error says how to
+  // build it.
   CHECK_THROWS_WITH(run_on_host(*store, t, {{"rows", 2}, {"cols", 10}}),
-                    Catch::Contains("no module softmax") && Catch::Contains("compile softmax --target emu") &&
+                    Catch::Contains("no module softmax") &&
+                        Catch::Contains("compile softmax --target emu") &&
                         Catch::Contains("block=1024"));
 }
 
-TEST_CASE("matmul runs through rt::OpStore from folders tilec compile wrote, at ragged sizes, configs and dtypes",
+TEST_CASE("matmul runs through rt::OpStore from folders tilec compile wrote, at ragged sizes, "
+          "configs and dtypes",
           "[templates][op_run][hosts]") {
   Deploy d;
   // A module is specialized on the dtype, n and k (and the config); any m serves.
@@ -158,10 +178,11 @@ TEST_CASE("matmul runs through rt::OpStore from folders tilec compile wrote, at 
     rt::TunedConfig config;
     std::array<unsigned, 2> grid;
   };
-  for (const Case& c : std::vector<Case>{{{{"m", 33}, {"n", 65}, {"k", 17}}, small_m, {3, 2}},
-                                         {{{"m", 7}, {"n", 65}, {"k", 17}}, small_m, {1, 2}},
-                                         {{{"m", 100}, {"n", 75}, {"k", 50}, {"dtype", 1}}, {}, {4, 3}},
-                                         {{{"m", 1}, {"n", 24}, {"k", 40}, {"dtype", 2}}, {}, {1, 1}}}) {
+  for (const Case& c :
+       std::vector<Case>{{{{"m", 33}, {"n", 65}, {"k", 17}}, small_m, {3, 2}},
+                         {{{"m", 7}, {"n", 65}, {"k", 17}}, small_m, {1, 2}},
+                         {{{"m", 100}, {"n", 75}, {"k", 50}, {"dtype", 1}}, {}, {4, 3}},
+                         {{{"m", 1}, {"n", 24}, {"k", 40}, {"dtype", 2}}, {}, {1, 1}}}) {
     INFO(shape_text(c.shape));
     HostRun r = run_on_host(*store, t, c.shape, c.config);
     INFO(r.cmp.first_mismatch);
@@ -170,8 +191,9 @@ TEST_CASE("matmul runs through rt::OpStore from folders tilec compile wrote, at 
     CHECK(r.call.launches[0].grid.y == c.grid[1]);
   }
   // The dtype comes from the tensors: f16 arrays select the f16 module.
-  CHECK_THROWS_WITH(run_on_host(*store, t, {{"m", 33}, {"n", 65}, {"k", 17}, {"dtype", 1}}, small_m),
-                    Catch::Contains("no module matmul") && Catch::Contains("dtype=f16"));
+  CHECK_THROWS_WITH(
+      run_on_host(*store, t, {{"m", 33}, {"n", 65}, {"k", 17}, {"dtype", 1}}, small_m),
+      Catch::Contains("no module matmul") && Catch::Contains("dtype=f16"));
 }
 
 TEST_CASE("the tutorial's rmsnorm runs through rt::OpStore with its float option as a scalar",
@@ -181,11 +203,12 @@ TEST_CASE("the tutorial's rmsnorm runs through rt::OpStore with its float option
   Deploy d;
   const KernelTemplate& t = *find_template("rmsnorm");
   const ParamMap params = resolve_params(t.params, {"block=512", "num_warps=2"}, "--set");
-  backends::write_template_modules(t, params, resolve_params(t.shape, {"cols=300"}, "--shape"), "host", d.dir.path,
-                                   false);
+  backends::write_template_modules(t, params, resolve_params(t.shape, {"cols=300"}, "--shape"),
+                                   "host", d.dir.path, false);
   rt::write_kernel_card(kernel_card(t), d.dir.path);
   auto store = rt::OpStore::open(d.dir.path, "emulate");
-  CHECK(store->op("rmsnorm").run().scalars == std::vector<rt::OpScalar>{{"eps", rt::ScalarType::f32, {}}});
+  CHECK(store->op("rmsnorm").run().scalars ==
+        std::vector<rt::OpScalar>{{"eps", rt::ScalarType::f32, {}}});
   const rt::TunedConfig config(params.begin(), params.end());
   for (double eps : {1e-5, 0.25}) {
     INFO("eps=" << eps);
