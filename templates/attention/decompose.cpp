@@ -23,7 +23,7 @@ namespace {
 // a view of the stride-0 broadcast, so it materializes [B, Hq, kv_len, D].
 int repeat_kv_heads(Recipe& r, int x, const PagedAttentionShape& s) {
   if (s.hq == s.hkv) return x;
-  const int64_t b = s.batch, kv_len = s.capacity(), d = s.head_dim;
+  const int64_t b = s.batch, kv_len = s.capacity(), d = r.nodes.at(size_t(x)).shape.back();
   int r5 = r.reshape(x, {b, s.hkv, 1, kv_len, d});
   int bc = r.broadcast_to(r5, {b, s.hkv, s.group(), kv_len, d});
   return r.reshape(bc, {b, s.hq, kv_len, d});
@@ -37,11 +37,12 @@ int repeat_kv_heads(Recipe& r, int x, const PagedAttentionShape& s) {
 // sequence's context (`dead`, [B, kv_len, 1, 1]: the tail of its last live page, and the pages
 // it does not use) are set to 0: whatever bytes they hold, NaN and Inf included, never reach
 // a score or the output (the seed's masking of the scores alone leaves 0 * NaN in probs · V).
-int gather_kv(Recipe& r, int cache, int bt_flat, int dead, const PagedAttentionShape& s, double fp8_scale) {
+int gather_kv(Recipe& r, int cache, int bt_flat, int dead, const PagedAttentionShape& s, double fp8_scale,
+              int64_t head_dim) {
   int sel = r.index_select(cache, bt_flat, 0);
   if (s.cache_dtype() != ir::DType::f32) sel = r.cast(sel, ir::DType::f32);
   if (s.kv_fp8) sel = r.mul_scalar(sel, fp8_scale);
-  int seq = r.masked_fill(r.reshape(sel, {s.batch, s.capacity(), s.hkv, s.head_dim}), dead, 0.0);
+  int seq = r.masked_fill(r.reshape(sel, {s.batch, s.capacity(), s.hkv, head_dim}), dead, 0.0);
   int perm = r.permute(seq, {0, 2, 1, 3});
   return repeat_kv_heads(r, perm, s);
 }
@@ -74,7 +75,8 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
   Recipe r;
   int q = r.input(0, "q", {b, s.hq, s.sq, d}, s.dtype);
   int k_cache = r.input(1, "k_cache", cache_shape, s.cache_dtype());
-  int v_cache = r.input(2, "v_cache", cache_shape, s.cache_dtype());
+  // The latent form has no v_cache (bind 2 stays unused): V is K's first head_dim_v columns.
+  int v_cache = s.latent ? -1 : r.input(2, "v_cache", {num_blocks, s.block_size, s.hkv, s.dv()}, s.cache_dtype());
   int block_table = r.input(3, "block_table", {b, s.max_blocks}, DType::i32);
   int context_lens = r.input(4, "context_lens", {b}, DType::i32);
   int alibi = s.alibi ? r.input(5, "alibi_slopes", {s.hq}, DType::f32) : -1;
@@ -87,8 +89,8 @@ Recipe paged_attention_recipe(const PagedAttentionShape& s) {
 
   // 1. gather the physical blocks through the (shared) flattened block table
   int bt_flat = r.reshape(block_table, {b * s.max_blocks});
-  int k_att = gather_kv(r, k_cache, bt_flat, dead, s, s.k_scale);
-  int v_att = gather_kv(r, v_cache, bt_flat, dead, s, s.v_scale);
+  int k_att = gather_kv(r, k_cache, bt_flat, dead, s, s.k_scale, d);
+  int v_att = s.latent ? r.narrow(k_att, 3, 0, s.dv()) : gather_kv(r, v_cache, bt_flat, dead, s, s.v_scale, s.dv());
 
   // 2. scores = scale · q·kᵀ (+ softcap, + alibi)
   int kt = r.permute(k_att, {0, 1, 3, 2});

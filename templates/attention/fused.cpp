@@ -33,6 +33,9 @@ struct FusedSpec {
   PagedAttentionConfig cfg; // head_group resolved (never 0)
   int64_t block_m;          // query rows per program, resolved (paged_attention_block_m)
   int64_t chunk;            // chunked local attention (effective_chunk; 0: none)
+  int64_t head_dim_v;       // V's and out's (resolved: never 0)
+  bool latent;              // V is the first head_dim_v columns of k_cache
+  std::vector<PagedAttentionColumns> cols; // q's and K's column tiles (paged_attention_qk_columns)
 
   // Names the specialization in the kernel cache: everything build_fused reads (the warps too:
   // they choose the products' orientation, the deferred sum and the register asks).
@@ -40,7 +43,8 @@ struct FusedSpec {
     return fmt::format("paged_attention/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", hq, hkv, sq,
                        head_dim, block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
-                       varlen, chunk, sinks);
+                       varlen, chunk, sinks) +
+           fmt::format("/{}/{}", head_dim_v, latent);
   }
 };
 
@@ -48,7 +52,7 @@ struct FusedSpec {
 // on the tensor cores, at most 8 rows, and both products lay their warps along their rows (the
 // keys of a step, and D): 16 rows per warp.
 bool transposed_tile(DType dtype, int64_t bm, int64_t block_n, int64_t head_dim, int64_t num_warps) {
-  return dtype != DType::f32 && bm <= 8 && block_n % (16 * num_warps) == 0 &&
+  return head_dim <= 256 && dtype != DType::f32 && bm <= 8 && block_n % (16 * num_warps) == 0 &&
          next_pow2(head_dim) % (16 * num_warps) == 0;
 }
 
@@ -63,9 +67,12 @@ bool transposed_tile(DType dtype, int64_t bm, int64_t block_n, int64_t head_dim,
 ir::Kernel build_fused(const FusedSpec& sp) {
   const int64_t G = sp.cfg.head_group, group = sp.hq / sp.hkv, D = sp.head_dim, N = sp.cfg.block_n;
   // Tiles are powers of two: a head_dim between them (80, 96, 112, ...) masks the lanes past
-  // it, which never touch memory; its rows in memory stay head_dim long.
-  const int64_t DP = next_pow2(D);
-  const bool pad_d = DP != D;
+  // it, which never touch memory; its rows in memory stay head_dim long. Past 256 columns, or
+  // in the latent form, q and K come in two column tiles (MLA's 576: 512 and 64), each product
+  // the sum of theirs. V's columns (DV, out's too) are a tile of their own: the first of K's in
+  // the latent form, already loaded.
+  const int64_t DV = sp.head_dim_v, DP = next_pow2(DV);
+  const bool pad_d = DP != DV, one_col = sp.cols.size() == 1 && sp.cols[0].width == DP && !sp.latent && DV == D;
   const int64_t R = G * sp.sq, BM = sp.block_m, T = cdiv(R, BM), S = sp.cfg.num_splits;
   // Whether a tile's rows sit at one query position (decode, or tiles within one position's
   // heads): then no key a tile walks is hidden from any of its rows by causal or window.
@@ -77,7 +84,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // holds half the fragment registers (q's as B operand, P's, and the accumulators). A tile
   // of fewer than 8 rows repeats them up to 8: row r is row r mod BM, whose q the repeat reads
   // as zeros and whose result it does not store.
-  const bool swap = transposed_tile(sp.dtype, BM, N, D, sp.cfg.num_warps);
+  const bool swap = one_col && transposed_tile(sp.dtype, BM, N, D, sp.cfg.num_warps);
   const int64_t BMP = swap ? 8 : BM, warps = sp.cfg.num_warps;
   // A vector over the tile's rows against the keys or D (a column, or with `swap` a row), and
   // one over the keys or D against the rows.
@@ -89,7 +96,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   auto q = k.arg(ptr_to(sp.dtype), "q");
   const bool fp8 = sp.cache != sp.dtype;
   auto k_cache = k.arg(ptr_to(sp.cache), "k_cache");
-  auto v_cache = k.arg(ptr_to(sp.cache), "v_cache");
+  Tile v_cache = sp.latent ? Tile() : k.arg(ptr_to(sp.cache), "v_cache");
   auto block_table = k.arg<Ptr<i32>>("block_table");
   auto context_lens = k.arg<Ptr<i32>>("context_lens");
   // Mixed batches: sequence b's rows are query_start_loc[b] .. query_start_loc[b + 1] - 1 of
@@ -130,11 +137,20 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // Row index into q and out: [B, Hq, Sq], or packed [total_q, Hq].
   Tile rows = sp.varlen ? (i ? q_start + i : q_start) * sp.hq + heads : (b * sp.hq + heads) * sp.sq;
   if (i && !sp.varlen) rows = rows + i;
+  // V's and out's columns.
   auto d = arange(0, DP);
-  Tile d_ok = pad_d ? d < D : Tile();
-  // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below D).
+  Tile d_ok = pad_d ? d < DV : Tile();
+  // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below DV).
   auto elems = [&](const Tile& row_mask) { return pad_d ? row_mask.col() & d_ok.row() : row_mask.col(); };
-  auto qt = load(q + rows.col() * D + d.row(), elems(own_ok), 0); // [BMP, DP]
+  // A column tile's lanes, and the mask of the ones past the row's columns (null: none).
+  auto lanes = [&](const PagedAttentionColumns& c) { return c.at ? arange(0, c.width) + c.at : arange(0, c.width); };
+  auto lanes_ok = [&](const PagedAttentionColumns& c) { return c.width > c.valid ? arange(0, c.width) < c.valid : Tile(); };
+  std::vector<Tile> qts; // [BMP, width] each
+  for (const PagedAttentionColumns& c : sp.cols) {
+    Tile ok = lanes_ok(c);
+    qts.push_back(load(q + rows.col() * D + lanes(c).row(), ok ? own_ok.col() & ok.row() : own_ok.col(), 0));
+  }
+  Tile qt = qts[0];
   // A swapped tile's B operand, q^T, made before the walk: the dots stage an operand defined
   // outside their loop once, and keep it in shared memory across the trips.
   Tile q_b = swap ? trans(qt) : Tile();
@@ -182,7 +198,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile row_end = C > 0 && !one_position && !sp.causal ? chunk_hi(pos, row_lo) : Tile();
 
   Var m = full({BMP}, -INFINITY), l = zeros({BMP});
-  Var acc = swap ? zeros({DP, BMP}) : zeros({BM, DP});
+  Var acc = swap ? zeros({DP, BMP}) : zeros({BM, DP}); // over V's columns
   // A small tile (decode) keeps the softmax's denominator per key column, [BM, N], and sums
   // it across the columns once after the walk (FlashAttention-2's deferred row sum): the
   // columns are spread over the warps, so a sum per step would cross warps through shared
@@ -193,7 +209,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
   // its shared memory lets share an SM (4 of 4 warps at D 128 on an H100/H200, K double- and
   // V single-buffered).
-  if (const int64_t blocks = 16 / warps; defer_sum && sp.dtype != DType::f32 && blocks > 1)
+  // (Not a tile of MLA's wide rows, 576 and 512 columns: its q, K and output tiles take more.)
+  if (const int64_t blocks = 16 / warps; defer_sum && sp.dtype != DType::f32 && blocks > 1 && one_col && D <= 256)
     k.min_blocks_per_sm(int(blocks));
   // A transposed tile of 4 or more warps needs fewer still while its K and V steps hold at
   // most 64 elements a thread (the serving configuration's 64 keys x 128: no spills down to 88
@@ -215,13 +232,19 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto page = tail ? load(block_table + b * max_blocks + page_of, live)
                      : load(block_table + b * max_blocks + page_of);
     auto slot = (page * sp.block_size + in_page) * sp.hkv + kvh;
-    auto kv_rows = [&](const Tile& base) { // [N, DP]
-      Tile addr = base + slot.col() * D + d.row();
-      if (live) return widen(load(addr, elems(live), 0));
-      return widen(pad_d ? load(addr, d_ok.row(), 0) : load(addr));
+    // A column tile of this step's rows of a cache whose rows are `row_len` long: [N, width].
+    auto kv_rows = [&](const Tile& base, int64_t row_len, const PagedAttentionColumns& c) {
+      Tile addr = base + slot.col() * row_len + lanes(c).row();
+      Tile ok = lanes_ok(c);
+      Tile mask = live ? (ok ? live.col() & ok.row() : live.col()) : ok ? ok.row() : Tile();
+      return widen(mask ? load(addr, mask, 0) : load(addr));
     };
-    auto kt = kv_rows(k_cache);
-    auto s = (swap ? dot(kt, q_b) : dot(qt, trans(kt))) * scale; // [BM, N], or [N, BM]
+    std::vector<Tile> kts;
+    for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c));
+    Tile kt = kts[0];
+    Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
+    for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
+    auto s = qk * scale; // [BM, N], or [N, BM]
     if (sp.softcap) s = cap * tanh(s / cap);
     if (sp.alibi) s = s + per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32);
     Tile seen = live ? per_key(live) : Tile();
@@ -239,7 +262,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     auto alpha = exp(m - m_use);
     if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
     else l = l * alpha + reduce_sum(p, key_axis);
-    auto vt = kv_rows(v_cache);
+    // The latent form's V is K's first column tile, loaded above: one read serves both products.
+    Tile vt = sp.latent ? kt : one_col ? kv_rows(v_cache, D, sp.cols[0]) : kv_rows(v_cache, DV, {0, DP, DV});
     // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
     // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
     if (swap) acc = acc * alpha.row() + dot(trans(vt), p.to(io));
@@ -284,10 +308,10 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // small scale.
     Tile o = where(per_row(l_all) > 0, acc_all / per_row(l_all), 0);
     if (fp8) o = o * v_scale;
-    store(out + rows.col() * D + d.row(), rows_of(o.to(io)), elems(own_ok));
+    store(out + rows.col() * DV + d.row(), rows_of(o.to(io)), elems(own_ok));
   } else {
     auto part = rows * S + split; // [B, Hq, Sq, S]
-    store(out + part.col() * D + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok));
+    store(out + part.col() * DV + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok));
     store(partial_m + part, m, own_ok);
     store(partial_l + part, l, own_ok);
   }
@@ -356,7 +380,8 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
-          s.sinks, s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk()};
+          s.sinks, s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk(),
+          s.dv(), s.latent, paged_attention_qk_columns(s)};
 }
 
 } // namespace
@@ -376,7 +401,8 @@ int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttenti
 
 bool paged_attention_transposed(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
   const FusedSpec sp = fused_spec(s, cfg);
-  return transposed_tile(sp.dtype, sp.block_m, sp.cfg.block_n, sp.head_dim, sp.cfg.num_warps);
+  return !sp.latent && sp.head_dim_v == sp.head_dim &&
+         transposed_tile(sp.dtype, sp.block_m, sp.cfg.block_n, sp.head_dim, sp.cfg.num_warps);
 }
 
 int64_t paged_attention_query_tiles(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
@@ -390,7 +416,7 @@ ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const Page
 
 namespace {
 CombineSpec combine_spec(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
-  return {cfg.num_splits, s.head_dim, s.dtype, s.sinks, s.hq, s.sq, s.varlen};
+  return {cfg.num_splits, s.dv(), s.dtype, s.sinks, s.hq, s.sq, s.varlen};
 }
 } // namespace
 
@@ -405,6 +431,8 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"hkv", sp.hkv},
           {"sq", sp.sq},
           {"head_dim", sp.head_dim},
+          {"head_dim_v", sp.head_dim_v},
+          {"latent", int64_t(sp.latent)},
           {"block_size", sp.block_size},
           {"dtype", std::string(ir::dtype_name(sp.dtype))},
           {"kv_dtype", std::string(sp.cache == sp.dtype ? "same" : ir::dtype_name(sp.cache))},
@@ -433,15 +461,16 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   // The kernel only reads q, the caches, the tables and slopes; the buffers
   // are not modified, but Arg holds mutable pointers.
   auto& mut = const_cast<PagedAttentionInputs&>(in);
-  launch::Buffer out("out", s.dtype, in.q.count());
   const int64_t S = sp.cfg.num_splits, rows = in.q_rows();
-  launch::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.head_dim) : 0);
+  launch::Buffer out("out", s.dtype, size_t(rows * s.dv()));
+  launch::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.dv()) : 0);
   launch::Buffer pm("partial_m", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
   launch::Buffer pl("partial_l", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
 
-  std::vector<launch::Arg> args{launch::Arg::of(mut.q), launch::Arg::of(mut.k_cache),
-                                launch::Arg::of(mut.v_cache), launch::Arg::of(mut.block_table),
-                                launch::Arg::of(mut.context_lens)};
+  std::vector<launch::Arg> args{launch::Arg::of(mut.q), launch::Arg::of(mut.k_cache)};
+  if (!s.latent) args.push_back(launch::Arg::of(mut.v_cache));
+  args.push_back(launch::Arg::of(mut.block_table));
+  args.push_back(launch::Arg::of(mut.context_lens));
   if (s.varlen) args.push_back(launch::Arg::of(mut.query_start_loc));
   if (s.alibi) args.push_back(launch::Arg::of(mut.alibi_slopes));
   if (s.sinks && S == 1) args.push_back(launch::Arg::of(mut.sinks));

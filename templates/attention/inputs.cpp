@@ -11,13 +11,44 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "abi/limits.h"
 
 namespace tilec::templates {
 std::string head_dim_error(int64_t head_dim) {
-  if (head_dim % 8 == 0 && head_dim >= 16 && head_dim <= 256) return "";
-  return fmt::format("head_dim={}: must be a multiple of 8 from 16 to 256", head_dim);
+  if (head_dim % 8 == 0 && head_dim >= 16 && head_dim <= 576) return "";
+  return fmt::format("head_dim={}: must be a multiple of 8 from 16 to 576", head_dim);
+}
+
+int64_t head_dim_first_tile(int64_t head_dim) {
+  int64_t p = 1;
+  while (p * 2 <= head_dim) p *= 2;
+  return p;
+}
+
+std::string head_dim_v_error(int64_t head_dim, int64_t head_dim_v, bool latent) {
+  if (head_dim_v == 0) return latent_error(head_dim, head_dim_v, latent); // head_dim's
+  if (head_dim_v % 8 != 0 || head_dim_v < 16 || head_dim_v > 512)
+    return fmt::format("head_dim_v={}: must be a multiple of 8 from 16 to 512 (0: head_dim)", head_dim_v);
+  return latent_error(head_dim, head_dim_v, latent);
+}
+
+std::string latent_error(int64_t head_dim, int64_t head_dim_v, bool latent) {
+  const int64_t dv = head_dim_v ? head_dim_v : head_dim;
+  if (latent && dv != head_dim_first_tile(head_dim))
+    return fmt::format("head_dim_v={} with latent=1: V is the K cache's first {} columns, the largest power of two up "
+                       "to head_dim={} (MLA: 512 of 576)",
+                       dv, head_dim_first_tile(head_dim), head_dim);
+  return "";
+}
+
+std::vector<PagedAttentionColumns> paged_attention_qk_columns(const PagedAttentionShape& s) {
+  const int64_t D = s.head_dim, P1 = head_dim_first_tile(D);
+  if (!s.latent && D <= 256) return {{0, P1 == D ? D : P1 * 2, D}};
+  std::vector<PagedAttentionColumns> cols = {{0, P1, P1}};
+  if (D > P1) cols.push_back({P1, head_dim_first_tile(2 * (D - P1) - 1), D - P1});
+  return cols;
 }
 
 bool PagedAttentionShape::sparse_cache() const {
@@ -67,13 +98,14 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   in.q = launch::Buffer("q", s.dtype,
                         size_t((s.varlen ? in.query_start_loc.get_int(size_t(s.batch)) : s.batch * s.sq) * s.hq * s.head_dim));
   in.k_cache = launch::Buffer("k_cache", s.cache_dtype(), cache);
-  in.v_cache = launch::Buffer("v_cache", s.cache_dtype(), cache);
+  in.v_cache = launch::Buffer("v_cache", s.cache_dtype(), size_t(s.num_blocks ? s.v_cache_elements() : 0));
   in.block_table = launch::Buffer("block_table", ir::DType::i32, size_t(s.batch * s.max_blocks));
   in.context_lens = launch::Buffer("context_lens", ir::DType::i32, size_t(s.batch));
   // A large cache (a serving engine's, most of it free pages) is filled only where sequences
   // use it, with their pages taken from its end: the memory and time this takes follow the
   // live context, and offsets reach the far end of the cache.
-  const int64_t page_elems = s.block_size * s.hkv * s.head_dim;
+  // (Elements of a page of each cache: V's rows are head_dim_v long, and the latent form has none.)
+  const int64_t page_elems = s.block_size * s.hkv * s.head_dim, v_page_elems = s.latent ? 0 : s.block_size * s.hkv * s.dv();
   const bool sparse = s.sparse_cache();
   fill_uniform(in.q, seed, -1, 1);
   if (!sparse) {
@@ -85,15 +117,18 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
     // Per-tensor scales as a quantizer picks them, amax / largest finite (amax is 1 here),
     // unless given; the caches hold the values divided by them.
     if (s.k_scale == 0) s.k_scale = 1.0 / largest;
-    if (s.v_scale == 0) s.v_scale = 1.0 / largest;
+    if (s.v_scale == 0) s.v_scale = s.latent ? s.k_scale : 1.0 / largest; // (the latent cache's one scale)
   }
-  // Element range [lo, hi) of both caches quantized (fp8), as every filled element is.
-  auto quantize = [&](size_t lo, size_t hi) {
+  // Element range [lo, hi) of a cache quantized (fp8), as every filled element is. (The latent
+  // form's one cache holds K and V: k_scale quantizes it, and v_scale must equal k_scale.)
+  auto quantize = [&](launch::Buffer& buf, double scale, size_t lo, size_t hi) {
     if (!s.kv_fp8) return;
-    for (auto [buf, scale] : {std::pair{&in.k_cache, s.k_scale}, std::pair{&in.v_cache, s.v_scale}})
-      for (size_t i = lo; i < hi; ++i) buf->set(i, std::clamp(buf->get(i) / scale, -largest, largest));
+    for (size_t i = lo; i < hi; ++i) buf.set(i, std::clamp(buf.get(i) / scale, -largest, largest));
   };
-  if (!sparse) quantize(0, in.k_cache.count());
+  if (!sparse) {
+    quantize(in.k_cache, s.k_scale, 0, in.k_cache.count());
+    quantize(in.v_cache, s.v_scale, 0, in.v_cache.count());
+  }
 
   const int64_t used = sparse ? std::min(s.num_blocks, s.batch * s.max_blocks) : s.num_blocks;
   std::vector<int64_t> pages(static_cast<size_t>(used));
@@ -132,13 +167,14 @@ PagedAttentionInputs make_paged_attention_inputs(const PagedAttentionShape& shap
   auto fill_pages = [&] {
     for (size_t n; (n = next++) < fill_order.size();) {
       const int64_t page = fill_order[n];
-      const size_t lo = size_t(page * page_elems), hi = lo + size_t(page_elems);
-      for (auto [buf, stream] : {std::pair{&in.k_cache, 1}, std::pair{&in.v_cache, 2}}) {
+      for (auto [buf, stream, elems, scale] : {std::tuple{&in.k_cache, 1, page_elems, s.k_scale},
+                                               std::tuple{&in.v_cache, 2, v_page_elems, s.v_scale}}) {
+        const size_t lo = size_t(page * elems), hi = lo + size_t(elems);
         std::mt19937_64 page_rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(page) * 4 + uint64_t(stream));
         std::uniform_real_distribution<double> dist(-1, 1);
         for (size_t i = lo; i < hi; ++i) buf->set(i, dist(page_rng));
+        quantize(*buf, scale, lo, hi);
       }
-      quantize(lo, hi);
     }
   };
   const size_t threads = fill_order.size() < 64 ? 1 : std::max(1u, std::thread::hardware_concurrency());
@@ -195,6 +231,11 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   if (s.hq % s.hkv != 0)
     throw UserError(fmt::format("paged_attention: Hq = {} is not a multiple of Hkv = {}", s.hq, s.hkv));
   if (std::string why = head_dim_error(s.head_dim); !why.empty()) throw UserError("paged_attention: " + why);
+  if (std::string why = head_dim_v_error(s.head_dim, s.head_dim_v, s.latent); !why.empty())
+    throw UserError("paged_attention: " + why);
+  if (s.latent && s.kv_fp8 && s.k_scale != s.v_scale)
+    throw UserError(fmt::format("paged_attention: the latent cache is one tensor with one scale: v_scale {} differs "
+                                "from k_scale {} (give --k-scale alone)", s.v_scale, s.k_scale));
   if (s.block_size > 256)
     throw UserError(fmt::format("paged_attention: block_size {} exceeds 256", s.block_size));
   if (!ir::is_float(s.dtype) || ir::is_fp8(s.dtype))
@@ -204,7 +245,7 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   if (in.q.dtype != s.dtype)
     throw UserError(fmt::format("q: dtype {} differs from the problem's {}", ir::dtype_name(in.q.dtype), ir::dtype_name(s.dtype)));
   for (const launch::Buffer* b : {&in.k_cache, &in.v_cache})
-    if (b->dtype != s.cache_dtype())
+    if (b->dtype != s.cache_dtype() && !(b == &in.v_cache && s.latent))
       throw UserError(fmt::format("{}: dtype {} differs from {}", b->name, ir::dtype_name(b->dtype),
                                   s.kv_fp8 ? fmt::format("the fp8 cache's {}", ir::dtype_name(*s.kv_fp8))
                                            : fmt::format("q's {}", ir::dtype_name(s.dtype))));
@@ -249,7 +290,13 @@ void validate_paged_attention(const PagedAttentionInputs& in, bool decompose) {
   int64_t cache = s.num_blocks * s.block_size * s.hkv * s.head_dim;
   std::string cache_dims = fmt::format("[num_blocks={}, block_size={}, Hkv={}, D={}]", s.num_blocks, s.block_size, s.hkv, s.head_dim);
   expect_count(in.k_cache, cache, cache_dims);
-  expect_count(in.v_cache, cache, cache_dims);
+  if (s.latent) {
+    if (in.v_cache.count() != 0)
+      throw UserError("v_cache: given with latent=1, where V is the K cache's first head_dim_v columns (leave it out)");
+  } else {
+    expect_count(in.v_cache, s.v_cache_elements(),
+                 fmt::format("[num_blocks={}, block_size={}, Hkv={}, Dv={}]", s.num_blocks, s.block_size, s.hkv, s.dv()));
+  }
   expect_count(in.block_table, s.batch * s.max_blocks, fmt::format("[B={}, max_blocks={}]", s.batch, s.max_blocks));
   expect_count(in.context_lens, s.batch, fmt::format("[B={}]", s.batch));
   if (s.alibi) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <string_view>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
@@ -63,14 +64,17 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
     if (!fs::exists(path(f))) throw UserError(fmt::format("--inputs {}: {} is missing", dir, f));
     return rt::read_npy(path(f));
   };
-  rt::NpyArray q = read("q.npy"), k = read("k_cache.npy"), v = read("v_cache.npy");
+  // No v_cache.npy: the latent form (MLA), V the first head_dim_v columns of the K cache.
+  const bool latent = !fs::exists(path("v_cache.npy"));
+  rt::NpyArray q = read("q.npy"), k = read("k_cache.npy"), v = latent ? rt::NpyArray{} : read("v_cache.npy");
   rt::NpyArray bt = read("block_table.npy"), cl = read("context_lens.npy");
   PagedAttentionInputs in;
   // A mixed batch (query_start_loc.npy there): q packed [total_q, Hq, D].
   const bool varlen = fs::exists(path("query_start_loc.npy"));
   in.q = to_buffer(q, "q", path("q.npy"), true, varlen ? 3 : 4);
   in.k_cache = to_buffer(k, "k_cache", path("k_cache.npy"), true, 4);
-  in.v_cache = to_buffer(v, "v_cache", path("v_cache.npy"), true, 4);
+  if (!latent) in.v_cache = to_buffer(v, "v_cache", path("v_cache.npy"), true, 4);
+  else in.v_cache = launch::Buffer("v_cache", in.k_cache.dtype, 0);
   in.block_table = to_buffer(bt, "block_table", path("block_table.npy"), false, 2);
   in.context_lens = to_buffer(cl, "context_lens", path("context_lens.npy"), false, 1);
   PagedAttentionShape& s = in.shape;
@@ -101,6 +105,10 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
   if (in.q.dtype == ir::DType::i8)
     throw UserError(fmt::format("{}: q holds raw bytes (|u1); q is <f4, <f2 or <u2 (bfloat16 bits)", path("q.npy")));
   for (auto [buf, file] : {std::pair{&in.k_cache, "k_cache.npy"}, std::pair{&in.v_cache, "v_cache.npy"}}) {
+    if (latent && buf == &in.v_cache) {
+      buf->dtype = in.k_cache.dtype;
+      continue;
+    }
     bool raw = buf->dtype == ir::DType::i8;
     if (raw && !kv_fp8)
       throw UserError(fmt::format("{}: holds raw bytes (|u1): an fp8 cache; say which format with --shape "
@@ -112,8 +120,13 @@ PagedAttentionInputs read_paged_attention_inputs(const std::string& dir, double 
   }
   s.softmax_scale = softmax_scale;
   s.softcap = softcap;
-  if (k.shape != v.shape)
-    throw UserError(fmt::format("v_cache.npy: shape differs from k_cache.npy's"));
+  s.latent = latent;
+  if (!latent) {
+    if (v.shape.size() != 4 || !std::equal(k.shape.begin(), k.shape.end() - 1, v.shape.begin()))
+      throw UserError(fmt::format("v_cache.npy: its shape [{}] differs from k_cache.npy's [{}] in more than the last dim",
+                                  fmt::join(v.shape, ", "), fmt::join(k.shape, ", ")));
+    if (v.shape[3] != k.shape[3]) s.head_dim_v = v.shape[3];
+  }
   if (k.shape[3] != s.head_dim)
     throw UserError(fmt::format("k_cache.npy: head dim {} differs from q's {}", k.shape[3], s.head_dim));
   if (bt.shape[0] != s.batch)
@@ -147,7 +160,7 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
     put("q.npy", in.q, {s.batch, s.hq, s.sq, s.head_dim}, npy_descr(s.dtype));
   }
   put("k_cache.npy", in.k_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.cache_dtype()));
-  put("v_cache.npy", in.v_cache, {s.num_blocks, s.block_size, s.hkv, s.head_dim}, npy_descr(s.cache_dtype()));
+  if (!s.latent) put("v_cache.npy", in.v_cache, {s.num_blocks, s.block_size, s.hkv, s.dv()}, npy_descr(s.cache_dtype()));
   put("block_table.npy", in.block_table, {s.batch, s.max_blocks}, "<u4");
   put("context_lens.npy", in.context_lens, {s.batch}, "<u4");
   if (s.alibi) put("alibi_slopes.npy", in.alibi_slopes, {s.hq}, "<f4");
@@ -157,8 +170,8 @@ void write_paged_attention_inputs(const std::string& dir, const PagedAttentionIn
 void write_paged_attention_output(const std::string& path, const PagedAttentionInputs& in,
                                   const launch::Buffer& out) {
   const PagedAttentionShape& s = in.shape;
-  std::vector<int64_t> dims = s.varlen ? std::vector<int64_t>{in.q_rows() / s.hq, s.hq, s.head_dim}
-                                       : std::vector<int64_t>{s.batch, s.hq, s.sq, s.head_dim};
+  std::vector<int64_t> dims = s.varlen ? std::vector<int64_t>{in.q_rows() / s.hq, s.hq, s.dv()}
+                                       : std::vector<int64_t>{s.batch, s.hq, s.sq, s.dv()};
   rt::NpyArray a{npy_descr(out.dtype), dims, out.bytes.to_vector()};
   rt::write_npy(path, a);
 }

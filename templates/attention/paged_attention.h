@@ -17,10 +17,22 @@ namespace tilec::templates {
 
 // Why `head_dim` cannot be served ("" when it can): the one rule for --shape and .npy inputs.
 std::string head_dim_error(int64_t head_dim);
+// The same for V's head dim, and in the latent form for how it sits in the K cache's rows.
+std::string head_dim_v_error(int64_t head_dim, int64_t head_dim_v, bool latent);
+// The largest power of two at most head_dim: the first of the (at most two) column tiles the
+// fused kernel splits q and K into past 256 columns or in the latent form, whose V is that tile.
+int64_t head_dim_first_tile(int64_t head_dim);
+std::string latent_error(int64_t head_dim, int64_t head_dim_v, bool latent);
 
 // Sizes and runtime parameters of one paged-attention call.
 struct PagedAttentionShape {
   int64_t batch = 2, hq = 8, hkv = 2, sq = 1, head_dim = 64;
+  // V's head dim, and out's (0: head_dim). MLA (DeepSeek-V3, Kimi-K2) attends with q and K of
+  // 576 (512 latent + 64 RoPE) and V of 512; its prefill form with 192 and 128.
+  int64_t head_dim_v = 0;
+  // One latent cache (MLA's absorbed form): no v_cache; V is the first head_dim_v columns of
+  // k_cache, read once with K.
+  bool latent = false;
   int64_t block_size = 16;  // tokens per page
   int64_t max_blocks = 16;  // block-table columns per sequence
   int64_t num_blocks = 0;   // pages in the cache (0: batch * max_blocks)
@@ -51,6 +63,9 @@ struct PagedAttentionShape {
   bool varlen = false;
 
   int64_t group() const { return hq / hkv; }
+  int64_t dv() const { return head_dim_v ? head_dim_v : head_dim; }
+  // Elements of the V cache: none in the latent form.
+  int64_t v_cache_elements() const { return latent ? 0 : cache_elements() / head_dim * dv(); }
   ir::DType cache_dtype() const { return kv_fp8 ? *kv_fp8 : dtype; }
   // The window every computation applies (the kernels, the decomposition, the reference):
   // `window`, or 0 (none) when it is at least as long as any context can be — the capacity,
@@ -155,6 +170,16 @@ struct PagedAttentionTolerance {
   double atol = 0.0, rtol = 0.0;
 };
 PagedAttentionTolerance paged_attention_tolerance(const PagedAttentionShape& s, const PagedAttentionMagnitudes& m);
+
+// The column tiles the fused kernel reads q's and K's rows in: from column `at`, a power of two
+// `width` wide of which the first `valid` are the row's (the lanes past them masked). One tile
+// of the next power of two up to head_dim 256; past it, or in the latent form, the largest
+// power of two at most head_dim and a tile for the rest (MLA's 576: 512 and 64), so the first
+// is V's in the latent form and no tile pads 576 to 1024.
+struct PagedAttentionColumns {
+  int64_t at, width, valid;
+};
+std::vector<PagedAttentionColumns> paged_attention_qk_columns(const PagedAttentionShape& s);
 
 // The fused kernel's tunables (docs/ARCHITECTURE.md / configs/paged_attention.toml).
 struct PagedAttentionConfig {

@@ -13,13 +13,16 @@ namespace tilec::templates {
 
 launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAttentionMagnitudes* magnitudes) {
   const PagedAttentionShape& s = in.shape;
-  const int64_t D = s.head_dim, group = s.group(), window = s.effective_window(), chunk = s.chunk;
+  const int64_t D = s.head_dim, DV = s.dv(), group = s.group(), window = s.effective_window(), chunk = s.chunk;
+  // V's rows: v_cache's [.., DV], or in the latent form the first DV columns of k_cache's rows.
+  const launch::Buffer& v_cache = s.latent ? in.k_cache : in.v_cache;
+  const int64_t v_row = s.latent ? D : DV;
   // Chunked local attention by its definition: key j is in the query's chunk iff
   // floor(j / chunk) == floor(pos / chunk) (the `chunk` given, not the effective one).
   auto floor_div = [](int64_t a, int64_t c) { return a >= 0 ? a / c : -((-a + c - 1) / c); };
   // An fp8 cache is dequantized: its values times its scale.
   const double k_scale = s.kv_fp8 ? s.k_scale : 1.0, v_scale = s.kv_fp8 ? s.v_scale : 1.0;
-  launch::Buffer out("out", ir::DType::f32, in.q.count());
+  launch::Buffer out("out", ir::DType::f32, size_t(in.q_rows() * DV));
   const int64_t tasks = s.batch * s.hkv;
   std::vector<PagedAttentionMagnitudes> seen_by(size_t(magnitudes ? tasks : 0)); // per task: no races
   // One task per (sequence, KV head): the query rows of its heads share each K and V row,
@@ -31,12 +34,14 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
     PagedAttentionMagnitudes* mags = magnitudes ? &seen_by[size_t(b * s.hkv + kvh)] : nullptr;
     std::vector<char> key_seen(size_t(mags ? len : 0), 0);
     std::vector<int64_t> row_keys(size_t(mags ? rows : 0), 0);
-    auto key_row = [&](int64_t j) {
+    auto key_row = [&](int64_t j, int64_t row = 0) {
       int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
-      return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * D);
+      return size_t(((page * s.block_size + j % s.block_size) * s.hkv + kvh) * (row ? row : D));
     };
     auto qrow = [&](int64_t r) { return in.q_offset(b, kvh * group + r / sq, r % sq); }; // r = head in group * sq + row
-    std::vector<double> q(static_cast<size_t>(rows * D)), kv(static_cast<size_t>(D)), acc(static_cast<size_t>(rows * D), 0.0);
+    // q and out rows: out's are DV long (q_offset counts in D; out_row rescales it).
+    auto out_row = [&](int64_t r) { return qrow(r) / size_t(D) * size_t(DV); };
+    std::vector<double> q(static_cast<size_t>(rows * D)), kv(static_cast<size_t>(D)), acc(static_cast<size_t>(rows * DV), 0.0);
     std::vector<double> scores(size_t(rows * len), -INFINITY), m(size_t(rows), -INFINITY), sum(size_t(rows), 0.0);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d) q[size_t(r * D + d)] = in.q.get(qrow(r) + d);
@@ -87,18 +92,18 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
       if (sink != -INFINITY) sum[size_t(r)] += std::exp(sink - m[size_t(r)]);
     }
     for (int64_t j = 0; j < len; ++j) {
-      size_t vrow = key_row(j);
-      for (int64_t d = 0; d < D; ++d) kv[size_t(d)] = in.v_cache.get(vrow + d);
+      size_t vrow = key_row(j, v_row);
+      for (int64_t d = 0; d < DV; ++d) kv[size_t(d)] = v_cache.get(vrow + d);
       if (mags && key_seen[size_t(j)])
-        for (int64_t d = 0; d < D; ++d) mags->value = std::max(mags->value, std::abs(kv[size_t(d)]) * v_scale);
+        for (int64_t d = 0; d < DV; ++d) mags->value = std::max(mags->value, std::abs(kv[size_t(d)]) * v_scale);
       for (int64_t r = 0; r < rows; ++r) {
         double p = scores[size_t(r * len + j)];
-        for (int64_t d = 0; d < D; ++d) acc[size_t(r * D + d)] += p * kv[size_t(d)];
+        for (int64_t d = 0; d < DV; ++d) acc[size_t(r * DV + d)] += p * kv[size_t(d)];
       }
     }
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t d = 0; d < D; ++d)
-        out.set(qrow(r) + d, sum[size_t(r)] > 0 ? acc[size_t(r * D + d)] * v_scale / sum[size_t(r)] : 0.0);
+      for (int64_t d = 0; d < DV; ++d)
+        out.set(out_row(r) + d, sum[size_t(r)] > 0 ? acc[size_t(r * DV + d)] * v_scale / sum[size_t(r)] : 0.0);
     if (mags)
       for (int64_t n : row_keys) mags->keys = std::max(mags->keys, n);
   };
@@ -157,12 +162,13 @@ PagedAttentionTolerance paged_attention_tolerance(const PagedAttentionShape& s, 
 int64_t paged_attention_ideal_bytes(const PagedAttentionInputs& in) {
   const PagedAttentionShape& s = in.shape;
   int64_t elem = ir::dtype_bytes(s.dtype), kv_elem = ir::dtype_bytes(s.cache_dtype());
-  int64_t bytes = 2 * in.q_rows() * s.head_dim * elem; // q and out
+  int64_t bytes = in.q_rows() * (s.head_dim + s.dv()) * elem; // q and out
   if (s.varlen) bytes += (s.batch + 1) * 4;             // query_start_loc
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = in.context_lens.get_int(size_t(b)), first = s.first_key(len, in.query_len(b));
     if (in.query_len(b) == 0) continue; // no row: no key to read
-    bytes += 2 * (len - first) * s.hkv * s.head_dim * kv_elem; // K and V of the keys some row sees
+    // K and V of the keys some row sees (the latent form's one cache holds both, read once)
+    bytes += (len - first) * s.hkv * (s.head_dim + (s.latent ? 0 : s.dv())) * kv_elem;
     if (len > first) bytes += (cdiv(len, s.block_size) - first / s.block_size) * 4; // their block-table entries
   }
   bytes += s.batch * 4;                            // context lengths

@@ -74,6 +74,10 @@ PagedAttentionShape paged_attention_shape(const ParamMap& p) {
   s.sq = in_range("sq", 1, kMaxDim);
   s.head_dim = p.at("head_dim");
   if (std::string why = head_dim_error(s.head_dim); !why.empty()) throw UserError("--shape " + why);
+  s.head_dim_v = p.count("head_dim_v") ? p.at("head_dim_v") : 0;
+  s.latent = p.count("latent") && in_range("latent", 0, 1) != 0;
+  if (std::string why = head_dim_v_error(s.head_dim, s.head_dim_v, s.latent); !why.empty())
+    throw UserError("--shape " + why);
   s.block_size = in_range("block_size", 1, 256);
   s.dtype = *ir::parse_dtype(kDtypes.at(size_t(p.at("dtype"))));
   if (int64_t kv = p.count("kv_dtype") ? p.at("kv_dtype") : 0; kv != 0) s.kv_fp8 = ir::parse_dtype(kKvDtypes.at(size_t(kv)));
@@ -130,7 +134,7 @@ void check_host_memory(const PagedAttentionShape& s) {
                                                    double(s.batch) * double(s.max_blocks))
                                         : double(s.num_blocks ? s.num_blocks : s.batch * s.max_blocks);
   const double need = q * (2 * ir::dtype_bytes(s.dtype) + 4) + double(s.batch) * double(s.max_blocks) * 4 +
-                      2 * pages * double(s.block_size * s.hkv * s.head_dim) * ir::dtype_bytes(s.cache_dtype());
+                      pages * double(s.block_size * s.hkv * (s.head_dim + (s.latent ? 0 : s.dv()))) * ir::dtype_bytes(s.cache_dtype());
   const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   if (have > 0 && need > have)
     throw UserError(fmt::format("--shape: the problem's inputs and outputs need {:.1f} GiB of host memory (q, out, "
@@ -158,7 +162,9 @@ KernelTemplate paged_attention_template() {
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
              {"sq", 1, "query rows per sequence"},
-             {"head_dim", 64, "head dimension (multiple of 8, 16..256)"},
+             {"head_dim", 64, "head dimension of q and K (multiple of 8, 16..576)"},
+             {"head_dim_v", 0, "head dimension of V and out (multiple of 8, 16..512; 0: head_dim)"},
+             {"latent", 0, "1: one latent cache (MLA): no v_cache, V is k_cache's first head_dim_v columns"},
              {"block_size", 16, "tokens per cache page (1..256)"},
              {"max_blocks", 0, "block-table columns (0: enough for ctx, else for sq and at least 16)"},
              {"num_blocks", 0, "pages in the cache (0: batch * max_blocks)"},
@@ -190,9 +196,11 @@ KernelTemplate paged_attention_template() {
     PagedAttentionShape s = paged_attention_shape(shape);
     const int64_t rows = s.batch * s.hq * s.sq, limit = int64_t(1) << 31; // (varlen: total_q <= batch x sq)
     std::set<std::string> r;
-    if (s.cache_elements() > limit) r.insert({"k_cache", "v_cache"});
-    if (rows * s.head_dim > limit) r.insert({"q", "out"});
-    if (rows * paged_attention_config(params).num_splits * s.head_dim > limit) r.insert("partial_o");
+    if (s.cache_elements() > limit) r.insert("k_cache");
+    if (s.v_cache_elements() > limit) r.insert("v_cache");
+    if (rows * s.head_dim > limit) r.insert("q");
+    if (rows * s.dv() > limit) r.insert("out");
+    if (rows * paged_attention_config(params).num_splits * s.dv() > limit) r.insert("partial_o");
     return r;
   };
   t.module_spec = [](const ParamMap& params, const ParamMap& shape) {
@@ -204,7 +212,8 @@ KernelTemplate paged_attention_template() {
                {"v-scale", "fp8 v_cache: its values are v / v_scale (required with --inputs; generated: amax/max)"}};
   t.reads_inputs = true;
   t.inputs_help =
-      "q.npy k_cache.npy v_cache.npy block_table.npy context_lens.npy [alibi_slopes.npy] [sinks.npy] [query_start_loc.npy]";
+      "q.npy k_cache.npy [v_cache.npy: none in the latent form] block_table.npy context_lens.npy [alibi_slopes.npy] "
+      "[sinks.npy] [query_start_loc.npy]";
   t.make_problem = [](const ProblemRequest& r) {
     std::optional<ir::DType> kv_fp8;
     if (int64_t kv = r.shape.count("kv_dtype") ? r.shape.at("kv_dtype") : 0; kv != 0)
@@ -221,15 +230,17 @@ KernelTemplate paged_attention_template() {
       in.shape.window = r.shape.count("window") ? r.shape.at("window") : 0;
       in.shape.causal = r.shape.count("causal") && r.shape.at("causal") != 0;
       in.shape.chunk = r.shape.count("chunk") ? r.shape.at("chunk") : 0;
+      // The latent form has no v_cache.npy to give V's head dim: --shape head_dim_v (0: all of K).
+      if (in.shape.latent && r.shape.count("head_dim_v")) in.shape.head_dim_v = r.shape.at("head_dim_v");
       if (r.shape.count("sinks") && r.shape.at("sinks") != 0 && !in.shape.sinks)
         throw UserError(fmt::format("--inputs {}: --shape sinks=1 needs sinks.npy (<f4 [Hq])", r.inputs_dir));
       if (kv_fp8)
         for (const char* name : {"k-scale", "v-scale"})
-          if (!r.options.count(name))
+          if (!r.options.count(name) && !(in.shape.latent && name[0] == 'v')) // (the latent cache: k's alone)
             throw UserError(fmt::format("--inputs {}: the caches are {} (--shape kv_dtype), so --{} is required: "
                                         "the scale they were quantized with", r.inputs_dir, ir::dtype_name(*kv_fp8), name));
       in.shape.k_scale = option("k-scale");
-      in.shape.v_scale = option("v-scale");
+      in.shape.v_scale = in.shape.latent && !r.options.count("v-scale") ? in.shape.k_scale : option("v-scale");
     } else {
       PagedAttentionShape s = paged_attention_shape(r.shape);
       s.softmax_scale = scale;
@@ -242,7 +253,7 @@ KernelTemplate paged_attention_template() {
     validate_paged_attention(in, false);
     const PagedAttentionShape& s = in.shape;
     Problem p;
-    p.outputs = {p.add_buffer(launch::Buffer("out", s.dtype, in.q.count()))};
+    p.outputs = {p.add_buffer(launch::Buffer("out", s.dtype, size_t(in.q_rows() * s.dv())))};
     PagedAttentionMagnitudes seen;
     p.expected = {paged_attention_reference(in, &seen)};
     // Every path computes the scores in f32 and writes the output in q's dtype: inputs whose
@@ -265,7 +276,7 @@ KernelTemplate paged_attention_template() {
     p.rtol = tol.rtol;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
                                       s.num_blocks != s.batch * s.max_blocks
                                           ? fmt::format(" num_blocks={} ({} elements per cache{})", s.num_blocks,
@@ -276,6 +287,8 @@ KernelTemplate paged_attention_template() {
                                                              s.k_scale, s.v_scale)
                                                : "",
                                       s.alibi ? " alibi" : "", s.sinks ? " sinks" : "",
+                                      s.head_dim_v ? fmt::format(" head_dim_v={}{}", s.head_dim_v, s.latent ? " latent" : "")
+                                      : s.latent ? " latent" : "",
                                       s.window > 0 ? fmt::format(" window={}", s.window) : "",
                                       s.causal ? " causal" : "",
                                       s.chunk > 0 ? fmt::format(" chunk={}", s.chunk) : "")
@@ -285,7 +298,8 @@ KernelTemplate paged_attention_template() {
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"head_dim_v", s.head_dim_v},
+                 {"latent", s.latent}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
                  {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
                                              kKvDtypes.begin()

@@ -32,8 +32,10 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
     while (p < v) p *= 2;
     return p;
   };
-  const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits, D = s.head_dim;
-  const int64_t DP = pow2(D), BM = paged_attention_block_m(s, cfg), tiles = cdiv(G * s.sq, BM);
+  const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits;
+  const int64_t DV = s.dv(), DP = pow2(DV), BM = paged_attention_block_m(s, cfg), tiles = cdiv(G * s.sq, BM);
+  // q's and K's column tiles; V's is one more unless it is K's first (the latent form).
+  const std::vector<PagedAttentionColumns> cols = paged_attention_qk_columns(s);
   const int64_t chunks = s.group() / G, W = s.effective_window();
   const int64_t e_io = ir::dtype_bytes(s.dtype), e_kv = ir::dtype_bytes(s.cache_dtype());
   // A loaded tile of fewer elements than the block has threads (32 per warp) is held whole by
@@ -55,7 +57,8 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       // the context length: one 4-byte warp-uniform request per warp.
       const int64_t row0 = tile * BM, rows = std::clamp<int64_t>(R - row0, 0, BM);
       // (A transposed tile holds 8 rows, its repeats reading nothing.)
-      t.q += programs_per_tile * rows * D * e_io * copies((paged_attention_transposed(s, cfg) ? 8 : BM) * DP);
+      const int64_t q_rows = paged_attention_transposed(s, cfg) ? 8 : BM;
+      for (const PagedAttentionColumns& c : cols) t.q += programs_per_tile * rows * c.valid * e_io * copies(q_rows * c.width);
       if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
       // Without splits, the sinks of its rows' heads too, as the slopes (with splits, the
       // combine reads them).
@@ -86,16 +89,16 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       }
       // Each KV head's head-group chunks walk the same tokens.
       t.block_table += s.hkv * chunks * entries * 4 * copies(N);
-      t.k_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
-      t.v_cache += s.hkv * chunks * tokens * D * e_kv * copies(N * DP);
+      for (const PagedAttentionColumns& c : cols) t.k_cache += s.hkv * chunks * tokens * c.valid * e_kv * copies(N * c.width);
+      if (!s.latent) t.v_cache += s.hkv * chunks * tokens * DV * e_kv * copies(N * DP);
     }
   }
   const int64_t rows = in.q_rows();
-  t.out = rows * D * e_io;
+  t.out = rows * DV * e_io;
   if (S > 1) {
     // Each split stores its f32 partials (o: head_dim, m and l: one each) for its rows; the
     // combine kernel (one program per row) reads m and l [S] and o [S, head_dim] back.
-    t.partials = rows * S * (D + 2) * 4 + rows * (2 * S * 4 * copies(S) + S * D * 4 * copies(S * DP));
+    t.partials = rows * S * (DV + 2) * 4 + rows * (2 * S * 4 * copies(S) + S * DV * 4 * copies(S * DP));
     // With sinks, each combine program reads its row's: one 4-byte warp-uniform request per warp.
     if (s.sinks) t.sinks += rows * w * 4;
   }

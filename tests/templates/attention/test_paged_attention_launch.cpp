@@ -70,12 +70,14 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
   const rt::Op& op = store->op("paged_attention");
 
   struct Case {
-    int64_t batch, hq, hkv, sq, head_dim, alibi, dtype, chunk, sinks = 0;
+    int64_t batch, hq, hkv, sq, head_dim, alibi, dtype, chunk, sinks = 0, head_dim_v = 0, latent = 0;
   };
   // (A chunk past the capacity is cut to it on both sides: 2^40.)
   const std::vector<Case> shapes = {{1, 8, 2, 1, 64, 0, 0, 0}, {3, 8, 8, 1, 32, 1, 0, 16}, {2, 16, 2, 3, 32, 0, 1, 0},
                                     {4, 4, 1, 2, 64, 1, 0, int64_t(1) << 40}, {2, 32, 4, 1, 128, 0, 2, 8},
-                                    {2, 8, 2, 1, 64, 0, 1, 0, 1},             {3, 16, 2, 2, 64, 1, 0, 8, 1}};
+                                    {2, 8, 2, 1, 64, 0, 1, 0, 1},             {3, 16, 2, 2, 64, 1, 0, 8, 1},
+                                    {2, 16, 1, 2, 576, 0, 2, 0, 0, 512, 1},   {2, 8, 2, 1, 64, 0, 1, 0, 0, 32, 0},
+                                    {1, 8, 1, 1, 48, 0, 0, 0, 1, 32, 1},      {2, 8, 2, 1, 32, 0, 1, 0, 0, 0, 1}};
   int checked = 0;
   for (const Case& c : shapes) {
     ParamMap shape;
@@ -91,6 +93,8 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
     shape.insert_or_assign("ctx", 40);
     shape.insert_or_assign("chunk", c.chunk);
     shape.insert_or_assign("sinks", c.sinks);
+    shape.insert_or_assign("head_dim_v", c.head_dim_v);
+    shape.insert_or_assign("latent", c.latent);
     PagedAttentionShape s = paged_attention_shape(shape);
     PagedAttentionInputs in = make_paged_attention_inputs(s, 7, 40);
     const int64_t group = c.hq / c.hkv, pages = int64_t(in.k_cache.count()) / (8 * c.hkv * c.head_dim);
@@ -112,12 +116,13 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           // The same problem as a host gives it: tensors (at a fake address), scalars, config.
           const rt::ScalarType dt = s.dtype;
           rt::OpArgs args;
+          const int64_t dv = s.dv();
           args.tensors = {{"q", 256, dt, {c.batch, c.hq, c.sq, c.head_dim}, {}},
                           {"k_cache", 256, dt, {pages, 8, c.hkv, c.head_dim}, {}},
-                          {"v_cache", 256, dt, {pages, 8, c.hkv, c.head_dim}, {}},
                           {"block_table", 256, rt::ScalarType::u32, {c.batch, s.max_blocks}, {}},
                           {"context_lens", 256, rt::ScalarType::i32, {c.batch}, {}},
-                          {"out", 256, dt, {c.batch, c.hq, c.sq, c.head_dim}, {}}};
+                          {"out", 256, dt, {c.batch, c.hq, c.sq, dv}, {}}};
+          if (!c.latent) args.tensors.push_back({"v_cache", 256, dt, {pages, 8, c.hkv, dv}, {}});
           if (c.alibi) args.tensors.push_back({"alibi_slopes", 256, rt::ScalarType::f32, {c.hq}, {}});
           if (c.sinks) args.tensors.push_back({"sinks", 256, rt::ScalarType::f32, {c.hq}, {}});
           args.scalars = {{"softmax_scale", 0.125}};
@@ -128,6 +133,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           rt::ExprLookup lookup = [&](std::string_view n) -> std::optional<rt::SpecValue> {
             if (n == "present(alibi_slopes)") return int64_t(c.alibi);
             if (n == "present(sinks)") return int64_t(c.sinks);
+            if (n == "present(v_cache)") return int64_t(!c.latent);
             if (n.starts_with("present(")) return int64_t(0);
             auto it = call.values.find(std::string(n));
             if (it == call.values.end()) return std::nullopt;
