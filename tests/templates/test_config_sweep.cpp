@@ -47,6 +47,12 @@ const std::vector<SpaceUnderTest>& spaces() {
         // A prefill chunk: 4 x 40 packed rows, so every block_m the space lists is a tile of its own.
         {"batch=1", "hq=4", "hkv=1", "head_dim=32", "block_size=16", "ctx=72", "dtype=bf16", "causal=1", "sq=40"}},
        10},
+      {"reshape_and_cache", "configs/reshape_and_cache.toml",
+       {{"num_tokens=37", "hkv=8", "head_dim=128", "num_blocks=4", "block_size=16", "dtype=bf16"},
+        {"num_tokens=5", "hkv=1", "head_dim=576", "latent=1", "kv_dtype=f8e4m3", "slot_dtype=i32", "num_blocks=2",
+         "block_size=4", "dtype=f16"},
+        {"num_tokens=1", "hkv=3", "head_dim=40", "num_blocks=1", "block_size=3"}},
+       12},
       {"paged_attention", "configs/gpu_check.toml",
        {{"batch=2", "hq=8", "hkv=2", "head_dim=64", "block_size=16", "ctx=70", "dtype=bf16"},
         {"batch=1", "hq=4", "hkv=1", "head_dim=128", "block_size=16", "ctx=-1", "dtype=bf16"},
