@@ -260,7 +260,7 @@ cat >"$tmp/subdir/CMakeLists.txt" <<SUBDIR
 cmake_minimum_required(VERSION 3.25)
 project(subdir_user CXX)
 add_subdirectory("$src" tilec)
-foreach(t tilec::runtime tilec::compiler tilec::cli tilec::cli_main tilec::tilec)
+foreach(t tilec::runtime tilec::c tilec::compiler tilec::cli tilec::cli_main tilec::tilec)
   if(NOT TARGET \${t})
     message(FATAL_ERROR "add_subdirectory(tilec) defines no \${t}")
   endif()
