@@ -431,7 +431,8 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"hkv", sp.hkv},
           {"sq", sp.sq},
           {"head_dim", sp.head_dim},
-          {"head_dim_v", sp.head_dim_v},
+          // As the tuning key names it: 0 when V's head dim is head_dim's.
+          {"head_dim_v", sp.head_dim_v == sp.head_dim ? 0 : sp.head_dim_v},
           {"latent", int64_t(sp.latent)},
           {"block_size", sp.block_size},
           {"dtype", std::string(ir::dtype_name(sp.dtype))},

@@ -175,10 +175,10 @@ int main(int argc, char** argv) {
   CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "block_table") &&
         contains(tilec_last_error(), "f32"));
   tensors[3].dtype = TILEC_U32;
-  int64_t bad_shape[4] = {NB, BS, HKV, D + 8};
+  int64_t bad_shape[4] = {NB, BS, HKV + 1, D}; /* its last dim would be V's head dim */
   tensors[2].shape = bad_shape;
   CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "v_cache") &&
-        contains(tilec_last_error(), "[30, 8, 2, 40]"));
+        contains(tilec_last_error(), "[30, 8, 3, 32]"));
   tensors[2].shape = kv_shape;
   int64_t strides[4] = {HQ * SQ * D, SQ * D, D, 2};
   tensors[0].strides = strides;
