@@ -431,8 +431,7 @@ std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAtte
           {"hkv", sp.hkv},
           {"sq", sp.sq},
           {"head_dim", sp.head_dim},
-          // As the tuning key names it: 0 when V's head dim is head_dim's.
-          {"head_dim_v", sp.head_dim_v == sp.head_dim ? 0 : sp.head_dim_v},
+          {"head_dim_v", s.head_dim_v_key()}, // as the tuning key names it
           {"latent", int64_t(sp.latent)},
           {"block_size", sp.block_size},
           {"dtype", std::string(ir::dtype_name(sp.dtype))},

@@ -30,12 +30,12 @@ int64_t head_dim_first_tile(int64_t head_dim) {
 std::string head_dim_v_error(int64_t head_dim, int64_t head_dim_v, bool latent) {
   if (head_dim_v == 0) return latent_error(head_dim, head_dim_v, latent); // head_dim's
   if (head_dim_v % 8 != 0 || head_dim_v < 16 || head_dim_v > 512)
-    return fmt::format("head_dim_v={}: must be a multiple of 8 from 16 to 512 (0: head_dim)", head_dim_v);
+    return fmt::format("head_dim_v={}: must be a multiple of 8 from 16 to 512 (0: head_dim's, or the latent form's)", head_dim_v);
   return latent_error(head_dim, head_dim_v, latent);
 }
 
 std::string latent_error(int64_t head_dim, int64_t head_dim_v, bool latent) {
-  const int64_t dv = head_dim_v ? head_dim_v : head_dim;
+  const int64_t dv = head_dim_v ? head_dim_v : latent ? head_dim_first_tile(head_dim) : head_dim;
   if (latent && dv != head_dim_first_tile(head_dim))
     return fmt::format("head_dim_v={} with latent=1: V is the K cache's first {} columns, the largest power of two up "
                        "to head_dim={} (MLA: 512 of 576)",

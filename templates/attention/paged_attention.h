@@ -27,7 +27,7 @@ std::string latent_error(int64_t head_dim, int64_t head_dim_v, bool latent);
 // Sizes and runtime parameters of one paged-attention call.
 struct PagedAttentionShape {
   int64_t batch = 2, hq = 8, hkv = 2, sq = 1, head_dim = 64;
-  // V's head dim, and out's (0: head_dim). MLA (DeepSeek-V3, Kimi-K2) attends with q and K of
+  // V's head dim, and out's (0: head_dim, or in the latent form K's first column tile). MLA (DeepSeek-V3, Kimi-K2) attends with q and K of
   // 576 (512 latent + 64 RoPE) and V of 512; its prefill form with 192 and 128.
   int64_t head_dim_v = 0;
   // One latent cache (MLA's absorbed form): no v_cache; V is the first head_dim_v columns of
@@ -63,7 +63,13 @@ struct PagedAttentionShape {
   bool varlen = false;
 
   int64_t group() const { return hq / hkv; }
-  int64_t dv() const { return head_dim_v ? head_dim_v : head_dim; }
+  // V's head dim when head_dim_v is 0: head_dim's, or in the latent form K's first column tile
+  // (MLA: 512 of 576).
+  int64_t default_dv() const { return latent ? head_dim_first_tile(head_dim) : head_dim; }
+  int64_t dv() const { return head_dim_v ? head_dim_v : default_dv(); }
+  // head_dim_v as the tuning key and the modules' specialization name it: 0 when it is the
+  // default, so a key written with and one without it agree (run.toml's head_dim_v_key).
+  int64_t head_dim_v_key() const { return dv() == default_dv() ? 0 : dv(); }
   // Elements of the V cache: none in the latent form.
   int64_t v_cache_elements() const { return latent ? 0 : cache_elements() / head_dim * dv(); }
   ir::DType cache_dtype() const { return kv_fp8 ? *kv_fp8 : dtype; }

@@ -163,7 +163,7 @@ KernelTemplate paged_attention_template() {
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
              {"sq", 1, "query rows per sequence"},
              {"head_dim", 64, "head dimension of q and K (multiple of 8, 16..576)"},
-             {"head_dim_v", 0, "head dimension of V and out (multiple of 8, 16..512; 0: head_dim)"},
+             {"head_dim_v", 0, "head dimension of V and out (multiple of 8, 16..512; 0: head_dim, latent: its first power-of-two tile)"},
              {"latent", 0, "1: one latent cache (MLA): no v_cache, V is k_cache's first head_dim_v columns"},
              {"block_size", 16, "tokens per cache page (1..256)"},
              {"max_blocks", 0, "block-table columns (0: enough for ctx, else for sq and at least 16)"},
@@ -276,7 +276,7 @@ KernelTemplate paged_attention_template() {
     p.rtol = tol.rtol;
     p.ideal_bytes = paged_attention_ideal_bytes(in);
     p.description = r.inputs_dir.empty()
-                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}{}{}",
+                        ? fmt::format("batch={} hq={} hkv={} sq={} head_dim={} block_size={} max_blocks={}{} {}{}{}{}{}{}{}{}{}",
                                       s.batch, s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.max_blocks,
                                       s.num_blocks != s.batch * s.max_blocks
                                           ? fmt::format(" num_blocks={} ({} elements per cache{})", s.num_blocks,
@@ -287,8 +287,8 @@ KernelTemplate paged_attention_template() {
                                                              s.k_scale, s.v_scale)
                                                : "",
                                       s.alibi ? " alibi" : "", s.sinks ? " sinks" : "",
-                                      s.head_dim_v ? fmt::format(" head_dim_v={}{}", s.head_dim_v, s.latent ? " latent" : "")
-                                      : s.latent ? " latent" : "",
+                                      s.dv() != s.head_dim ? fmt::format(" head_dim_v={}", s.dv()) : "",
+                                      s.latent ? " latent" : "",
                                       s.window > 0 ? fmt::format(" window={}", s.window) : "",
                                       s.causal ? " causal" : "",
                                       s.chunk > 0 ? fmt::format(" chunk={}", s.chunk) : "")
@@ -298,13 +298,14 @@ KernelTemplate paged_attention_template() {
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"head_dim_v", s.head_dim_v},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"head_dim_v", s.head_dim_v_key()},
                  {"latent", s.latent}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
                  {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
                                              kKvDtypes.begin()
                                        : 0}};
     }
+    p.shape["head_dim_v"] = s.head_dim_v_key(); // the tuning key's form (before --shape's value)
     p.context = std::move(in);
     return p;
   };
