@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "abi/version.h"
+#include "autotune/export.h"
 #include "autotune/progress.h"
 #include "backends/module_builder.h"
 #include "codegen/compile.h"
@@ -31,7 +32,11 @@ unsigned threads(unsigned jobs) { return jobs ? jobs : std::max(1u, std::thread:
 struct Candidate {
   templates::ParamMap config;
   std::string rejected; // why it was dropped; empty while it survives
+  std::string stage;    // where: build, compile (for the ptxas arch) or run (rt::TuningRejection)
 };
+
+// The tilec that records a rejection: one of another version tries the config again.
+const std::string kCompiler = "tilec " TILEC_VERSION;
 
 // Runs `work(i)` for i in [0, n) on `jobs` threads (the DSL builder's current kernel is
 // thread_local, so each thread builds its own), stopping early when interrupted.
@@ -55,9 +60,11 @@ void compile_candidates(std::vector<Candidate>& cands, const templates::KernelTe
   std::mutex mutex;
   parallel_for(cands.size(), jobs, r, [&](size_t i) {
     Candidate& c = cands[i];
+    c.stage = "build";
     try {
       for (const ir::Kernel& k : templates::build_kernels(t, c.config, shape)) {
         if (!arch) continue;
+        c.stage = "compile";
         codegen::CompileOptions o = backends::compile_options(c.config, *arch, "nvptx");
         o.large_buffers = templates::large_buffers(t, c.config, shape, *k);
         codegen::CompiledKernel ck = codegen::compile(*k, o);
@@ -112,6 +119,24 @@ std::string reason_kind(const std::string& reason) {
 }
 using Reasons = std::map<std::string, std::pair<std::string, size_t>>; // kind -> (first example, count)
 
+// The record of candidate `c` of `slot`'s key dropped at its stage (the compile stage's for
+// the target's ptxas arch).
+rt::TuningRejection rejection(const rt::TuningEntry& slot, const Candidate& c, const Target& tg) {
+  rt::TuningRejection x;
+  x.kernel = slot.kernel;
+  x.device = slot.device;
+  x.compute_capability = slot.compute_capability;
+  x.backend = slot.backend;
+  x.key = slot.key;
+  x.config = rt::TunedConfig(c.config.begin(), c.config.end());
+  x.stage = c.stage;
+  if (c.stage == "compile") x.arch = tg.ptxas_arch.value_or("");
+  x.reason = c.rejected;
+  x.compiler = kCompiler;
+  x.rejected_at = rt::utc_now();
+  return x;
+}
+
 void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
               launch::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r,
               Reasons& reasons) {
@@ -130,66 +155,75 @@ void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, cons
   slot.compute_capability = tg.cc;
   slot.backend = tg.backend;
   slot.key = k.key;
+  const std::string arch = tg.ptxas_arch.value_or("");
+  std::string warning;
+  auto record = [&](const rt::TuningDb& add) {
+    if (add.entries.empty() && add.rejections.empty()) return;
+    db = rt::merge_into_file(s.db, add, &warning); // after every step: ^C keeps what was learned
+    if (!warning.empty()) r.warn(std::exchange(warning, ""));
+  };
+  auto count_reason = [&](const std::string& reason) {
+    auto [kind, fresh] = reasons.try_emplace(reason_kind(reason), reason, 0);
+    ++kind->second.second;
+  };
   std::vector<Candidate> todo;
-  size_t skipped_here = 0;
+  size_t skipped_here = 0, rejected_here = 0;
   for (templates::ParamMap& config : all) {
     slot.config = rt::TunedConfig(config.begin(), config.end());
     if (!s.force && db.find(slot)) {
       ++skipped_here;
       continue;
     }
-    todo.push_back({std::move(config), {}});
+    if (const rt::TuningRejection* known = s.force ? nullptr : db.find_rejection(slot, arch, kCompiler)) {
+      ++rejected_here;
+      ++n.rejected;
+      ++n.rejected_before;
+      count_reason(known->reason);
+      continue;
+    }
+    todo.push_back({std::move(config), {}, {}});
   }
   n.skipped += skipped_here;
   if (skipped_here) r.say(fmt::format("  {} already in {} (use --force to measure again)", skipped_here, s.db));
+  if (rejected_here)
+    r.say(fmt::format("  {} rejected by an earlier run, as {} records (use --force to try them again)", rejected_here,
+                      s.db));
 
   Progress compiling("compile", todo.size());
   compile_candidates(todo, t, k.shape, s.jobs, tg.ptxas_arch, compiling, r);
+  n.compiled += todo.size();
+  // What the compile stage dropped is recorded at once: a re-run compiles none of it again.
+  rt::TuningDb dropped;
+  for (const Candidate& c : todo)
+    if (!c.rejected.empty()) dropped.rejections.push_back(rejection(slot, c, tg));
+  record(dropped);
 
   size_t survivors = 0;
   for (const Candidate& c : todo) survivors += c.rejected.empty();
   Progress measuring("measure", survivors);
-  std::string warning;
   for (Candidate& c : todo) {
     if (r.interrupted()) break;
     if (c.rejected.empty()) {
       measure::Measurement m = measure::measure_problem(t, "", c.config, k.problem, launcher, space.warmup, space.repeats);
       c.rejected = m.rejected;
+      rt::TuningDb one;
       if (c.rejected.empty()) {
         rt::TuningEntry e = measure::tuning_entry(slot, c.config, m, k.problem);
-        rt::TuningDb one;
         one.entries.push_back(e);
-        db = rt::merge_into_file(s.db, one, &warning); // after every config: ^C keeps what was measured
-        if (!warning.empty()) measuring.note("warning: " + std::exchange(warning, ""));
+        record(one);
         ++n.measured;
         measuring.step(fmt::format("{}  median {:.4f} ms", format_values(c.config), e.median_ms));
         continue;
       }
+      c.stage = "run";
+      one.rejections.push_back(rejection(slot, c, tg));
+      record(one);
       measuring.step(format_values(c.config) + "  dropped: " + c.rejected);
     }
     ++n.rejected;
-    auto [kind, fresh] = reasons.try_emplace(reason_kind(c.rejected), c.rejected, 0);
-    ++kind->second.second;
+    count_reason(c.rejected);
     r.say(fmt::format("  dropped {}: {}", format_values(c.config), c.rejected));
   }
-}
-
-// Compiles the winner of a key for every export arch and module variant into `dir`; returns
-// the manifests written.
-std::vector<std::string> export_winner(const templates::KernelTemplate& t, const rt::TuningEntry& best,
-                                       const templates::ParamMap& shape, const Target& tg, const std::string& dir) {
-  std::vector<std::string> written;
-  std::vector<templates::ParamMap> variants = t.module_variants;
-  if (variants.empty()) variants.emplace_back();
-  templates::ParamMap params(best.config.begin(), best.config.end());
-  for (const std::string& arch : tg.export_archs)
-    for (const templates::ParamMap& variant : variants) {
-      templates::ParamMap s = shape;
-      for (const auto& [name, v] : variant) s[name] = v;
-      for (const rt::Manifest& m : backends::write_template_modules(t, params, s, arch, dir, true))
-        written.push_back((m.dir / (m.ptx.empty() ? m.emulator : m.ptx).stem()).string() + ".toml");
-    }
-  return written;
 }
 
 } // namespace
@@ -249,13 +283,14 @@ TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, st
   }
   // A shard measures part of each key's candidates: its keys may all be dropped there and won elsewhere.
   if (!s.shard.whole()) n.failed_keys.clear();
+  const std::string before = n.rejected_before ? fmt::format(" ({} by an earlier run)", n.rejected_before) : "";
   if (!n.interrupted && !n.failed_keys.empty()) {
     // No database line and no export: the run failed, and says why candidates were dropped.
     std::string why;
     for (const auto& [reason, count] : n.reasons)
       why += count == 1 ? fmt::format("\n  1 dropped: {}", reason) : fmt::format("\n  {} dropped, e.g. {}", count, reason);
-    r.warn(fmt::format("no valid candidate for {} ({} candidates, {} rejected, {} measured){}",
-                       fmt::join(n.failed_keys, "; "), n.candidates, n.rejected, n.measured, why));
+    r.warn(fmt::format("no valid candidate for {} ({} candidates, {} rejected{}, {} measured){}",
+                       fmt::join(n.failed_keys, "; "), n.candidates, n.rejected, before, n.measured, why));
     return n;
   }
   for (const KeyToTune& k : keys) {
@@ -264,31 +299,15 @@ TuneResult tune(const templates::KernelTemplate& t, const SearchSpace& space, st
     n.best.push_back(sel->entry);
     if (!s.export_dir.empty() && !n.interrupted)
       // Keys that share a winner (and its modules) list each manifest once.
-      for (std::string& m : export_winner(t, sel->entry, k.shape, tg, s.export_dir))
+      for (std::string& m : export_modules(t, sel->entry, k.shape, tg.export_archs, s.export_dir))
         if (std::find(n.exported.begin(), n.exported.end(), m) == n.exported.end()) n.exported.push_back(std::move(m));
     r.say(fmt::format("best for {}: {}  median {:.4f} ms{}", rt::format_key(k.key), rt::format_config(sel->entry.config),
                       sel->entry.median_ms, sel->entry.gbps ? fmt::format("  {:.3f} GB/s", *sel->entry.gbps) : ""));
   }
-  r.say(fmt::format("{} candidates, {} rejected, {} measured, {} already measured; database {}", n.candidates,
-                    n.rejected, n.measured, n.skipped, s.db));
+  r.say(fmt::format("{} candidates, {} rejected{}, {} measured, {} already measured; database {}", n.candidates,
+                    n.rejected, before, n.measured, n.skipped, s.db));
   if (!s.export_dir.empty() && !n.interrupted) {
-    // The database and the kernel's card travel with its modules: a deployment ships the folder.
-    rt::KernelCard card = templates::kernel_card(t);
-    card.compiler = s.compiler;
-    rt::write_kernel_card(card, s.export_dir);
-    fs::path copy = fs::path(s.export_dir) / fs::path(s.db).filename();
-    // Merged in memory and written atomically without a lock file: the folder is what ships
-    // (a deployment holds no tuning.toml.lock).
-    if (fs::absolute(copy).lexically_normal() != fs::absolute(s.db).lexically_normal()) {
-      rt::TuningDb shipped;
-      try {
-        shipped = rt::read_tuning_db(copy.string());
-      } catch (const rt::TuningDbError& e) {
-        r.warn(fmt::format("{}; replaced by this run's database", e.what()));
-      }
-      shipped.merge(db);
-      rt::write_tuning_db(copy.string(), shipped);
-    }
+    export_card_and_db(t, db, s.db, s.export_dir, s.compiler, r.warn);
     r.say(fmt::format("exported {} modules ({}) and the database to {}", n.exported.size(),
                       fmt::join(tg.export_archs, ", "), s.export_dir));
   }

@@ -2,8 +2,9 @@
 // The tuner as a library: for each problem key of a kernel, enumerate its search space
 // (autotune/space.h), compile the candidates in parallel (dropping what ptxas rejects or what
 // spills), check each against the reference, time the survivors and merge each result into
-// the tuning database (runtime/tuning_db.h) as soon as it is measured; choose the winners and
-// export their modules. Or, with prepare(), compile and check every candidate into a plan that
+// the tuning database (runtime/tuning_db.h) as soon as it is measured, and each config dropped
+// after the space's constraints as a rejection (a re-run neither compiles nor measures it
+// again); choose the winners and export their modules (autotune/export.h). Or, with prepare(), compile and check every candidate into a plan that
 // tilec-measure times on a GPU machine without LLVM (measure/plan.h). `tilec autotune` is its
 // command line.
 #include <csignal>
@@ -58,8 +59,8 @@ std::vector<KeyToTune> make_keys(const templates::KernelTemplate& t, const std::
                                  uint64_t seed, bool problems = true);
 
 struct TuneSettings {
-  std::string db = "tuning.toml";   // the database measured configs are merged into
-  bool force = false;               // measure again what the database has
+  std::string db = "tuning.toml";   // the database measured and rejected configs are merged into
+  bool force = false;               // compile and measure again what the database has (measured or rejected)
   measure::Shard shard;             // this run's share of every key's candidates
   unsigned jobs = 0;                // compile threads (0: every core)
   std::string export_dir;           // the winners' modules, card and database (empty: none)
@@ -68,6 +69,8 @@ struct TuneSettings {
 
 struct TuneResult {
   size_t candidates = 0, rejected = 0, measured = 0, skipped = 0;
+  size_t compiled = 0;        // candidates built (and compiled for the ptxas arch) by this run
+  size_t rejected_before = 0; // of `rejected`, those the database records as rejected by an earlier run
   std::vector<rt::TuningEntry> best;  // each key's exact winner, in key order
   std::vector<std::string> exported;  // manifests written under export_dir
   bool interrupted = false;

@@ -144,7 +144,33 @@ bool TuningEntry::same_slot(const TuningEntry& o) const {
          backend == o.backend && key == o.key && config == o.config;
 }
 
+bool TuningRejection::same_config(const TuningEntry& e) const {
+  return kernel == e.kernel && device == e.device && compute_capability == e.compute_capability &&
+         backend == e.backend && key == e.key && config == e.config;
+}
+
+bool TuningRejection::same_slot(const TuningRejection& o) const {
+  return kernel == o.kernel && device == o.device && compute_capability == o.compute_capability &&
+         backend == o.backend && key == o.key && config == o.config && arch == o.arch;
+}
+
 void TuningDb::merge(const TuningDb& newer) {
+  // The newer verdict on a config wins: it ran (its rejections go), or it was dropped (its
+  // measurement goes).
+  std::erase_if(rejections, [&](const TuningRejection& r) {
+    return std::any_of(newer.entries.begin(), newer.entries.end(),
+                       [&](const TuningEntry& e) { return r.same_config(e); });
+  });
+  std::erase_if(entries, [&](const TuningEntry& e) {
+    return std::any_of(newer.rejections.begin(), newer.rejections.end(),
+                       [&](const TuningRejection& r) { return r.same_config(e); });
+  });
+  for (const TuningRejection& r : newer.rejections) {
+    auto mine = std::find_if(rejections.begin(), rejections.end(),
+                             [&](const TuningRejection& m) { return m.same_slot(r); });
+    if (mine != rejections.end()) *mine = r;
+    else rejections.push_back(r);
+  }
   for (const TuningEntry& e : newer.entries) {
     bool replaced = false;
     for (TuningEntry& mine : entries)
@@ -163,53 +189,116 @@ const TuningEntry* TuningDb::find(const TuningEntry& slot) const {
   return nullptr;
 }
 
+const TuningRejection* TuningDb::find_rejection(const TuningEntry& slot, const std::string& arch,
+                                                const std::string& compiler) const {
+  for (const TuningRejection& r : rejections)
+    if (r.same_config(slot) && (r.arch.empty() || r.arch == arch) && r.compiler == compiler) return &r;
+  return nullptr;
+}
+
+namespace {
+
+void read_key(const Reader& r, const toml::table& t, ProblemKey& out) {
+  const toml::node& key = r.need(t, "key");
+  if (!key.is_table()) r.fail(key, "'key' must be a table");
+  for (auto&& [name, v] : *key.as_table()) {
+    if (v.is_integer()) out[std::string(name.str())] = v.as_integer()->get();
+    else if (v.is_string()) out[std::string(name.str())] = v.as_string()->get();
+    else r.fail(v, fmt::format("key.{} must be an integer or a string", name.str()));
+  }
+}
+
+void read_config(const Reader& r, const toml::table& t, TunedConfig& out) {
+  const toml::node& cfg = r.need(t, "config");
+  if (!cfg.is_table()) r.fail(cfg, "'config' must be a table");
+  for (auto&& [name, v] : *cfg.as_table()) {
+    if (!v.is_integer()) r.fail(v, fmt::format("config.{} must be an integer", name.str()));
+    out[std::string(name.str())] = v.as_integer()->get();
+  }
+}
+
+const toml::array* table_array(const Reader& r, const toml::table& doc, const char* name) {
+  const toml::node* n = doc.get(name);
+  if (!n) return nullptr;
+  const toml::array* arr = n->as_array();
+  if (!arr) r.fail(*n, fmt::format("'{0}' must be an array of tables ([[{0}]])", name));
+  for (const toml::node& item : *arr)
+    if (!item.is_table()) r.fail(item, fmt::format("each {} must be a table", name));
+  return arr;
+}
+
+toml::table key_table(const ProblemKey& k) {
+  toml::table key;
+  for (const auto& [name, v] : k) {
+    if (const auto* i = std::get_if<int64_t>(&v)) key.insert(name, *i);
+    else key.insert(name, std::get<std::string>(v));
+  }
+  key.is_inline(true);
+  return key;
+}
+
+toml::table config_table(const TunedConfig& c) {
+  toml::table cfg;
+  for (const auto& [name, v] : c) cfg.insert(name, v);
+  cfg.is_inline(true);
+  return cfg;
+}
+
+} // namespace
+
 TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
   toml::table doc = parse_toml<TuningDbError>(text, source);
   Reader r(source);
   TuningDb db;
   if (const toml::node* v = doc.get("version")) {
-    if (!v->is_integer() || v->as_integer()->get() != 1) r.fail(*v, "unsupported version (this tilec reads version 1)");
+    if (!v->is_integer() || v->as_integer()->get() < 1 || v->as_integer()->get() > 2)
+      r.fail(*v, "unsupported version (this tilec reads versions 1 and 2)");
   }
   for (auto&& [k, node] : doc)
-    if (k.str() != "version" && k.str() != "entry") r.fail(node, fmt::format("unknown key '{}'", k.str()));
-  const toml::node* entries = doc.get("entry");
-  if (!entries) return db;
-  const toml::array* arr = entries->as_array();
-  if (!arr) r.fail(*entries, "'entry' must be an array of tables ([[entry]])");
-  for (const toml::node& n : *arr) {
-    const toml::table* t = n.as_table();
-    if (!t) r.fail(n, "each entry must be a table");
-    TuningEntry e;
-    e.kernel = r.string(*t, "kernel");
-    e.device = r.string(*t, "device");
-    e.compute_capability = r.optional_string(*t, "compute_capability");
-    e.backend = r.string(*t, "backend");
-    const toml::node& key = r.need(*t, "key");
-    if (!key.is_table()) r.fail(key, "'key' must be a table");
-    for (auto&& [name, v] : *key.as_table()) {
-      if (v.is_integer()) e.key[std::string(name.str())] = v.as_integer()->get();
-      else if (v.is_string()) e.key[std::string(name.str())] = v.as_string()->get();
-      else r.fail(v, fmt::format("key.{} must be an integer or a string", name.str()));
+    if (k.str() != "version" && k.str() != "entry" && k.str() != "rejected")
+      r.fail(node, fmt::format("unknown key '{}'", k.str()));
+  if (const toml::array* arr = table_array(r, doc, "entry"))
+    for (const toml::node& n : *arr) {
+      const toml::table* t = n.as_table();
+      TuningEntry e;
+      e.kernel = r.string(*t, "kernel");
+      e.device = r.string(*t, "device");
+      e.compute_capability = r.optional_string(*t, "compute_capability");
+      e.backend = r.string(*t, "backend");
+      read_key(r, *t, e.key);
+      read_config(r, *t, e.config);
+      e.median_ms = r.number(*t, "median_ms");
+      e.min_ms = r.optional_number(*t, "min_ms").value_or(e.median_ms);
+      e.max_ms = r.optional_number(*t, "max_ms").value_or(e.median_ms);
+      e.repeats = r.optional_integer(*t, "repeats").value_or(1);
+      e.gbps = r.optional_number(*t, "gbps");
+      e.ideal_bytes = r.optional_integer(*t, "ideal_bytes");
+      e.bytes_loaded = r.optional_integer(*t, "bytes_loaded");
+      e.bytes_stored = r.optional_integer(*t, "bytes_stored");
+      e.unique_bytes = r.optional_integer(*t, "unique_bytes");
+      e.max_abs_err = r.optional_number(*t, "max_abs_err");
+      e.measured_at = r.optional_string(*t, "measured_at");
+      db.entries.push_back(std::move(e));
     }
-    const toml::node& cfg = r.need(*t, "config");
-    if (!cfg.is_table()) r.fail(cfg, "'config' must be a table");
-    for (auto&& [name, v] : *cfg.as_table()) {
-      if (!v.is_integer()) r.fail(v, fmt::format("config.{} must be an integer", name.str()));
-      e.config[std::string(name.str())] = v.as_integer()->get();
+  if (const toml::array* arr = table_array(r, doc, "rejected"))
+    for (const toml::node& n : *arr) {
+      const toml::table* t = n.as_table();
+      TuningRejection x;
+      x.kernel = r.string(*t, "kernel");
+      x.device = r.string(*t, "device");
+      x.compute_capability = r.optional_string(*t, "compute_capability");
+      x.backend = r.string(*t, "backend");
+      read_key(r, *t, x.key);
+      read_config(r, *t, x.config);
+      x.stage = r.string(*t, "stage");
+      if (x.stage != "build" && x.stage != "compile" && x.stage != "run")
+        r.fail(r.need(*t, "stage"), fmt::format("stage '{}' is not build, compile or run", x.stage));
+      x.arch = r.optional_string(*t, "arch");
+      x.reason = r.string(*t, "reason");
+      x.compiler = r.optional_string(*t, "compiler");
+      x.rejected_at = r.optional_string(*t, "rejected_at");
+      db.rejections.push_back(std::move(x));
     }
-    e.median_ms = r.number(*t, "median_ms");
-    e.min_ms = r.optional_number(*t, "min_ms").value_or(e.median_ms);
-    e.max_ms = r.optional_number(*t, "max_ms").value_or(e.median_ms);
-    e.repeats = r.optional_integer(*t, "repeats").value_or(1);
-    e.gbps = r.optional_number(*t, "gbps");
-    e.ideal_bytes = r.optional_integer(*t, "ideal_bytes");
-    e.bytes_loaded = r.optional_integer(*t, "bytes_loaded");
-    e.bytes_stored = r.optional_integer(*t, "bytes_stored");
-    e.unique_bytes = r.optional_integer(*t, "unique_bytes");
-    e.max_abs_err = r.optional_number(*t, "max_abs_err");
-    e.measured_at = r.optional_string(*t, "measured_at");
-    db.entries.push_back(std::move(e));
-  }
   return db;
 }
 
@@ -226,24 +315,15 @@ TuningDb read_tuning_db(const std::string& path) {
 }
 
 std::string format_tuning_db(const TuningDb& db) {
-  toml::array entries;
+  toml::array entries, rejected;
   for (const TuningEntry& e : db.entries) {
     toml::table t;
     t.insert("kernel", e.kernel);
     t.insert("device", e.device);
     t.insert("compute_capability", e.compute_capability);
     t.insert("backend", e.backend);
-    toml::table key;
-    for (const auto& [k, v] : e.key) {
-      if (const auto* i = std::get_if<int64_t>(&v)) key.insert(k, *i);
-      else key.insert(k, std::get<std::string>(v));
-    }
-    key.is_inline(true);
-    t.insert("key", std::move(key));
-    toml::table cfg;
-    for (const auto& [k, v] : e.config) cfg.insert(k, v);
-    cfg.is_inline(true);
-    t.insert("config", std::move(cfg));
+    t.insert("key", key_table(e.key));
+    t.insert("config", config_table(e.config));
     t.insert("median_ms", e.median_ms);
     t.insert("min_ms", e.min_ms);
     t.insert("max_ms", e.max_ms);
@@ -257,9 +337,27 @@ std::string format_tuning_db(const TuningDb& db) {
     t.insert("measured_at", e.measured_at.empty() ? utc_now() : e.measured_at);
     entries.push_back(std::move(t));
   }
+  for (const TuningRejection& x : db.rejections) {
+    toml::table t;
+    t.insert("kernel", x.kernel);
+    t.insert("device", x.device);
+    t.insert("compute_capability", x.compute_capability);
+    t.insert("backend", x.backend);
+    t.insert("key", key_table(x.key));
+    t.insert("config", config_table(x.config));
+    t.insert("stage", x.stage);
+    t.insert("arch", x.arch);
+    t.insert("reason", x.reason);
+    t.insert("compiler", x.compiler);
+    t.insert("rejected_at", x.rejected_at.empty() ? utc_now() : x.rejected_at);
+    rejected.push_back(std::move(t));
+  }
   toml::table doc;
-  doc.insert("version", 1);
+  // Version 1 unless there are rejections: a file of measurements alone stays readable by
+  // every earlier reader.
+  doc.insert("version", rejected.empty() ? 1 : 2);
   if (!entries.empty()) doc.insert("entry", std::move(entries));
+  if (!rejected.empty()) doc.insert("rejected", std::move(rejected));
   std::ostringstream out;
   out << "# tilec tuning database (tilec autotune); entries merge by kernel, device, backend, key and config\n";
   out << doc << "\n";
@@ -287,6 +385,8 @@ TuningDb merge_into_file(const std::string& path, const TuningDb& add, std::stri
   db.merge(add);
   for (TuningEntry& e : db.entries)
     if (e.measured_at.empty()) e.measured_at = utc_now();
+  for (TuningRejection& x : db.rejections)
+    if (x.rejected_at.empty()) x.rejected_at = utc_now();
   write_atomically(path, format_tuning_db(db));
   return db;
 }

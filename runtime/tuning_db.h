@@ -24,6 +24,24 @@
 //   unique_bytes = 1090000
 //   max_abs_err = 2.4e-07
 //   measured_at = "2025-01-01T12:00:00Z"
+//
+// Configs the tuner dropped after the search space's constraints (which cost nothing to
+// recompute), so that a re-run neither compiles nor measures them again. A file that holds
+// any says version = 2 (a reader of version 1 refuses it by its version); one without is
+// written as version 1, as before.
+//
+//   [[rejected]]
+//   kernel = "matmul"
+//   device = "cpu-emulator"
+//   compute_capability = ""
+//   backend = "emulate"
+//   key = { dtype = "f32", k = 50, m = 100, n = 75 }
+//   config = { block_k = 32, block_m = 64, block_n = 64, num_warps = 4 }
+//   stage = "compile"                   # build | compile | run
+//   arch = "sm_90"                      # the GPU arch it was compiled for ("compile"), else ""
+//   reason = "kernel 'matmul' needs 264192 bytes of shared memory per block; ..."
+//   compiler = "tilec 0.1.0"
+//   rejected_at = "2025-01-01T12:00:00Z"
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -67,12 +85,38 @@ struct TuningEntry {
   bool same_slot(const TuningEntry& o) const;
 };
 
+// A config the tuner dropped before it could be measured, and why: the template refused it
+// ("build"), it failed to compile for `arch` or spills there ("compile"), or it failed or gave a
+// wrong result on the backend ("run").
+struct TuningRejection {
+  std::string kernel, device, compute_capability, backend;
+  ProblemKey key;
+  TunedConfig config;
+  std::string stage;       // build | compile | run
+  std::string arch;        // the GPU arch of a "compile" rejection; empty otherwise
+  std::string reason;      // one line
+  std::string compiler;    // "tilec 0.1.0": a rejection by another version is tried again
+  std::string rejected_at;
+
+  // The same (kernel, device, backend, key, config) as `e`.
+  bool same_config(const TuningEntry& e) const;
+  // The same config, rejected for the same arch.
+  bool same_slot(const TuningRejection& o) const;
+};
+
 struct TuningDb {
   std::vector<TuningEntry> entries;
+  std::vector<TuningRejection> rejections;
 
-  // Adds `newer`'s entries, replacing those of the same slot.
+  // Adds `newer`'s entries and rejections, replacing those of the same slot; the newer verdict
+  // on a config wins (a measurement removes its rejections, a rejection its measurement).
   void merge(const TuningDb& newer);
   const TuningEntry* find(const TuningEntry& slot) const;
+  // The rejection that applies to `slot`'s config for a run compiling for `arch` ("" when it
+  // does not compile for a GPU) with `compiler`: one of another stage, or of the compile
+  // stage for that arch, recorded by that compiler.
+  const TuningRejection* find_rejection(const TuningEntry& slot, const std::string& arch,
+                                        const std::string& compiler) const;
 };
 
 // Parses a database; TuningDbError naming `source`:line:column on anything malformed.

@@ -65,7 +65,7 @@ int run_cli(int argc, char** argv) {
       add_autotune);
   add("bench", "compare a kernel's tuned configs against its defaults and print a table", add_bench);
   add("fuzz", "differential fuzzing: random tile programs on the interpreter and the emulator must agree", add_fuzz);
-  add("db", "merge tuning databases (shards, machines) into one, or show one", add_db);
+  add("db", "merge tuning databases (shards, machines) into one, show one, or export its winners", add_db);
 
   try {
     app.parse(argc, argv);

@@ -177,6 +177,7 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     j.str("kernel", t.name).str("backend", tg.backend).str("device", tg.device);
     j.integer("candidates", int64_t(n.candidates)).integer("rejected", int64_t(n.rejected));
     j.integer("measured", int64_t(n.measured)).integer("skipped", int64_t(n.skipped));
+    j.integer("rejected_before", int64_t(n.rejected_before)).integer("compiled", int64_t(n.compiled));
     std::vector<std::string> best, exported;
     for (const auto& e : n.best) best.push_back(best_json(e).str());
     for (const std::string& e : n.exported) exported.push_back("\"" + json_escape(e) + "\"");
@@ -219,7 +220,8 @@ Action add_autotune(CLI::App& app, Common& common) {
   app.add_option("--backend", o->backend, "where to time: auto, interpret, emulate or cuda")
       ->check(CLI::IsMember({"auto", "interpret", "emulate", "cuda"}))
       ->capture_default_str();
-  app.add_flag("--force", o->force, "measure again (key, config) pairs the database already has");
+  app.add_flag("--force", o->force,
+               "compile and measure again (key, config) pairs the database already has, measured or rejected");
   app.add_option("--arch", o->arch, "GPU arch for the ptxas check (default: the device's, else sm_90)");
   app.add_option("--export", o->export_dir,
                  "write the winning modules (GPU arch, plus the emulator's off the GPU) and a copy of the "

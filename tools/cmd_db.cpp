@@ -1,8 +1,11 @@
-// tilec db merge / show: tuning databases (runtime/tuning_db.h) as files to combine and read.
-// `merge` joins databases measured apart (shards of one search, machines of one fleet):
-// where two measured the same (kernel, device, backend, key, config), the faster median
-// wins and the conflict is reported; the output is sorted, so the same inputs in any order
-// give the same file. `show` prints each problem key's measured configs, fastest first.
+// tilec db merge / show / export: tuning databases (runtime/tuning_db.h) as files to combine,
+// read and deploy. `merge` joins databases measured apart (shards of one search, machines of
+// one fleet): where two measured the same (kernel, device, backend, key, config), the faster
+// median wins and the conflict is reported; rejected configs are united (a config measured in
+// any input is not rejected); the output is sorted, so the same inputs in any order give the
+// same file. `show` prints each problem key's measured configs, fastest first, then the
+// rejected ones. `export` writes the winners' modules, kernel cards and the database into a
+// folder (autotune/export.h), measuring nothing.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <iostream>
 #include <tuple>
 
+#include "autotune/export.h"
 #include "ir/error.h"
 #include "tools/commands.h"
 #include "tools/json.h"
@@ -24,6 +28,29 @@ namespace {
 auto order_key(const rt::TuningEntry& e) {
   return std::make_tuple(e.kernel, e.device, e.compute_capability, e.backend, rt::format_key(e.key),
                          rt::format_config(e.config));
+}
+
+auto order_key(const rt::TuningRejection& x) {
+  return std::make_tuple(x.kernel, x.device, x.compute_capability, x.backend, rt::format_key(x.key),
+                         rt::format_config(x.config), x.arch);
+}
+
+// The rejections of all `inputs` as one list: one per slot (the latest), none of a config
+// `measured` holds, sorted.
+std::vector<rt::TuningRejection> merged_rejections(const std::vector<rt::TuningDb>& inputs, const rt::TuningDb& measured) {
+  std::vector<rt::TuningRejection> out;
+  for (const rt::TuningDb& db : inputs)
+    for (const rt::TuningRejection& x : db.rejections) {
+      if (std::any_of(measured.entries.begin(), measured.entries.end(),
+                      [&](const rt::TuningEntry& e) { return x.same_config(e); }))
+        continue;
+      auto same = std::find_if(out.begin(), out.end(), [&](const rt::TuningRejection& m) { return m.same_slot(x); });
+      if (same == out.end()) out.push_back(x);
+      else if (x.rejected_at > same->rejected_at) *same = x;
+    }
+  std::sort(out.begin(), out.end(),
+            [](const rt::TuningRejection& a, const rt::TuningRejection& b) { return order_key(a) < order_key(b); });
+  return out;
 }
 
 std::string slot_name(const rt::TuningEntry& e) {
@@ -157,15 +184,45 @@ rt::TuningDb read_existing(const std::string& path) {
   return rt::read_tuning_db(path);
 }
 
+struct DbOpts {
+  std::vector<std::string> inputs;
+  std::string out, show, svg;
+  autotune::ExportRequest ex;
+  std::string ex_kernel;
+};
+
+// tilec db export: the winners of a database as a folder a host loads, nothing measured.
+int run_export(const Common& common, DbOpts& o, const CLI::App* exp) {
+  if (exp->count("--kernel")) o.ex.kernel = o.ex_kernel;
+  o.ex.compiler = program_name();
+  autotune::Exported done = autotune::export_database(
+      o.ex, [&](const std::string& line) { say(common, line); },
+      [](const std::string& line) { std::cerr << program_name() << ": warning: " << line << "\n"; });
+  if (common.json) {
+    std::string manifests = "[", winners = "[";
+    for (const std::string& m : done.manifests) manifests += (manifests.size() > 1 ? ", \"" : "\"") + json_escape(m) + "\"";
+    for (const rt::TuningEntry& w : done.winners) {
+      JsonObject j;
+      j.str("kernel", w.kernel).str("device", w.device).str("key", rt::format_key(w.key));
+      j.str("config", rt::format_config(w.config)).number("median_ms", w.median_ms);
+      winners += (winners.size() > 1 ? ", " : "") + j.str();
+    }
+    std::cout << JsonObject()
+                     .boolean("ok", true)
+                     .str("to", o.ex.dir.string())
+                     .raw("winners", winners + "]")
+                     .raw("exported", manifests + "]")
+                     .str()
+              << std::endl;
+  }
+  return kOk;
+}
+
 } // namespace
 
 Action add_db(CLI::App& app, Common& common) {
   app.require_subcommand(1, 1);
-  struct Opts {
-    std::vector<std::string> inputs;
-    std::string out, show, svg;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<DbOpts>();
   CLI::App* merge = app.add_subcommand("merge", "merge tuning databases (shards, machines) into one");
   merge->add_option("databases", o->inputs, "the databases to merge (TOML)")->required();
   merge->add_option("-o,--out", o->out, "the merged database to write (replaced if it exists)")->required();
@@ -176,15 +233,30 @@ Action add_db(CLI::App& app, Common& common) {
                    "also draw each problem's configs as heatmaps into this SVG file (block_n x head_group, one "
                    "panel per num_warps/num_stages, colour: GB/s)");
   show->add_flag("--json", common.json, "print one JSON object on stdout as the last line");
+  CLI::App* exp = app.add_subcommand(
+      "export", "write the winners' modules (GPU arch and emulator), kernel cards and the database into a folder, "
+                "measuring nothing");
+  exp->add_option("database", o->ex.db_path, "the database (TOML)")->required();
+  exp->add_option("--to", o->ex.dir, "the folder to write (created if missing; files of the same name replaced)")
+      ->required();
+  exp->add_option("--kernel", o->ex_kernel, "export this kernel's winners only");
+  exp->add_option("--arch", o->ex.archs,
+                  "the archs to write modules for, e.g. --arch sm_90 --arch host (default: each winner's GPU arch, "
+                  "from its compute capability, else sm_90; and host, the emulator's)")
+      ->expected(1, -1);
+  exp->add_flag("--json", common.json, "print one JSON object on stdout as the last line");
 
-  return [&common, o, merge, show]() -> int {
+  return [&common, o, merge, exp]() -> int {
+    if (exp->parsed()) return run_export(common, *o, exp);
     if (merge->parsed()) {
       rt::TuningDb out;
       std::vector<std::string> from; // which input each entry of `out` came from
       int conflicts = 0;
       std::string conflicts_json = "[";
+      std::vector<rt::TuningDb> inputs;
       for (const std::string& path : o->inputs) {
-        rt::TuningDb db = read_existing(path);
+        inputs.push_back(read_existing(path));
+        const rt::TuningDb& db = inputs.back();
         for (const rt::TuningEntry& e : db.entries) {
           auto same = std::find_if(out.entries.begin(), out.entries.end(),
                                    [&](const rt::TuningEntry& m) { return m.same_slot(e); });
@@ -218,14 +290,17 @@ Action add_db(CLI::App& app, Common& common) {
                 [&](size_t a, size_t b) { return order_key(out.entries[a]) < order_key(out.entries[b]); });
       rt::TuningDb sorted;
       for (size_t i : idx) sorted.entries.push_back(out.entries[i]);
+      sorted.rejections = merged_rejections(inputs, sorted);
       rt::write_tuning_db(o->out, sorted);
-      say(common, fmt::format("{} entries from {} database(s) -> {} ({} conflict(s), the faster kept)",
-                              sorted.entries.size(), o->inputs.size(), o->out, conflicts));
+      say(common, fmt::format("{} entries and {} rejected configs from {} database(s) -> {} ({} conflict(s), the "
+                              "faster kept)",
+                              sorted.entries.size(), sorted.rejections.size(), o->inputs.size(), o->out, conflicts));
       if (common.json)
         std::cout << JsonObject()
                          .boolean("ok", true)
                          .str("out", o->out)
                          .integer("entries", int64_t(sorted.entries.size()))
+                         .integer("rejected", int64_t(sorted.rejections.size()))
                          .integer("conflicts", conflicts)
                          .raw("conflict_list", conflicts_json + "]")
                          .str()
@@ -259,7 +334,28 @@ Action add_db(CLI::App& app, Common& common) {
       if (e->gbps) j.number("gbps", *e->gbps);
       groups += (groups.size() > 1 ? ", " : "") + j.str();
     }
-    if (es.empty()) say(common, fmt::format("{}: no entries", o->show));
+    std::string rejected = "[";
+    if (!db.rejections.empty()) {
+      std::vector<const rt::TuningRejection*> xs;
+      for (const auto& x : db.rejections) xs.push_back(&x);
+      std::sort(xs.begin(), xs.end(), [](auto* a, auto* b) { return order_key(*a) < order_key(*b); });
+      say(common, fmt::format("{}rejected configs ({}; tilec autotune tries them again with --force):",
+                              es.empty() ? "" : "\n", xs.size()));
+      last.clear();
+      for (const rt::TuningRejection* x : xs) {
+        std::string head = fmt::format("{} on {} ({}): {}", x->kernel, x->device, x->backend, rt::format_key(x->key));
+        if (head != last) say(common, "  " + head);
+        last = head;
+        std::string where = x->arch.empty() ? x->stage : x->stage + " " + x->arch;
+        say(common, fmt::format("    {}  [{}] {}", rt::format_config(x->config), where, x->reason));
+        JsonObject j;
+        j.str("kernel", x->kernel).str("device", x->device).str("backend", x->backend);
+        j.str("key", rt::format_key(x->key)).str("config", rt::format_config(x->config));
+        j.str("stage", x->stage).str("arch", x->arch).str("reason", x->reason);
+        rejected += (rejected.size() > 1 ? ", " : "") + j.str();
+      }
+    }
+    if (es.empty() && db.rejections.empty()) say(common, fmt::format("{}: no entries", o->show));
     if (!o->svg.empty()) {
       if (es.empty()) throw UserError(fmt::format("--svg: {} has no entries to draw", o->show));
       std::vector<Heatmap> maps;
@@ -279,6 +375,8 @@ Action add_db(CLI::App& app, Common& common) {
                        .boolean("ok", true)
                        .integer("entries", int64_t(es.size()))
                        .integer("keys", ngroups)
+                       .integer("rejected", int64_t(db.rejections.size()))
+                       .raw("rejected_list", rejected + "]")
                        .raw("entry_list", groups + "]")
                        .str()
                 << std::endl;

@@ -96,7 +96,7 @@ TEST_CASE("tilec autotune: tiny end to end, skip on rerun, run --tuned", "[autot
   CHECK_THAT(none.out, Catch::Contains("using the default config"));
 }
 
-TEST_CASE("tilec autotune: no valid candidate exits 1, says why, writes and exports nothing", "[autotune]") {
+TEST_CASE("tilec autotune: no valid candidate exits 1, says why, exports nothing, records the rejections", "[autotune]") {
   Scratch s;
   std::string space = (s.dir / "space.toml").string(), db = (s.dir / "db.toml").string();
   // Three candidates, none a power of two: every one is dropped when it is built.
@@ -108,13 +108,17 @@ TEST_CASE("tilec autotune: no valid candidate exits 1, says why, writes and expo
   CHECK_THAT(o.out, Catch::Contains("no valid candidate for n=100 (3 candidates, 3 rejected, 0 measured)") &&
                         Catch::Contains("3 dropped, e.g. --set block=3: must be a power of two from 1 to 65536"));
   CHECK_THAT(o.out, !Catch::Contains("database") && !Catch::Contains("exported"));
-  CHECK_FALSE(fs::exists(db));
   CHECK_FALSE(fs::exists(s.dir / "deploy"));
+  // The database records the rejections alone: a re-run says the same without building any.
+  tilec::rt::TuningDb d = tilec::rt::read_tuning_db(db);
+  CHECK(d.entries.empty());
+  CHECK(d.rejections.size() == 3);
   Outcome j = run_tilec(common + " --json");
   INFO(j.out);
   CHECK(j.code == 1);
   CHECK_THAT(j.out, Catch::Contains("\"best\": null") && Catch::Contains("\"failed_keys\": [\"n=100\"]") &&
-                        Catch::Contains("\"count\": 3"));
+                        Catch::Contains("\"count\": 3") && Catch::Contains("\"compiled\": 0") &&
+                        Catch::Contains("\"rejected_before\": 3"));
 }
 
 TEST_CASE("tilec autotune: a malformed space exits 2 with line and column", "[autotune]") {
