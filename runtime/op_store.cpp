@@ -187,6 +187,7 @@ private:
   void check_tensor_dtype(const OpTensor& t, const OpTensorArg& a);
   std::size_t tensor_bytes(const OpTensor& t, const OpTensorArg& a) const;
   std::string build_command() const;
+  std::string caller_config_note() const;
   void bind_params(PreparedLaunch& p) const;
 
   const Op& op_;
@@ -202,6 +203,8 @@ private:
   std::map<std::string, std::pair<std::size_t, std::size_t>> ws_; // name -> (offset, bytes)
   std::map<std::string, ScalarType> ws_type_;
   Spec spec_;
+  TunedConfig chosen_;        // the config before the caller's: the tuned one, else the card's defaults
+  bool chosen_is_tuned_ = false;
 };
 
 // Indexes the tensor and scalar arguments by name, refusing one the run does not declare or
@@ -269,12 +272,17 @@ void Preparation::resolve_sizes() {
     auto it = tensors_.find(t.name);
     if (it == tensors_.end()) continue;
     const OpTensorArg& a = *it->second;
-    if (a.shape.size() == t.dims.size())
-      for (size_t i = 0; i < t.dims.size(); ++i)
-        if (auto n = t.dims[i].as_name(); n && is_size(*n) && !v_.count(*n)) {
-          v_[*n] = a.shape[i];
-          implied_by_[*n] = fmt::format("{}'s dimension {}", t.name, i);
-        }
+    if (a.shape.size() != t.dims.size()) {
+      std::string dims;
+      for (const SizeExpr& d : t.dims) dims += (dims.empty() ? "" : ", ") + d.text();
+      fail(fmt::format("tensor '{}' has {} dimension{} (shape {}), expected {} ([{}])", t.name, a.shape.size(),
+                       a.shape.size() == 1 ? "" : "s", shape_str(a.shape), t.dims.size(), dims));
+    }
+    for (size_t i = 0; i < t.dims.size(); ++i)
+      if (auto n = t.dims[i].as_name(); n && is_size(*n) && !v_.count(*n)) {
+        v_[*n] = a.shape[i];
+        implied_by_[*n] = fmt::format("{}'s dimension {}", t.name, i);
+      }
     if (auto n = t.dtype.as_name(); n && is_size(*n) && !v_.count(*n)) {
       v_[*n] = std::string(scalar_type_name(a.dtype));
       implied_by_[*n] = fmt::format("{}'s dtype", t.name);
@@ -301,10 +309,12 @@ void Preparation::select_config() {
   if (sel) {
     for (const auto& [k, value] : sel->entry.config) call.config[k] = value;
     call.note = sel->note;
+    chosen_is_tuned_ = true;
   } else {
     call.note = fmt::format("nothing tuned for {} on {}; using the defaults {}", format_key(call.key),
                             store_.device(), format_config(call.config));
   }
+  chosen_ = call.config;
   for (const auto& [k, value] : args_.config) {
     if (!card.defaults.count(k)) fail(fmt::format("no config parameter '{}' (its config: {})", k, format_config(card.defaults)));
     call.config[k] = value;
@@ -453,7 +463,11 @@ void Preparation::lay_out_workspace() {
 
 void Preparation::prepare_launches() {
   for (const auto& [k, e] : run_.spec) spec_[k] = eval(e, "spec " + k);
-  const std::string command = build_command();
+  // A config the caller changed may be one the template refuses, which only the compiler knows:
+  // the error then names the config this call would otherwise use, not a command for the caller's.
+  const bool caller_changed = std::any_of(args_.config.begin(), args_.config.end(),
+                                          [&](const auto& kv) { return chosen_.at(kv.first) != kv.second; });
+  const std::string command = caller_changed ? "" : build_command();
   for (const OpLaunch& l : run_.launches) {
     if (!l.when.empty() && eval_int(l.when, fmt::format("launch '{}' when", l.kernel)) == 0) continue;
     PreparedLaunch p;
@@ -466,7 +480,12 @@ void Preparation::prepare_launches() {
       g[i] = unsigned(x);
     }
     p.grid = {g[0], g[1], g[2]};
-    p.module = store_.module(l.kernel, spec_, command);
+    try {
+      p.module = store_.module(l.kernel, spec_, command);
+    } catch (const ModuleNotFound& e) {
+      if (!caller_changed) throw;
+      throw ModuleNotFound(e.what() + caller_config_note());
+    }
     bind_params(p);
     check_launch_args(p.module->manifest(), p.args); // what the module checks again at launch, now: before anything runs
     call.launches.push_back(std::move(p));
@@ -482,6 +501,14 @@ std::string Preparation::build_command() const {
     if (!call.key.count(k)) shapes += fmt::format(" {}={}", k, spec_text(spec_.count(k) ? spec_.at(k) : value));
   return fmt::format("{} compile {} {} --set{} --shape{}", op_.card().compiler, op_.name(),
                      store_.on_gpu() ? "--arch " + store_.arch() : "--target emu", sets, shapes);
+}
+
+// Why a module for the caller's config is missing, and what to pass instead.
+std::string Preparation::caller_config_note() const {
+  return fmt::format("\n  the caller set {}, and no module was exported for it; without that setting this call uses {} "
+                     "({}); tilec compile --set (or autotune --export) builds a module only for values the template accepts",
+                     format_config(args_.config), chosen_is_tuned_ ? "the tuned config" : "the kernel card's defaults",
+                     format_config(chosen_));
 }
 
 // Each module parameter by name: a tensor, a workspace buffer, a scalar, else a size,

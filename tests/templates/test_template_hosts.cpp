@@ -160,6 +160,19 @@ TEST_CASE("softmax runs through rt::OpStore from folders tilec compile wrote, at
                     Catch::Contains("no module softmax") &&
                         Catch::Contains("compile softmax --target emu") &&
                         Catch::Contains("block=1024"));
+  // A config the caller sets with no module (block=3, which the template refuses): the error names
+  // the config the call uses without it, and no command to build the caller's.
+  CHECK_THROWS_WITH(run_on_host(*store, t, {{"rows", 2}, {"cols", 10}}, {{"block", 3}}),
+                    Catch::Contains("the caller set block=3") &&
+                        Catch::Contains("the kernel card's defaults (block=1024 num_warps=4)") &&
+                        !Catch::Contains("--set block=3"));
+  // A tensor of another rank is refused naming it, before any size is worked out from it.
+  std::vector<float> x(10);
+  rt::OpArgs one_d;
+  one_d.tensors.push_back(
+      {"x", uint64_t(reinterpret_cast<uintptr_t>(x.data())), rt::ScalarType::f32, {10}, {}});
+  CHECK_THROWS_WITH(store->op("softmax").prepare(one_d),
+                    Catch::Contains("tensor 'x' has 1 dimension (shape [10]), expected 2 ([rows, cols])"));
 }
 
 TEST_CASE("matmul runs through rt::OpStore from folders tilec compile wrote, at ragged sizes, "
