@@ -3,7 +3,7 @@
 # exports (tests/hosts/make_deploy.sh; made here when missing): the Python package's tests
 # (python/tests, pytest against a NumPy reference) and the Rust example (examples/rust-host,
 # the seed's PagedAttn conventions). The C host is a ctest entry (c_abi_paged_attention).
-# Installs what is missing (python3, pip, numpy, pytest, cargo) and nothing when all is there.
+# Installs what is missing (python3, pip, numpy, pytest, ml_dtypes, cargo) and nothing when all is there.
 # Usage: scripts/test_hosts.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,8 @@ python3 -m pip --version >/dev/null 2>&1 || ./scripts/install_packages.sh python
 pip_install() { python3 -m pip install --quiet "$@" || python3 -m pip install --quiet --break-system-packages "$@"; }
 python3 -c 'import numpy' 2>/dev/null || pip_install numpy
 python3 -c 'import pytest' 2>/dev/null || pip_install pytest
+# python/tests/test_host_types.py's bf16 and fp8 arrays (the package's optional dependency).
+python3 -c 'import ml_dtypes' 2>/dev/null || pip_install ml_dtypes
 echo "--> python/tests (pytest, the package from python/ over $build/libtilec.so)"
 TILEC_LIBRARY=$build/libtilec.so TILEC_DEPLOY=$deploy PYTHONPATH=$PWD/python \
   python3 -m pytest -q -p no:cacheprovider python/tests

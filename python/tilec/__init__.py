@@ -12,7 +12,9 @@ the launches) is the C++ runtime's, read from the op's kernel card; this file kn
 name. Arrays are taken through `__dlpack__` without copies: NumPy (or any CPU array) on the
 emulator, PyTorch CUDA tensors (any CUDA array) on the GPU, launched on the current PyTorch
 stream unless `stream=` names another. ctypes releases the GIL for every call into the library,
-so no launch holds it.
+so no launch holds it. NumPy's bfloat16 and float8 are ml_dtypes' types (an optional dependency):
+such arrays go in as what they are, and bf16 outputs allocated for NumPy inputs are
+ml_dtypes.bfloat16 arrays (_dtypes.py; save_npy and load_npy for their .npy files).
 
 The library is found through $TILEC_LIBRARY, else libtilec.so beside this file, else the
 loader's search path. docs/HOST_PYTHON.md has the whole story.
@@ -23,7 +25,8 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["load", "Store", "Call", "TilecError", "ArgumentError", "NotFoundError", "ABI_VERSION"]
+__all__ = ["load", "Store", "Call", "TilecError", "ArgumentError", "NotFoundError", "ABI_VERSION", "save_npy",
+           "load_npy"]
 
 ABI_VERSION = 1
 
@@ -45,6 +48,9 @@ class NotFoundError(TilecError, LookupError):
 
 
 _STATUS = {1: ArgumentError, 2: NotFoundError}
+
+from . import _dtypes  # noqa: E402 (after the errors, which it raises)
+from ._dtypes import load_npy, save_npy  # noqa: E402,F401
 
 
 class _Tensor(ctypes.Structure):
@@ -84,12 +90,6 @@ class _DLTensor(ctypes.Structure):
 
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST = 1, 2, 3
-
-# (DLPack type code, bits) -> tilec_dtype (runtime/tilec.h), and tilec_dtype -> name.
-_FROM_DLPACK = {(2, 32): 0, (2, 16): 1, (4, 16): 2, (10, 8): 3, (12, 8): 4, (0, 8): 5, (0, 16): 6,
-                (0, 32): 7, (0, 64): 8, (1, 8): 9, (1, 16): 10, (1, 32): 11, (1, 64): 12, (6, 8): 13}
-_DTYPE_NAMES = ["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8", "int16", "int32",
-                "int64", "uint8", "uint16", "uint32", "uint64", "bool"]
 
 _lib = None
 
@@ -148,9 +148,18 @@ def _library():
     return lib
 
 
-def _check(status):
+# For a refusal of an integer array where tilec wants a type NumPy holds only through ml_dtypes.
+_BITS_HINTS = {"u16, expected bf16": "bfloat16", "u8, expected f8e4m3": "float8_e4m3fn",
+               "u8, expected f8e5m2": "float8_e5m2"}
+
+
+def _check(status, hint=False):
     if status != 0:
         message = _library().tilec_last_error().decode()
+        for text, name in _BITS_HINTS.items() if hint else ():
+            if f"has dtype {text}" in message:
+                message += (f" (an array of {name} bits in NumPy's unsigned integers: pass it as "
+                            f"array.view(ml_dtypes.{name}))")
         raise _STATUS.get(status, TilecError)(message, status)
 
 
@@ -160,19 +169,23 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 class _Array:
-    """One argument seen through DLPack; holds the capsule (and so the producer's memory)."""
+    """One argument seen through DLPack; holds the capsule (and so the producer's memory).
+    dtype is its tilec_dtype, None for a type tilec has not (`foreign` names it)."""
 
     def __init__(self, name, array, on_gpu, dlpack_stream):
         if not hasattr(array, "__dlpack__"):
             raise ArgumentError(f"{name}: expected an array with __dlpack__ (a NumPy array, a PyTorch tensor, ...), "
                                 f"got {type(array).__name__}")
         self.name, self.array = name, array
+        # An ndarray of ml_dtypes' bfloat16 or float8, which NumPy's DLPack refuses: its bits.
+        ml = _dtypes.ml_dtype_of(array)
+        self.source = _dtypes.bits_view(array) if ml else array
         device_type = array.__dlpack_device__()[0] if hasattr(array, "__dlpack_device__") else None
         try:
             if device_type == _KDL_CUDA:
-                self.capsule = array.__dlpack__(stream=dlpack_stream)
+                self.capsule = self.source.__dlpack__(stream=dlpack_stream)
             else:
-                self.capsule = array.__dlpack__()
+                self.capsule = self.source.__dlpack__()
         except (BufferError, TypeError, RuntimeError) as e:
             raise ArgumentError(f"{name}: cannot be taken through DLPack without a copy: {e}") from e
         dl = _DLTensor.from_address(_capsule_pointer(self.capsule, b"dltensor"))
@@ -183,10 +196,11 @@ class _Array:
         if not on_gpu and dl.device.device_type not in (_KDL_CPU, _KDL_CUDA_HOST):
             raise ArgumentError(f"{name}: is on {where}; this store runs on the CPU emulator (host memory)")
         key = (dl.dtype.code, dl.dtype.bits)
-        if dl.dtype.lanes != 1 or key not in _FROM_DLPACK:
-            raise ArgumentError(f"{name}: DLPack dtype (code {dl.dtype.code}, {dl.dtype.bits} bits, "
-                                f"{dl.dtype.lanes} lanes) is not one tilec takes")
-        self.dtype = _FROM_DLPACK[key]
+        self.dtype = _dtypes.FROM_DLPACK.get(key) if dl.dtype.lanes == 1 else None
+        if ml:
+            self.dtype = ml[0]
+        if self.dtype is None:
+            self.foreign = ml[1] if ml else _dtypes.dlpack_name(*key, dl.dtype.lanes)
         self.shape = [dl.shape[i] for i in range(dl.ndim)]
         self.strides = [dl.strides[i] for i in range(dl.ndim)] if dl.strides else None
         self.data = (dl.data or 0) + dl.byte_offset
@@ -203,6 +217,38 @@ class _Array:
             t.strides = self._strides
 
 
+def _tensor_shape(handle, packed, name):
+    """(shape, tilec_dtype) of tensor `name` for the arguments `packed`, as the op works them out."""
+    shape, ndim, dtype = (ctypes.c_int64 * 16)(), ctypes.c_int(), ctypes.c_int()
+    _check(_library().tilec_op_tensor_shape(handle, ctypes.byref(packed.args), name.encode(), shape, 16,
+                                            ctypes.byref(ndim), ctypes.byref(dtype)), hint=True)
+    return tuple(shape[i] for i in range(ndim.value)), dtype.value
+
+
+def _expected_dtype(handle, op, bad, arrays, scalars, sizes, config):
+    """"expected f32" for array `bad`, whose type tilec has not: the dtype the op works out
+    without it, else with it as f32 and as f16 when both agree (its dtype does not follow its
+    own); else the element types tilec has."""
+    def attempt(given):
+        try:
+            return _tensor_shape(handle, _Packed(op, given, scalars, sizes, config), bad.name)[1]
+        except TilecError:
+            return None
+
+    others = [a for a in arrays if a is not bad and a.dtype is not None]
+    want = attempt(others)
+    if want is None:
+        bad.dtype = 0
+        as_f32 = attempt(others + [bad])
+        bad.dtype = 1
+        as_f16 = attempt(others + [bad])
+        bad.dtype = None
+        want = as_f32 if as_f32 == as_f16 else None
+    if want is None:
+        return f"which tilec does not take (its element types: {', '.join(_dtypes.NAMES)})"
+    return f"expected {_dtypes.NAMES[want]}"
+
+
 def _cuda_stream(stream):
     """The CUstream to launch on: `stream` (a handle or an object with .cuda_stream), else
     PyTorch's current stream when PyTorch is loaded, else the legacy default stream (0)."""
@@ -217,7 +263,7 @@ def _cuda_stream(stream):
 class _Packed:
     """The C struct of one set of arguments, and what keeps its memory alive."""
 
-    def __init__(self, arrays, scalars, sizes, config):
+    def __init__(self, op, arrays, scalars, sizes, config):
         self.arrays = arrays
         self.tensors = (_Tensor * max(1, len(arrays)))()
         for t, a in zip(self.tensors, arrays):
@@ -231,9 +277,15 @@ class _Packed:
                 if isinstance(v, str):
                     slot.string = v.encode()
                 elif isinstance(v, bool) or isinstance(v, int) or hasattr(v, "__index__"):
-                    slot.value = int(v)
+                    v = int(v)
+                    if what == "size" and v < 0:
+                        raise ArgumentError(f"{op}: size '{k}' = {v}: a size is not negative")
+                    if not -(1 << 63) <= v < (1 << 63):
+                        raise ArgumentError(f"{op}: {what} '{k}' = {v}: past a 64-bit integer")
+                    slot.value = v
                 else:
-                    raise ArgumentError(f"{what} '{k}' = {v!r}: expected an integer{' or a string' if what == 'size' else ''}")
+                    raise ArgumentError(f"{op}: {what} '{k}' = {v!r}: expected an integer"
+                                        f"{' or a string' if what == 'size' else ''}")
             return out
 
         self.sizes, self.config = values(sizes, "size"), values(config, "config")
@@ -283,7 +335,7 @@ class Call:
             if workspace is not None:
                 ws_hold = _Array("workspace", workspace, self._on_gpu, self._stream or 1)
                 ws_ptr = ws_hold.data
-                ws_bytes = ws_hold.shape and int(_prod(ws_hold.shape)) * _ITEM_BYTES[ws_hold.dtype]
+                ws_bytes = ws_hold.shape and int(_prod(ws_hold.shape)) * _dtypes.ITEM_BYTES[ws_hold.dtype]
         _check(_library().tilec_call_run(self._handle, ws_ptr, ws_bytes, self._stream or None))
         # Keep the workspace alive until the queued launches are done with it: on the GPU the
         # caching allocator of PyTorch reuses it only after work queued on the stream so far.
@@ -298,9 +350,6 @@ class Call:
             self._handle = None
 
 
-_ITEM_BYTES = [4, 2, 2, 1, 1, 1, 2, 4, 8, 1, 2, 4, 8, 1]
-
-
 def _prod(xs):
     p = 1
     for x in xs:
@@ -308,17 +357,34 @@ def _prod(xs):
     return p
 
 
-def _empty_like(name, proto, shape, dtype):
-    """A new array for output `name`, from the library of the input `proto`."""
+# The most elements a tensor may have, as the C ABI has it (2^48).
+_MAX_ELEMENTS = 1 << 48
+
+
+def _empty_like(op, name, proto, shape, dtype, sizes):
+    """A new array for output `name`, from the library of the input `proto`: PyTorch's, else
+    NumPy's (bfloat16 and float8 as ml_dtypes' types)."""
+    type_name = _dtypes.LIBRARY_NAMES[dtype]
+    if any(d < 0 for d in shape) or _prod(shape) > _MAX_ELEMENTS:
+        given = " ".join(f"{k}={v}" for k, v in sizes.items())
+        raise ArgumentError(f"{op}: output '{name}' would have shape {list(shape)}"
+                            f"{f' (the sizes given: {given})' if given else ''}, "
+                            f"{'a negative dimension' if any(d < 0 for d in shape) else 'past 2^48 elements'}")
     module = type(proto).__module__.split(".")[0]
-    if module == "torch":
-        torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=getattr(torch, _DTYPE_NAMES[dtype]), device=proto.device)
-    if module == "numpy" and _DTYPE_NAMES[dtype] in ("float32", "float16", "int8", "int16", "int32", "int64",
-                                                      "uint8", "uint16", "uint32", "uint64", "bool"):
-        import numpy
-        return numpy.empty(shape, dtype=_DTYPE_NAMES[dtype])
-    raise ArgumentError(f"{name}: not given, and tilec cannot allocate a {_DTYPE_NAMES[dtype]} array like the "
+    try:
+        if module == "torch":
+            torch = sys.modules["torch"]
+            return torch.empty(shape, dtype=getattr(torch, type_name), device=proto.device)
+        if module == "numpy":
+            import numpy
+            np_type = _dtypes.ml_dtype(dtype, f"{op}: output '{name}'") if type_name in _dtypes.ML_DTYPES else type_name
+            return numpy.empty(shape, dtype=np_type)
+    except (ValueError, MemoryError, RuntimeError) as e:
+        if isinstance(e, ArgumentError):
+            raise
+        raise ArgumentError(f"{op}: cannot allocate output '{name}', {type_name} of shape {list(shape)} "
+                            f"({_prod(shape) * _dtypes.ITEM_BYTES[dtype]} bytes): {e}") from e
+    raise ArgumentError(f"{op}: output '{name}' is not given, and tilec cannot allocate a {type_name} array like the "
                         f"{type(proto).__name__} inputs: pass {name}=")
 
 
@@ -391,6 +457,11 @@ class Store:
         cuda_stream = _cuda_stream(stream) if self.on_gpu else 0
         dl_stream = cuda_stream or 1  # DLPack spells the legacy default stream 1
         arrays = [_Array(k, v, self.on_gpu, dl_stream) for k, v in tensors.items()]
+        config = config or {}
+        for a in arrays:
+            if a.dtype is None:
+                raise ArgumentError(f"{op}: tensor '{a.name}' has dtype {a.foreign}, "
+                                    f"{_expected_dtype(handle, op, a, arrays, scalars, sizes, config)}")
         outputs = {k: tensors[k] for k in names["outputs"] if k in tensors}
         missing = [k for k in names["outputs"] if k not in tensors]
         if not names["outputs"]:  # an op that only updates arrays in place returns them
@@ -398,17 +469,15 @@ class Store:
         if missing:
             if not arrays:
                 raise ArgumentError(f"{op}: no tensor arguments")
-            packed = _Packed(arrays, scalars, sizes, config or {})
+            packed = _Packed(op, arrays, scalars, sizes, config)
             for k in missing:
-                shape, ndim, dtype = (ctypes.c_int64 * 16)(), ctypes.c_int(), ctypes.c_int()
-                _check(_library().tilec_op_tensor_shape(handle, ctypes.byref(packed.args), k.encode(), shape, 16,
-                                                        ctypes.byref(ndim), ctypes.byref(dtype)))
-                out = _empty_like(k, arrays[0].array, tuple(shape[i] for i in range(ndim.value)), dtype.value)
+                shape, dtype = _tensor_shape(handle, packed, k)
+                out = _empty_like(op, k, arrays[0].array, shape, dtype, sizes)
                 outputs[k] = out
                 arrays.append(_Array(k, out, self.on_gpu, dl_stream))
-        packed = _Packed(arrays, scalars, sizes, config or {})
+        packed = _Packed(op, arrays, scalars, sizes, config)
         call = ctypes.c_void_p()
-        _check(_library().tilec_op_prepare(handle, ctypes.byref(packed.args), ctypes.byref(call)))
+        _check(_library().tilec_op_prepare(handle, ctypes.byref(packed.args), ctypes.byref(call)), hint=True)
         return Call(self, op, call, packed, outputs, self.on_gpu, cuda_stream)
 
     def run(self, op, *, config=None, stream=None, workspace=None, **kwargs):
