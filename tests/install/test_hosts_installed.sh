@@ -11,7 +11,8 @@
 #      pkg-config (TILEC_LIB_DIR unset) and run.
 # Every check fails the test; nothing is skipped. Needs PyPI for the wheel's build requirements
 # (scikit-build-core, nvidia-cuda-runtime-cu12 for cuda.h; cmake and ninja too where the
-# machine's are missing), and installs what else is missing (python3-venv, numpy, pytest, cargo).
+# machine's are missing), and installs what else is missing (python3-venv, numpy, pytest, ml_dtypes,
+# cargo).
 #
 #   tests/install/test_hosts_installed.sh BUILD_DIR
 set -euo pipefail
@@ -37,7 +38,7 @@ pip_install() { python3 -m pip install --quiet "$@" || python3 -m pip install --
 
 deploy=$build/hosts_deploy
 [[ -f $deploy/paged_attention.kernel.toml ]] || "$src/tests/hosts/make_deploy.sh" "$build/tools/tilec" "$deploy" >/dev/null
-python3 -c 'import numpy, pytest' 2>/dev/null || pip_install numpy pytest
+python3 -c 'import numpy, pytest, ml_dtypes' 2>/dev/null || pip_install numpy pytest ml_dtypes
 
 step "a copy of the checkout as git has it (tracked files, and new ones not ignored)"
 # At a fixed path, so that ccache (which the build uses when present) serves the next run.
