@@ -204,6 +204,19 @@ def test_bf16_through_dlpack(store):
         store.run("paged_attention", **given)
 
 
+def test_torch_bf16(store):
+    """PyTorch's own bf16 CPU tensors, where PyTorch is installed (it is not where scripts/test.sh
+    runs; test_bf16_through_dlpack covers the same DLPack path there)."""
+    torch = pytest.importorskip("torch")
+    a = attention_inputs(seed=6)
+    want = store.run("paged_attention", **a)
+    given = dict(a, **{k: torch.from_numpy(a[k].view(np.int16)).view(torch.bfloat16)
+                       for k in ("q", "k_cache", "v_cache")})
+    out = store.run("paged_attention", **given)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16
+    assert np.array_equal(out.view(torch.int16).numpy().view(np.uint16), want.view(np.uint16))
+
+
 def test_bf16_caches_in_place(folder):
     store = tilec.load(folder / "rac", backend="emulate")
     rng = np.random.default_rng(1)
