@@ -54,10 +54,11 @@ void parallel_for(size_t n, unsigned jobs, const Reporter& r, const std::functio
 }
 
 // Builds every candidate's kernels and, when ptxas is there, compiles them for the GPU and
-// drops what ptxas rejects or what spills.
-void compile_candidates(std::vector<Candidate>& cands, const templates::KernelTemplate& t, const templates::ParamMap& shape,
+// drops what ptxas rejects or what spills. Returns how many it built (fewer when interrupted).
+size_t compile_candidates(std::vector<Candidate>& cands, const templates::KernelTemplate& t, const templates::ParamMap& shape,
                         unsigned jobs, const std::optional<std::string>& arch, Progress& progress, const Reporter& r) {
   std::mutex mutex;
+  size_t built = 0;
   parallel_for(cands.size(), jobs, r, [&](size_t i) {
     Candidate& c = cands[i];
     c.stage = "build";
@@ -81,8 +82,10 @@ void compile_candidates(std::vector<Candidate>& cands, const templates::KernelTe
       c.rejected = first_line(e.what());
     }
     std::lock_guard lock(mutex);
+    ++built;
     progress.step(format_values(c.config) + (c.rejected.empty() ? "" : "  dropped: " + c.rejected));
   });
+  return built;
 }
 
 // The candidates of `space` for one key, each a full config (defaults under the space's
@@ -106,8 +109,6 @@ std::vector<templates::ParamMap> candidates_of(const templates::KernelTemplate& 
   return out;
 }
 
-// Enumerates the space for one key, compiles what the database lacks, checks and times each
-// survivor, and merges each measured config into the database as soon as it is measured.
 // Why candidates were dropped, by kind: the reason with its numbers left out, so "block=3 must be
 // a power of two" and "block=5 must be ..." are one kind, shown by its first example.
 std::string reason_kind(const std::string& reason) {
@@ -137,6 +138,9 @@ rt::TuningRejection rejection(const rt::TuningEntry& slot, const Candidate& c, c
   return x;
 }
 
+// Enumerates the space for one key, compiles what the database has neither measured nor
+// rejected, checks and times each survivor, and merges each measured config, and each one
+// dropped, into the database as soon as it is known.
 void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
               launch::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r,
               Reasons& reasons) {
@@ -190,8 +194,7 @@ void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, cons
                       s.db));
 
   Progress compiling("compile", todo.size());
-  compile_candidates(todo, t, k.shape, s.jobs, tg.ptxas_arch, compiling, r);
-  n.compiled += todo.size();
+  n.compiled += compile_candidates(todo, t, k.shape, s.jobs, tg.ptxas_arch, compiling, r);
   // What the compile stage dropped is recorded at once: a re-run compiles none of it again.
   rt::TuningDb dropped;
   for (const Candidate& c : todo)
