@@ -136,11 +136,13 @@ std::map<std::string, rt::SpecValue> module_spec(const KernelTemplate& t, const 
   return spec;
 }
 
-rt::ProblemKey problem_key(const KernelTemplate& t, const ParamMap& shape) {
+rt::ProblemKey problem_key(const KernelTemplate& t, const ParamMap& given) {
+  ParamMap shape = given;
+  for (const Param& p : t.shape) shape.emplace(p.name, p.value);
+  if (t.canonical_key) t.canonical_key(shape);
   rt::ProblemKey key;
   for (const Param& p : t.shape) {
-    auto it = shape.find(p.name);
-    int64_t v = it == shape.end() ? p.value : it->second;
+    int64_t v = shape.at(p.name);
     if (p.choices.empty()) key[p.name] = v;
     else key[p.name] = p.value_str(v);
   }

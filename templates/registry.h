@@ -187,6 +187,11 @@ struct KernelTemplate {
   // Size fields a nearer key must match in bucket (upper bounds, rt::SizeBuckets): paged
   // attention's sq, so decode and prefill problems never take each other's winners.
   rt::SizeBuckets size_buckets = {};
+  // Rewrites --shape values (defaults filled in) that name one problem two ways into one form,
+  // so that its tuning key (problem_key) is the same whichever way a user wrote it, and the
+  // same as a host's run description computes (paged attention: a head_dim_v that is the
+  // form's default becomes 0). Empty: the values as given.
+  std::function<void(ParamMap& shape)> canonical_key = {};
   // Values a search space's constraints may use beyond the config and the shape, computed from
   // a full config (the defaults under a candidate's values) and the shape (autotune::Derive):
   // their names, and the function. Empty: none.

@@ -41,7 +41,7 @@ launch::Buffer paged_attention_reference(const PagedAttentionInputs& in, PagedAt
     auto qrow = [&](int64_t r) { return in.q_offset(b, kvh * group + r / sq, r % sq); }; // r = head in group * sq + row
     // q and out rows: out's are DV long (q_offset counts in D; out_row rescales it).
     auto out_row = [&](int64_t r) { return qrow(r) / size_t(D) * size_t(DV); };
-    std::vector<double> q(static_cast<size_t>(rows * D)), kv(static_cast<size_t>(D)), acc(static_cast<size_t>(rows * DV), 0.0);
+    std::vector<double> q(static_cast<size_t>(rows * D)), kv(static_cast<size_t>(std::max(D, DV))) /* a K row, then a V row */, acc(static_cast<size_t>(rows * DV), 0.0);
     std::vector<double> scores(size_t(rows * len), -INFINITY), m(size_t(rows), -INFINITY), sum(size_t(rows), 0.0);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d) q[size_t(r * D + d)] = in.q.get(qrow(r) + d);

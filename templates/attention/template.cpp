@@ -298,14 +298,13 @@ KernelTemplate paged_attention_template() {
       for (size_t b = 0; b < in.context_lens.count(); ++b) ctx = std::max(ctx, in.context_lens.get_int(b));
       p.shape = {{"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
                  {"block_size", s.block_size}, {"max_blocks", s.max_blocks}, {"num_blocks", s.num_blocks},
-                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"head_dim_v", s.head_dim_v_key()},
+                 {"ctx", ctx}, {"alibi", s.alibi}, {"sinks", s.sinks}, {"head_dim_v", s.head_dim_v},
                  {"latent", s.latent}, {"window", s.window}, {"causal", s.causal}, {"chunk", s.chunk}, {"varlen", s.varlen},
                  {"dtype", std::find(kDtypes.begin(), kDtypes.end(), ir::dtype_name(s.dtype)) - kDtypes.begin()},
                  {"kv_dtype", s.kv_fp8 ? std::find(kKvDtypes.begin(), kKvDtypes.end(), ir::dtype_name(*s.kv_fp8)) -
                                              kKvDtypes.begin()
                                        : 0}};
     }
-    p.shape["head_dim_v"] = s.head_dim_v_key(); // the tuning key's form (before --shape's value)
     p.context = std::move(in);
     return p;
   };
@@ -335,6 +334,15 @@ KernelTemplate paged_attention_template() {
   // (2-4, 5-16), short prefill chunks (17-128) and prefill (above 128) each tune their own.
   t.size_fields = {"sq", "ctx", "batch", "max_blocks", "num_blocks"};
   t.size_buckets = {{"sq", {1, 4, 16, 128}}};
+  // V's head dim given as the form's default (head_dim's, or the latent form's first tile) is
+  // the key's 0, as run.toml's head_dim_v_key computes it and the modules are specialized.
+  t.canonical_key = [](ParamMap& shape) {
+    PagedAttentionShape s;
+    s.head_dim = shape.at("head_dim");
+    s.head_dim_v = shape.at("head_dim_v");
+    s.latent = shape.at("latent") != 0;
+    shape["head_dim_v"] = s.head_dim_v_key();
+  };
   // For configs/paged_attention.toml's register and shared-memory constraints: the query rows a
   // program holds once block_m 0 is chosen and any block_m cut to the packed rows.
   t.derived = {"tile_m"};

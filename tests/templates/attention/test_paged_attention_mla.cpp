@@ -45,12 +45,14 @@ TEST_CASE("MLA and separate V head dims match the reference on both paths, with 
   };
   // Latent caches split into two column tiles (48 = 32 + 16; 576 = 512 + 64, MLA's own with 16
   // heads of one KV head) and a power-of-two one (K is V); separate V caches narrower than K
-  // (the prefill form's 192/128, scaled down) and one past 256 columns (320 = 256 + 64).
+  // (the prefill form's 192/128, scaled down), one past 256 columns (320 = 256 + 64) and one
+  // wider than K (the reference once sized its row buffer by K's head dim).
   const Case cases[] = {{8, 48, 32, 1, 1, 0, 1, 0, 0, 0},   {8, 48, 32, 1, 1, 0, 2, 1, 0, 0},
                         {8, 48, 32, 1, 4, 1, 1, 0, 0, 1},   {8, 32, 0, 1, 2, 1, 2, 0, 0, 0},
                         {16, 576, 512, 1, 1, 0, 1, 0, 0, 0}, {16, 576, 512, 1, 2, 1, 2, 1, 0, 1},
                         {8, 48, 32, 0, 1, 0, 1, 0, 0, 0},   {8, 64, 32, 0, 4, 1, 2, 0, 0, 1},
-                        {8, 48, 32, 1, 4, 1, 1, 1, 1, 0},   {4, 320, 64, 0, 1, 0, 1, 0, 0, 0}};
+                        {8, 48, 32, 1, 4, 1, 1, 1, 1, 0},   {4, 320, 64, 0, 1, 0, 1, 0, 0, 0},
+                        {8, 32, 64, 0, 2, 1, 1, 0, 0, 0}}; // and one wider than K
   for (const Case& c : cases) {
     ParamMap shape = resolve_params(paged_attention().shape, {}, "--shape");
     shape["batch"] = 2, shape["hq"] = c.hq, shape["hkv"] = c.hq == 16 ? 1 : 2, shape["block_size"] = 8;
@@ -128,10 +130,13 @@ TEST_CASE("MLA's inputs: files of both forms, and bad head dims, caches and scal
     Process p = run({"--shape", "head_dim_v=32"});
     INFO(p.text());
     CHECK(p.exit_code == 0);
-    Process whole = run({}); // no head_dim_v: V would be all 48 columns, not a latent layout
-    INFO(whole.text());
-    CHECK(whole.exit_code == 2);
-    CHECK_THAT(whole.text(), Catch::Contains("latent=1") && Catch::Contains("first 32 columns"));
+    Process implied = run({}); // no head_dim_v: the latent form's, K's first 32 columns
+    INFO(implied.text());
+    CHECK(implied.exit_code == 0);
+    Process other = run({"--shape", "head_dim_v=16"}); // V is not K's first tile
+    INFO(other.text());
+    CHECK(other.exit_code == 2);
+    CHECK_THAT(other.text(), Catch::Contains("latent=1") && Catch::Contains("first 32 columns"));
   }
   // The separate form: a V cache whose last dim is head_dim_v.
   s.latent = false;
