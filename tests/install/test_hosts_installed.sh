@@ -9,6 +9,8 @@
 #      back from C, the exported folder opened, then python/tests run over it;
 #   3. the Rust example (examples/rust-host) built against `cmake --install`'s libtilec.so through
 #      pkg-config (TILEC_LIB_DIR unset) and run.
+# The tests that export modules themselves use the installed tilec CLI; the folder of exported
+# paged attention is ctest's hosts_deploy (tests/hosts/make_deploy.sh; made here when missing).
 # Every check fails the test; nothing is skipped. Needs PyPI for the wheel's build requirements
 # (scikit-build-core, nvidia-cuda-runtime-cu12 for cuda.h; cmake and ninja too where the
 # machine's are missing), and installs what else is missing (python3-venv, numpy, pytest, ml_dtypes,
@@ -39,6 +41,11 @@ pip_install() { python3 -m pip install --quiet "$@" || python3 -m pip install --
 deploy=$build/hosts_deploy
 [[ -f $deploy/paged_attention.kernel.toml ]] || "$src/tests/hosts/make_deploy.sh" "$build/tools/tilec" "$deploy" >/dev/null
 python3 -c 'import numpy, pytest, ml_dtypes' 2>/dev/null || pip_install numpy pytest ml_dtypes
+
+step "cmake --install $build into $tmp/prefix"
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
+  { cat "$tmp/install.log"; fail "cmake --install $build"; }
+lib=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
 
 step "a copy of the checkout as git has it (tracked files, and new ones not ignored)"
 # At a fixed path, so that ccache (which the build uses when present) serves the next run.
@@ -102,18 +109,16 @@ except tilec.NotFoundError as e:  # the C runtime's message, through the C ABI
 store = tilec.load(deploy, backend="emulate")
 print(store)
 assert "paged_attention" in repr(store), store
-# python/tests over the bundled library (this process has imported it: the tests use that).
+# python/tests over the bundled library (this process has imported it: the tests use that);
+# the tests that export modules themselves run the installed tilec ($TILEC_BINARY).
 sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[3]]))
 EOF
-(cd "$tmp/scratch" && env -u TILEC_LIBRARY -u PYTHONPATH TILEC_DEPLOY="$deploy" \
+(cd "$tmp/scratch" && env -u TILEC_LIBRARY -u PYTHONPATH TILEC_DEPLOY="$deploy" TILEC_BINARY="$tmp/prefix/bin/tilec" \
   "$py" check.py "$tmp/venv" "$deploy" "$src/python/tests") || fail "import tilec from the installed wheel"
 
 step "the Rust example against an installed libtilec.so, through pkg-config"
 command -v cargo >/dev/null || "$src/scripts/install_packages.sh" cargo
 command -v pkg-config >/dev/null || "$src/scripts/install_packages.sh" pkg-config
-cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
-  { cat "$tmp/install.log"; fail "cmake --install $build"; }
-lib=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
 (env -u TILEC_LIB_DIR PKG_CONFIG_PATH="$tmp/prefix/$lib/pkgconfig" CARGO_TARGET_DIR="$tmp/rust" \
   cargo build --offline --quiet --manifest-path "$src/examples/rust-host/Cargo.toml") || fail "cargo build against the install"
 ldd "$tmp/rust/debug/tilec-rust-host" >"$tmp/rust.ldd"
