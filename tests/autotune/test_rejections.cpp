@@ -89,7 +89,7 @@ std::set<std::string> names_in(const fs::path& dir) {
 
 } // namespace
 
-TEST_CASE("tuning database: rejections round trip; version 2 only with them; the newer verdict wins",
+TEST_CASE("tuning database: rejections round trip, version 2 only with them, the newer verdict wins",
           "[autotune][db]") {
   rt::TuningDb db;
   db.entries = {measured(64, 1.0)};
