@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
@@ -91,8 +92,13 @@ constexpr std::int64_t kMaxTensorElements = std::int64_t(1) << 48;
 OpTensorArg to_tensor(const tilec_tensor& t, const std::string& name) {
   OpTensorArg x;
   x.name = name;
-  if (t.dtype < 0 || size_t(t.dtype) >= kDtypes.size())
-    throw OpArgumentError(fmt::format("tensor '{}': dtype {} is not a tilec_dtype", name, int(t.dtype)));
+  // Read as the int a C caller stored: any int may be there, and loading an enum object that
+  // holds none of its enumerators is undefined in C++.
+  static_assert(sizeof(tilec_dtype) == sizeof(int));
+  int dtype;
+  std::memcpy(&dtype, &t.dtype, sizeof dtype);
+  if (dtype < 0 || size_t(dtype) >= kDtypes.size())
+    throw OpArgumentError(fmt::format("tensor '{}': dtype {} is not a tilec_dtype", name, dtype));
   if (t.ndim < 0 || t.ndim > kMaxTensorDims || (t.ndim > 0 && !t.shape))
     throw OpArgumentError(fmt::format("tensor '{}': ndim {} with {} shape (0 to {} dims)", name, t.ndim,
                                       t.shape ? "a" : "a NULL", kMaxTensorDims));
@@ -109,7 +115,7 @@ OpTensorArg to_tensor(const tilec_tensor& t, const std::string& name) {
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
     throw OpArgumentError(fmt::format("tensor '{}': data {} is not 16-byte aligned", name, t.data));
   x.address = reinterpret_cast<std::uintptr_t>(t.data);
-  x.dtype = kDtypes[size_t(t.dtype)];
+  x.dtype = kDtypes[size_t(dtype)];
   x.shape.assign(t.shape, t.shape + t.ndim);
   if (t.strides) x.strides.assign(t.strides, t.strides + t.ndim);
   return x;

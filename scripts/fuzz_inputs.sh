@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 runs=${1:-20000}
 shift || true
-all_targets=(ir_parser space_toml tuning_db_toml manifest_toml npy)
+all_targets=(ir_parser space_toml tuning_db_toml manifest_toml npy op_prepare)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
@@ -37,7 +37,7 @@ cmake -G Ninja -S fuzz/targets -B "$build_dir" -DCMAKE_CXX_COMPILER=clang++-19 \
 ninja -C "$build_dir" --quiet -j "${TILEC_FUZZ_JOBS:-$(nproc)}" "${targets[@]/#/fuzz_}"
 
 # Longest input per target: the seeds fit (printed paged attention is about 11 KB).
-declare -A max_len=([ir_parser]=16384 [space_toml]=4096 [tuning_db_toml]=8192 [manifest_toml]=4096 [npy]=4096)
+declare -A max_len=([ir_parser]=16384 [space_toml]=4096 [tuning_db_toml]=8192 [manifest_toml]=4096 [npy]=4096 [op_prepare]=1024)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tilec-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT

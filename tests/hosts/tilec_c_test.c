@@ -170,6 +170,8 @@ int main(int argc, char** argv) {
   /* The errors, each naming what is wrong. */
   tensors[0].dtype = TILEC_F16; /* q says f16 while the caches are f32: no module for that */
   CHECK(tilec_op_run(op, &args, NULL, 0, NULL) != TILEC_OK);
+  tensors[0].dtype = (tilec_dtype)99; /* any int a C caller stores (the C++ side once loaded it as its enum) */
+  CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "dtype 99"));
   tensors[0].dtype = TILEC_F32;
   tensors[3].dtype = TILEC_F32;
   CHECK(tilec_op_run(op, &args, NULL, 0, NULL) == TILEC_ERROR_ARGUMENT && contains(tilec_last_error(), "block_table") &&
