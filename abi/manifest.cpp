@@ -270,6 +270,7 @@ std::string format_manifest(const Manifest& m) {
   out += fmt::format("shared_bytes = {}\n", m.shared_bytes);
   out += fmt::format("compiler_version = {}\n", quote(m.compiler_version));
   out += fmt::format("ir_hash = {}\n", quote(m.ir_hash));
+  if (m.params.empty()) out += "params = []\n"; // a kernel without parameters: the key is required
   if (!m.run.empty()) {
     std::string names;
     for (const std::string& k : m.run) names += (names.empty() ? "" : ", ") + quote(k);

@@ -111,6 +111,13 @@ TEST_CASE("a manifest round-trips through a file", "[runtime]") {
     write_manifest(m, file);
     CHECK(read_manifest(file) == m);
   }
+  SECTION("a kernel without parameters (fuzz/corpus/manifest_toml/regression_no_params.toml)") {
+    m.params.clear();
+    m.tensor_maps.clear();
+    m.specialization.clear();
+    write_manifest(m, file);
+    CHECK(read_manifest(file) == m);
+  }
   SECTION("a module with only an emulator library") {
     m.ptx.clear();
     m.cubin.clear();
