@@ -36,7 +36,8 @@ int64_t pow2(int64_t x) {
 Values tile_m_of(const Values& c, const Values& shape) {
   int64_t automatic = std::min<int64_t>(256, std::max<int64_t>(16, 1024 * c.at("num_warps") / pow2(shape.at("head_dim"))));
   int64_t bm = c.at("block_m") ? c.at("block_m") : automatic;
-  return Values{{"tile_m", std::min(bm, pow2(c.at("head_group") * shape.at("sq")))}};
+  const int64_t group = c.at("head_group") ? c.at("head_group") : shape.at("hq") / shape.at("hkv");
+  return Values{{"tile_m", std::min(bm, pow2(group * shape.at("sq")))}};
 }
 
 } // namespace
@@ -51,7 +52,7 @@ TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]
   Enumeration en = enumerate(s, shape, tile_m_of);
   CHECK(en.candidates.size() + en.rejected.size() == s.size());
   REQUIRE(!en.candidates.empty());
-  for (const Values& c : en.candidates) CHECK(4 % c.at("head_group") == 0);
+  for (const Values& c : en.candidates) CHECK((c.at("head_group") == 0 || 4 % c.at("head_group") == 0));
   bool saw_head_group_reason = false;
   for (const Rejection& r : en.rejected)
     if (r.params.at("head_group") == 8) saw_head_group_reason |= r.reason.find("head_group_divides_group") != std::string::npos;

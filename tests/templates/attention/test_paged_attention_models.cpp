@@ -6,9 +6,12 @@
 // decomposition, whose cost grows with the padded capacity, at a shorter one).
 #include <catch2/catch.hpp>
 
+#include <set>
 #include <string>
 #include <vector>
 
+#include "autotune/space.h"
+#include "autotune/tuner.h"
 #include "templates/attention/paged_attention.h"
 #include "templates/registry.h"
 #include "tests/templates/attention/pa_test_util.h"
@@ -81,4 +84,36 @@ TEST_CASE("the attention layers of the models served in 2026 match the reference
     }
     ++index;
   }
+}
+
+TEST_CASE("the shipped paged-attention space tunes every model layer at every query length it buckets",
+          "[templates][autotune][paged_attention][models]") {
+  const KernelTemplate& t = tilec::templates::test::paged_attention();
+  const autotune::SearchSpace space = autotune::load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml",
+                                                           autotune::space_names(t));
+  for (const Layer& m : kLayers)
+    for (int64_t sq : {1, 4, 16}) {
+      ParamMap shape = resolve_params(t.shape, {}, "--shape");
+      shape["batch"] = 1, shape["hq"] = m.hq, shape["hkv"] = m.hkv, shape["head_dim"] = m.head_dim;
+      shape["head_dim_v"] = m.head_dim_v, shape["latent"] = m.latent, shape["sinks"] = m.sinks;
+      shape["window"] = m.window, shape["chunk"] = m.chunk, shape["dtype"] = 2, shape["block_size"] = 64;
+      shape["sq"] = sq, shape["causal"] = sq > 1, shape["ctx"] = 4096;
+      const autotune::Values values(shape.begin(), shape.end());
+      const autotune::Enumeration en = autotune::enumerate_for(t, space, values);
+      INFO(m.name << " sq " << sq << ": " << en.candidates.size() << " candidates, " << en.rejected.size()
+                  << " rejected");
+      REQUIRE(!en.candidates.empty());
+      // All heads of a KV head in one program (head_group 0: 5 for Llama-4, 16 for MLA) is among
+      // them, and more than one block_n (MLA's 576 columns included).
+      const int64_t group = m.hq / m.hkv;
+      std::set<int64_t> groups, block_ns;
+      for (const autotune::Values& c : en.candidates) {
+        groups.insert(c.at("head_group"));
+        block_ns.insert(c.at("block_n"));
+        CHECK((c.at("head_group") == 0 || group % c.at("head_group") == 0));
+        CHECK(c.at("head_group") != group); // (that is 0's kernel)
+      }
+      CHECK(groups.count(0) == 1);
+      CHECK(block_ns.size() >= 2);
+    }
 }
