@@ -6,7 +6,9 @@
 #      writes nothing into the checkout;
 #   2. the wheel installed into a virtual environment, `import tilec` from a scratch folder with
 #      TILEC_LIBRARY and PYTHONPATH unset: the package's own libtilec.so, an error that comes
-#      back from C, the exported folder opened, then python/tests run over it;
+#      back from C, the exported folder opened, then python/tests run over it, and the
+#      tutorial's Python host (examples/rmsnorm/host.py) over the rmsnorm folder ctest's
+#      install_and_build_example exported (BUILD_DIR/rmsnorm_deploy);
 #   3. the Rust example (examples/rust-host) built against `cmake --install`'s libtilec.so through
 #      pkg-config (TILEC_LIB_DIR unset) and run.
 # The tests that export modules themselves use the installed tilec CLI; the folder of exported
@@ -115,6 +117,13 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[3]]))
 EOF
 (cd "$tmp/scratch" && env -u TILEC_LIBRARY -u PYTHONPATH TILEC_DEPLOY="$deploy" TILEC_BINARY="$tmp/prefix/bin/tilec" \
   "$py" check.py "$tmp/venv" "$deploy" "$src/python/tests") || fail "import tilec from the installed wheel"
+
+step "the tutorial's Python host (examples/rmsnorm/host.py): a user's kernel by name, the installed wheel, a scratch folder"
+[[ -f $build/rmsnorm_deploy/rmsnorm.kernel.toml ]] ||
+  fail "$build/rmsnorm_deploy is missing: ctest's install_and_build_example (tests/install/test_install.sh) writes it"
+(cd "$tmp/scratch" && env -u TILEC_LIBRARY -u PYTHONPATH "$py" "$src/examples/rmsnorm/host.py" "$build/rmsnorm_deploy" 32 300 &&
+  env -u TILEC_LIBRARY -u PYTHONPATH "$py" "$src/examples/rmsnorm/host.py" "$build/rmsnorm_deploy" 7 300) ||
+  fail "examples/rmsnorm/host.py on the exported rmsnorm"
 
 step "the Rust example against an installed libtilec.so, through pkg-config"
 command -v cargo >/dev/null || "$src/scripts/install_packages.sh" cargo

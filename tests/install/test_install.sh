@@ -12,7 +12,9 @@
 # COMPONENTS runtime) with LLVM hidden) and the pkg-config file; then libtilec.so (the C ABI):
 # its versioned file and soname, and a C program linking the installed library through
 # pkg-config's tilec.pc and through the CMake target tilec::c (find_package(tilec COMPONENTS c)
-# with every other package hidden). Every check fails the test; nothing is skipped.
+# with every other package hidden); `db export` of the tuned database and the tutorial's C host
+# (examples/rmsnorm/host_c.c) on it through the installed libtilec.so, the folder kept as
+# BUILD_DIR/rmsnorm_deploy for the Python host. Every check fails the test; nothing is skipped.
 #
 #   tests/install/test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -366,6 +368,22 @@ cmake -G Ninja -S "$tmp/c_user" -B "$tmp/c_user/build" -DCMAKE_PREFIX_PATH="$p" 
   { cat "$tmp/c_user.log"; fail "a C project with find_package(tilec COMPONENTS c) does not configure"; }
 cmake --build "$tmp/c_user/build" || fail "a C project linking tilec::c does not build"
 check_c_host "$tmp/c_user/build/c_host" "$p/$lib"
+
+step "db export: the winners of the database autotune wrote, exported again without measuring"
+"$tilec" db export "$tmp/tuning.toml" --to "$tmp/exported" || fail "rmsnorm_tilec db export"
+compgen -G "$tmp/exported/rmsnorm-*host.toml" >/dev/null || fail "db export wrote no module for the emulator"
+[[ -f $tmp/exported/rmsnorm.kernel.toml ]] || fail "db export wrote no kernel card"
+
+step "the tutorial's C host (examples/rmsnorm/host_c.c): rmsnorm by name through the installed libtilec.so"
+# shellcheck disable=SC2086  # the flags are words
+cc -std=c11 -Wall -Wextra -pedantic -Werror $cflags -o "$tmp/rmsnorm_c" "$src/examples/rmsnorm/host_c.c" $libs -lm \
+  -Wl,-rpath,"$p/$lib" || fail "building examples/rmsnorm/host_c.c with pkg-config tilec"
+"$tmp/rmsnorm_c" "$tmp/exported" $rows $cols || fail "rmsnorm_c on the exported folder"
+"$tmp/rmsnorm_c" "$tmp/exported" 50 $cols || fail "rmsnorm_c at another row count (the nearest tuned key)"
+# The tutorial's Python host runs over this folder with the installed wheel
+# (tests/install/test_hosts_installed.sh, where NumPy is installed).
+rm -rf "$build/rmsnorm_deploy"
+cp -r "$tmp/exported" "$build/rmsnorm_deploy"
 
 step "the runtime-only install's libtilec.so, through its own tilec.pc"
 rt_flags=$(pc "$tmp/rt_prefix/$rl" --cflags --libs) || fail "pkg-config tilec on the runtime-only install"
