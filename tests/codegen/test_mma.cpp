@@ -507,6 +507,9 @@ TEST_CASE("the decode register ceiling holds without spills with every feature",
       {"head_dim 80 of 128", [](auto& s, auto&) { s.head_dim = s.head_dim == 128 ? 80 : 48; }},
       {"4 splits", [](auto&, auto& c) { c.num_splits = 4; }},
       {"mixed batch", [](auto& s, auto&) { s.varlen = true, s.sq = 2; }},
+      {"sinks", [](auto& s, auto&) { s.sinks = true; }},
+      {"sinks, 4 splits", [](auto& s, auto& c) { s.sinks = true, c.num_splits = 4; }},
+      {"chunks, causal, 2 positions", [](auto& s, auto&) { s.chunk = 64, s.causal = true, s.sq = 2; }},
   };
   for (int64_t d : {128, 64})
     for (const Variant& v : variants) {
