@@ -139,20 +139,19 @@ ProblemKey parse_key(std::string_view text) {
   return key;
 }
 
-bool TuningEntry::same_slot(const TuningEntry& o) const {
-  return kernel == o.kernel && device == o.device && compute_capability == o.compute_capability &&
-         backend == o.backend && key == o.key && config == o.config;
+namespace {
+// What an entry and a rejection share: the kernel, where it ran, the key and the config.
+template <class A, class B> bool same_config_of(const A& a, const B& b) {
+  return a.kernel == b.kernel && a.device == b.device && a.compute_capability == b.compute_capability &&
+         a.backend == b.backend && a.key == b.key && a.config == b.config;
 }
+} // namespace
 
-bool TuningRejection::same_config(const TuningEntry& e) const {
-  return kernel == e.kernel && device == e.device && compute_capability == e.compute_capability &&
-         backend == e.backend && key == e.key && config == e.config;
-}
+bool TuningEntry::same_slot(const TuningEntry& o) const { return same_config_of(*this, o); }
 
-bool TuningRejection::same_slot(const TuningRejection& o) const {
-  return kernel == o.kernel && device == o.device && compute_capability == o.compute_capability &&
-         backend == o.backend && key == o.key && config == o.config && arch == o.arch;
-}
+bool TuningRejection::same_config(const TuningEntry& e) const { return same_config_of(*this, e); }
+
+bool TuningRejection::same_slot(const TuningRejection& o) const { return same_config_of(*this, o) && arch == o.arch; }
 
 void TuningDb::merge(const TuningDb& newer) {
   // The newer verdict on a config wins: it ran (its rejections go), or it was dropped (its
@@ -244,6 +243,27 @@ toml::table config_table(const TunedConfig& c) {
   return cfg;
 }
 
+// The fields an [[entry]] and a [[rejected]] share, read and written the same way.
+template <class Record> void read_identity(const Reader& r, const toml::table& t, Record& x) {
+  x.kernel = r.string(t, "kernel");
+  x.device = r.string(t, "device");
+  x.compute_capability = r.optional_string(t, "compute_capability");
+  x.backend = r.string(t, "backend");
+  read_key(r, t, x.key);
+  read_config(r, t, x.config);
+}
+
+template <class Record> toml::table identity_table(const Record& x) {
+  toml::table t;
+  t.insert("kernel", x.kernel);
+  t.insert("device", x.device);
+  t.insert("compute_capability", x.compute_capability);
+  t.insert("backend", x.backend);
+  t.insert("key", key_table(x.key));
+  t.insert("config", config_table(x.config));
+  return t;
+}
+
 } // namespace
 
 TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
@@ -261,12 +281,7 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
     for (const toml::node& n : *arr) {
       const toml::table* t = n.as_table();
       TuningEntry e;
-      e.kernel = r.string(*t, "kernel");
-      e.device = r.string(*t, "device");
-      e.compute_capability = r.optional_string(*t, "compute_capability");
-      e.backend = r.string(*t, "backend");
-      read_key(r, *t, e.key);
-      read_config(r, *t, e.config);
+      read_identity(r, *t, e);
       e.median_ms = r.number(*t, "median_ms");
       e.min_ms = r.optional_number(*t, "min_ms").value_or(e.median_ms);
       e.max_ms = r.optional_number(*t, "max_ms").value_or(e.median_ms);
@@ -284,12 +299,7 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& source) {
     for (const toml::node& n : *arr) {
       const toml::table* t = n.as_table();
       TuningRejection x;
-      x.kernel = r.string(*t, "kernel");
-      x.device = r.string(*t, "device");
-      x.compute_capability = r.optional_string(*t, "compute_capability");
-      x.backend = r.string(*t, "backend");
-      read_key(r, *t, x.key);
-      read_config(r, *t, x.config);
+      read_identity(r, *t, x);
       x.stage = r.string(*t, "stage");
       if (x.stage != "build" && x.stage != "compile" && x.stage != "run")
         r.fail(r.need(*t, "stage"), fmt::format("stage '{}' is not build, compile or run", x.stage));
@@ -317,13 +327,7 @@ TuningDb read_tuning_db(const std::string& path) {
 std::string format_tuning_db(const TuningDb& db) {
   toml::array entries, rejected;
   for (const TuningEntry& e : db.entries) {
-    toml::table t;
-    t.insert("kernel", e.kernel);
-    t.insert("device", e.device);
-    t.insert("compute_capability", e.compute_capability);
-    t.insert("backend", e.backend);
-    t.insert("key", key_table(e.key));
-    t.insert("config", config_table(e.config));
+    toml::table t = identity_table(e);
     t.insert("median_ms", e.median_ms);
     t.insert("min_ms", e.min_ms);
     t.insert("max_ms", e.max_ms);
@@ -338,13 +342,7 @@ std::string format_tuning_db(const TuningDb& db) {
     entries.push_back(std::move(t));
   }
   for (const TuningRejection& x : db.rejections) {
-    toml::table t;
-    t.insert("kernel", x.kernel);
-    t.insert("device", x.device);
-    t.insert("compute_capability", x.compute_capability);
-    t.insert("backend", x.backend);
-    t.insert("key", key_table(x.key));
-    t.insert("config", config_table(x.config));
+    toml::table t = identity_table(x);
     t.insert("stage", x.stage);
     t.insert("arch", x.arch);
     t.insert("reason", x.reason);

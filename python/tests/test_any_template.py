@@ -7,25 +7,14 @@ is $TILEC_BINARY, else tools/tilec in the build folder that holds $TILEC_DEPLOY
 (scripts/test_hosts.sh's layout), else `tilec` on the PATH.
 """
 import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 import tilec
+from tilec_cli import tilec_binary
 
-
-def tilec_binary():
-    candidates = [os.environ.get("TILEC_BINARY")]
-    if os.environ.get("TILEC_DEPLOY"):
-        candidates.append(os.path.join(os.path.dirname(os.path.abspath(os.environ["TILEC_DEPLOY"])), "tools", "tilec"))
-    candidates.append(shutil.which("tilec"))
-    for c in candidates:
-        if c and os.access(c, os.X_OK):
-            return c
-    raise RuntimeError("no tilec to compile the modules with: set TILEC_BINARY (scripts/test_hosts.sh sets TILEC_DEPLOY, "
-                       "beside whose build folder's tools/tilec is found)")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tilec
-from test_any_template import tilec_binary
+from tilec_cli import tilec_binary
 
 BF16 = ml_dtypes.bfloat16
 B, HQ, HKV, D, BS, MB, NB = 2, 4, 2, 16, 8, 3, 7     # paged attention, bf16

@@ -12,14 +12,8 @@ import numpy as np
 import pytest
 
 import tilec
+from tilec_cli import tilec_binary
 
-
-def tilec_binary():
-    for c in (os.environ.get("TILEC_BINARY"),
-              os.path.join(os.path.dirname(os.path.abspath(os.environ.get("TILEC_LIBRARY", ""))), "tools", "tilec")):
-        if c and os.access(c, os.X_OK):
-            return c
-    raise RuntimeError("no tilec to export the modules with: set TILEC_BINARY, or TILEC_LIBRARY to build/libtilec.so")
 
 
 F16 = dict(T=7, H=2, D=16, NB=3, BS=4)

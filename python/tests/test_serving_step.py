@@ -13,16 +13,10 @@ import numpy as np
 import pytest
 
 import tilec
+from tilec_cli import tilec_binary
 
 HQ, HKV, D, BS, NB, MAX_BLOCKS, BATCH = 8, 2, 32, 4, 12, 6, 2
 
-
-def tilec_binary():
-    for c in (os.environ.get("TILEC_BINARY"),
-              os.path.join(os.path.dirname(os.path.abspath(os.environ.get("TILEC_LIBRARY", ""))), "tools", "tilec")):
-        if c and os.access(c, os.X_OK):
-            return c
-    raise RuntimeError("no tilec to compile the modules with: set TILEC_BINARY, or TILEC_LIBRARY to build/libtilec.so")
 
 
 @pytest.fixture(scope="module")
