@@ -10,32 +10,19 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 #include "autotune/tuner.h"
 #include "backends/launchers.h"
 #include "runtime/module_store.h"
 #include "runtime/tuning_db.h"
 #include "templates/registry.h"
+#include "tests/runtime/helpers.h"
 #include "tests/tilec_process.h"
 
 namespace fs = std::filesystem;
 using namespace tilec;
 
 namespace {
-
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    static int n = 0;
-    dir = fs::temp_directory_path() / ("tilec_rejections_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(dir);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
 
 std::string read(const fs::path& p) {
   std::ifstream f(p);
@@ -161,13 +148,13 @@ TEST_CASE("autotune records what it drops: a re-run neither builds nor measures 
     return g;
   };
 
-  Scratch s;
+  rt::test::TempDir s;
   autotune::SearchSpace space = autotune::parse_space(
       "kernel = \"vector_add\"\n[params]\nblock = [3, 32, 64, 128]\n[measure]\nwarmup = 0\nrepeats = 1\n", "space.toml",
       autotune::space_names(t));
   std::vector<autotune::KeyToTune> keys = autotune::make_keys(t, {{"n=1000"}}, 1);
   autotune::TuneSettings settings;
-  settings.db = (s.dir / "db.toml").string();
+  settings.db = (s.path / "db.toml").string();
   settings.jobs = 2;
   autotune::Target target{"emulate", "cpu-emulator", "", std::nullopt, {"sm_90", "host"}};
   auto launcher = backends::make_emulate_launcher();
@@ -216,8 +203,8 @@ TEST_CASE("autotune records what it drops: a re-run neither builds nor measures 
 }
 
 TEST_CASE("tilec db export writes what autotune --export wrote, for a runtime-only host", "[autotune][db][modules]") {
-  Scratch s;
-  fs::path space = s.dir / "space.toml", db = s.dir / "db.toml", tuned = s.dir / "tuned", exported = s.dir / "exported";
+  rt::test::TempDir s;
+  fs::path space = s.path / "space.toml", db = s.path / "db.toml", tuned = s.path / "tuned", exported = s.path / "exported";
   { std::ofstream(space) << "kernel = \"vector_add\"\n[params]\nblock = [3, 64, 128]\n[measure]\nwarmup = 0\nrepeats = 1\n"; }
   const std::string autotune = "autotune vector_add --space " + space.string() +
                                " --shape n=1000 --shape n=3000 --backend emulate --no-ptxas -o " + db.string();
@@ -252,32 +239,32 @@ TEST_CASE("tilec db export writes what autotune --export wrote, for a runtime-on
     }
 
   // --arch and --kernel choose; show and merge carry the rejections.
-  tilec_run("db export " + db.string() + " --to " + (s.dir / "host_only").string() + " --arch host --kernel vector_add", 0);
-  for (const std::string& f : names_in(s.dir / "host_only")) CHECK(f.find("sm_90") == std::string::npos);
+  tilec_run("db export " + db.string() + " --to " + (s.path / "host_only").string() + " --arch host --kernel vector_add", 0);
+  for (const std::string& f : names_in(s.path / "host_only")) CHECK(f.find("sm_90") == std::string::npos);
   test::Process show = tilec_run("db show " + db.string(), 0);
   CHECK_THAT(show.out, Catch::Contains("rejected configs (2;") && Catch::Contains("[build] --set block=3"));
   CHECK_THAT(tilec_run("db show " + db.string() + " --json", 0).out,
              Catch::Contains("\"rejected\": 2") && Catch::Contains("\"stage\": \"build\""));
-  test::Process merged = tilec_run("db merge " + db.string() + " " + db.string() + " -o " + (s.dir / "m.toml").string(), 0);
-  CHECK(rt::read_tuning_db((s.dir / "m.toml").string()).rejections.size() == 2);
+  test::Process merged = tilec_run("db merge " + db.string() + " " + db.string() + " -o " + (s.path / "m.toml").string(), 0);
+  CHECK(rt::read_tuning_db((s.path / "m.toml").string()).rejections.size() == 2);
 
   // Bad input: exit 2, naming it; nothing written.
   rt::TuningDb only_rejections;
   only_rejections.rejections = rt::read_tuning_db(db.string()).rejections;
-  rt::write_tuning_db((s.dir / "rej.toml").string(), only_rejections);
+  rt::write_tuning_db((s.path / "rej.toml").string(), only_rejections);
   struct Bad {
     std::string args, says;
   };
-  for (const Bad& b : {Bad{"db export " + (s.dir / "nope.toml").string() + " --to " + (s.dir / "x").string(), "nope.toml: no such file"},
-                       Bad{"db export " + (s.dir / "rej.toml").string() + " --to " + (s.dir / "x").string(),
+  for (const Bad& b : {Bad{"db export " + (s.path / "nope.toml").string() + " --to " + (s.path / "x").string(), "nope.toml: no such file"},
+                       Bad{"db export " + (s.path / "rej.toml").string() + " --to " + (s.path / "x").string(),
                            "no measured configs to export (it records 2 rejected configs only)"},
-                       Bad{"db export " + db.string() + " --to " + (s.dir / "x").string() + " --kernel nosuch",
+                       Bad{"db export " + db.string() + " --to " + (s.path / "x").string() + " --kernel nosuch",
                            "--kernel nosuch: no such kernel"},
-                       Bad{"db export " + db.string() + " --to " + (s.dir / "x").string() + " --kernel matmul",
+                       Bad{"db export " + db.string() + " --to " + (s.path / "x").string() + " --kernel matmul",
                            "has no measurements of it (kernels there: vector_add)"},
                        Bad{"db export " + db.string() + " --to " + space.string(), "exists and is not a folder"}}) {
     test::Process p = tilec_run(b.args, 2);
     CHECK_THAT(p.err, Catch::Contains(b.says));
   }
-  CHECK_FALSE(fs::exists(s.dir / "x"));
+  CHECK_FALSE(fs::exists(s.path / "x"));
 }
