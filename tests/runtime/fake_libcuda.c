@@ -9,9 +9,13 @@
  * CUDA_ERROR_INVALID_CONTEXT unless one was pushed. With FAKE_CUDA_TRACE set it prints each
  * notable call, and at exit what is still alive, to stderr. FAKE_CUDA_NO_DEVICE makes cuInit
  * fail as on a machine with a driver but no GPU; FAKE_CUDA_OOM makes cuMemAlloc fail; PTX
- * containing FAKE_JIT_ERROR fails to JIT with an error log. */
+ * containing FAKE_JIT_ERROR fails to JIT with an error log. FAKE_CUDA_RECORD=FILE appends one line
+ * per driver call to FILE, as it is made: the entry point's name, then what it was given that a
+ * test checks (bytes, the kernel and its stream: "cuLaunchKernel paged_attention stream 7f..."),
+ * so a test can assert which calls a span of its program made (tests/runtime/test_graph_safe_run.cpp). */
 #include <cuda.h>
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +38,34 @@ static int tracing(void) { return getenv("FAKE_CUDA_TRACE") != NULL; }
   do {                                                                                             \
     if (tracing()) fprintf(stderr, "fake: " __VA_ARGS__);                                          \
   } while (0)
+/* One line for FAKE_CUDA_RECORD's file: the call's name (the function's, less "fake_"), then
+   `details` (a printf format; NULL: none). The file is opened and closed per call, so a test
+   may append lines of its own between calls. */
+__attribute__((format(printf, 2, 3))) static void record(const char* name, const char* details, ...) {
+  const char* path = getenv("FAKE_CUDA_RECORD");
+  if (!path) return;
+  FILE* f = fopen(path, "a");
+  if (!f) return;
+  fputs(name + strlen("fake_"), f);
+  if (details) {
+    va_list ap;
+    va_start(ap, details);
+    fputc(' ', f);
+    vfprintf(f, details, ap);
+    va_end(ap);
+  }
+  fputc('\n', f);
+  fclose(f);
+}
+#define RECORD(...) record(__func__, __VA_ARGS__)
+#define STREAM(s) ((unsigned long long)(size_t)(s)) /* 0: the legacy default stream */
 #define NEED_CONTEXT()                                                                             \
   do {                                                                                             \
     if (context_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;                                     \
   } while (0)
 
 static CUresult fake_cuGetErrorName(CUresult error, const char** s) {
+  RECORD("%d", (int)error);
   switch (error) {
   case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; return CUDA_SUCCESS;
   case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return CUDA_SUCCESS;
@@ -53,6 +79,7 @@ static CUresult fake_cuGetErrorName(CUresult error, const char** s) {
 }
 
 static CUresult fake_cuGetErrorString(CUresult error, const char** s) {
+  RECORD("%d", (int)error);
   switch (error) {
   case CUDA_SUCCESS: *s = "no error"; return CUDA_SUCCESS;
   case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; return CUDA_SUCCESS;
@@ -66,27 +93,40 @@ static CUresult fake_cuGetErrorString(CUresult error, const char** s) {
 }
 
 static CUresult fake_cuInit(unsigned flags) {
+  RECORD(NULL);
   (void)flags;
   return getenv("FAKE_CUDA_NO_DEVICE") ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 }
-static CUresult fake_cuDriverGetVersion(int* v) { *v = 12040; return CUDA_SUCCESS; }
-static CUresult fake_cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult fake_cuDriverGetVersion(int* v) {
+  RECORD(NULL);
+  *v = 12040;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_cuDeviceGetCount(int* n) {
+  RECORD(NULL);
+  *n = 1;
+  return CUDA_SUCCESS;
+}
 static CUresult fake_cuDeviceGet(CUdevice* d, int ordinal) {
+  RECORD(NULL);
   if (ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
   *d = 0;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuDeviceGetName(char* name, int len, CUdevice d) {
+  RECORD(NULL);
   (void)d;
   snprintf(name, (size_t)len, "Fake CUDA Device");
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuDeviceTotalMem(size_t* bytes, CUdevice d) {
+  RECORD(NULL);
   (void)d;
   *bytes = (size_t)80 << 30;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  RECORD("%d", (int)a);
   (void)d;
   switch (a) {
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
@@ -101,65 +141,78 @@ static CUresult fake_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  RECORD(NULL);
   (void)d;
   *c = (CUcontext)&the_context;
   ++retained;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice d) {
+  RECORD(NULL);
   (void)d;
   if (retained == 0) return CUDA_ERROR_INVALID_CONTEXT;
   --retained;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuCtxPushCurrent(CUcontext c) {
+  RECORD(NULL);
   if (c != (CUcontext)&the_context || retained == 0) return CUDA_ERROR_INVALID_CONTEXT;
   ++context_depth;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuCtxPopCurrent(CUcontext* c) {
+  RECORD(NULL);
   if (context_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
   --context_depth;
   if (c) *c = (CUcontext)&the_context;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuCtxSynchronize(void) {
+  RECORD(NULL);
   NEED_CONTEXT();
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemAlloc(CUdeviceptr* p, size_t bytes) {
+  RECORD("%zu bytes", bytes);
   NEED_CONTEXT();
   if (getenv("FAKE_CUDA_OOM")) return CUDA_ERROR_OUT_OF_MEMORY;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  *p = (CUdeviceptr)(size_t)malloc(bytes);
+  void* memory = NULL; /* aligned as the driver's allocations are (256 bytes at least) */
+  if (posix_memalign(&memory, 256, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *p = (CUdeviceptr)(size_t)memory;
   ++live_allocations;
   TRACE("cuMemAlloc %zu bytes\n", bytes);
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemFree(CUdeviceptr p) {
+  RECORD(NULL);
   NEED_CONTEXT();
   free((void*)(size_t)p);
   --live_allocations;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
+  RECORD("%zu bytes", n);
   NEED_CONTEXT();
   TRACE("cuMemcpyHtoD %zu bytes\n", n);
   memcpy((void*)(size_t)dst, src, n);
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  RECORD("%zu bytes", n);
   NEED_CONTEXT();
   TRACE("cuMemcpyDtoH %zu bytes\n", n);
   memcpy(dst, (const void*)(size_t)src, n);
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
+  RECORD("%zu bytes", n);
   NEED_CONTEXT();
   memset((void*)(size_t)dst, v, n);
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuStreamCreate(CUstream* s, unsigned flags) {
+  RECORD(NULL);
   (void)flags;
   NEED_CONTEXT();
   *s = (CUstream)&a_stream;
@@ -167,17 +220,20 @@ static CUresult fake_cuStreamCreate(CUstream* s, unsigned flags) {
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuStreamDestroy(CUstream s) {
+  RECORD("stream %llx", STREAM(s));
   (void)s;
   NEED_CONTEXT();
   --live_streams;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuStreamSynchronize(CUstream s) {
+  RECORD("stream %llx", STREAM(s));
   (void)s;
   NEED_CONTEXT();
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuEventCreate(CUevent* e, unsigned flags) {
+  RECORD(NULL);
   (void)flags;
   NEED_CONTEXT();
   *e = (CUevent)&an_event;
@@ -185,22 +241,26 @@ static CUresult fake_cuEventCreate(CUevent* e, unsigned flags) {
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuEventDestroy(CUevent e) {
+  RECORD(NULL);
   (void)e;
   NEED_CONTEXT();
   --live_events;
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuEventRecord(CUevent e, CUstream s) {
+  RECORD("stream %llx", STREAM(s));
   (void)e, (void)s;
   NEED_CONTEXT();
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuEventSynchronize(CUevent e) {
+  RECORD(NULL);
   (void)e;
   NEED_CONTEXT();
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  RECORD(NULL);
   (void)a, (void)b;
   NEED_CONTEXT();
   *ms = 0.25f;
@@ -208,6 +268,7 @@ static CUresult fake_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
 }
 static CUresult fake_cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned n,
                                         CUjit_option* options, void** values) {
+  RECORD("%s", memcmp(image, "\177ELF", 4) == 0 ? "cubin" : "ptx");
   NEED_CONTEXT();
   const char* text = (const char*)image;
   int elf = memcmp(text, "\177ELF", 4) == 0;
@@ -229,6 +290,7 @@ static CUresult fake_cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuModuleUnload(CUmodule m) {
+  RECORD(NULL);
   NEED_CONTEXT();
   free(((struct FakeModule*)m)->ptx);
   free(m);
@@ -248,6 +310,7 @@ static int declares(const char* ptx, const char* name) {
 }
 
 static CUresult fake_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  RECORD("%s", name);
   NEED_CONTEXT();
   struct FakeModule* module = (struct FakeModule*)m;
   if (module->ptx && !declares(module->ptx, name)) return CUDA_ERROR_NOT_FOUND;
@@ -264,6 +327,7 @@ static CUresult fake_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* 
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  RECORD(NULL);
   (void)f;
   NEED_CONTEXT();
   if (a != CU_FUNC_ATTRIBUTE_NUM_REGS) return CUDA_ERROR_INVALID_VALUE;
@@ -271,6 +335,7 @@ static CUresult fake_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfuncti
   return CUDA_SUCCESS;
 }
 static CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  RECORD(NULL);
   (void)f;
   NEED_CONTEXT();
   if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
@@ -280,6 +345,7 @@ static CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, in
 static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                     unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                     CUstream s, void** params, void** extra) {
+  RECORD("%s stream %llx", ((struct FakeFunction*)f)->name, STREAM(s));
   (void)s, (void)extra;
   NEED_CONTEXT();
   const char* name = ((struct FakeFunction*)f)->name;
@@ -301,6 +367,7 @@ static CUresult fake_cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataTyp
                                             const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                                             const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                                             CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  RECORD(NULL);
   (void)element_strides, (void)interleave, (void)l2, (void)oob;
   if (!map || rank < 1 || rank > 5 || ((size_t)base & 15) != 0) return CUDA_ERROR_INVALID_VALUE;
   memset(map, 0, sizeof(*map));
