@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <set>
 
 namespace tilec::rt {
@@ -177,6 +178,166 @@ std::string format_op_run(const OpRun& run) {
   for (const OpLaunch& l : run.launches)
     out += fmt::format("\n[[run.launch]]\nkernel = {}\ngrid = [{}, {}, {}]\n{}", quote(l.kernel), expr_text(l.grid[0]),
                        expr_text(l.grid[1]), expr_text(l.grid[2]), when(l.when));
+  return out;
+}
+
+SizeExpr OpRunBuilder::parse(const std::string& what, std::string_view text) const {
+  try {
+    return SizeExpr::parse(text);
+  } catch (const ExprError& e) {
+    throw ExprError(fmt::format("{}'s run: {} '{}': {}", op_, what, text, e.what()));
+  }
+}
+
+void OpRunBuilder::declare(const std::string& name) {
+  if (std::find(names_.begin(), names_.end(), name) != names_.end())
+    throw ExprError(fmt::format("{}'s run: '{}' is declared twice", op_, name));
+  names_.push_back(name);
+}
+
+OpRunBuilder& OpRunBuilder::size(const std::string& name, const Size& s) {
+  declare(name);
+  OpSize out{name, s.default_value.empty() ? SizeExpr() : parse("size " + name, s.default_value), s.key,
+             std::string(s.key_name)};
+  run_.sizes.push_back(std::move(out));
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::size(const std::string& name) { return size(name, Size{}); }
+
+OpRunBuilder& OpRunBuilder::let(const std::string& name, std::string_view value) {
+  declare(name);
+  run_.lets.push_back({name, parse("let " + name, value)});
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::tensor(const std::string& name, const Tensor& t, bool output, bool inout) {
+  declare(name);
+  OpTensor x;
+  x.name = name;
+  x.output = output;
+  x.inout = inout;
+  for (size_t i = 0; i < t.dims.size(); ++i) x.dims.push_back(parse(fmt::format("tensor {} dim {}", name, i), t.dims[i]));
+  x.dtype = parse("tensor " + name + " dtype", t.dtype);
+  x.accept = t.accept;
+  if (!t.when.empty()) x.when = parse("tensor " + name + " when", t.when);
+  run_.tensors.push_back(std::move(x));
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::scalar(const std::string& name, std::string_view when, ScalarType type) {
+  declare(name);
+  run_.scalars.push_back({name, type, when.empty() ? SizeExpr() : parse("scalar " + name + " when", when)});
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::check(std::string_view what, const std::string& message) {
+  run_.checks.push_back({parse("check", what), message});
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::workspace(const std::string& name, ScalarType dtype, std::string_view elements,
+                                      std::string_view when) {
+  declare(name);
+  run_.workspace.push_back({name, dtype, parse("workspace " + name, elements),
+                            when.empty() ? SizeExpr() : parse("workspace " + name + " when", when)});
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::spec(const std::string& name, std::string_view value) {
+  for (const auto& [n, e] : run_.spec)
+    if (n == name) throw ExprError(fmt::format("{}'s run: spec '{}' is declared twice", op_, name));
+  run_.spec.emplace_back(name, parse("spec " + name, value));
+  return *this;
+}
+
+OpRunBuilder& OpRunBuilder::launch(const std::string& kernel, const std::array<std::string_view, 3>& grid,
+                                   std::string_view when) {
+  OpLaunch l;
+  l.kernel = kernel;
+  for (size_t i = 0; i < 3; ++i) l.grid[i] = parse(fmt::format("launch {} grid[{}]", kernel, i), grid[i]);
+  if (!when.empty()) l.when = parse("launch " + kernel + " when", when);
+  run_.launches.push_back(std::move(l));
+  return *this;
+}
+
+OpRun OpRunBuilder::finish() {
+  if (run_.launches.empty()) throw ExprError(fmt::format("{}'s run has no launch", op_));
+  std::sort(run_.spec.begin(), run_.spec.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return std::move(run_);
+}
+
+RunValues::RunValues(const OpRun& run, const std::map<std::string, SpecValue>& sizes, std::set<std::string> present,
+                     const std::map<std::string, std::int64_t>& config)
+    : run_(run), present_(std::move(present)) {
+  lookup_ = [this](std::string_view name) -> std::optional<SpecValue> {
+    if (name.starts_with("present(")) return std::int64_t(present_.count(std::string(name.substr(8, name.size() - 9))));
+    auto it = values_.find(std::string(name));
+    if (it == values_.end()) return std::nullopt;
+    return it->second;
+  };
+  for (const auto& [name, v] : sizes) {
+    if (std::none_of(run.sizes.begin(), run.sizes.end(), [&](const OpSize& s) { return s.name == name; }))
+      throw ExprError(fmt::format("no size '{}' in the run", name));
+    values_[name] = v;
+  }
+  for (const OpSize& s : run.sizes) {
+    if (values_.count(s.name)) continue;
+    if (s.default_value.empty()) throw ExprError(fmt::format("size '{}' is not given and has no default", s.name));
+    values_[s.name] = eval(s.default_value, "size " + s.name);
+  }
+  for (const auto& [k, v] : config) values_[k] = v;
+  for (const OpLet& l : run.lets) values_[l.name] = eval(l.value, "let " + l.name);
+}
+
+SpecValue RunValues::eval(const SizeExpr& e, std::string_view what) const {
+  try {
+    return e.eval(lookup_);
+  } catch (const ExprError& err) {
+    throw ExprError(fmt::format("{} = {}: {}", what, e.text(), err.what()));
+  }
+}
+
+std::int64_t RunValues::eval_int(const SizeExpr& e, std::string_view what) const {
+  SpecValue v = eval(e, what);
+  if (auto* i = std::get_if<std::int64_t>(&v)) return *i;
+  throw ExprError(fmt::format("{} = {} is {}, not an integer", what, e.text(), format_value(v)));
+}
+
+const OpLaunch& RunValues::launch(std::string_view kernel) const {
+  for (const OpLaunch& l : run_.launches)
+    if (l.kernel == kernel) return l;
+  throw ExprError(fmt::format("the run launches no kernel '{}'", kernel));
+}
+
+bool RunValues::launched(std::string_view kernel) const {
+  return wanted(launch(kernel).when, fmt::format("launch {} when", kernel));
+}
+
+std::array<std::int64_t, 3> RunValues::grid(std::string_view kernel) const {
+  const OpLaunch& l = launch(kernel);
+  std::array<std::int64_t, 3> g{};
+  for (size_t i = 0; i < 3; ++i) g[i] = eval_int(l.grid[i], fmt::format("launch {} grid[{}]", kernel, i));
+  return g;
+}
+
+std::int64_t RunValues::workspace_elements(std::string_view name) const {
+  for (const OpWorkspace& w : run_.workspace)
+    if (w.name == name)
+      return wanted(w.when, fmt::format("workspace {} when", name)) ? eval_int(w.elements, fmt::format("workspace {}", name)) : 0;
+  throw ExprError(fmt::format("the run has no workspace buffer '{}'", name));
+}
+
+std::int64_t RunValues::value_int(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) throw ExprError(fmt::format("the run has no size, config value or let '{}'", name));
+  if (auto* i = std::get_if<std::int64_t>(&it->second)) return *i;
+  throw ExprError(fmt::format("'{}' is {}, not an integer", name, format_value(it->second)));
+}
+
+std::map<std::string, SpecValue> RunValues::spec() const {
+  std::map<std::string, SpecValue> out;
+  for (const auto& [name, e] : run_.spec) out[name] = eval(e, "spec " + name);
   return out;
 }
 

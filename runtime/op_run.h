@@ -47,7 +47,10 @@
 //   grid = ["batch", "hkv * (hq / hkv / group)", "num_splits"]
 //   when = "num_splits > 1"      # optional
 #include <array>
+#include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,5 +137,83 @@ std::string format_op_run(const OpRun& run);
 
 // The workspace offset alignment (bytes): every buffer carved from a workspace starts at one.
 inline constexpr std::size_t kWorkspaceAlign = 256;
+
+// A run declared in code, the one statement of it a template makes (paged attention's:
+// templates/attention/run_description.cpp): the kernel card's [run] table is written from it
+// and the template's own C++ launches evaluate its grids, workspace and specialization
+// (RunValues), so the two cannot say different things. Each expression is parsed as it is
+// added; a malformed one, or a name declared twice, is an ExprError naming the op, what the
+// expression is and its text. finish() puts the specialization in name order (as a [run.spec]
+// table reads back) and refuses a run without a launch.
+class OpRunBuilder {
+public:
+  struct Size {
+    std::string_view default_value = {}; // empty: given by the caller or implied by a tensor
+    bool key = true;                     // part of the tuning key
+    std::string_view key_name = {};      // ... under this name (default: its own)
+  };
+  struct Tensor {
+    std::vector<std::string_view> dims;
+    std::string_view dtype;              // an expression naming the element type
+    std::string_view when = {};
+    std::vector<ScalarType> accept = {};
+  };
+
+  explicit OpRunBuilder(std::string op) : op_(std::move(op)) {}
+  OpRunBuilder& size(const std::string& name, const Size& s);
+  OpRunBuilder& size(const std::string& name); // given by the caller or implied by a tensor; in the key
+  OpRunBuilder& let(const std::string& name, std::string_view value);
+  OpRunBuilder& input(const std::string& name, const Tensor& t) { return tensor(name, t, false, false); }
+  OpRunBuilder& output(const std::string& name, const Tensor& t) { return tensor(name, t, true, false); }
+  OpRunBuilder& inout(const std::string& name, const Tensor& t) { return tensor(name, t, false, true); }
+  OpRunBuilder& scalar(const std::string& name, std::string_view when = {}, ScalarType type = ScalarType::f32);
+  OpRunBuilder& check(std::string_view what, const std::string& message);
+  OpRunBuilder& workspace(const std::string& name, ScalarType dtype, std::string_view elements,
+                          std::string_view when = {});
+  OpRunBuilder& spec(const std::string& name, std::string_view value);
+  OpRunBuilder& launch(const std::string& kernel, const std::array<std::string_view, 3>& grid,
+                       std::string_view when = {});
+  OpRun finish();
+
+private:
+  OpRunBuilder& tensor(const std::string& name, const Tensor& t, bool output, bool inout);
+  SizeExpr parse(const std::string& what, std::string_view text) const;
+  void declare(const std::string& name);
+  std::string op_;
+  OpRun run_;
+  std::vector<std::string> names_; // one namespace, as in a [run] table
+};
+
+// A run's values for one problem, as a host's run computes them but from sizes given by name
+// (what the template's C++ side knows) instead of tensors: the sizes in order (given, else
+// their default), the config's values, then the lets in order. `present` names the optional
+// tensors and scalars given (present(x)). ExprError naming the size, let or expression that
+// cannot be evaluated.
+class RunValues {
+public:
+  RunValues(const OpRun& run, const std::map<std::string, SpecValue>& sizes, std::set<std::string> present,
+            const std::map<std::string, std::int64_t>& config);
+  SpecValue eval(const SizeExpr& e, std::string_view what) const;
+  std::int64_t eval_int(const SizeExpr& e, std::string_view what) const;
+  // An empty `when` is always.
+  bool wanted(const SizeExpr& when, std::string_view what) const { return when.empty() || eval_int(when, what) != 0; }
+  // The launch of `kernel` (ExprError when the run has none), whether it runs, and its grid.
+  const OpLaunch& launch(std::string_view kernel) const;
+  bool launched(std::string_view kernel) const;
+  std::array<std::int64_t, 3> grid(std::string_view kernel) const;
+  // The elements of workspace buffer `name`, 0 when its `when` is 0.
+  std::int64_t workspace_elements(std::string_view name) const;
+  // What the run's modules are looked up with.
+  std::map<std::string, SpecValue> spec() const;
+  // The integer value of a size, config value or let.
+  std::int64_t value_int(const std::string& name) const;
+  const std::map<std::string, SpecValue>& values() const { return values_; }
+
+private:
+  const OpRun& run_;
+  std::map<std::string, SpecValue> values_;
+  std::set<std::string> present_;
+  ExprLookup lookup_;
+};
 
 } // namespace tilec::rt

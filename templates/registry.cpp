@@ -157,7 +157,7 @@ rt::KernelCard kernel_card(const KernelTemplate& t) {
   card.size_buckets = t.size_buckets;
   if (!t.module_variants.empty())
     for (const auto& [name, v] : t.module_variants.front()) card.spec_defaults[name] = v;
-  if (!t.run.empty()) card.run = rt::parse_op_run(t.run, t.name + " (KernelTemplate::run)");
+  if (t.run) card.run = t.run();
   else if (!t.grid_expr[0].empty()) card.run = generate_run(t);
   return card;
 }

@@ -18,6 +18,7 @@
 #include "ir/ir.h"
 #include "abi/manifest.h"
 #include "runtime/module_store.h"
+#include "runtime/op_run.h"
 
 namespace tilec::templates {
 
@@ -207,12 +208,14 @@ struct KernelTemplate {
   // --shape values): `autotune --export` writes the winner's modules once per variant
   // (paged attention: softcap=0 and softcap=1). Empty: one set of modules.
   std::vector<ParamMap> module_variants = {};
-  // The whole run as data (runtime/op_run.h), TOML text holding a [run] table, for a run that
-  // generate_run cannot describe (paged attention's paths and workspace). Empty: kernel_card
-  // writes the run generated from the declaration above when the template has `grid_expr`
-  // (run_generation.h), else none (a host launches the modules itself). Hosts in any language
-  // run an op whose card has a run through the C ABI (runtime/tilec.h).
-  std::string run = {};
+  // The whole run as data (runtime/op_run.h), declared in code with rt::OpRunBuilder, for a
+  // run that generate_run cannot describe (paged attention's several launches and workspace);
+  // the template's own C++ launches then evaluate their grids, workspace buffers and
+  // specialization from it (rt::RunValues), so the card and the CLI cannot disagree. Empty:
+  // kernel_card writes the run generated from the declaration above when the template has
+  // `grid_expr` (run_generation.h), else none (a host launches the modules itself). Hosts in any
+  // language run an op whose card has a run through the C ABI (runtime/tilec.h).
+  std::function<const rt::OpRun&()> run = {};
 };
 
 // The --shape values of a problem, choices by name: its key in the tuning database, and what

@@ -66,11 +66,11 @@ rt::OpRun RunGenerator::generate() {
   if (t_.grid_expr[0].empty())
     cannot("it declares no grid expressions (KernelTemplate::grid_expr)");
   if (!t_.paths.empty())
-    cannot("it has run paths of its own; write its [run] (KernelTemplate::run)");
+    cannot("it has run paths of its own; declare its run (KernelTemplate::run, rt::OpRunBuilder)");
   if (t_.build_all)
-    cannot("a run launches several kernels (build_all); write its [run] (KernelTemplate::run)");
+    cannot("a run launches several kernels (build_all); declare its run (KernelTemplate::run, rt::OpRunBuilder)");
   if (!t_.module_variants.empty())
-    cannot("its modules come in variants (module_variants); write its [run] (KernelTemplate::run)");
+    cannot("its modules come in variants (module_variants); declare its run (KernelTemplate::run, rt::OpRunBuilder)");
   if (t_.tensors.empty()) cannot("it declares no tensors (KernelTemplate::tensors)");
   params_ = resolve_params(t_.params, {}, "--set");
   shape_ = resolve_params(t_.shape, {}, "--shape");
@@ -320,7 +320,7 @@ void derive_grid(KernelTemplate& t) {
   if (!t.paths.empty() || t.build_all)
     throw UserError(fmt::format(
         "{}: grid_expr is the grid of one kernel's run; a template with paths or build_all "
-        "launches its own grids (and writes its run, KernelTemplate::run)",
+        "launches its own grids (and declares its run, KernelTemplate::run)",
         t.name));
   const std::array<std::string, 3> g = grid_texts(t);
   for (size_t i = 0; i < 3; ++i)

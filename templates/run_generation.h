@@ -25,7 +25,7 @@
 namespace tilec::templates {
 
 // The run of `t`, generated. UserError naming what `t` lacks when it cannot be: no grid_expr,
-// several paths or kernels (their run is written by hand, KernelTemplate::run), module
+// several paths or kernels (their run is declared, KernelTemplate::run), module
 // variants, no tensors or one without a dtype, a dim that is no size, a kernel parameter that
 // binds to no tensor, size, config parameter, let or float option, or a module_spec that is
 // not its config parameters' and sizes' own values. Builds the kernel at the declared defaults.

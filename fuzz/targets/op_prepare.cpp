@@ -2,8 +2,8 @@
 // tilec_op_tensor_shape, with argument structs decoded from the input (any number of tensors,
 // their names, NULL, misaligned or shared data pointers, any dtype value, any rank over a shape
 // array of exactly that many dims or none, strides, scalars, sizes and config values), over
-// the run descriptions of paged_attention and reshape_and_cache (the shipped TOML files) in a
-// folder without modules. Every call must return a status, and a refusal a message; a crash, a
+// the runs paged_attention and reshape_and_cache declare (templates/attention/run_description.cpp,
+// compiled in) in a folder without modules. Every call must return a status, and a refusal a message; a crash, a
 // read past what the caller gave (AddressSanitizer) or undefined behaviour (UBSan) is a
 // finding. Nothing is launched: a prepared call only holds the caller's addresses.
 #include "fuzz/targets/fuzz_target.h"
@@ -12,26 +12,17 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "runtime/module_store.h"
 #include "runtime/op_run.h"
 #include "runtime/tilec.h"
+#include "templates/attention/run_description.h"
 
 using namespace tilec;
 using namespace tilec::fuzz_targets;
 
 namespace {
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  if (s.str().empty()) finding("cannot read", p.string());
-  return s.str();
-}
 
 // The folder of kernel cards, made once per process and removed at exit.
 struct Store {
@@ -43,23 +34,21 @@ struct Store {
 
   Store() {
     std::filesystem::create_directories(dir);
-    const std::filesystem::path root = TILEC_ROOT;
     struct Card {
       const char* kernel;
-      const char* run;
+      const rt::OpRun& run;
       rt::TunedConfig defaults;
     };
+    // The runs the templates declare (templates/attention/run_description.cpp, built in).
     const Card cards[] = {
-        {"paged_attention", "templates/attention/run.toml",
+        {"paged_attention", templates::paged_attention_run(),
          {{"block_n", 32}, {"head_group", 0}, {"num_warps", 4}, {"num_splits", 1}, {"num_stages", 2}, {"block_m", 0}}},
-        {"reshape_and_cache", "templates/attention/reshape_and_cache_run.toml",
-         {{"block_t", 2}, {"block_hd", 0}, {"num_warps", 4}}}};
+        {"reshape_and_cache", templates::reshape_and_cache_run(), {{"block_t", 2}, {"block_hd", 0}, {"num_warps", 4}}}};
     for (const Card& c : cards) {
       rt::KernelCard card;
       card.kernel = c.kernel;
       card.defaults = c.defaults;
-      card.run = rt::parse_op_run(read_text(root / c.run), c.run);
-      if (!card.run) finding("no [run] in", c.run);
+      card.run = c.run;
       rt::write_kernel_card(card, dir);
     }
     if (tilec_store_open(dir.c_str(), "emulate", &store) != TILEC_OK) finding("tilec_store_open", tilec_last_error());

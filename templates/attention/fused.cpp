@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "abi/limits.h"
 #include "dsl/dsl.h"
+#include "templates/attention/run_description.h"
 #include "templates/prim_detail.h"
 
 namespace tilec::templates {
@@ -424,31 +426,29 @@ ir::Kernel paged_attention_combine_kernel(const PagedAttentionShape& s, const Pa
   return build_combine(combine_spec(s, cfg));
 }
 
+rt::RunValues paged_attention_run_values(const PagedAttentionShape& s, const PagedAttentionConfig& cfg,
+                                         int64_t total_q) {
+  std::map<std::string, rt::SpecValue> sizes{
+      {"batch", s.batch}, {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
+      {"head_dim_v", s.dv()}, {"block_size", s.block_size}, {"max_blocks", s.max_blocks},
+      {"num_blocks", s.cache_elements() / (s.block_size * s.hkv * s.head_dim)},
+      {"dtype", std::string(ir::dtype_name(s.dtype))}, {"cache_dtype", std::string(ir::dtype_name(s.cache_dtype()))},
+      {"window", s.window}, {"causal", int64_t(s.causal)}, {"chunk", s.chunk}, {"varlen", int64_t(s.varlen)}};
+  if (total_q) sizes["total_q"] = total_q;
+  std::set<std::string> present;
+  if (!s.latent) present.insert("v_cache");
+  if (s.alibi) present.insert("alibi_slopes");
+  if (s.sinks) present.insert("sinks");
+  if (s.softcap) present.insert("softcap");
+  return rt::RunValues(paged_attention_run(), sizes, std::move(present),
+                       {{"block_n", cfg.block_n}, {"head_group", cfg.head_group}, {"num_warps", cfg.num_warps},
+                        {"num_splits", cfg.num_splits}, {"num_stages", cfg.num_stages}, {"block_m", cfg.block_m}});
+}
+
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
                                                                  const PagedAttentionConfig& cfg) {
-  FusedSpec sp = fused_spec(s, cfg);
-  return {{"hq", sp.hq},
-          {"hkv", sp.hkv},
-          {"sq", sp.sq},
-          {"head_dim", sp.head_dim},
-          {"head_dim_v", s.head_dim_v_key()}, // as the tuning key names it
-          {"latent", int64_t(sp.latent)},
-          {"block_size", sp.block_size},
-          {"dtype", std::string(ir::dtype_name(sp.dtype))},
-          {"kv_dtype", std::string(sp.cache == sp.dtype ? "same" : ir::dtype_name(sp.cache))},
-          {"alibi", int64_t(sp.alibi)},
-          {"softcap", int64_t(sp.softcap)},
-          {"sinks", int64_t(sp.sinks)},
-          {"block_n", sp.cfg.block_n},
-          {"head_group", cfg.head_group}, // as configured: 0 (all Hq/Hkv heads) stays 0
-          {"block_m", cfg.block_m},       // as configured: 0 (automatic) stays 0
-          {"num_warps", sp.cfg.num_warps},
-          {"num_splits", sp.cfg.num_splits},
-          {"num_stages", sp.cfg.num_stages},
-          {"window", sp.window},
-          {"causal", int64_t(sp.causal)},
-          {"chunk", sp.chunk},
-          {"varlen", int64_t(sp.varlen)}};
+  fused_spec(s, cfg); // refuses a config the kernels cannot be built for
+  return paged_attention_run_values(s, cfg).spec();
 }
 
 launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const PagedAttentionConfig& config,
@@ -461,11 +461,14 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
   // The kernel only reads q, the caches, the tables and slopes; the buffers
   // are not modified, but Arg holds mutable pointers.
   auto& mut = const_cast<PagedAttentionInputs&>(in);
+  // The grids and the split partials are the declared run's (run_description.cpp), which hosts
+  // execute too.
+  const rt::RunValues run = paged_attention_run_values(s, config, in.q_rows() / s.hq);
   const int64_t S = sp.cfg.num_splits, rows = in.q_rows();
   launch::Buffer out("out", s.dtype, size_t(rows * s.dv()));
-  launch::Buffer po("partial_o", ir::DType::f32, S > 1 ? size_t(rows * S * s.dv()) : 0);
-  launch::Buffer pm("partial_m", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
-  launch::Buffer pl("partial_l", ir::DType::f32, S > 1 ? size_t(rows * S) : 0);
+  launch::Buffer po("partial_o", ir::DType::f32, size_t(run.workspace_elements("partial_o")));
+  launch::Buffer pm("partial_m", ir::DType::f32, size_t(run.workspace_elements("partial_m")));
+  launch::Buffer pl("partial_l", ir::DType::f32, size_t(run.workspace_elements("partial_l")));
 
   std::vector<launch::Arg> args{launch::Arg::of(mut.q), launch::Arg::of(mut.k_cache)};
   if (!s.latent) args.push_back(launch::Arg::of(mut.v_cache));
@@ -488,16 +491,15 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
     args.push_back(launch::Arg::of_float(s.v_scale));
   }
   args.push_back(launch::Arg::of_int(s.max_blocks));
-  launch::Grid grid{s.batch * paged_attention_query_tiles(s, config), s.hkv * (s.group() / sp.cfg.head_group), S};
-  launcher.launch(kernel, int(sp.cfg.num_warps), grid, args);
+  launcher.launch(kernel, int(sp.cfg.num_warps), run.grid("paged_attention"), args);
 
-  if (S > 1) {
+  if (run.launched("paged_attention_combine")) {
     const CombineSpec cs = combine_spec(s, sp.cfg);
     ir::Kernel combine = prim::detail::cached_kernel(cs.key(), [&] { return build_combine(cs); });
     std::vector<launch::Arg> combine_args{launch::Arg::of(po), launch::Arg::of(pm), launch::Arg::of(pl)};
     if (s.sinks) combine_args.push_back(launch::Arg::of(mut.sinks));
     combine_args.push_back(launch::Arg::of(out));
-    launcher.launch(combine, int(sp.cfg.num_warps), {rows, 1, 1}, combine_args);
+    launcher.launch(combine, int(sp.cfg.num_warps), run.grid("paged_attention_combine"), combine_args);
   }
   return out;
 }

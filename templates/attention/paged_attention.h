@@ -11,6 +11,7 @@
 
 #include "launch/args.h"
 #include "launch/launcher.h"
+#include "runtime/op_run.h"
 #include "templates/registry.h"
 
 namespace tilec::templates {
@@ -68,7 +69,7 @@ struct PagedAttentionShape {
   int64_t default_dv() const { return latent ? head_dim_first_tile(head_dim) : head_dim; }
   int64_t dv() const { return head_dim_v ? head_dim_v : default_dv(); }
   // head_dim_v as the tuning key and the modules' specialization name it: 0 when it is the
-  // default, so a key written with and one without it agree (run.toml's head_dim_v_key).
+  // default, so a key written with and one without it agree (the declared run's head_dim_v_key).
   int64_t head_dim_v_key() const { return dv() == default_dv() ? 0 : dv(); }
   // Elements of the V cache: none in the latent form.
   int64_t v_cache_elements() const { return latent ? 0 : cache_elements() / head_dim * dv(); }
@@ -251,8 +252,14 @@ ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const Page
 // The kernel that combines num_splits f32 partials per row (num_splits > 1); with sinks, it
 // adds each row's sink to the denominator once.
 ir::Kernel paged_attention_combine_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// The values of the op's declared run (run_description.h) for a problem and a config: the
+// fused path's grids and split partials and the modules' specialization come from there.
+// total_q: the packed query rows of a mixed batch (0: batch * sq).
+rt::RunValues paged_attention_run_values(const PagedAttentionShape& s, const PagedAttentionConfig& cfg,
+                                         int64_t total_q = 0);
 // What the fused kernel (and its combine kernel) is specialized on, by the names of the
-// template's --shape and --set values plus softcap (0/1): the manifest's [specialization].
+// template's --shape and --set values plus softcap (0/1): the manifest's [specialization], the
+// declared run's spec. UserError for a config the kernels cannot be built for.
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
                                                                  const PagedAttentionConfig& cfg);
 } // namespace tilec::templates

@@ -1,21 +1,19 @@
 // reshape_and_cache's kernel and registry entry: its config, sizes, float options, problem and
-// run description. Its inputs, validation and reference are in reshape_and_cache_io.cpp.
+// run's values (its run is declared in run_description.cpp). Its inputs, validation and reference are in reshape_and_cache_io.cpp.
 #include "templates/attention/reshape_and_cache.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <string_view>
 
 #include <fmt/format.h>
 
 #include "abi/limits.h"
 #include "dsl/dsl.h"
-
-namespace tilec::embedded {
-extern const std::string_view reshape_and_cache_run_toml;
-} // namespace tilec::embedded
+#include "templates/attention/run_description.h"
 
 namespace tilec::templates {
 
@@ -95,8 +93,20 @@ int64_t reshape_and_cache_block_hd(const ReshapeAndCacheShape& s, const ReshapeA
   return b;
 }
 
+rt::RunValues reshape_and_cache_run_values(const ReshapeAndCacheShape& s, const ReshapeAndCacheConfig& c) {
+  std::set<std::string> present;
+  if (!s.latent) present = {"value", "v_scale"};
+  return rt::RunValues(reshape_and_cache_run(),
+                       {{"num_tokens", s.num_tokens}, {"hkv", s.hkv}, {"head_dim", s.head_dim},
+                        {"num_blocks", s.num_blocks}, {"block_size", s.block_size},
+                        {"dtype", std::string(ir::dtype_name(s.dtype))},
+                        {"cache_dtype", std::string(ir::dtype_name(s.cache_dtype()))},
+                        {"slot_dtype", std::string(ir::dtype_name(s.slot_dtype))}},
+                       std::move(present), {{"block_t", c.block_t}, {"block_hd", c.block_hd}, {"num_warps", c.num_warps}});
+}
+
 launch::Grid reshape_and_cache_grid(const ReshapeAndCacheShape& s, const ReshapeAndCacheConfig& c) {
-  return {cdiv(s.num_tokens, c.block_t), cdiv(s.row(), reshape_and_cache_block_hd(s, c)), 1};
+  return reshape_and_cache_run_values(s, c).grid("reshape_and_cache");
 }
 
 // Each program copies a [block_t tokens, block_hd elements] tile of key rows to the rows of
@@ -143,8 +153,6 @@ ir::Kernel reshape_and_cache_kernel(const ReshapeAndCacheShape& s, const Reshape
   return k.finish();
 }
 
-std::string_view reshape_and_cache_run() { return embedded::reshape_and_cache_run_toml; }
-
 KernelTemplate reshape_and_cache_template() {
   KernelTemplate t;
   t.name = "reshape_and_cache";
@@ -170,13 +178,7 @@ KernelTemplate reshape_and_cache_template() {
     return reshape_and_cache_grid(reshape_and_cache_shape(shape), reshape_and_cache_config(params));
   };
   t.module_spec = [](const ParamMap& params, const ParamMap& shape) {
-    ReshapeAndCacheShape s = reshape_and_cache_shape(shape);
-    ReshapeAndCacheConfig c = reshape_and_cache_config(params);
-    return std::map<std::string, rt::SpecValue>{
-        {"hkv", s.hkv}, {"head_dim", s.head_dim}, {"dtype", std::string(ir::dtype_name(s.dtype))},
-        {"kv_dtype", s.kv_fp8 ? std::string(ir::dtype_name(*s.kv_fp8)) : std::string("same")},
-        {"slot_dtype", std::string(ir::dtype_name(s.slot_dtype))}, {"latent", int64_t(s.latent)},
-        {"block_t", c.block_t}, {"block_hd", c.block_hd}, {"num_warps", c.num_warps}};
+    return reshape_and_cache_run_values(reshape_and_cache_shape(shape), reshape_and_cache_config(params)).spec();
   };
   // Offsets past 2^31 elements are 64-bit: the caches', and key's and value's.
   t.large_buffers = [](const ParamMap&, const ParamMap& shape) {
@@ -228,8 +230,8 @@ KernelTemplate reshape_and_cache_template() {
     if (s.kv_fp8) p.arg_float(float(s.k_scale));
     if (s.kv_fp8 && !s.latent) p.arg_float(float(s.v_scale));
     p.arg_int(s.num_tokens);
-    p.arg_int(s.slot_dtype == ir::DType::i32 ? std::min<int64_t>(s.slots(), std::numeric_limits<int32_t>::max())
-                                             : s.slots());
+    // The slots the kernel may write (the run's num_slots: an i32 slot_mapping names fewer).
+    p.arg_int(reshape_and_cache_run_values(s, {}).value_int("num_slots"));
     p.outputs = s.latent ? std::vector<int>{kc} : std::vector<int>{kc, vc};
     p.expected = reshape_and_cache_reference(in);
     p.atol = p.rtol = 0; // a copy, or one rounding the reference makes the same way: bit for bit
@@ -284,7 +286,7 @@ KernelTemplate reshape_and_cache_template() {
     const int64_t read = rows / (ir::dtype_bytes(s.dtype) + ir::dtype_bytes(s.cache_dtype())) * ir::dtype_bytes(s.dtype);
     return static_cast<int64_t>(std::ceil(double(rows + (copies - 1) * read + slot_reads) * 1.02));
   };
-  t.run = std::string(reshape_and_cache_run()); // templates/attention/reshape_and_cache_run.toml
+  t.run = reshape_and_cache_run; // run_description.cpp
   return t;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "launch/args.h"
+#include "runtime/op_run.h"
 #include "templates/registry.h"
 
 namespace tilec::templates {
@@ -66,7 +67,8 @@ std::vector<launch::Buffer> reshape_and_cache_reference(const ReshapeAndCacheInp
 void write_reshape_and_cache_output(const std::string& dir, const ReshapeAndCacheInputs& in,
                                     const std::vector<const launch::Buffer*>& caches);
 
-// The [run] table of the op's kernel card (reshape_and_cache_run.toml).
-std::string_view reshape_and_cache_run();
+// The values of the op's declared run (run_description.h) for a problem and a config: its
+// grid, module specialization and num_slots come from there.
+rt::RunValues reshape_and_cache_run_values(const ReshapeAndCacheShape& s, const ReshapeAndCacheConfig& c);
 
 } // namespace tilec::templates

@@ -1,11 +1,17 @@
 #pragma once
-// Paged attention's run as data (runtime/op_run.h): what its kernel card carries so that a
-// host in any language runs it through the C ABI (runtime/tilec.h) without code of its own.
-#include <string_view>
+// The runs of paged attention and reshape_and_cache as data (runtime/op_run.h), declared once:
+// the kernel cards carry them (`tilec autotune --export`, `tilec compile`), so a host in any
+// language runs the ops through the C ABI (runtime/tilec.h) with no code of its own, and the
+// templates' C++ launches take their grids, workspace buffers and module specializations from
+// the same declarations (rt::RunValues). This file needs only the runtime: the input fuzzer
+// builds it without LLVM.
+#include "runtime/op_run.h"
 
 namespace tilec::templates {
 
-// The [run] table of paged attention's kernel card, as TOML text.
-std::string_view paged_attention_run();
+// Paged attention: the fused walk, and with split-KV the combine.
+const rt::OpRun& paged_attention_run();
+// reshape_and_cache: the caches written in place.
+const rt::OpRun& reshape_and_cache_run();
 
 } // namespace tilec::templates

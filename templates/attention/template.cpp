@@ -335,7 +335,7 @@ KernelTemplate paged_attention_template() {
   t.size_fields = {"sq", "ctx", "batch", "max_blocks", "num_blocks"};
   t.size_buckets = {{"sq", {1, 4, 16, 128}}};
   // V's head dim given as the form's default (head_dim's, or the latent form's first tile) is
-  // the key's 0, as run.toml's head_dim_v_key computes it and the modules are specialized.
+  // the key's 0, as the declared run's head_dim_v_key computes it and the modules are specialized.
   t.canonical_key = [](ParamMap& shape) {
     PagedAttentionShape s;
     s.head_dim = shape.at("head_dim");
@@ -359,7 +359,7 @@ KernelTemplate paged_attention_template() {
     return static_cast<int64_t>(std::ceil(double(std::max(moved, *p.ideal_bytes)) * 1.02));
   };
   t.module_variants = {{{"softcap", 0}}, {{"softcap", 1}}};
-  t.run = std::string(paged_attention_run()); // templates/attention/run.toml
+  t.run = paged_attention_run; // run_description.cpp
   return t;
 }
 

@@ -37,11 +37,11 @@ struct Scratch {
   }
 };
 
-// The templates whose run is generated: every one that does not write its own.
+// The templates whose run is generated: every one that does not declare its own.
 std::vector<const KernelTemplate*> generated_templates() {
   std::vector<const KernelTemplate*> out;
   for (const KernelTemplate& t : all_templates())
-    if (t.run.empty()) out.push_back(&t);
+    if (!t.run) out.push_back(&t);
   return out;
 }
 

@@ -1,8 +1,11 @@
-// Paged attention's run as data (templates/attention/run_description.cpp) against what the C++
-// path does (run_paged_attention_fused): for many configs and shapes the described launches
-// (kernels, grids) equal the recorded ones, the workspace equals its partial buffers, the
-// specialization equals paged_attention_module_spec and the tuning key has the fields of
-// problem_key. So the description cannot drift from the kernels it runs.
+// Paged attention's run as data (templates/attention/run_description.cpp), resolved as a host
+// resolves it (from tensors), against what the C++ path does (run_paged_attention_fused, which
+// evaluates the same declaration from the sizes it knows): for many configs and shapes the
+// described launches (kernels, grids) equal the recorded ones, the workspace equals its partial
+// buffers, the specialization equals paged_attention_module_spec and the tuning key has the
+// fields of problem_key. And the declaration's values against what the kernels are built from
+// (the query tiles of paged_attention_block_m, the shape's effective window and chunk), so the
+// description cannot drift from the kernels it runs.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -146,6 +149,14 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
               described.push_back({l.kernel, {l.grid[0].eval_int(lookup), l.grid[1].eval_int(lookup), l.grid[2].eval_int(lookup)}});
           for (const Recorder::Launch& l : rec.launches) recorded.push_back({l.kernel, l.grid});
           CHECK(described == recorded);
+          // The grid the kernel's tiles are built for: a program per query tile of
+          // paged_attention_block_m rows, per group of heads, per split; the combine, a program a row.
+          const PagedAttentionConfig cfg = paged_attention_config(params);
+          const int64_t heads = head_group ? head_group : group, rows = c.batch * c.hq * c.sq;
+          std::vector<std::pair<std::string, std::array<int64_t, 3>>> built = {
+              {"paged_attention", {c.batch * paged_attention_query_tiles(s, cfg), c.hkv * (group / heads), splits}}};
+          if (splits > 1) built.push_back({"paged_attention_combine", {rows, 1, 1}});
+          CHECK(recorded == built);
           if (t.grid) CHECK(launch_grid(t, params, shape) == RecGrid{recorded[0].second[0], recorded[0].second[1], recorded[0].second[2]});
 
           // The workspace: each described buffer is one the fused path allocates, as large.
@@ -157,11 +168,27 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
             for (const auto& [name, n] : l.buffers)
               if (name.starts_with("partial_")) allocated[name] = n;
           CHECK(partials == allocated);
+          if (splits > 1)
+            CHECK(allocated == std::map<std::string, size_t>{{"partial_l", size_t(rows * splits)},
+                                                             {"partial_m", size_t(rows * splits)},
+                                                             {"partial_o", size_t(rows * splits * dv)}});
 
           // What the modules are looked up with is what they are compiled with.
           std::map<std::string, rt::SpecValue> spec;
           for (const auto& [k, e] : op.run().spec) spec[k] = e.eval(lookup);
           CHECK(spec == module_spec(t, params, shape));
+          // ... which names what the kernels are built from (fused_spec): the shape's fields with the
+          // window and chunk as every computation applies them, and the config as given.
+          const std::map<std::string, rt::SpecValue> built_from = {
+              {"hq", s.hq}, {"hkv", s.hkv}, {"sq", s.sq}, {"head_dim", s.head_dim},
+              {"head_dim_v", s.head_dim_v_key()}, {"latent", int64_t(s.latent)}, {"block_size", s.block_size},
+              {"dtype", std::string(ir::dtype_name(s.dtype))},
+              {"kv_dtype", std::string(s.kv_fp8 ? ir::dtype_name(*s.kv_fp8) : "same")}, {"alibi", int64_t(s.alibi)},
+              {"softcap", int64_t(s.softcap.has_value())}, {"sinks", int64_t(s.sinks)}, {"block_n", block_n},
+              {"head_group", head_group}, {"block_m", params.at("block_m")}, {"num_warps", params.at("num_warps")},
+              {"num_splits", splits}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
+              {"causal", int64_t(s.causal)}, {"chunk", s.effective_chunk()}, {"varlen", int64_t(s.varlen)}};
+          CHECK(spec == built_from);
           ++checked;
         }
     // The tuning key has the fields of the database's keys.
@@ -214,7 +241,50 @@ TEST_CASE("a [run] table that is wrong is refused naming the key", "[runtime][op
                                      "\"k\"\ngrid = [1, 1, 1]\n", "card.toml"),
                     "card.toml:4:8: key 'run.size[1].name': 'n' is declared twice");
   // What format_op_run writes reads back the same.
-  auto run = rt::parse_op_run(std::string(paged_attention_run()), "paged_attention");
-  REQUIRE(run);
-  CHECK(rt::parse_op_run("[run]\n" + rt::format_op_run(*run), "again") == run);
+  CHECK(rt::parse_op_run("[run]\n" + rt::format_op_run(paged_attention_run()), "again") == paged_attention_run());
+}
+
+TEST_CASE("a run declared in code refuses what a [run] table would, naming the op, and evaluates from given sizes",
+          "[runtime][op_run]") {
+  using B = rt::OpRunBuilder;
+  CHECK_THROWS_WITH(B("op").size("n").size("n"), "op's run: 'n' is declared twice");
+  CHECK_THROWS_WITH(B("op").size("n").input("n", {{"n"}, R"("f32")"}), "op's run: 'n' is declared twice");
+  CHECK_THROWS_WITH(B("op").let("m", "cdiv(n"), "op's run: let m 'cdiv(n': expression 'cdiv(n', column 7: expected ')' closing cdiv(");
+  CHECK_THROWS_WITH(B("op").size("n").finish(), "op's run has no launch");
+  CHECK_THROWS_WITH(B("op").spec("a", "n").spec("a", "n"), "op's run: spec 'a' is declared twice");
+
+  const rt::OpRun run = B("op")
+                            .size("n")
+                            .size("dtype")
+                            .size("wide", {.default_value = "present(extra)", .key = false})
+                            .let("tiles", "cdiv(n, block)")
+                            .input("x", {{"n"}, "dtype"})
+                            .input("extra", {{"n"}, "dtype", "wide"})
+                            .workspace("scratch", rt::ScalarType::f32, "tiles * 2", "tiles > 1")
+                            .spec("wide", "wide")
+                            .spec("dtype", "dtype")
+                            .launch("first", {"tiles", "1", "1"})
+                            .launch("second", {"1", "1", "1"}, "tiles > 1")
+                            .finish();
+  // The specialization reads back in name order, as a [run.spec] table does.
+  REQUIRE(run.spec.size() == 2);
+  CHECK(run.spec[0].first == "dtype");
+  CHECK(rt::parse_op_run("[run]\n" + rt::format_op_run(run), "again") == run);
+
+  rt::RunValues one(run, {{"n", int64_t(100)}, {"dtype", std::string("f16")}}, {}, {{"block", 128}});
+  CHECK(one.grid("first") == std::array<int64_t, 3>{1, 1, 1});
+  CHECK_FALSE(one.launched("second"));
+  CHECK(one.workspace_elements("scratch") == 0);
+  CHECK(one.spec() == std::map<std::string, rt::SpecValue>{{"dtype", std::string("f16")}, {"wide", int64_t(0)}});
+  rt::RunValues many(run, {{"n", int64_t(1000)}, {"dtype", std::string("f16")}}, {"extra"}, {{"block", 128}});
+  CHECK(many.grid("first") == std::array<int64_t, 3>{8, 1, 1});
+  CHECK(many.launched("second"));
+  CHECK(many.workspace_elements("scratch") == 16);
+  CHECK(many.value_int("wide") == 1);
+  CHECK_THROWS_WITH(rt::RunValues(run, {{"m", int64_t(1)}}, {}, {}), "no size 'm' in the run");
+  CHECK_THROWS_WITH(rt::RunValues(run, {{"n", int64_t(1)}}, {}, {{"block", 1}}), "size 'dtype' is not given and has no default");
+  CHECK_THROWS_WITH(rt::RunValues(run, {{"n", int64_t(1)}, {"dtype", std::string("f16")}}, {}, {{"block", 0}}),
+                    Catch::Contains("let tiles = cdiv(n, block)"));
+  CHECK_THROWS_WITH(one.grid("third"), "the run launches no kernel 'third'");
+  CHECK_THROWS_WITH(one.value_int("dtype"), "'dtype' is \"f16\", not an integer");
 }

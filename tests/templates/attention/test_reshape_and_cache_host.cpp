@@ -1,5 +1,6 @@
-// reshape_and_cache as a host runs it: its run description (reshape_and_cache_run.toml) against
-// the template (grids, specialization, tuning key), and the C ABI (runtime/tilec.h) updating the
+// reshape_and_cache as a host runs it: its declared run (run_description.cpp), resolved from
+// tensors, against the template and what its kernel is built from (grids, specialization, tuning
+// key), and the C ABI (runtime/tilec.h) updating the
 // caller's caches in place on the emulator, with the run's refusals.
 #include <catch2/catch.hpp>
 
@@ -95,6 +96,13 @@ TEST_CASE("reshape_and_cache's run description matches the template", "[template
       std::map<std::string, rt::SpecValue> spec;
       for (const auto& [k, e] : op.run().spec) spec[k] = e.eval(lookup);
       CHECK(spec == module_spec(t, params, shape));
+      const ReshapeAndCacheConfig c = reshape_and_cache_config(params);
+      CHECK(g == launch::Grid{cdiv(s.num_tokens, c.block_t), cdiv(s.row(), reshape_and_cache_block_hd(s, c)), 1});
+      CHECK(spec == std::map<std::string, rt::SpecValue>{
+                        {"hkv", s.hkv}, {"head_dim", s.head_dim}, {"dtype", std::string(ir::dtype_name(s.dtype))},
+                        {"kv_dtype", std::string(s.kv_fp8 ? ir::dtype_name(*s.kv_fp8) : "same")},
+                        {"slot_dtype", std::string(ir::dtype_name(s.slot_dtype))}, {"latent", int64_t(s.latent)},
+                        {"block_t", c.block_t}, {"block_hd", c.block_hd}, {"num_warps", c.num_warps}});
       CHECK(std::get<int64_t>(call.values.at("num_slots")) == s.slots());
       std::set<std::string> key_fields, db_fields;
       for (const rt::OpSize& sz : op.run().sizes)
