@@ -10,7 +10,8 @@
 #      tutorial's Python host (examples/rmsnorm/host.py) over the rmsnorm folder ctest's
 #      install_and_build_example exported (BUILD_DIR/rmsnorm_deploy);
 #   3. the Rust example (examples/rust-host) built against `cmake --install`'s libtilec.so through
-#      pkg-config (TILEC_LIB_DIR unset) and run.
+#      pkg-config (TILEC_LIB_DIR unset) and run: paged attention, and the tutorial's rmsnorm from
+#      the same exported folder as the Python host.
 # The tests that export modules themselves use the installed tilec CLI; the folder of exported
 # paged attention is ctest's hosts_deploy (tests/hosts/make_deploy.sh; made here when missing).
 # Every check fails the test; nothing is skipped. Needs PyPI for the wheel's build requirements
@@ -134,6 +135,9 @@ ldd "$tmp/rust/debug/tilec-rust-host" >"$tmp/rust.ldd"
 grep libtilec "$tmp/rust.ldd"
 grep -q "libtilec\.so\.[0-9.]* => $tmp/prefix/$lib/" "$tmp/rust.ldd" || fail "the Rust example does not load the installed libtilec.so"
 "$tmp/rust/debug/tilec-rust-host" "$deploy" || fail "the Rust example over the installed libtilec.so"
+step "the tutorial's kernel from Rust: rmsnorm by name over the installed libtilec.so"
+("$tmp/rust/debug/tilec-rust-host" --rmsnorm "$build/rmsnorm_deploy" 32 300 &&
+  "$tmp/rust/debug/tilec-rust-host" --rmsnorm "$build/rmsnorm_deploy" 7 300) || fail "the Rust example's rmsnorm"
 
 echo
 echo "hosts from an install passed in $((SECONDS - start))s"

@@ -6,6 +6,10 @@
 //! Each run is checked against a small reference written here.
 //!
 //! Usage: tilec-rust-host DEPLOY_DIR [emulate|cuda|auto]
+//!
+//! With `--rmsnorm DEPLOY_DIR ROWS COLS` it runs the tutorial's kernel instead (docs/TUTORIAL.md,
+//! examples/rmsnorm): a user's own kernel by name, from the folder `tilec db export` wrote, on f16
+//! arrays, every value checked against RMSNorm computed in double.
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_double, c_int, c_void}; // std::ffi has them from Rust 1.64; Debian 12 ships 1.63
 use std::process::ExitCode;
@@ -15,6 +19,7 @@ use std::ptr;
 const TILEC_ABI_VERSION: c_int = 1;
 const TILEC_OK: c_int = 0;
 const TILEC_F32: c_int = 0;
+const TILEC_F16: c_int = 1;
 const TILEC_U32: c_int = 11;
 
 #[repr(C)]
@@ -229,10 +234,97 @@ fn run(op: *const TilecOp, p: &mut PagedAttn) -> Result<(Vec<f32>, i64), String>
     result.map(|_| (out, splits))
 }
 
+/// f16 bits of a value f16 holds exactly (here: multiples of 1/256 below 2 in magnitude).
+fn f16_bits(v: f32) -> u16 {
+    let sign: u16 = if v < 0.0 { 0x8000 } else { 0 };
+    let a = v.abs();
+    if a == 0.0 {
+        return sign;
+    }
+    let e = a.log2().floor() as i32; // a = 1.m * 2^e
+    let m = a / (e as f32).exp2() - 1.0;
+    sign | (((e + 15) as u16) << 10) | (m * 1024.0) as u16
+}
+
+fn f16_value(h: u16) -> f64 {
+    let (e, m) = (((h >> 10) & 31) as i32, (h & 1023) as f64);
+    let v = if e == 0 { m * (-24f64).exp2() } else { (1024.0 + m) * ((e - 25) as f64).exp2() };
+    if h & 0x8000 != 0 { -v } else { v }
+}
+
+/// The tutorial's rmsnorm by name through the C ABI; true when every value matches.
+fn rmsnorm(dir: &str, rows: usize, cols: usize) -> Result<bool, String> {
+    let eps = 1e-5f32;
+    let mut x: Vec<u16> = (0..rows * cols).map(|i| f16_bits(((i * 37) % 401) as f32 / 256.0 - 200.0 / 256.0)).collect();
+    let mut w: Vec<u16> = (0..cols).map(|j| f16_bits((j % 9 + 1) as f32 / 8.0)).collect();
+    let mut out = vec![0u16; rows * cols];
+    let (dir, backend, name) = (CString::new(dir).unwrap(), CString::new("emulate").unwrap(), CString::new("rmsnorm").unwrap());
+    let mut store: *mut TilecStore = ptr::null_mut();
+    let mut op: *const TilecOp = ptr::null();
+    check(unsafe { tilec_store_open(dir.as_ptr(), backend.as_ptr(), &mut store) }, "tilec_store_open")?;
+    let names: Vec<CString> = ["x", "w", "out", "eps"].iter().map(|s| CString::new(*s).unwrap()).collect();
+    let (x_shape, w_shape) = ([rows as i64, cols as i64], [cols as i64]);
+    let tensor = |name: usize, data: *mut c_void, shape: &[i64]| TilecTensor {
+        name: names[name].as_ptr(), data, dtype: TILEC_F16, ndim: shape.len() as c_int, shape: shape.as_ptr(),
+        strides: ptr::null(),
+    };
+    let tensors = [tensor(0, x.as_mut_ptr().cast(), &x_shape), tensor(1, w.as_mut_ptr().cast(), &w_shape),
+                   tensor(2, out.as_mut_ptr().cast(), &x_shape)];
+    let scalars = [TilecScalar { name: names[3].as_ptr(), value: eps as c_double }];
+    let args = TilecArgs {
+        tensors: tensors.as_ptr(), num_tensors: 3, scalars: scalars.as_ptr(), num_scalars: 1, sizes: ptr::null(),
+        num_sizes: 0, config: ptr::null(), num_config: 0,
+    };
+    let mut call: *mut TilecCall = ptr::null_mut();
+    let ran = check(unsafe { tilec_store_op(store, name.as_ptr(), &mut op) }, "tilec_store_op")
+        .and_then(|_| check(unsafe { tilec_op_prepare(op, &args, &mut call) }, "tilec_op_prepare"))
+        .and_then(|_| {
+            let note = unsafe { CStr::from_ptr(tilec_call_note(call)) }.to_string_lossy().into_owned();
+            println!("rmsnorm [{rows}, {cols}]: {note}");
+            check(unsafe { tilec_call_run(call, ptr::null_mut(), 0, ptr::null_mut()) }, "tilec_call_run")
+        });
+    unsafe {
+        tilec_call_destroy(call);
+        tilec_store_close(store);
+    }
+    ran?;
+    let (mut bad, mut worst) = (0, 0f64);
+    for r in 0..rows {
+        let row = &x[r * cols..(r + 1) * cols];
+        let sum: f64 = row.iter().map(|&v| f16_value(v) * f16_value(v)).sum();
+        let inv = 1.0 / (sum / cols as f64 + eps as f64).sqrt();
+        for c in 0..cols {
+            let (want, got) = (f16_value(row[c]) * inv * f16_value(w[c]), f16_value(out[r * cols + c]));
+            let err = (got - want).abs();
+            worst = worst.max(err);
+            if err > 1e-3 + 4e-3 * want.abs() {
+                if bad < 5 {
+                    eprintln!("out[{r}, {c}] = {got}, expected {want}");
+                }
+                bad += 1;
+            }
+        }
+    }
+    println!("rmsnorm through the C ABI from Rust: {} (max |out - reference| = {worst:.3e})",
+             if bad == 0 { "ok" } else { "MISMATCH" });
+    Ok(bad == 0)
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    if argv.len() == 5 && argv[1] == "--rmsnorm" {
+        let size = |s: &str| s.parse::<usize>().map_err(|_| format!("'{s}' is not a size"));
+        return match size(&argv[3]).and_then(|rows| Ok((rows, size(&argv[4])?))).and_then(|(r, c)| rmsnorm(&argv[2], r, c)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if argv.len() < 2 {
-        eprintln!("usage: {} DEPLOY_DIR [emulate|cuda|auto]", argv[0]);
+        eprintln!("usage: {} DEPLOY_DIR [emulate|cuda|auto]\n       {} --rmsnorm DEPLOY_DIR ROWS COLS", argv[0], argv[0]);
         return ExitCode::from(2);
     }
     if unsafe { tilec_abi_version() } != TILEC_ABI_VERSION {
