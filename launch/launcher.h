@@ -24,6 +24,16 @@ struct LaunchStats {
   // The emulator's request bytes per buffer, by its name (the host buffer's, else the
   // parameter's), summed over the launches.
   std::map<std::string, int64_t> buffer_request_bytes;
+  // How evenly each emulated launch spread its work over its programs: what each moved in warp
+  // requests (rt::EmuLaunchStats::block_request_bytes), summarized; one per launch, in order.
+  struct ProgramWork {
+    std::string kernel;
+    int64_t programs = 0, busy = 0; // the grid's programs; those that moved more than the least did
+    int64_t max_bytes = 0, min_bytes = 0;
+    double mean_bytes = 0.0;        // over every program of the grid
+    double busy_mean_bytes = 0.0;   // over the busy ones
+  };
+  std::vector<ProgramWork> program_work;
 };
 
 // Kernel times of repeated launches (after warm-up launches that are not counted).

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 
 #include "abi/arg_errors.h"
@@ -22,7 +23,7 @@ namespace tilec::launch {
 namespace {
 
 // Adds one emulated launch's counts to `stats` (its time, bytes and warp requests).
-void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
+void add_emulated_launch(LaunchStats& stats, const std::string& kernel, const rt::EmuLaunchStats& st) {
   stats.launches++;
   stats.time_ms += st.time_ms;
   stats.bytes_loaded = stats.bytes_loaded.value_or(0) + st.bytes_loaded;
@@ -33,6 +34,21 @@ void add_emulated_launch(LaunchStats& stats, const rt::EmuLaunchStats& st) {
   stats.request_bytes = stats.request_bytes.value_or(0) + st.request_bytes;
   stats.ideal_sectors = stats.ideal_sectors.value_or(0) + st.ideal_sectors;
   for (const rt::EmuBufferStats& b : st.buffers) stats.buffer_request_bytes[b.name] += b.request_bytes;
+  const std::vector<std::int64_t>& per = st.block_request_bytes;
+  if (!per.empty()) {
+    LaunchStats::ProgramWork w;
+    w.kernel = kernel;
+    w.programs = int64_t(per.size());
+    const auto [lo, hi] = std::minmax_element(per.begin(), per.end());
+    w.min_bytes = *lo;
+    w.max_bytes = *hi;
+    w.mean_bytes = double(std::accumulate(per.begin(), per.end(), std::int64_t(0))) / double(per.size());
+    w.busy = std::count_if(per.begin(), per.end(), [&](std::int64_t b) { return b > *lo; });
+    std::int64_t busy_bytes = 0;
+    for (std::int64_t b : per) busy_bytes += b > *lo ? b : 0;
+    w.busy_mean_bytes = w.busy ? double(busy_bytes) / double(w.busy) : w.mean_bytes;
+    stats.program_work.push_back(std::move(w));
+  }
 }
 
 // A scalar argument as a module's parameter type takes it (f16/bf16/fp8 as their bits).
@@ -112,7 +128,7 @@ public:
       ms = stop.elapsed_ms(start);
       p.download();
     } else {
-      add_emulated_launch(stats_, *p.module->launch_counted(p.grid, p.args, p.names));
+      add_emulated_launch(stats_, kernel->name, *p.module->launch_counted(p.grid, p.args, p.names));
       return;
     }
     stats_.launches++;

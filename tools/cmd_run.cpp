@@ -40,6 +40,7 @@ struct RunResult {
   std::optional<int64_t> bytes_loaded, bytes_stored, unique_bytes, ideal_bytes;
   std::optional<int64_t> requests, sectors, request_bytes, ideal_sectors;
   std::string traffic_error; // the run moved more than the kernel's traffic budget
+  std::vector<launch::LaunchStats::ProgramWork> programs; // each emulated launch's spread over its programs
 };
 
 std::string resolve_backend(const std::string& requested) {
@@ -67,6 +68,7 @@ RunResult stats_of(const launch::Launcher& l) {
   r.sectors = st.sectors;
   r.request_bytes = st.request_bytes;
   r.ideal_sectors = st.ideal_sectors;
+  r.programs = st.program_work;
   return r;
 }
 
@@ -85,6 +87,14 @@ void print_result(const Common& common, const std::string& kernel, const std::st
                             *r.requests, r.request_bytes.value_or(0), r.sectors.value_or(0),
                             double(r.sectors.value_or(0)) / double(*r.requests),
                             100.0 * double(r.ideal_sectors.value_or(0)) / double(std::max<int64_t>(1, r.sectors.value_or(0)))));
+  // How evenly each launch spread its work: the busiest program against the mean.
+  for (const auto& w : r.programs)
+    if (w.programs > 1)
+      say(common, fmt::format("    {} programs of {}: {} moved more than the least ({} bytes); the most {} bytes, "
+                              "{:.2f}x the mean {:.0f} ({:.2f}x the busy ones' {:.0f})",
+                              w.programs, w.kernel, w.busy, w.min_bytes, w.max_bytes,
+                              w.mean_bytes > 0 ? double(w.max_bytes) / w.mean_bytes : 0.0, w.mean_bytes,
+                              w.busy_mean_bytes > 0 ? double(w.max_bytes) / w.busy_mean_bytes : 0.0, w.busy_mean_bytes));
   if (!c.ok) std::cerr << program_name() << ": first mismatch: " << c.first_mismatch << "\n";
   if (!r.traffic_error.empty())
     std::cerr << program_name() << (strict_traffic ? ": " : ": warning: ") << r.traffic_error
@@ -100,6 +110,16 @@ void print_result(const Common& common, const std::string& kernel, const std::st
     j.maybe("unique_bytes", r.unique_bytes).maybe("ideal_bytes", r.ideal_bytes);
     j.maybe("requests", r.requests).maybe("request_bytes", r.request_bytes);
     j.maybe("sectors", r.sectors).maybe("ideal_sectors", r.ideal_sectors);
+    std::string programs;
+    for (const auto& w : r.programs) {
+      JsonObject p;
+      p.str("kernel", w.kernel).integer("programs", w.programs).integer("busy", w.busy);
+      p.integer("min_bytes", w.min_bytes).integer("max_bytes", w.max_bytes).number("mean_bytes", w.mean_bytes);
+      p.number("max_over_mean", w.mean_bytes > 0 ? double(w.max_bytes) / w.mean_bytes : 0.0);
+      p.number("busy_mean_bytes", w.busy_mean_bytes);
+      programs += (programs.empty() ? "" : ", ") + p.str();
+    }
+    j.raw("programs", "[" + programs + "]"); // [] where the backend counts none
     if (r.traffic_error.empty()) j.null("traffic_error");
     else j.str("traffic_error", r.traffic_error);
     std::cout << j.str() << std::endl;

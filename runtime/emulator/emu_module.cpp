@@ -198,6 +198,7 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
   std::uint64_t blocks = std::uint64_t(grid.x) * grid.y * grid.z;
   int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   int nworkers = int(std::min<std::uint64_t>(blocks, std::uint64_t(options.workers > 0 ? options.workers : hw)));
+  if (blocks <= kMaxBlocksCounted) l.block_request_bytes.assign(blocks, 0);
   std::vector<Worker> workers(std::size_t(std::max(nworkers, 0)));
   for (Worker& w : workers) setup_worker(w, l, options);
   if (workers.size() == 1) run_worker(workers[0]);
@@ -241,6 +242,7 @@ EmuLaunchStats EmuModule::launch(Dim3 grid, std::span<const Arg> args, std::span
     }
     st.buffers.push_back(std::move(b));
   }
+  st.block_request_bytes = std::move(l.block_request_bytes);
   st.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

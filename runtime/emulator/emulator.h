@@ -54,7 +54,11 @@ struct EmuLaunchStats : EmuRequestStats {
   std::int64_t bytes_loaded = 0, bytes_stored = 0, unique_bytes = 0;
   double time_ms = 0.0;
   std::vector<EmuBufferStats> buffers; // one per pointer argument, in parameter order
+  // What each program (block, by linear index x + X * (y + Y * z)) moved in warp requests:
+  // how evenly a launch spreads its work. Empty for grids of more than kMaxBlocksCounted.
+  std::vector<std::int64_t> block_request_bytes;
 };
+inline constexpr std::uint64_t kMaxBlocksCounted = std::uint64_t(1) << 22;
 
 // The order in which the threads of a block run between two sync points. A correct kernel
 // gives the same result in every order; a missing barrier shows in some orders (and is

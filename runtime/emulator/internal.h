@@ -168,6 +168,9 @@ struct Launch {
   };
   std::mutex print_mutex;
   std::vector<PrintLine> prints;
+  // The request bytes of each block (by linear index), each written by the worker that ran it;
+  // empty past kMaxBlocksCounted blocks.
+  std::vector<std::int64_t> block_request_bytes;
 
   void fail(std::string message) {
     std::lock_guard lock(error_mutex);

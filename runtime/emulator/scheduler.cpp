@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 
 namespace tilec::rt::emu {
@@ -182,10 +183,13 @@ void run_worker(Worker& w) {
     w.block[1] = std::uint32_t(b / l.grid.x % l.grid.y);
     w.block[2] = std::uint32_t(b / l.grid.x / l.grid.y);
     for (tilec_emu_thread& t : w.threads) t.print_ops = 0;
+    auto moved = [&] { return std::accumulate(w.counters.request_bytes.begin(), w.counters.request_bytes.end(), std::int64_t(0)); };
+    const std::int64_t before = l.block_request_bytes.empty() ? 0 : moved();
     if (!run_block(w)) {
       l.fail(w.error);
       break;
     }
+    if (!l.block_request_bytes.empty()) l.block_request_bytes[b] = moved() - before;
   }
 }
 

@@ -32,10 +32,11 @@ struct FusedSpec {
   bool alibi, softcap, sinks;
   int64_t window;
   bool causal, varlen;
-  PagedAttentionConfig cfg; // head_group resolved (never 0)
+  PagedAttentionConfig cfg; // head_group resolved (never 0), num_splits the grid's (paged_attention_splits)
   int64_t block_m;          // query rows per program, resolved (paged_attention_block_m)
   int64_t chunk;            // chunked local attention (effective_chunk; 0: none)
   int64_t head_dim_v;       // V's and out's (resolved: never 0)
+  int64_t split_tokens;     // keys per split (0: the walk cut into cfg.num_splits pieces)
   bool latent;              // V is the first head_dim_v columns of k_cache
   std::vector<PagedAttentionColumns> cols; // q's and K's column tiles (paged_attention_qk_columns)
 
@@ -46,7 +47,7 @@ struct FusedSpec {
                        head_dim, block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
                        varlen, chunk, sinks) +
-           fmt::format("/{}/{}", head_dim_v, latent);
+           fmt::format("/{}/{}/{}", head_dim_v, latent, split_tokens);
   }
 };
 
@@ -187,8 +188,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, lo ? lo : scalar(0, i32));
   // (A chunked tile whose rows sit before the context's start walks nothing either.)
   if (lo && C > 0) hi = max(hi, lo);
-  auto chunk = ((lo ? hi - lo : hi) + (S - 1)) / S;
-  chunk = (chunk + (N - 1)) / N * N;
+  // Split by size: pieces of split_tokens keys (a multiple of N) from the walk's first key.
+  Tile chunk = sp.split_tokens ? scalar(sp.split_tokens, i32) : ((lo ? hi - lo : hi) + (S - 1)) / S;
+  if (!sp.split_tokens) chunk = (chunk + (N - 1)) / N * N;
   auto start = lo ? lo + split * chunk : split * chunk;
   auto end = min(hi, start + chunk);
   // Each row's position, first key (window, chunk) and with chunks and no causal mask its end,
@@ -375,18 +377,39 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   if (cfg.head_group < 1 || s.group() % cfg.head_group != 0)
     throw UserError(fmt::format("paged_attention: head_group {} does not divide Hq/Hkv = {}/{} = {}",
                                 cfg.head_group, s.hq, s.hkv, s.group()));
-  if (!ir::is_pow2(cfg.num_splits) || cfg.num_splits > 64)
-    throw UserError(fmt::format("paged_attention: num_splits {} must be a power of two from 1 to 64", cfg.num_splits));
+  // Resolved: num_splits is the grid's splits; the size of a split by size is the spec's own.
+  const int64_t split_tokens = cfg.split_tokens;
+  cfg.num_splits = paged_attention_splits(s, cfg);
+  cfg.split_tokens = 0;
   if (std::string why = num_warps_error(cfg.num_warps); !why.empty()) throw UserError("paged_attention: " + why);
   if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
           s.sinks, s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk(),
-          s.dv(), s.latent, paged_attention_qk_columns(s)};
+          s.dv(), split_tokens, s.latent, paged_attention_qk_columns(s)};
 }
 
 } // namespace
+
+int64_t paged_attention_splits(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  if (!ir::is_pow2(cfg.num_splits) || cfg.num_splits > kMaxSplits)
+    throw UserError(fmt::format("paged_attention: num_splits {} must be a power of two from 1 to {}", cfg.num_splits,
+                                kMaxSplits));
+  if (cfg.split_tokens == 0) return cfg.num_splits;
+  if (cfg.split_tokens < 0 || cfg.split_tokens % cfg.block_n != 0)
+    throw UserError(fmt::format("paged_attention: split_tokens {} must be 0 or a multiple of block_n {}", cfg.split_tokens,
+                                cfg.block_n));
+  if (cfg.num_splits != 1)
+    throw UserError(fmt::format("paged_attention: split_tokens {} sets the splits by size; num_splits must be 1, not {}",
+                                cfg.split_tokens, cfg.num_splits));
+  const int64_t splits = next_pow2(cdiv(std::max<int64_t>(s.capacity(), 1), cfg.split_tokens));
+  if (splits > kMaxSplits)
+    throw UserError(fmt::format("paged_attention: split_tokens {} cuts the cache's {} keys (max_blocks {} x block_size "
+                                "{}) into {} splits, more than {}: take a larger split_tokens",
+                                cfg.split_tokens, s.capacity(), s.max_blocks, s.block_size, splits, kMaxSplits));
+  return splits;
+}
 
 int64_t paged_attention_block_m(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
   if (cfg.block_m != 0 && (!ir::is_pow2(cfg.block_m) || cfg.block_m > kMaxBlockM))
@@ -418,7 +441,7 @@ ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const Page
 
 namespace {
 CombineSpec combine_spec(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
-  return {cfg.num_splits, s.dv(), s.dtype, s.sinks, s.hq, s.sq, s.varlen};
+  return {paged_attention_splits(s, cfg), s.dv(), s.dtype, s.sinks, s.hq, s.sq, s.varlen};
 }
 } // namespace
 
@@ -442,7 +465,8 @@ rt::RunValues paged_attention_run_values(const PagedAttentionShape& s, const Pag
   if (s.softcap) present.insert("softcap");
   return rt::RunValues(paged_attention_run(), sizes, std::move(present),
                        {{"block_n", cfg.block_n}, {"head_group", cfg.head_group}, {"num_warps", cfg.num_warps},
-                        {"num_splits", cfg.num_splits}, {"num_stages", cfg.num_stages}, {"block_m", cfg.block_m}});
+                        {"num_splits", cfg.num_splits}, {"num_stages", cfg.num_stages}, {"block_m", cfg.block_m},
+                        {"split_tokens", cfg.split_tokens}});
 }
 
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,

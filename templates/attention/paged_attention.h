@@ -196,7 +196,19 @@ struct PagedAttentionConfig {
   int64_t num_splits = 1;  // split-KV partitions (flash-decoding), combined by a second kernel
   int64_t num_stages = 2;  // software-pipeline stages of the K/V copies (f16/bf16 caches)
   int64_t block_m = 0;     // query rows per program over head_group x Sq packed rows (0: automatic)
+  // > 0: split-KV by size instead of count. Every walk is cut into pieces of split_tokens keys
+  // (a multiple of block_n) from its first key, each its own program, so no program walks more
+  // than split_tokens keys however long one sequence is, and a sequence's cuts depend on its own
+  // length alone (batch-invariant). The grid's splits are as many as the longest walk the cache
+  // holds needs (paged_attention_splits), fixed by the maximum sizes; num_splits must be 1.
+  int64_t split_tokens = 0;
 };
+
+// The KV splits of the grid: num_splits, or with split_tokens the pieces of the longest walk
+// the cache holds (max_blocks x block_size keys) rounded up to a power of two. UserError for
+// split_tokens that is not a multiple of block_n, beside num_splits > 1, or past 256 splits.
+constexpr int64_t kMaxSplits = 256;
+int64_t paged_attention_splits(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
 
 // A program's query rows: the head_group x Sq rows of a KV head's head group, packed
 // position-major (row i * head_group + g for position i, head g), in tiles of block_m. block_m

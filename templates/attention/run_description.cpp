@@ -46,7 +46,10 @@ rt::OpRun declare_paged_attention() {
       // down.
       .let("auto_rows", "max(1, pow2(min(256, 2048 * num_warps / (pow2(head_dim) + block_n)) + 1) / 2)")
       .let("tile_rows", "min(pow2(group * sq), block_m == 0 ? auto_rows : block_m)")
-      .let("q_tiles", "cdiv(group * sq, tile_rows)");
+      .let("q_tiles", "cdiv(group * sq, tile_rows)")
+      // The KV splits (paged_attention_splits): num_splits, or by size the pieces of split_tokens
+      // keys the cache's longest walk needs, rounded up to a power of two.
+      .let("splits", "split_tokens == 0 ? num_splits : pow2(cdiv(max(max_blocks * block_size, 1), split_tokens))");
 
   b.input("q", {{"batch", "hq", "sq", "head_dim"}, "dtype"})
       .input("k_cache", {{"num_blocks", "block_size", "hkv", "head_dim"}, "cache_dtype"})
@@ -62,15 +65,17 @@ rt::OpRun declare_paged_attention() {
       .scalar("v_scale", R"(kv_dtype != "same")");
 
   // Split-KV (flash-decoding): each split's f32 partials, combined by the second launch.
-  b.workspace("partial_o", ScalarType::f32, "rows * num_splits * head_dim_v", "num_splits > 1")
-      .workspace("partial_m", ScalarType::f32, "rows * num_splits", "num_splits > 1")
-      .workspace("partial_l", ScalarType::f32, "rows * num_splits", "num_splits > 1");
+  b.workspace("partial_o", ScalarType::f32, "rows * splits * head_dim_v", "splits > 1")
+      .workspace("partial_m", ScalarType::f32, "rows * splits", "splits > 1")
+      .workspace("partial_l", ScalarType::f32, "rows * splits", "splits > 1");
 
   // What both modules are specialized on. A window at least as long as any context can be is
   // no window; a chunk is cut to the capacity (PagedAttentionShape::effective_window, _chunk).
   for (const char* n : {"hq", "hkv", "sq", "head_dim", "latent", "block_size", "dtype", "kv_dtype", "alibi", "block_n",
-                        "head_group", "num_warps", "num_splits", "num_stages", "block_m", "causal", "varlen"})
+                        "head_group", "num_warps", "num_stages", "block_m", "causal", "varlen"})
     b.spec(n, n);
+  // Split by size: the splits depend on the capacity too.
+  b.spec("num_splits", "splits").spec("split_tokens", "split_tokens");
   b.spec("head_dim_v", "head_dim_v_key")
       .spec("sinks", "has_sinks")
       .spec("softcap", "has_softcap")
@@ -79,8 +84,8 @@ rt::OpRun declare_paged_attention() {
 
   // One program per (sequence and query tile, KV head and head group, KV split); then, with
   // splits, one per query row to combine them.
-  b.launch("paged_attention", {"batch * q_tiles", "hkv * (hq / hkv / group)", "num_splits"})
-      .launch("paged_attention_combine", {"rows", "1", "1"}, "num_splits > 1");
+  b.launch("paged_attention", {"batch * q_tiles", "hkv * (hq / hkv / group)", "splits"})
+      .launch("paged_attention_combine", {"rows", "1", "1"}, "splits > 1");
   return b.finish();
 }
 

@@ -144,7 +144,7 @@ void check_host_memory(const PagedAttentionShape& s) {
 
 PagedAttentionConfig paged_attention_config(const ParamMap& p) {
   return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits"), p.at("num_stages"),
-          p.count("block_m") ? p.at("block_m") : 0};
+          p.count("block_m") ? p.at("block_m") : 0, p.count("split_tokens") ? p.at("split_tokens") : 0};
 }
 
 KernelTemplate paged_attention_template() {
@@ -157,7 +157,9 @@ KernelTemplate paged_attention_template() {
               {"num_warps", 4, "warps per program on the GPU"},
               {"num_splits", 1, "split-KV partitions combined by a second kernel (power of two)"},
               {"num_stages", 2, "K/V copies in flight: software-pipeline stages (1: none; f16/bf16 on tensor cores)"},
-              {"block_m", 0, "query rows per program over head_group x sq packed rows (power of two; 0: automatic)"}};
+              {"block_m", 0, "query rows per program over head_group x sq packed rows (power of two; 0: automatic)"},
+              {"split_tokens", 0, "split-KV by size: keys per split (a multiple of block_n; num_splits 1), as many "
+                                  "splits as the cache's capacity needs; 0: num_splits"}};
   t.shape = {{"batch", 2, "sequences"},
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
@@ -188,7 +190,7 @@ KernelTemplate paged_attention_template() {
     PagedAttentionConfig cfg = paged_attention_config(params);
     std::vector<ir::Kernel> ks;
     ks.push_back(paged_attention_fused_kernel(s, cfg));
-    if (cfg.num_splits > 1) ks.push_back(paged_attention_combine_kernel(s, cfg));
+    if (paged_attention_splits(s, cfg) > 1) ks.push_back(paged_attention_combine_kernel(s, cfg));
     return ks;
   };
   // Offsets into a cache (or q and out, or the split partials) past 2^31 elements are 64-bit.

@@ -32,7 +32,7 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
     while (p < v) p *= 2;
     return p;
   };
-  const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = cfg.num_splits;
+  const int64_t w = cfg.num_warps, N = cfg.block_n, G = cfg.head_group, S = paged_attention_splits(s, cfg);
   const int64_t DV = s.dv(), DP = pow2(DV), BM = paged_attention_block_m(s, cfg), tiles = cdiv(G * s.sq, BM);
   // q's and K's column tiles; V's is one more unless it is K's first (the latent form).
   const std::vector<PagedAttentionColumns> cols = paged_attention_qk_columns(s);
@@ -77,9 +77,10 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       const int64_t lo = std::max(W > 0 ? std::max(p_lo + 1, W) - W : 0, s.chunk_keys(p_lo, len).first);
       // A tile past a shorter sequence's rows (varlen) walks nothing.
       const int64_t hi = rows == 0 ? lo : s.causal && tiles > 1 ? p_hi + 1 : std::max(lo, s.chunk_keys(p_hi, len).second);
-      const int64_t chunk = cdiv(cdiv(hi - lo, S), N) * N;
+      // (Split by size: pieces of split_tokens keys.)
+      const int64_t chunk = cfg.split_tokens ? cfg.split_tokens : cdiv(cdiv(hi - lo, S), N) * N;
       int64_t tokens = 0, entries = 0;
-      for (int64_t split = 0; split < S && chunk > 0; ++split) {
+      for (int64_t split = 0; split < S && chunk > 0 && hi > lo; ++split) {
         const int64_t start = lo + split * chunk, end = std::min(hi, start + chunk);
         for (int64_t s0 = start; s0 < end; s0 += N) {
           const int64_t step_end = std::min(end, s0 + N);

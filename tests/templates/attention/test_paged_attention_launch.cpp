@@ -186,7 +186,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
               {"kv_dtype", std::string(s.kv_fp8 ? ir::dtype_name(*s.kv_fp8) : "same")}, {"alibi", int64_t(s.alibi)},
               {"softcap", int64_t(s.softcap.has_value())}, {"sinks", int64_t(s.sinks)}, {"block_n", block_n},
               {"head_group", head_group}, {"block_m", params.at("block_m")}, {"num_warps", params.at("num_warps")},
-              {"num_splits", splits}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
+              {"num_splits", splits}, {"split_tokens", int64_t(0)}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
               {"causal", int64_t(s.causal)}, {"chunk", s.effective_chunk()}, {"varlen", int64_t(s.varlen)}};
           CHECK(spec == built_from);
           ++checked;
