@@ -315,7 +315,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     store(out + rows.col() * DV + d.row(), rows_of(o.to(io)), elems(own_ok));
   } else {
     auto part = rows * S + split; // [B, Hq, Sq, S]
-    store(out + part.col() * DV + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok));
+    // A split past its walk's end (a short sequence's, or by size past its last piece) stores
+    // only m = -inf and l = 0, which the combine reads as "nothing here": not its output rows.
+    store(out + part.col() * DV + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok & (start < end)));
     store(partial_m + part, m, own_ok);
     store(partial_l + part, l, own_ok);
   }
@@ -354,8 +356,10 @@ ir::Kernel build_combine(const CombineSpec& c) {
   Tile d_ok = DP != head_dim ? d < head_dim : Tile();
   auto m = load(partial_m + sidx);
   auto l = load(partial_l + sidx);
-  Tile o = DP != head_dim ? load(partial_o + sidx.col() * head_dim + d.row(), d_ok.row(), 0)
-                          : load(partial_o + sidx.col() * head_dim + d.row()); // [S, D]
+  // A split whose row saw no key (m = -inf; an empty split stored no o) weighs 0: its o is not
+  // read. (A NaN m is read, and carries its NaN into the row as before.)
+  Tile seen = m != -INFINITY;
+  Tile o = load(partial_o + sidx.col() * head_dim + d.row(), DP != head_dim ? seen.col() & d_ok.row() : seen.col(), 0); // [S, D]
   Tile m_all = reduce_max(m, 0);
   // The row's head: rows are [B, Hq, Sq], or packed [total_q, Hq].
   Tile sink = c.sinks ? load(sinks + (c.varlen ? row % c.hq : row / c.sq % c.hq)) : Tile();

@@ -48,6 +48,9 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
   auto pages_of = [&](int64_t lo, int64_t hi) { return hi > lo ? (hi - 1) / s.block_size - lo / s.block_size + 1 : 0; };
 
   PagedAttentionTraffic t;
+  // Split-KV's partials: the o rows the splits that walk store, and the o rows the combine
+  // reads (those of a split in which the row saw a key: m > -inf).
+  int64_t o_stored_rows = 0, o_read_rows = 0;
   const int64_t programs_per_tile = s.hkv * chunks * S; // grid (B x tiles, Hkv x chunks, S)
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = in.context_lens.get_int(size_t(b)), sq = in.query_len(b), R = G * sq;
@@ -82,6 +85,18 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       int64_t tokens = 0, entries = 0;
       for (int64_t split = 0; split < S && chunk > 0 && hi > lo; ++split) {
         const int64_t start = lo + split * chunk, end = std::min(hi, start + chunk);
+        if (S > 1 && start < end) {
+          o_stored_rows += s.hkv * chunks * rows;
+          // A packed row r of the tile is position r / G of its sequence; it sees the keys of
+          // its window and chunk, and with causal=1 those up to its position.
+          for (int64_t r = row0; r < row0 + rows; ++r) {
+            const int64_t p = len - sq + r / G;
+            const auto [c_lo, c_hi] = s.chunk_keys(p, len);
+            const int64_t a = std::max(W > 0 ? std::max(p + 1, W) - W : 0, c_lo);
+            const int64_t z = s.causal ? std::min(p + 1, c_hi) : c_hi;
+            if (std::max(a, start) < std::min(z, end)) o_read_rows += s.hkv * chunks;
+          }
+        }
         for (int64_t s0 = start; s0 < end; s0 += N) {
           const int64_t step_end = std::min(end, s0 + N);
           tokens += step_end - s0;
@@ -97,9 +112,10 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
   const int64_t rows = in.q_rows();
   t.out = rows * DV * e_io;
   if (S > 1) {
-    // Each split stores its f32 partials (o: head_dim, m and l: one each) for its rows; the
-    // combine kernel (one program per row) reads m and l [S] and o [S, head_dim] back.
-    t.partials = rows * S * (DV + 2) * 4 + rows * (2 * S * 4 * copies(S) + S * DV * 4 * copies(S * DP));
+    // Each split stores its f32 m and l for its rows, and o (head_dim) where it walked; the
+    // combine kernel (one program per row) reads m and l [S] back, and o of the splits in
+    // which the row saw a key.
+    t.partials = (rows * S * 2 + o_stored_rows * DV) * 4 + rows * 2 * S * 4 * copies(S) + o_read_rows * DV * 4 * copies(S * DP);
     // With sinks, each combine program reads its row's: one 4-byte warp-uniform request per warp.
     if (s.sinks) t.sinks += rows * w * 4;
   }
