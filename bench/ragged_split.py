@@ -4,8 +4,9 @@
 One batch, a few long sequences beside short ones (contexts 1, 17, 64, 900, 31000, 4096, 2,
 12000 by default), Hq 32, Hkv 8, head_dim 128, bf16, pages of 16: written as .npy inputs, then
 run on the CPU emulator with `tilec run paged_attention --inputs DIR --json` under each
-config: the uniform split (num_splits pieces of every walk) and the split by size
-(split_tokens keys a piece). For the attention kernel's launch the emulator counts what each
+config: the uniform split (num_splits pieces of every walk), the split by size
+(split_tokens keys a piece, a program each) and the planned split (those pieces shared by
+plan_programs programs; 132 is an H100's SMs). For the attention kernel's launch the emulator counts what each
 program moved in warp requests (K/V rows, page entries, q, partials); the table prints the
 grid, the programs that did more than the least, and the busiest program against the mean
 over the busy ones and over the whole grid. Counts, not times: the same on any machine.
@@ -31,6 +32,9 @@ CONFIGS = [
     ("by size, 1024 keys", ["split_tokens=1024"]),
     ("by size, 512 keys", ["split_tokens=512"]),
     ("by size, 256 keys", ["split_tokens=256"]),
+    ("planned, 512 x 132", ["split_tokens=512", "plan_programs=132"]),
+    ("planned, 256 x 132", ["split_tokens=256", "plan_programs=132"]),
+    ("planned, 256 x 264", ["split_tokens=256", "plan_programs=264"]),
 ]
 
 
@@ -81,7 +85,7 @@ def main():
             if done.returncode != 0:
                 sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
             result = json.loads(done.stdout.strip().splitlines()[-1])
-            work = result["programs"][0]
+            work = next(w for w in result["programs"] if w["kernel"] == "paged_attention")
             rows.append({"config": name, "set": " ".join(sets), "programs": work["programs"], "busy": work["busy"],
                          "max_bytes": work["max_bytes"], "busy_mean_bytes": work["busy_mean_bytes"],
                          "mean_bytes": work["mean_bytes"], "request_bytes": result["request_bytes"]})

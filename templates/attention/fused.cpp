@@ -37,6 +37,7 @@ struct FusedSpec {
   int64_t chunk;            // chunked local attention (effective_chunk; 0: none)
   int64_t head_dim_v;       // V's and out's (resolved: never 0)
   int64_t split_tokens;     // keys per split (0: the walk cut into cfg.num_splits pieces)
+  int64_t plan_programs;    // > 0: that many programs share the pieces a plan lists (split_tokens)
   bool latent;              // V is the first head_dim_v columns of k_cache
   std::vector<PagedAttentionColumns> cols; // q's and K's column tiles (paged_attention_qk_columns)
 
@@ -47,7 +48,7 @@ struct FusedSpec {
                        head_dim, block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
                        varlen, chunk, sinks) +
-           fmt::format("/{}/{}/{}", head_dim_v, latent, split_tokens);
+           fmt::format("/{}/{}/{}/{}", head_dim_v, latent, split_tokens, plan_programs);
   }
 };
 
@@ -57,6 +58,49 @@ struct FusedSpec {
 bool transposed_tile(DType dtype, int64_t bm, int64_t block_n, int64_t head_dim, int64_t num_warps) {
   return head_dim <= 256 && dtype != DType::f32 && bm <= 8 && block_n % (16 * num_warps) == 0 &&
          next_pow2(head_dim) % (16 * num_warps) == 0;
+}
+
+// Chunked local attention: a row at position p sees its chunk's keys, [p - p mod C, that + C)
+// cut to the context, and none at a negative position (C is below 2^31: effective_chunk).
+// Both ends are computed without wrapping: p mod C as a remainder made non-negative, the end
+// as lo + min(C, ctx - lo) with lo in [0, ctx].
+Tile chunk_start(const Tile& p, int64_t C) {
+  Tile rem = p % C;
+  return max(p - where(rem < 0, rem + C, rem), 0);
+}
+Tile chunk_end(const Tile& p, const Tile& lo_p, const Tile& ctx, int64_t C) {
+  return where(p < 0, 0, lo_p + min(ctx - lo_p, C));
+}
+
+// The keys [lo, hi) a query tile walks (lo null: from 0), for a sequence of `ctx` keys and
+// (varlen) `q_len` query rows, the tile from packed row `row0` (null: the only tile), with the
+// positions of its rows: row 0's (first_pos) and its first row's (p_lo). A sliding window starts
+// the walk at the first key the tile's first row sees, so the bytes read grow with the window,
+// not the context. The window W is below 2^31 - 1 (effective_window) and the first key a row at
+// position p sees is max(p + 1, W) - W: no i32 value on the way wraps, however large W or small p
+// is. Causal: the walk ends at the tile's last position. Elementwise: the plan computes it for a
+// vector of tiles at once, the kernel for its own.
+struct Walk {
+  Tile first_pos, p_lo, lo, hi;
+};
+Walk walk_range(const FusedSpec& sp, const Tile& ctx, const Tile& q_len, const Tile& row0) {
+  const int64_t G = sp.cfg.head_group, BM = sp.block_m, T = cdiv(G * sp.sq, BM), W = sp.window, C = sp.chunk;
+  // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
+  Tile i_lo = T == 1 ? Tile() : row0 / G;
+  Walk w;
+  w.first_pos = sp.varlen ? ctx - q_len : ctx - sp.sq; // the position of row 0
+  w.p_lo = i_lo ? w.first_pos + i_lo : w.first_pos;
+  Tile p_hi = T == 1 ? ctx - 1 : w.first_pos + min((row0 + (BM - 1)) / G, sp.varlen ? q_len - 1 : scalar(sp.sq - 1, i32));
+  Tile lo = W > 0 ? max(w.p_lo + 1, W) - W : Tile();
+  if (C > 0) lo = lo ? max(lo, chunk_start(w.p_lo, C)) : chunk_start(w.p_lo, C);
+  Tile hi = sp.causal && T > 1 ? p_hi + 1 : C > 0 ? chunk_end(p_hi, chunk_start(p_hi, C), ctx, C) : ctx;
+  // A tile past a shorter sequence's rows (varlen) walks nothing.
+  if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, lo ? lo : scalar(0, i32));
+  // (A chunked tile whose rows sit before the context's start walks nothing either.)
+  if (lo && C > 0) hi = max(hi, lo);
+  w.lo = lo;
+  w.hi = hi;
+  return w;
 }
 
 // One program per (query tile, sequence b; KV head and head-group chunk; KV split). The query
@@ -116,20 +160,25 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile cap = sp.softcap ? k.arg<f32>("softcap") : Tile();
   Tile k_scale = fp8 ? k.arg<f32>("k_scale") : Tile(), v_scale = fp8 ? k.arg<f32>("v_scale") : Tile();
   auto max_blocks = k.arg<i32>("max_blocks");
+  // A plan (build_plan): the pieces of every (sequence, query tile), listed in a workspace.
+  Tile plan = sp.plan_programs ? k.arg<Ptr<i32>>("plan") : Tile();
+  Tile batch = sp.plan_programs ? k.arg<i32>("batch") : Tile();
 
   // An fp8 cache is widened to q's dtype (exactly: f16 and bf16 hold every fp8 value), so the
   // dots run as they do for that dtype; its scales apply to the scores and the output.
   if (fp8) scale = scale * k_scale;
   auto widen = [&](Tile t) { return fp8 ? t.to(io) : t; };
-  // Grid (batch x query tiles, KV heads x head-group chunks, splits).
-  auto b = T == 1 ? program_id(0) : program_id(0) / T, split = program_id(2);
-  Tile row0 = T == 1 ? Tile() : program_id(0) % T * BM; // the tile's first packed row
-  auto kvh = program_id(1) / (group / G);
+  // One work item: sequence b, the tile from packed row row0 (null: the only tile), head-group
+  // chunk hc of the KV heads (KV head hc / (group / G)), KV split `split`: a program of the grid
+  // (batch x query tiles, KV heads x head-group chunks, splits), or with a plan each piece of a
+  // program's share in turn (below).
+  auto work = [&](const Tile& b, const Tile& row0, const Tile& hc, const Tile& split) {
+  auto kvh = hc / (group / G);
   Tile lane_rows = BMP > BM ? arange(0, BMP) % BM : arange(0, BM);
   auto packed = T == 1 ? lane_rows : row0 + lane_rows;
   Tile g = sp.sq == 1 ? packed : G == 1 ? Tile() : packed % G;
   Tile i = sp.sq == 1 ? Tile() : G == 1 ? packed : packed / G; // query position within Sq
-  Tile heads = kvh * group + (program_id(1) % (group / G)) * G;
+  Tile heads = kvh * group + (hc % (group / G)) * G;
   if (g) heads = heads + g;
   Tile q_start = sp.varlen ? load(query_start_loc + b) : Tile();
   Tile q_len = sp.varlen ? load(query_start_loc + b + 1) - q_start : Tile(); // this sequence's Sq_b
@@ -160,34 +209,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile slope = sp.alibi ? load(alibi_slopes + heads, own_ok, 0) : Tile();
 
   auto ctx = load(context_lens + b);
-  // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
   const bool masks = sp.causal || sp.window > 0 || sp.chunk > 0;
-  Tile i_lo = T == 1 ? Tile() : row0 / G;
-  Tile first_pos = sp.varlen ? ctx - q_len : ctx - sp.sq; // the position of row 0
-  Tile p_lo = i_lo ? first_pos + i_lo : first_pos;
-  Tile p_hi = T == 1 ? ctx - 1 : first_pos + min((row0 + (BM - 1)) / G, sp.varlen ? q_len - 1 : scalar(sp.sq - 1, i32));
-  // This program's keys [lo, hi), split into S chunks of whole N-token steps. A sliding window
-  // starts the walk at the first key the tile's first row sees, so the bytes read grow with the
-  // window, not the context. The window W is below 2^31 - 1 (effective_window) and the first
-  // key a row at position p sees is max(p + 1, W) - W: no i32 value on the way wraps, however
-  // large W or small p is. Causal: the walk ends at the tile's last position.
+  const Walk walk = walk_range(sp, ctx, q_len, row0);
+  Tile first_pos = walk.first_pos, p_lo = walk.p_lo, lo = walk.lo, hi = walk.hi;
   const int64_t W = sp.window, C = sp.chunk;
-  // Chunked local attention: a row at position p sees its chunk's keys, [p - p mod C, that + C)
-  // cut to the context, and none at a negative position (C is below 2^31: effective_chunk).
-  // Both ends are computed without wrapping: p mod C as a remainder made non-negative, the
-  // end as lo + min(C, ctx - lo) with lo in [0, ctx].
-  auto chunk_lo = [&](const Tile& p) {
-    Tile rem = p % C;
-    return max(p - where(rem < 0, rem + C, rem), 0);
-  };
-  auto chunk_hi = [&](const Tile& p, const Tile& lo_p) { return where(p < 0, 0, lo_p + min(ctx - lo_p, C)); };
-  Tile lo = W > 0 ? max(p_lo + 1, W) - W : Tile();
-  if (C > 0) lo = lo ? max(lo, chunk_lo(p_lo)) : chunk_lo(p_lo);
-  Tile hi = sp.causal && T > 1 ? p_hi + 1 : C > 0 ? chunk_hi(p_hi, chunk_lo(p_hi)) : ctx;
-  // A tile past a shorter sequence's rows (varlen) walks nothing.
-  if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, lo ? lo : scalar(0, i32));
-  // (A chunked tile whose rows sit before the context's start walks nothing either.)
-  if (lo && C > 0) hi = max(hi, lo);
+  auto chunk_lo = [&](const Tile& p) { return chunk_start(p, C); };
+  auto chunk_hi = [&](const Tile& p, const Tile& lo_p) { return chunk_end(p, lo_p, ctx, C); };
   // Split by size: pieces of split_tokens keys (a multiple of N) from the walk's first key.
   Tile chunk = sp.split_tokens ? scalar(sp.split_tokens, i32) : ((lo ? hi - lo : hi) + (S - 1)) / S;
   if (!sp.split_tokens) chunk = (chunk + (N - 1)) / N * N;
@@ -321,6 +348,76 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     store(partial_m + part, m, own_ok);
     store(partial_l + part, l, own_ok);
   }
+  };
+  if (!sp.plan_programs) {
+    work(T == 1 ? program_id(0) : program_id(0) / T, T == 1 ? Tile() : program_id(0) % T * BM, program_id(1),
+         program_id(2));
+    return k.finish();
+  }
+  // Planned: the pieces (split_tokens keys of one tile's walk, for one head-group chunk) in the
+  // plan's order, items (b, tile) by piece count, the same list for each of the H head-group
+  // chunks; program p of P takes pieces [p J / P, (p + 1) J / P) of the J = H x (pieces per
+  // chunk), so every program gets the same number of pieces, within one.
+  const int64_t H = sp.hkv * (group / G), P = sp.plan_programs;
+  Tile items = batch * T;
+  Tile per_chunk = load(plan + items); // the plan's prefix ends with the pieces of one chunk
+  Tile total = (per_chunk * H).to(i64);
+  Tile first = (program_id(0).to(i64) * total / P).to(i32), last = ((program_id(0) + 1).to(i64) * total / P).to(i32);
+  for_range(first, last, 1, [&](Scalar j) {
+    Tile hc = j / per_chunk, jj = j % per_chunk;
+    Tile item = load(plan + items + 1 + jj); // the table of pieces after the prefix
+    Tile piece = jj - load(plan + item);
+    work(T == 1 ? item : item / T, T == 1 ? Tile() : item % T * BM, hc, piece);
+  });
+  return k.finish();
+}
+
+// The plan of split_tokens pieces (planned paged attention): one program lists, for each item
+// (sequence b, query tile) in order, its pieces, cdiv of its walk by split_tokens and at least
+// one (an empty walk still writes its zeros or empty partials): plan[0 .. items] the prefix
+// (plan[i] the pieces before item i, plan[items] all of them), then plan[items + 1 + j] the
+// item of piece j. With splits it also sets every row's partial m to -inf and l to 0 first: the
+// splits no piece covers are "nothing here" to the combine. It reads context_lens (and
+// query_start_loc) on the device, so a captured call plans each replay's batch.
+ir::Kernel build_plan(const FusedSpec& sp) {
+  const int64_t G = sp.cfg.head_group, BM = sp.block_m, T = cdiv(G * sp.sq, BM), S = sp.cfg.num_splits;
+  const int64_t U = sp.split_tokens, L = 128;
+  KernelBuilder k("paged_attention_plan");
+  auto context_lens = k.arg<Ptr<i32>>("context_lens");
+  Tile query_start_loc = sp.varlen ? k.arg<Ptr<i32>>("query_start_loc") : Tile();
+  auto plan = k.arg<Ptr<i32>>("plan");
+  Tile partial_m = S > 1 ? k.arg<Ptr<f32>>("partial_m") : Tile();
+  Tile partial_l = S > 1 ? k.arg<Ptr<f32>>("partial_l") : Tile();
+  auto batch = k.arg<i32>("batch");
+  auto rows = k.arg<i32>("rows");
+  if (S > 1)
+    for_range(0, cdiv(rows * S, L), 1, [&](Scalar c) {
+      auto idx = c * L + arange(0, L);
+      store(partial_m + idx, full({L}, -INFINITY), idx < rows * S);
+      store(partial_l + idx, zeros({L}), idx < rows * S);
+    });
+  auto items = batch * T;
+  auto lane = arange(0, L);
+  store(plan + arange(0, 1), zeros({1}, i32));
+  Var before = scalar(0, i32); // the pieces of the items of earlier chunks
+  for_range(0, cdiv(items, L), 1, [&](Scalar c) {
+    auto item = c * L + lane;
+    auto ok = item < items;
+    Tile b = T == 1 ? Tile(item) : item / T;
+    Tile row0 = T == 1 ? Tile() : item % T * BM;
+    Tile ctx = load(context_lens + b, ok, 0);
+    Tile q_len = sp.varlen ? load(query_start_loc + b + 1, ok, 0) - load(query_start_loc + b, ok, 0) : Tile();
+    const Walk w = walk_range(sp, ctx, q_len, row0);
+    Tile len = w.lo ? w.hi - w.lo : w.hi;
+    auto n = where(ok, max((len + (U - 1)) / U, 1), 0);
+    // The inclusive prefix over the chunk's lanes: lane i sums the pieces of lanes 0 .. i.
+    auto upto = reduce_sum(where(lane.row() <= lane.col(), n.row(), 0), 1);
+    store(plan + item + 1, before + upto, ok);
+    // Item i's pieces go to table entries plan[i] .. plan[i] + n_i - 1.
+    auto at = before + upto - n;
+    for_range(0, S, 1, [&](Scalar piece) { store(plan + items + 1 + at + piece, item, ok & (piece < n)); });
+    before = before + reduce_sum(n, 0);
+  });
   return k.finish();
 }
 
@@ -383,6 +480,9 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
                                 cfg.head_group, s.hq, s.hkv, s.group()));
   // Resolved: num_splits is the grid's splits; the size of a split by size is the spec's own.
   const int64_t split_tokens = cfg.split_tokens;
+  if (cfg.plan_programs < 0 || cfg.plan_programs > kMaxPlanPrograms || (cfg.plan_programs && !split_tokens))
+    throw UserError(fmt::format("paged_attention: plan_programs {} must be 0, or with split_tokens from 1 to {}",
+                                cfg.plan_programs, kMaxPlanPrograms));
   cfg.num_splits = paged_attention_splits(s, cfg);
   cfg.split_tokens = 0;
   if (std::string why = num_warps_error(cfg.num_warps); !why.empty()) throw UserError("paged_attention: " + why);
@@ -391,7 +491,7 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
                                 ir::kMaxPipelineStages));
   return {s.hq, s.hkv, s.sq, s.head_dim, s.block_size, s.dtype, s.cache_dtype(), s.alibi, s.softcap.has_value(),
           s.sinks, s.effective_window(), s.causal, s.varlen, cfg, paged_attention_block_m(s, cfg), s.effective_chunk(),
-          s.dv(), split_tokens, s.latent, paged_attention_qk_columns(s)};
+          s.dv(), split_tokens, cfg.plan_programs, s.latent, paged_attention_qk_columns(s)};
 }
 
 } // namespace
@@ -449,6 +549,10 @@ CombineSpec combine_spec(const PagedAttentionShape& s, const PagedAttentionConfi
 }
 } // namespace
 
+ir::Kernel paged_attention_plan_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
+  return build_plan(fused_spec(s, cfg));
+}
+
 ir::Kernel paged_attention_combine_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
   return build_combine(combine_spec(s, cfg));
 }
@@ -470,7 +574,7 @@ rt::RunValues paged_attention_run_values(const PagedAttentionShape& s, const Pag
   return rt::RunValues(paged_attention_run(), sizes, std::move(present),
                        {{"block_n", cfg.block_n}, {"head_group", cfg.head_group}, {"num_warps", cfg.num_warps},
                         {"num_splits", cfg.num_splits}, {"num_stages", cfg.num_stages}, {"block_m", cfg.block_m},
-                        {"split_tokens", cfg.split_tokens}});
+                        {"split_tokens", cfg.split_tokens}, {"plan_programs", cfg.plan_programs}});
 }
 
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
@@ -519,6 +623,22 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
     args.push_back(launch::Arg::of_float(s.v_scale));
   }
   args.push_back(launch::Arg::of_int(s.max_blocks));
+  launch::Buffer plan("plan", ir::DType::i32, size_t(run.workspace_elements("plan")));
+  if (run.launched("paged_attention_plan")) {
+    ir::Kernel planner = prim::detail::cached_kernel("plan/" + sp.key(), [&] { return build_plan(sp); });
+    std::vector<launch::Arg> plan_args{launch::Arg::of(mut.context_lens)};
+    if (s.varlen) plan_args.push_back(launch::Arg::of(mut.query_start_loc));
+    plan_args.push_back(launch::Arg::of(plan));
+    if (S > 1) {
+      plan_args.push_back(launch::Arg::of(pm));
+      plan_args.push_back(launch::Arg::of(pl));
+    }
+    plan_args.push_back(launch::Arg::of_int(s.batch));
+    plan_args.push_back(launch::Arg::of_int(run.value_int("rows")));
+    launcher.launch(planner, int(sp.cfg.num_warps), run.grid("paged_attention_plan"), plan_args);
+    args.push_back(launch::Arg::of(plan));
+    args.push_back(launch::Arg::of_int(s.batch));
+  }
   launcher.launch(kernel, int(sp.cfg.num_warps), run.grid("paged_attention"), args);
 
   if (run.launched("paged_attention_combine")) {

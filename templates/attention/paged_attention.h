@@ -202,7 +202,12 @@ struct PagedAttentionConfig {
   // length alone (batch-invariant). The grid's splits are as many as the longest walk the cache
   // holds needs (paged_attention_splits), fixed by the maximum sizes; num_splits must be 1.
   int64_t split_tokens = 0;
+  // > 0 (with split_tokens): a plan lists every sequence's pieces on the device, and this many
+  // programs share them, each the same number within one: the grid is plan_programs, not one
+  // program per piece the capacity allows.
+  int64_t plan_programs = 0;
 };
+constexpr int64_t kMaxPlanPrograms = int64_t(1) << 20;
 
 // The KV splits of the grid: num_splits, or with split_tokens the pieces of the longest walk
 // the cache holds (max_blocks x block_size keys) rounded up to a power of two. UserError for
@@ -250,8 +255,10 @@ struct PagedAttentionTraffic {
   int64_t q = 0, alibi_slopes = 0, sinks = 0, context_lens = 0, query_start_loc = 0, block_table = 0, k_cache = 0,
           v_cache = 0, out = 0;
   int64_t partials = 0; // num_splits > 1: partial_o, partial_m, partial_l written and read back
+  int64_t plan = 0;     // plan_programs > 0: the plan written and read
   int64_t total() const {
-    return q + alibi_slopes + sinks + context_lens + query_start_loc + block_table + k_cache + v_cache + out + partials;
+    return q + alibi_slopes + sinks + context_lens + query_start_loc + block_table + k_cache + v_cache + out + partials +
+           plan;
   }
 };
 PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, const PagedAttentionConfig& cfg);
@@ -261,6 +268,8 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
 namespace tilec::templates {
 // The fused kernel for a problem shape and config (for `tilec ir`, codegen tests).
 ir::Kernel paged_attention_fused_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
+// The plan of planned split-KV (plan_programs > 0): every sequence's pieces, listed on the device.
+ir::Kernel paged_attention_plan_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);
 // The kernel that combines num_splits f32 partials per row (num_splits > 1); with sinks, it
 // adds each row's sink to the denominator once.
 ir::Kernel paged_attention_combine_kernel(const PagedAttentionShape& s, const PagedAttentionConfig& cfg);

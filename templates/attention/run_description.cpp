@@ -49,7 +49,9 @@ rt::OpRun declare_paged_attention() {
       .let("q_tiles", "cdiv(group * sq, tile_rows)")
       // The KV splits (paged_attention_splits): num_splits, or by size the pieces of split_tokens
       // keys the cache's longest walk needs, rounded up to a power of two.
-      .let("splits", "split_tokens == 0 ? num_splits : pow2(cdiv(max(max_blocks * block_size, 1), split_tokens))");
+      .let("splits", "split_tokens == 0 ? num_splits : pow2(cdiv(max(max_blocks * block_size, 1), split_tokens))")
+      // Planned: the items (sequence, query tile) whose pieces the plan lists.
+      .let("items", "batch * q_tiles");
 
   b.input("q", {{"batch", "hq", "sq", "head_dim"}, "dtype"})
       .input("k_cache", {{"num_blocks", "block_size", "hkv", "head_dim"}, "cache_dtype"})
@@ -67,7 +69,9 @@ rt::OpRun declare_paged_attention() {
   // Split-KV (flash-decoding): each split's f32 partials, combined by the second launch.
   b.workspace("partial_o", ScalarType::f32, "rows * splits * head_dim_v", "splits > 1")
       .workspace("partial_m", ScalarType::f32, "rows * splits", "splits > 1")
-      .workspace("partial_l", ScalarType::f32, "rows * splits", "splits > 1");
+      .workspace("partial_l", ScalarType::f32, "rows * splits", "splits > 1")
+      // The plan (plan_programs > 0): each item's first piece, then the item of every piece.
+      .workspace("plan", ScalarType::i32, "items * (splits + 1) + 1", "plan_programs > 0");
 
   // What both modules are specialized on. A window at least as long as any context can be is
   // no window; a chunk is cut to the capacity (PagedAttentionShape::effective_window, _chunk).
@@ -75,7 +79,7 @@ rt::OpRun declare_paged_attention() {
                         "head_group", "num_warps", "num_stages", "block_m", "causal", "varlen"})
     b.spec(n, n);
   // Split by size: the splits depend on the capacity too.
-  b.spec("num_splits", "splits").spec("split_tokens", "split_tokens");
+  b.spec("num_splits", "splits").spec("split_tokens", "split_tokens").spec("plan_programs", "plan_programs");
   b.spec("head_dim_v", "head_dim_v_key")
       .spec("sinks", "has_sinks")
       .spec("softcap", "has_softcap")
@@ -84,7 +88,10 @@ rt::OpRun declare_paged_attention() {
 
   // One program per (sequence and query tile, KV head and head group, KV split); then, with
   // splits, one per query row to combine them.
-  b.launch("paged_attention", {"batch * q_tiles", "hkv * (hq / hkv / group)", "splits"})
+  // Planned: first the plan, then plan_programs programs sharing its pieces.
+  b.launch("paged_attention_plan", {"1", "1", "1"}, "plan_programs > 0")
+      .launch("paged_attention", {"plan_programs > 0 ? plan_programs : batch * q_tiles",
+                                  "plan_programs > 0 ? 1 : hkv * (hq / hkv / group)", "plan_programs > 0 ? 1 : splits"})
       .launch("paged_attention_combine", {"rows", "1", "1"}, "splits > 1");
   return b.finish();
 }

@@ -144,7 +144,8 @@ void check_host_memory(const PagedAttentionShape& s) {
 
 PagedAttentionConfig paged_attention_config(const ParamMap& p) {
   return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits"), p.at("num_stages"),
-          p.count("block_m") ? p.at("block_m") : 0, p.count("split_tokens") ? p.at("split_tokens") : 0};
+          p.count("block_m") ? p.at("block_m") : 0, p.count("split_tokens") ? p.at("split_tokens") : 0,
+          p.count("plan_programs") ? p.at("plan_programs") : 0};
 }
 
 KernelTemplate paged_attention_template() {
@@ -159,7 +160,9 @@ KernelTemplate paged_attention_template() {
               {"num_stages", 2, "K/V copies in flight: software-pipeline stages (1: none; f16/bf16 on tensor cores)"},
               {"block_m", 0, "query rows per program over head_group x sq packed rows (power of two; 0: automatic)"},
               {"split_tokens", 0, "split-KV by size: keys per split (a multiple of block_n; num_splits 1), as many "
-                                  "splits as the cache's capacity needs; 0: num_splits"}};
+                                  "splits as the cache's capacity needs; 0: num_splits"},
+              {"plan_programs", 0, "with split_tokens: this many programs share the pieces a plan on the device lists "
+                                   "(0: a program per piece the capacity allows)"}};
   t.shape = {{"batch", 2, "sequences"},
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},
@@ -189,6 +192,7 @@ KernelTemplate paged_attention_template() {
     PagedAttentionShape s = paged_attention_shape(shape);
     PagedAttentionConfig cfg = paged_attention_config(params);
     std::vector<ir::Kernel> ks;
+    if (cfg.plan_programs) ks.push_back(paged_attention_plan_kernel(s, cfg)); // launched first
     ks.push_back(paged_attention_fused_kernel(s, cfg));
     if (paged_attention_splits(s, cfg) > 1) ks.push_back(paged_attention_combine_kernel(s, cfg));
     return ks;

@@ -51,23 +51,14 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
   // Split-KV's partials: the o rows the splits that walk store, and the o rows the combine
   // reads (those of a split in which the row saw a key: m > -inf).
   int64_t o_stored_rows = 0, o_read_rows = 0;
+  // Planned (plan_programs): the grid is the programs sharing the plan's pieces.
+  const bool planned = cfg.plan_programs > 0;
+  int64_t plan_pieces = 0; // of one head-group chunk
   const int64_t programs_per_tile = s.hkv * chunks * S; // grid (B x tiles, Hkv x chunks, S)
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = in.context_lens.get_int(size_t(b)), sq = in.query_len(b), R = G * sq;
     for (int64_t tile = 0; tile < tiles; ++tile) {
-      // Every program reads q's rows of its tile (each split again), the slopes of their heads
-      // (every warp: each holds at least a head group's worth of rows or the whole tile), and
-      // the context length: one 4-byte warp-uniform request per warp.
       const int64_t row0 = tile * BM, rows = std::clamp<int64_t>(R - row0, 0, BM);
-      // (A transposed tile holds 8 rows, its repeats reading nothing.)
-      const int64_t q_rows = paged_attention_transposed(s, cfg) ? 8 : BM;
-      for (const PagedAttentionColumns& c : cols) t.q += programs_per_tile * rows * c.valid * e_io * copies(q_rows * c.width);
-      if (s.alibi) t.alibi_slopes += programs_per_tile * std::min(G, rows) * 4 * w;
-      // Without splits, the sinks of its rows' heads too, as the slopes (with splits, the
-      // combine reads them).
-      if (s.sinks && S == 1) t.sinks += programs_per_tile * std::min(G, rows) * 4 * w;
-      t.context_lens += programs_per_tile * w * 4;
-      if (s.varlen) t.query_start_loc += programs_per_tile * w * 8; // its two entries, warp-uniform
       // The walk (build_fused): from the first key the window lets the tile's first row see
       // (0 without one) to the context's end, or with causal=1 and several tiles to the tile's
       // last position, in S chunks of whole N-token steps; splits past the end walk nothing
@@ -82,6 +73,28 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       const int64_t hi = rows == 0 ? lo : s.causal && tiles > 1 ? p_hi + 1 : std::max(lo, s.chunk_keys(p_hi, len).second);
       // (Split by size: pieces of split_tokens keys.)
       const int64_t chunk = cfg.split_tokens ? cfg.split_tokens : cdiv(cdiv(hi - lo, S), N) * N;
+      // The programs that run this tile: one per split of each head-group chunk, or planned one
+      // per piece (at least one) of each chunk, each also reading its table entry and the
+      // item's first piece (4-byte warp-uniform requests per warp).
+      const int64_t pieces = planned ? std::max<int64_t>(1, cdiv(hi - lo, cfg.split_tokens)) : 0;
+      const int64_t units = planned ? s.hkv * chunks * pieces : programs_per_tile;
+      if (planned) {
+        t.plan += units * w * 8;
+        if (S > 1) t.partials += units * rows * 2 * 4 - programs_per_tile * rows * 2 * 4; // m and l per piece, not per split
+        plan_pieces += pieces;
+      }
+      // Every program reads q's rows of its tile (each split again), the slopes of their heads
+      // (every warp: each holds at least a head group's worth of rows or the whole tile), and
+      // the context length: one 4-byte warp-uniform request per warp.
+      // (A transposed tile holds 8 rows, its repeats reading nothing.)
+      const int64_t q_rows = paged_attention_transposed(s, cfg) ? 8 : BM;
+      for (const PagedAttentionColumns& c : cols) t.q += units * rows * c.valid * e_io * copies(q_rows * c.width);
+      if (s.alibi) t.alibi_slopes += units * std::min(G, rows) * 4 * w;
+      // Without splits, the sinks of its rows' heads too, as the slopes (with splits, the
+      // combine reads them).
+      if (s.sinks && S == 1) t.sinks += units * std::min(G, rows) * 4 * w;
+      t.context_lens += units * w * 4;
+      if (s.varlen) t.query_start_loc += units * w * 8; // its two entries, warp-uniform
       int64_t tokens = 0, entries = 0;
       for (int64_t split = 0; split < S && chunk > 0 && hi > lo; ++split) {
         const int64_t start = lo + split * chunk, end = std::min(hi, start + chunk);
@@ -110,12 +123,26 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
     }
   }
   const int64_t rows = in.q_rows();
+  if (planned) {
+    // The plan: every row's partial m and l set (with splits), the prefix of the items' pieces
+    // and the table of pieces stored, each item's context length (and query rows) read, the
+    // distinct sequences of 32 consecutive items per request; then each program reads the
+    // pieces of a chunk (a 4-byte warp-uniform request per warp).
+    const int64_t items = s.batch * tiles;
+    if (S > 1) t.plan += rows * S * 2 * 4;
+    t.plan += (items + 1 + plan_pieces) * 4;
+    for (int64_t i0 = 0; i0 < items; i0 += 32) {
+      const int64_t seqs = (std::min(items, i0 + 32) - 1) / tiles - i0 / tiles + 1;
+      t.plan += seqs * 4 * (s.varlen ? 3 : 1);
+    }
+    t.plan += cfg.plan_programs * w * 4;
+  }
   t.out = rows * DV * e_io;
   if (S > 1) {
     // Each split stores its f32 m and l for its rows, and o (head_dim) where it walked; the
     // combine kernel (one program per row) reads m and l [S] back, and o of the splits in
     // which the row saw a key.
-    t.partials = (rows * S * 2 + o_stored_rows * DV) * 4 + rows * 2 * S * 4 * copies(S) + o_read_rows * DV * 4 * copies(S * DP);
+    t.partials += (rows * S * 2 + o_stored_rows * DV) * 4 + rows * 2 * S * 4 * copies(S) + o_read_rows * DV * 4 * copies(S * DP);
     // With sinks, each combine program reads its row's: one 4-byte warp-uniform request per warp.
     if (s.sinks) t.sinks += rows * w * 4;
   }

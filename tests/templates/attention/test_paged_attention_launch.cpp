@@ -102,17 +102,21 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
     PagedAttentionInputs in = make_paged_attention_inputs(s, 7, 40);
     const int64_t group = c.hq / c.hkv, pages = int64_t(in.k_cache.count()) / (8 * c.hkv * c.head_dim);
     for (int64_t head_group : {int64_t(0), int64_t(1), group})
-      for (int64_t splits : {1, 2, 4})
+      for (int64_t split_choice : {1, 2, 4, -1}) // -1: planned, pieces of 32 keys over 5 programs
         for (int64_t block_n : {16, 32}) {
           ParamMap params;
           for (const Param& p : t.params) params[p.name] = p.value;
           params.insert_or_assign("head_group", head_group);
-          params.insert_or_assign("num_splits", splits);
+          const bool planned = split_choice < 0;
+          params.insert_or_assign("num_splits", planned ? 1 : split_choice);
+          params.insert_or_assign("split_tokens", planned ? 32 : 0);
+          params.insert_or_assign("plan_programs", planned ? 5 : 0);
           params.insert_or_assign("block_n", block_n);
           params.insert_or_assign("num_stages", 1);
           INFO(fmt::format("batch={} hq={} hkv={} sq={} head_dim={} alibi={} dtype={} chunk={} head_group={} num_splits={} "
                            "block_n={}",
-                           c.batch, c.hq, c.hkv, c.sq, c.head_dim, c.alibi, c.dtype, c.chunk, head_group, splits, block_n));
+                           c.batch, c.hq, c.hkv, c.sq, c.head_dim, c.alibi, c.dtype, c.chunk, head_group, split_choice,
+                           block_n));
           Recorder rec;
           run_paged_attention_fused(in, paged_attention_config(params), rec);
 
@@ -151,10 +155,13 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           CHECK(described == recorded);
           // The grid the kernel's tiles are built for: a program per query tile of
           // paged_attention_block_m rows, per group of heads, per split; the combine, a program a row.
+          // Planned: the plan, then its 5 programs.
           const PagedAttentionConfig cfg = paged_attention_config(params);
+          const int64_t splits = paged_attention_splits(s, cfg);
           const int64_t heads = head_group ? head_group : group, rows = c.batch * c.hq * c.sq;
           std::vector<std::pair<std::string, std::array<int64_t, 3>>> built = {
               {"paged_attention", {c.batch * paged_attention_query_tiles(s, cfg), c.hkv * (group / heads), splits}}};
+          if (planned) built = {{"paged_attention_plan", {1, 1, 1}}, {"paged_attention", {5, 1, 1}}};
           if (splits > 1) built.push_back({"paged_attention_combine", {rows, 1, 1}});
           CHECK(recorded == built);
           if (t.grid) CHECK(launch_grid(t, params, shape) == RecGrid{recorded[0].second[0], recorded[0].second[1], recorded[0].second[2]});
@@ -166,12 +173,15 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
           std::map<std::string, size_t> allocated;
           for (const Recorder::Launch& l : rec.launches)
             for (const auto& [name, n] : l.buffers)
-              if (name.starts_with("partial_")) allocated[name] = n;
+              if (name.starts_with("partial_") || name == "plan") allocated[name] = n;
           CHECK(partials == allocated);
+          std::map<std::string, size_t> own;
           if (splits > 1)
-            CHECK(allocated == std::map<std::string, size_t>{{"partial_l", size_t(rows * splits)},
-                                                             {"partial_m", size_t(rows * splits)},
-                                                             {"partial_o", size_t(rows * splits * dv)}});
+            own = {{"partial_l", size_t(rows * splits)}, {"partial_m", size_t(rows * splits)}, {"partial_o", size_t(rows * splits * dv)}};
+          // The plan: each item's first piece and the items' count, then a table entry per piece.
+          const int64_t items = c.batch * paged_attention_query_tiles(s, cfg);
+          if (planned) own["plan"] = size_t(items * (splits + 1) + 1);
+          CHECK(allocated == own);
 
           // What the modules are looked up with is what they are compiled with.
           std::map<std::string, rt::SpecValue> spec;
@@ -186,7 +196,8 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
               {"kv_dtype", std::string(s.kv_fp8 ? ir::dtype_name(*s.kv_fp8) : "same")}, {"alibi", int64_t(s.alibi)},
               {"softcap", int64_t(s.softcap.has_value())}, {"sinks", int64_t(s.sinks)}, {"block_n", block_n},
               {"head_group", head_group}, {"block_m", params.at("block_m")}, {"num_warps", params.at("num_warps")},
-              {"num_splits", splits}, {"split_tokens", int64_t(0)}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
+              {"num_splits", splits}, {"split_tokens", planned ? int64_t(32) : int64_t(0)},
+              {"plan_programs", planned ? int64_t(5) : int64_t(0)}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
               {"causal", int64_t(s.causal)}, {"chunk", s.effective_chunk()}, {"varlen", int64_t(s.varlen)}};
           CHECK(spec == built_from);
           ++checked;
@@ -199,7 +210,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
     for (const auto& [k, v] : problem_key(t, shape)) db_fields.insert(k);
     CHECK(key_fields == db_fields);
   }
-  CHECK(checked == int(shapes.size()) * 18);
+  CHECK(checked == int(shapes.size()) * 24);
   std::filesystem::remove_all(dir);
 }
 

@@ -76,20 +76,26 @@ TEST_CASE("split by size matches the reference on ragged batches with every feat
     s.hq = 8, s.hkv = 2, s.head_dim = 64, s.block_size = 16, s.max_blocks = 32, s.dtype = c.dtype;
     s.sq = c.sq, s.window = c.window, s.chunk = c.chunk, s.causal = c.causal, s.sinks = c.sinks;
     if (c.softcap) s.softcap = 30.0;
-    for (int64_t split_tokens : {32, 64}) {
-      INFO(c.what << ", split_tokens " << split_tokens);
+    for (auto [split_tokens, plan_programs] : {std::pair<int64_t, int64_t>{32, 0}, {64, 0}, {32, 3}, {64, 40}}) {
+      INFO(c.what << ", split_tokens " << split_tokens << ", plan_programs " << plan_programs);
       PagedAttentionInputs in = ragged(s, c.lens, 5);
       PagedAttentionConfig cfg;
-      cfg.block_n = 32, cfg.split_tokens = split_tokens;
+      cfg.block_n = 32, cfg.split_tokens = split_tokens, cfg.plan_programs = plan_programs;
       Fused r = fused(in, cfg);
       check_against_reference(in, r.out);
       // The host's replay of the walk is the emulator's count within 2%, as for every path.
       const int64_t model = paged_attention_traffic(in, cfg).total();
       REQUIRE(r.stats.request_bytes);
       CHECK(std::abs(double(model - *r.stats.request_bytes)) <= 0.02 * double(*r.stats.request_bytes));
-      // The grid holds the splits the capacity (512 keys) needs, whatever the batch's lengths.
-      REQUIRE(r.stats.program_work.size() == 2);
-      CHECK(r.stats.program_work[0].programs == int64_t(c.lens.size()) * s.hkv * (512 / split_tokens));
+      // The grid holds the splits the capacity (512 keys) needs, whatever the batch's lengths;
+      // planned, the plan's one program, then plan_programs.
+      REQUIRE(r.stats.program_work.size() == (plan_programs ? 3u : 2u));
+      if (plan_programs) {
+        CHECK(r.stats.program_work[0].programs == 1);
+        CHECK(r.stats.program_work[1].programs == plan_programs);
+      } else {
+        CHECK(r.stats.program_work[0].programs == int64_t(c.lens.size()) * s.hkv * (512 / split_tokens));
+      }
     }
   }
 }
@@ -116,6 +122,31 @@ TEST_CASE("split by size bounds every program's walk where a uniform split leave
   CHECK(double(u.max_bytes) / u.busy_mean_bytes > 2.0);
 }
 
+TEST_CASE("planned, a fixed grid of programs shares a ragged batch's pieces evenly",
+          "[templates][emulator][paged_attention][split_size][plan]") {
+  // The issue's batch, a tenth as long (1 to 3,100 keys), Hq 32, Hkv 8: 8 KV heads x 99 pieces of
+  // 64 keys over 48 programs, about 16 pieces each.
+  PagedAttentionShape s;
+  s.hq = 32, s.hkv = 8, s.head_dim = 16, s.block_size = 16, s.max_blocks = 194, s.dtype = ir::DType::f16;
+  PagedAttentionInputs in = ragged(s, {1, 17, 64, 90, 3100, 409, 2, 1200}, 4);
+  PagedAttentionConfig cfg;
+  cfg.block_n = 64, cfg.split_tokens = 64, cfg.plan_programs = 48;
+  Fused r = fused(in, cfg);
+  check_against_reference(in, r.out);
+  const launch::LaunchStats::ProgramWork& w = r.stats.program_work.at(1);
+  REQUIRE(w.kernel == "paged_attention");
+  CHECK(w.programs == 48);
+  CHECK(w.min_bytes > 0); // no program idle
+  // Every program of the grid, idle ones included: the busiest within 15% of the mean.
+  INFO("busiest " << w.max_bytes << " bytes, mean " << w.mean_bytes);
+  CHECK(double(w.max_bytes) <= 1.15 * w.mean_bytes);
+  // Without the plan, a program per piece the capacity allows: most of the grid idle.
+  cfg.plan_programs = 0;
+  const launch::LaunchStats::ProgramWork g = fused(in, cfg).stats.program_work.at(0);
+  CHECK(g.programs == 8 * 8 * 64);
+  CHECK(double(g.max_bytes) > 3 * g.mean_bytes);
+}
+
 TEST_CASE("a sequence's output rows are bit for bit the same alone and inside other batches",
           "[templates][emulator][paged_attention][split_size][invariance]") {
   PagedAttentionShape s;
@@ -123,11 +154,12 @@ TEST_CASE("a sequence's output rows are bit for bit the same alone and inside ot
   s.sinks = true;
   const std::vector<int64_t> lens = {300, 5, 77, 0, 512, 129};
   const PagedAttentionInputs batch = ragged(s, lens, 9);
-  for (bool by_size : {true, false}) {
+  for (int way : {0, 1, 2}) {
     PagedAttentionConfig cfg;
-    if (by_size) cfg.split_tokens = 64;
-    else cfg.num_splits = 4;
-    INFO((by_size ? "split_tokens 64" : "num_splits 4"));
+    if (way == 0) cfg.num_splits = 4;
+    else cfg.split_tokens = 64;
+    if (way == 2) cfg.plan_programs = 5; // which program runs a piece changes with the batch; its result not
+    INFO((way == 0 ? "num_splits 4" : way == 1 ? "split_tokens 64" : "split_tokens 64, plan_programs 5"));
     const launch::Buffer all = fused(batch, cfg).out;
     const size_t row = size_t(s.hq * s.sq * s.head_dim); // a sequence's output elements
     // The batch reversed, and with the other sequences' lengths changed: a sequence's rows
@@ -180,4 +212,8 @@ TEST_CASE("split_tokens that cannot be is refused naming the numbers", "[templat
   CHECK(paged_attention_splits(s, cfg) == 256);
   cfg.split_tokens = 320; // 204.8 pieces: 205, rounded up to 256
   CHECK(paged_attention_splits(s, cfg) == 256);
+  ParamMap shape = resolve_params(paged_attention().shape, {}, "--shape");
+  ParamMap params = resolve_params(paged_attention().params, {"plan_programs=4"}, "--set");
+  CHECK_THROWS_WITH(build_kernels(paged_attention(), params, shape),
+                    "paged_attention: plan_programs 4 must be 0, or with split_tokens from 1 to 1048576");
 }

@@ -220,9 +220,12 @@ void serve(const Layer& layer) {
 TEST_CASE("a serving loop writes then attends through the runtime, each step matching the definition",
           "[templates][paged_attention][reshape_and_cache][serving]") {
   // gpt-oss's sliding layers (sinks, a window of 6 over pages of 4), split in two so the combine
-  // kernel counts each sink once; its full layers; DeepSeek-V3's MLA per TP-8 shard with two
+  // kernel counts each sink once; its full layers, also planned; DeepSeek-V3's MLA per TP-8 shard with two
   // query tokens a step (multi-token prediction, causal).
   serve({"gpt-oss sliding", 8, 2, 64, 64, false, true, 6, 1, {"num_splits=2", "block_n=16"}});
   serve({"gpt-oss full", 8, 2, 64, 64, false, true, 0, 1, {}});
+  // The same layer planned: a plan on the device shares pieces of 8 keys among 3 programs (the
+  // plan, attention and combine launches, and the plan's workspace, through the runtime).
+  serve({"gpt-oss full, planned", 8, 2, 64, 64, false, true, 0, 1, {"split_tokens=8", "block_n=8", "plan_programs=3"}});
   serve({"DeepSeek-V3 MLA", 16, 1, 576, 512, true, false, 0, 2, {}});
 }
