@@ -173,181 +173,181 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // (batch x query tiles, KV heads x head-group chunks, splits), or with a plan each piece of a
   // program's share in turn (below).
   auto work = [&](const Tile& b, const Tile& row0, const Tile& hc, const Tile& split) {
-  auto kvh = hc / (group / G);
-  Tile lane_rows = BMP > BM ? arange(0, BMP) % BM : arange(0, BM);
-  auto packed = T == 1 ? lane_rows : row0 + lane_rows;
-  Tile g = sp.sq == 1 ? packed : G == 1 ? Tile() : packed % G;
-  Tile i = sp.sq == 1 ? Tile() : G == 1 ? packed : packed / G; // query position within Sq
-  Tile heads = kvh * group + (hc % (group / G)) * G;
-  if (g) heads = heads + g;
-  Tile q_start = sp.varlen ? load(query_start_loc + b) : Tile();
-  Tile q_len = sp.varlen ? load(query_start_loc + b + 1) - q_start : Tile(); // this sequence's Sq_b
-  auto row_ok = sp.varlen ? packed < q_len * G : packed < R;
-  // The rows a tile reads and stores: each once. A swapped tile's repeats of its rows read
-  // zeros for q (their columns of S^T and O^T are never stored) and store nothing.
-  Tile own_ok = BMP > BM ? row_ok & (arange(0, BMP) < BM) : row_ok;
-  // Row index into q and out: [B, Hq, Sq], or packed [total_q, Hq].
-  Tile rows = sp.varlen ? (i ? q_start + i : q_start) * sp.hq + heads : (b * sp.hq + heads) * sp.sq;
-  if (i && !sp.varlen) rows = rows + i;
-  // V's and out's columns.
-  auto d = arange(0, DP);
-  Tile d_ok = pad_d ? d < DV : Tile();
-  // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below DV).
-  auto elems = [&](const Tile& row_mask) { return pad_d ? row_mask.col() & d_ok.row() : row_mask.col(); };
-  // A column tile's lanes, and the mask of the ones past the row's columns (null: none).
-  auto lanes = [&](const PagedAttentionColumns& c) { return c.at ? arange(0, c.width) + c.at : arange(0, c.width); };
-  auto lanes_ok = [&](const PagedAttentionColumns& c) { return c.width > c.valid ? arange(0, c.width) < c.valid : Tile(); };
-  std::vector<Tile> qts; // [BMP, width] each
-  for (const PagedAttentionColumns& c : sp.cols) {
-    Tile ok = lanes_ok(c);
-    qts.push_back(load(q + rows.col() * D + lanes(c).row(), ok ? own_ok.col() & ok.row() : own_ok.col(), 0));
-  }
-  Tile qt = qts[0];
-  // A swapped tile's B operand, q^T, made before the walk: the dots stage an operand defined
-  // outside their loop once, and keep it in shared memory across the trips.
-  Tile q_b = swap ? trans(qt) : Tile();
-  Tile slope = sp.alibi ? load(alibi_slopes + heads, own_ok, 0) : Tile();
-
-  auto ctx = load(context_lens + b);
-  const bool masks = sp.causal || sp.window > 0 || sp.chunk > 0;
-  const Walk walk = walk_range(sp, ctx, q_len, row0);
-  Tile first_pos = walk.first_pos, p_lo = walk.p_lo, lo = walk.lo, hi = walk.hi;
-  const int64_t W = sp.window, C = sp.chunk;
-  auto chunk_lo = [&](const Tile& p) { return chunk_start(p, C); };
-  auto chunk_hi = [&](const Tile& p, const Tile& lo_p) { return chunk_end(p, lo_p, ctx, C); };
-  // Split by size: pieces of split_tokens keys (a multiple of N) from the walk's first key.
-  Tile chunk = sp.split_tokens ? scalar(sp.split_tokens, i32) : ((lo ? hi - lo : hi) + (S - 1)) / S;
-  if (!sp.split_tokens) chunk = (chunk + (N - 1)) / N * N;
-  auto start = lo ? lo + split * chunk : split * chunk;
-  auto end = min(hi, start + chunk);
-  // Each row's position, first key (window, chunk) and with chunks and no causal mask its end,
-  // where masks apply.
-  Tile pos = masks && !one_position ? first_pos + i : Tile();
-  Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
-  Tile row_lo = C > 0 && !one_position ? chunk_lo(pos) : Tile();
-  if (row_lo) first = first ? max(first, row_lo) : row_lo;
-  Tile row_end = C > 0 && !one_position && !sp.causal ? chunk_hi(pos, row_lo) : Tile();
-
-  Var m = full({BMP}, -INFINITY), l = zeros({BMP});
-  Var acc = swap ? zeros({DP, BMP}) : zeros({BM, DP}); // over V's columns
-  // A small tile (decode) keeps the softmax's denominator per key column, [BM, N], and sums
-  // it across the columns once after the walk (FlashAttention-2's deferred row sum): the
-  // columns are spread over the warps, so a sum per step would cross warps through shared
-  // memory every trip. A large tile's rows sit within warps and sum with shuffles.
-  const bool defer_sum = BM * N <= 4 * 32 * warps; // the tile's own rows (a transposed one holds 8)
-  Var l_keys = defer_sum ? (swap ? zeros({N, BMP}) : zeros({BM, N})) : Tile();
-  // Such a tile is memory-bound: up to 128 registers a thread are plenty, so it asks for the
-  // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
-  // its shared memory lets share an SM (4 of 4 warps at D 128 on an H100/H200, K double- and
-  // V single-buffered).
-  // (Not a tile of MLA's wide rows, 576 and 512 columns: its q, K and output tiles take more.)
-  if (const int64_t blocks = 16 / warps; defer_sum && sp.dtype != DType::f32 && blocks > 1 && one_col && D <= 256)
-    k.min_blocks_per_sm(int(blocks));
-  // A transposed tile of 4 or more warps needs fewer still while its K and V steps hold at
-  // most 64 elements a thread (the serving configuration's 64 keys x 128: no spills down to 88
-  // registers): it asks for 96, five blocks' worth of 4 warps where shared memory lets five
-  // share an SM (head_dim 64), and otherwise registers the SM keeps for other kernels. (With 2
-  // warps each holds twice the product rows, and 96 spills.) tests/codegen/test_mma.cpp pins
-  // every such configuration spill-free.
-  if (swap && defer_sum && warps >= 4 && N * DP <= 64 * 32 * warps) k.max_registers(96);
-
-  // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
-  // the whole step is below it), `causal` masks each row's keys past its position.
-  auto step = [&](Scalar s0, bool tail, bool causal) {
-    auto j = s0 + arange(0, N);
-    Tile live = tail ? j < end : Tile();
-    // Key positions are never negative: their page and slot are computed unsigned, so a
-    // power-of-two block_size divides by a shift and a mask (a signed remainder costs five).
-    auto ju = j.to(u32);
-    auto page_of = (ju / sp.block_size).to(i32), in_page = (ju % sp.block_size).to(i32);
-    auto page = tail ? load(block_table + b * max_blocks + page_of, live)
-                     : load(block_table + b * max_blocks + page_of);
-    auto slot = (page * sp.block_size + in_page) * sp.hkv + kvh;
-    // A column tile of this step's rows of a cache whose rows are `row_len` long: [N, width].
-    auto kv_rows = [&](const Tile& base, int64_t row_len, const PagedAttentionColumns& c) {
-      Tile addr = base + slot.col() * row_len + lanes(c).row();
+    auto kvh = hc / (group / G);
+    Tile lane_rows = BMP > BM ? arange(0, BMP) % BM : arange(0, BM);
+    auto packed = T == 1 ? lane_rows : row0 + lane_rows;
+    Tile g = sp.sq == 1 ? packed : G == 1 ? Tile() : packed % G;
+    Tile i = sp.sq == 1 ? Tile() : G == 1 ? packed : packed / G; // query position within Sq
+    Tile heads = kvh * group + (hc % (group / G)) * G;
+    if (g) heads = heads + g;
+    Tile q_start = sp.varlen ? load(query_start_loc + b) : Tile();
+    Tile q_len = sp.varlen ? load(query_start_loc + b + 1) - q_start : Tile(); // this sequence's Sq_b
+    auto row_ok = sp.varlen ? packed < q_len * G : packed < R;
+    // The rows a tile reads and stores: each once. A swapped tile's repeats of its rows read
+    // zeros for q (their columns of S^T and O^T are never stored) and store nothing.
+    Tile own_ok = BMP > BM ? row_ok & (arange(0, BMP) < BM) : row_ok;
+    // Row index into q and out: [B, Hq, Sq], or packed [total_q, Hq].
+    Tile rows = sp.varlen ? (i ? q_start + i : q_start) * sp.hq + heads : (b * sp.hq + heads) * sp.sq;
+    if (i && !sp.varlen) rows = rows + i;
+    // V's and out's columns.
+    auto d = arange(0, DP);
+    Tile d_ok = pad_d ? d < DV : Tile();
+    // A row mask [BM] as the [BM, DP] mask of its elements (and, padded, of the lanes below DV).
+    auto elems = [&](const Tile& row_mask) { return pad_d ? row_mask.col() & d_ok.row() : row_mask.col(); };
+    // A column tile's lanes, and the mask of the ones past the row's columns (null: none).
+    auto lanes = [&](const PagedAttentionColumns& c) { return c.at ? arange(0, c.width) + c.at : arange(0, c.width); };
+    auto lanes_ok = [&](const PagedAttentionColumns& c) { return c.width > c.valid ? arange(0, c.width) < c.valid : Tile(); };
+    std::vector<Tile> qts; // [BMP, width] each
+    for (const PagedAttentionColumns& c : sp.cols) {
       Tile ok = lanes_ok(c);
-      Tile mask = live ? (ok ? live.col() & ok.row() : live.col()) : ok ? ok.row() : Tile();
-      return widen(mask ? load(addr, mask, 0) : load(addr));
-    };
-    std::vector<Tile> kts;
-    for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c));
-    Tile kt = kts[0];
-    Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
-    for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
-    auto s = qk * scale; // [BM, N], or [N, BM]
-    if (sp.softcap) s = cap * tanh(s / cap);
-    if (sp.alibi) s = s + per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32);
-    Tile seen = live ? per_key(live) : Tile();
-    auto both = [&](const Tile& a, const Tile& c) { return a ? a & c : c; };
-    if (causal) seen = both(seen, per_key(j) <= per_row(pos));
-    if (first) seen = both(seen, per_key(j) >= per_row(first));
-    if (row_end) seen = both(seen, per_key(j) < per_row(row_end));
-    if (seen) s = where(seen, s, -INFINITY);
-    auto m_new = max(m, reduce_max(s, key_axis));
-    // A row may see none of this step's keys (causal, window): its max stays -inf, and the
-    // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
-    // position sees every key of [lo, hi), at least one per step.)
-    Tile m_use = causal || first || row_end ? where(m_new > -INFINITY, m_new, 0) : m_new;
-    auto p = exp(s - per_row(m_use));
-    auto alpha = exp(m - m_use);
-    if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
-    else l = l * alpha + reduce_sum(p, key_axis);
-    // The latent form's V is K's first column tile, loaded above: one read serves both products.
-    Tile vt = sp.latent ? kt : one_col ? kv_rows(v_cache, D, sp.cols[0]) : kv_rows(v_cache, DV, {0, DP, DV});
-    // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
-    // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
-    if (swap) acc = acc * alpha.row() + dot(trans(vt), p.to(io));
-    else acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
-    m = m_new;
-  };
-  // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
-  const RangeOptions pipelined{sp.cfg.num_stages};
-  if (sp.causal && !one_position) {
-    // The steps every row of the tile sees whole (keys up to its first position p_lo) need no
-    // mask; the rest, the diagonal, masks each row's keys past its position and past `end`.
-    auto full_end = start + max(min(end, p_lo + 1) - start, 0) / N * N;
-    for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
-    for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, true); });
-  } else {
-    // Whole steps need no mask on keys past `end`; the last, partial one does.
-    auto full_end = start + max(end - start, 0) / N * N;
-    for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
-    for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
-  }
-  if (defer_sum) l = reduce_sum(l_keys, key_axis);
-  // A swapped tile's O^T goes back to rows, [BMP, DP], to be stored along D: as late as it
-  // can, in q's dtype (half the shared memory the exchange takes in f32).
-  auto rows_of = [&](Tile t) { return swap ? trans(t) : t; };
-
-  if (S == 1) {
-    // The row's sink joins the denominator: the sums so far are rescaled to the max of m and
-    // the sink (a row that saw no key has m = -inf: its rescale is 0), and e^(sink - max) adds
-    // to l (0 for a sink of -inf, no sink).
-    Tile l_all = l, acc_all = acc;
-    if (sinks) {
-      Tile sink = load(sinks + heads, own_ok, -INFINITY);
-      Tile m_all = max(m, sink);
-      Tile m_use = where(m_all > -INFINITY, m_all, 0);
-      Tile rescale = exp(m - m_use);
-      l_all = l * rescale + exp(sink - m_use);
-      acc_all = acc * per_row(rescale);
+      qts.push_back(load(q + rows.col() * D + lanes(c).row(), ok ? own_ok.col() & ok.row() : own_ok.col(), 0));
     }
-    // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does (with a
-    // sink, l > 0 and acc = 0: zeros too). An fp8 cache's v_scale applies to the normalized
-    // sum, which is at most the cache's largest value: l / v_scale would overflow f32 for a
-    // small scale.
-    Tile o = where(per_row(l_all) > 0, acc_all / per_row(l_all), 0);
-    if (fp8) o = o * v_scale;
-    store(out + rows.col() * DV + d.row(), rows_of(o.to(io)), elems(own_ok));
-  } else {
-    auto part = rows * S + split; // [B, Hq, Sq, S]
-    // A split past its walk's end (a short sequence's, or by size past its last piece) stores
-    // only m = -inf and l = 0, which the combine reads as "nothing here": not its output rows.
-    store(out + part.col() * DV + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok & (start < end)));
-    store(partial_m + part, m, own_ok);
-    store(partial_l + part, l, own_ok);
-  }
+    Tile qt = qts[0];
+    // A swapped tile's B operand, q^T, made before the walk: the dots stage an operand defined
+    // outside their loop once, and keep it in shared memory across the trips.
+    Tile q_b = swap ? trans(qt) : Tile();
+    Tile slope = sp.alibi ? load(alibi_slopes + heads, own_ok, 0) : Tile();
+
+    auto ctx = load(context_lens + b);
+    const bool masks = sp.causal || sp.window > 0 || sp.chunk > 0;
+    const Walk walk = walk_range(sp, ctx, q_len, row0);
+    Tile first_pos = walk.first_pos, p_lo = walk.p_lo, lo = walk.lo, hi = walk.hi;
+    const int64_t W = sp.window, C = sp.chunk;
+    auto chunk_lo = [&](const Tile& p) { return chunk_start(p, C); };
+    auto chunk_hi = [&](const Tile& p, const Tile& lo_p) { return chunk_end(p, lo_p, ctx, C); };
+    // Split by size: pieces of split_tokens keys (a multiple of N) from the walk's first key.
+    Tile chunk = sp.split_tokens ? scalar(sp.split_tokens, i32) : ((lo ? hi - lo : hi) + (S - 1)) / S;
+    if (!sp.split_tokens) chunk = (chunk + (N - 1)) / N * N;
+    auto start = lo ? lo + split * chunk : split * chunk;
+    auto end = min(hi, start + chunk);
+    // Each row's position, first key (window, chunk) and with chunks and no causal mask its end,
+    // where masks apply.
+    Tile pos = masks && !one_position ? first_pos + i : Tile();
+    Tile first = W > 0 && !one_position ? max(pos + 1, W) - W : Tile();
+    Tile row_lo = C > 0 && !one_position ? chunk_lo(pos) : Tile();
+    if (row_lo) first = first ? max(first, row_lo) : row_lo;
+    Tile row_end = C > 0 && !one_position && !sp.causal ? chunk_hi(pos, row_lo) : Tile();
+
+    Var m = full({BMP}, -INFINITY), l = zeros({BMP});
+    Var acc = swap ? zeros({DP, BMP}) : zeros({BM, DP}); // over V's columns
+    // A small tile (decode) keeps the softmax's denominator per key column, [BM, N], and sums
+    // it across the columns once after the walk (FlashAttention-2's deferred row sum): the
+    // columns are spread over the warps, so a sum per step would cross warps through shared
+    // memory every trip. A large tile's rows sit within warps and sum with shuffles.
+    const bool defer_sum = BM * N <= 4 * 32 * warps; // the tile's own rows (a transposed one holds 8)
+    Var l_keys = defer_sum ? (swap ? zeros({N, BMP}) : zeros({BM, N})) : Tile();
+    // Such a tile is memory-bound: up to 128 registers a thread are plenty, so it asks for the
+    // blocks that budget allows (16 / num_warps), and the GPU compiler holds it to as many as
+    // its shared memory lets share an SM (4 of 4 warps at D 128 on an H100/H200, K double- and
+    // V single-buffered).
+    // (Not a tile of MLA's wide rows, 576 and 512 columns: its q, K and output tiles take more.)
+    if (const int64_t blocks = 16 / warps; defer_sum && sp.dtype != DType::f32 && blocks > 1 && one_col && D <= 256)
+      k.min_blocks_per_sm(int(blocks));
+    // A transposed tile of 4 or more warps needs fewer still while its K and V steps hold at
+    // most 64 elements a thread (the serving configuration's 64 keys x 128: no spills down to 88
+    // registers): it asks for 96, five blocks' worth of 4 warps where shared memory lets five
+    // share an SM (head_dim 64), and otherwise registers the SM keeps for other kernels. (With 2
+    // warps each holds twice the product rows, and 96 spills.) tests/codegen/test_mma.cpp pins
+    // every such configuration spill-free.
+    if (swap && defer_sum && warps >= 4 && N * DP <= 64 * 32 * warps) k.max_registers(96);
+
+    // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
+    // the whole step is below it), `causal` masks each row's keys past its position.
+    auto step = [&](Scalar s0, bool tail, bool causal) {
+      auto j = s0 + arange(0, N);
+      Tile live = tail ? j < end : Tile();
+      // Key positions are never negative: their page and slot are computed unsigned, so a
+      // power-of-two block_size divides by a shift and a mask (a signed remainder costs five).
+      auto ju = j.to(u32);
+      auto page_of = (ju / sp.block_size).to(i32), in_page = (ju % sp.block_size).to(i32);
+      auto page = tail ? load(block_table + b * max_blocks + page_of, live)
+                       : load(block_table + b * max_blocks + page_of);
+      auto slot = (page * sp.block_size + in_page) * sp.hkv + kvh;
+      // A column tile of this step's rows of a cache whose rows are `row_len` long: [N, width].
+      auto kv_rows = [&](const Tile& base, int64_t row_len, const PagedAttentionColumns& c) {
+        Tile addr = base + slot.col() * row_len + lanes(c).row();
+        Tile ok = lanes_ok(c);
+        Tile mask = live ? (ok ? live.col() & ok.row() : live.col()) : ok ? ok.row() : Tile();
+        return widen(mask ? load(addr, mask, 0) : load(addr));
+      };
+      std::vector<Tile> kts;
+      for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c));
+      Tile kt = kts[0];
+      Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
+      for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
+      auto s = qk * scale; // [BM, N], or [N, BM]
+      if (sp.softcap) s = cap * tanh(s / cap);
+      if (sp.alibi) s = s + per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32);
+      Tile seen = live ? per_key(live) : Tile();
+      auto both = [&](const Tile& a, const Tile& c) { return a ? a & c : c; };
+      if (causal) seen = both(seen, per_key(j) <= per_row(pos));
+      if (first) seen = both(seen, per_key(j) >= per_row(first));
+      if (row_end) seen = both(seen, per_key(j) < per_row(row_end));
+      if (seen) s = where(seen, s, -INFINITY);
+      auto m_new = max(m, reduce_max(s, key_axis));
+      // A row may see none of this step's keys (causal, window): its max stays -inf, and the
+      // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
+      // position sees every key of [lo, hi), at least one per step.)
+      Tile m_use = causal || first || row_end ? where(m_new > -INFINITY, m_new, 0) : m_new;
+      auto p = exp(s - per_row(m_use));
+      auto alpha = exp(m - m_use);
+      if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
+      else l = l * alpha + reduce_sum(p, key_axis);
+      // The latent form's V is K's first column tile, loaded above: one read serves both products.
+      Tile vt = sp.latent ? kt : one_col ? kv_rows(v_cache, D, sp.cols[0]) : kv_rows(v_cache, DV, {0, DP, DV});
+      // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
+      // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
+      if (swap) acc = acc * alpha.row() + dot(trans(vt), p.to(io));
+      else acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
+      m = m_new;
+    };
+    // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
+    const RangeOptions pipelined{sp.cfg.num_stages};
+    if (sp.causal && !one_position) {
+      // The steps every row of the tile sees whole (keys up to its first position p_lo) need no
+      // mask; the rest, the diagonal, masks each row's keys past its position and past `end`.
+      auto full_end = start + max(min(end, p_lo + 1) - start, 0) / N * N;
+      for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
+      for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, true); });
+    } else {
+      // Whole steps need no mask on keys past `end`; the last, partial one does.
+      auto full_end = start + max(end - start, 0) / N * N;
+      for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
+      for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
+    }
+    if (defer_sum) l = reduce_sum(l_keys, key_axis);
+    // A swapped tile's O^T goes back to rows, [BMP, DP], to be stored along D: as late as it
+    // can, in q's dtype (half the shared memory the exchange takes in f32).
+    auto rows_of = [&](Tile t) { return swap ? trans(t) : t; };
+
+    if (S == 1) {
+      // The row's sink joins the denominator: the sums so far are rescaled to the max of m and
+      // the sink (a row that saw no key has m = -inf: its rescale is 0), and e^(sink - max) adds
+      // to l (0 for a sink of -inf, no sink).
+      Tile l_all = l, acc_all = acc;
+      if (sinks) {
+        Tile sink = load(sinks + heads, own_ok, -INFINITY);
+        Tile m_all = max(m, sink);
+        Tile m_use = where(m_all > -INFINITY, m_all, 0);
+        Tile rescale = exp(m - m_use);
+        l_all = l * rescale + exp(sink - m_use);
+        acc_all = acc * per_row(rescale);
+      }
+      // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does (with a
+      // sink, l > 0 and acc = 0: zeros too). An fp8 cache's v_scale applies to the normalized
+      // sum, which is at most the cache's largest value: l / v_scale would overflow f32 for a
+      // small scale.
+      Tile o = where(per_row(l_all) > 0, acc_all / per_row(l_all), 0);
+      if (fp8) o = o * v_scale;
+      store(out + rows.col() * DV + d.row(), rows_of(o.to(io)), elems(own_ok));
+    } else {
+      auto part = rows * S + split; // [B, Hq, Sq, S]
+      // A split past its walk's end (a short sequence's, or by size past its last piece) stores
+      // only m = -inf and l = 0, which the combine reads as "nothing here": not its output rows.
+      store(out + part.col() * DV + d.row(), rows_of(fp8 ? acc * v_scale : Tile(acc)), elems(own_ok & (start < end)));
+      store(partial_m + part, m, own_ok);
+      store(partial_l + part, l, own_ok);
+    }
   };
   if (!sp.plan_programs) {
     work(T == 1 ? program_id(0) : program_id(0) / T, T == 1 ? Tile() : program_id(0) % T * BM, program_id(1),
