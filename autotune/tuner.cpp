@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <map>
 #include <atomic>
 #include <mutex>
@@ -33,7 +34,12 @@ struct Candidate {
   templates::ParamMap config;
   std::string rejected; // why it was dropped; empty while it survives
   std::string stage;    // where: build, compile (for the ptxas arch) or run (rt::TuningRejection)
+  CompileTime time;     // its compile stage, once built
 };
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // The tilec that records a rejection: one of another version tries the config again.
 const std::string kCompiler = "tilec " TILEC_VERSION;
@@ -62,13 +68,20 @@ size_t compile_candidates(std::vector<Candidate>& cands, const templates::Kernel
   parallel_for(cands.size(), jobs, r, [&](size_t i) {
     Candidate& c = cands[i];
     c.stage = "build";
+    const auto t0 = std::chrono::steady_clock::now();
     try {
-      for (const ir::Kernel& k : templates::build_kernels(t, c.config, shape)) {
+      std::vector<ir::Kernel> kernels = templates::build_kernels(t, c.config, shape);
+      c.time.build_ms = ms_since(t0);
+      for (const ir::Kernel& k : kernels) {
         if (!arch) continue;
         c.stage = "compile";
         codegen::CompileOptions o = backends::compile_options(c.config, *arch, "nvptx");
         o.large_buffers = templates::large_buffers(t, c.config, shape, *k);
         codegen::CompiledKernel ck = codegen::compile(*k, o);
+        c.time.lower_ms += ck.phases.lower_ms;
+        c.time.optimize_ms += ck.phases.optimize_ms;
+        c.time.codegen_ms += ck.phases.codegen_ms;
+        c.time.ptxas_ms += ck.phases.ptxas_ms;
         if (!ck.ptxas) continue;
         if (ck.ptxas->spill_stores + ck.ptxas->spill_loads > 0) {
           c.rejected = fmt::format("{} spills on {} ({} bytes stored, {} loaded)", k->name, *arch,
@@ -81,11 +94,30 @@ size_t compile_candidates(std::vector<Candidate>& cands, const templates::Kernel
     } catch (const UserError& e) {
       c.rejected = first_line(e.what());
     }
+    c.time.total_ms = ms_since(t0);
     std::lock_guard lock(mutex);
     ++built;
     progress.step(format_values(c.config) + (c.rejected.empty() ? "" : "  dropped: " + c.rejected));
   });
   return built;
+}
+
+// The compile stage in a line: its wall time, and the median candidate's time by phase (each
+// phase's own median; DSL->PTX is everything before ptxas).
+std::string compile_summary(const std::vector<CompileTime>& times, double wall_ms, unsigned jobs, const std::string& arch) {
+  auto med = [&](auto field) {
+    std::vector<double> v;
+    for (const CompileTime& x : times) v.push_back(field(x));
+    return measure::median(std::move(v));
+  };
+  return fmt::format("  compiled {} candidates on {} thread{} in {:.0f} ms; median per candidate {:.1f} ms: DSL->PTX "
+                     "{:.1f} ms (DSL build {:.2f}, tile passes and lowering {:.2f}, LLVM passes {:.2f}, NVPTX {:.2f}), "
+                     "ptxas {:.1f} ms{}",
+                     times.size(), jobs, jobs == 1 ? "" : "s", wall_ms, med([](auto& x) { return x.total_ms; }),
+                     med([](auto& x) { return x.build_ms + x.lower_ms + x.optimize_ms + x.codegen_ms; }),
+                     med([](auto& x) { return x.build_ms; }), med([](auto& x) { return x.lower_ms; }),
+                     med([](auto& x) { return x.optimize_ms; }), med([](auto& x) { return x.codegen_ms; }),
+                     med([](auto& x) { return x.ptxas_ms; }), arch.empty() ? " (no ptxas arch: built only)" : "");
 }
 
 // The candidates of `space` for one key, each a full config (defaults under the space's
@@ -185,7 +217,7 @@ void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, cons
       count_reason(known->reason);
       continue;
     }
-    todo.push_back({std::move(config), {}, {}});
+    todo.push_back({std::move(config), {}, {}, {}});
   }
   n.skipped += skipped_here;
   if (skipped_here) r.say(fmt::format("  {} already in {} (use --force to measure again)", skipped_here, s.db));
@@ -194,7 +226,13 @@ void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, cons
                       s.db));
 
   Progress compiling("compile", todo.size());
+  const auto compile_t0 = std::chrono::steady_clock::now();
   n.compiled += compile_candidates(todo, t, k.shape, s.jobs, tg.ptxas_arch, compiling, r);
+  std::vector<CompileTime> times;
+  for (const Candidate& c : todo)
+    if (!c.stage.empty()) times.push_back(c.time); // built (an interrupted stage skips the rest)
+  if (!times.empty()) r.say(compile_summary(times, ms_since(compile_t0), threads(s.jobs), arch));
+  n.compile_times.insert(n.compile_times.end(), times.begin(), times.end());
   // What the compile stage dropped is recorded at once: a re-run compiles none of it again.
   rt::TuningDb dropped;
   for (const Candidate& c : todo)

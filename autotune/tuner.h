@@ -67,10 +67,17 @@ struct TuneSettings {
   std::string compiler = "tilec";   // the program compiling them, recorded in the kernel card
 };
 
+// Where one candidate's compile went, in ms, summed over its kernels: the DSL build, the phases
+// of codegen::CompilePhases (ptxas 0 without the ptxas arch), and the whole candidate.
+struct CompileTime {
+  double build_ms = 0, lower_ms = 0, optimize_ms = 0, codegen_ms = 0, ptxas_ms = 0, total_ms = 0;
+};
+
 struct TuneResult {
   size_t candidates = 0, rejected = 0, measured = 0, skipped = 0;
   size_t compiled = 0;        // candidates built (and compiled for the ptxas arch) by this run
   size_t rejected_before = 0; // of `rejected`, those the database records as rejected by an earlier run
+  std::vector<CompileTime> compile_times; // each candidate this run compiled, in the order of the candidates
   std::vector<rt::TuningEntry> best;  // each key's exact winner, in key order
   std::vector<std::string> exported;  // manifests written under export_dir
   bool interrupted = false;
