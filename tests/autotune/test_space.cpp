@@ -13,8 +13,9 @@ using namespace tilec::autotune;
 namespace {
 
 const SpaceNames kNames{"paged_attention",
-                        {"block_n", "head_group", "num_warps", "num_splits", "num_stages", "block_m"},
-                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "ctx", "dtype", "kv_dtype"},
+                        {"block_n", "head_group", "num_warps", "num_splits", "num_stages", "block_m", "split_tokens",
+                         "plan_programs"},
+                        {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "max_blocks", "ctx", "dtype", "kv_dtype"},
                         {"tile_m"}};
 
 std::string error_of(const std::string& text) {
@@ -45,10 +46,10 @@ Values tile_m_of(const Values& c, const Values& shape) {
 TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]") {
   SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
   CHECK(s.kernel == "paged_attention");
-  CHECK(s.params.size() == 6);
+  CHECK(s.params.size() == 8);
   CHECK(s.constraints.size() >= 1);
-  Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"ctx", 256},
-               {"dtype", 1}, {"kv_dtype", 0}};
+  Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"max_blocks", 16},
+               {"ctx", 256}, {"dtype", 1}, {"kv_dtype", 0}};
   Enumeration en = enumerate(s, shape, tile_m_of);
   CHECK(en.candidates.size() + en.rejected.size() == s.size());
   REQUIRE(!en.candidates.empty());
@@ -159,7 +160,7 @@ TEST_CASE("derived values reach the constraints, and the shipped space keeps til
   for (int64_t d : {64, 128, 256})
     for (int64_t sq : {1, 4, 64, 2048}) {
       Values shape{{"batch", 1}, {"hq", 32}, {"hkv", 8}, {"sq", sq}, {"head_dim", d}, {"block_size", 16},
-                   {"ctx", -1}, {"dtype", 2}, {"kv_dtype", 0}};
+                   {"max_blocks", 256}, {"ctx", -1}, {"dtype", 2}, {"kv_dtype", 0}};
       Enumeration en = enumerate(s, shape, tile_m);
       INFO("head_dim " << d << " sq " << sq);
       REQUIRE(!en.candidates.empty());
