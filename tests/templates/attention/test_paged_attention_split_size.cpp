@@ -65,6 +65,7 @@ TEST_CASE("split by size matches the reference on ragged batches with every feat
     int64_t sq = 1, window = 0, chunk = 0;
     bool causal = false, sinks = false, softcap = false;
     ir::DType dtype = ir::DType::bf16;
+    bool varlen = false; // a mixed batch: query lengths 1, then 0 to sq, the last sq
   };
   // Empty sequences, one token, one giant beside tiny ones, exact multiples of a split.
   const Case cases[] = {
@@ -74,12 +75,14 @@ TEST_CASE("split by size matches the reference on ragged batches with every feat
       {"chunked local attention", {250, 7, 128}, 1, 0, 48},
       {"causal prefill chunks", {150, 9, 64}, 4, 0, 0, true},
       {"softcap in f16", {64, 65, 1, 0}, 1, 0, 0, false, false, true, ir::DType::f16},
+      {"varlen prefill chunks", {140, 8, 70, 16, 300}, 8, 0, 0, true, false, false, ir::DType::bf16, true},
   };
   for (const Case& c : cases) {
     PagedAttentionShape s;
     s.hq = 8, s.hkv = 2, s.head_dim = 64, s.block_size = 16, s.max_blocks = 32, s.dtype = c.dtype;
     s.sq = c.sq, s.window = c.window, s.chunk = c.chunk, s.causal = c.causal, s.sinks = c.sinks;
     if (c.softcap) s.softcap = 30.0;
+    s.varlen = c.varlen;
     for (auto [split_tokens, plan_programs] :
          {std::pair<int64_t, int64_t>{32, 0}, {64, 0}, {32, 3}, {64, 40}}) {
       INFO(c.what << ", split_tokens " << split_tokens << ", plan_programs " << plan_programs);
