@@ -103,7 +103,7 @@ size_t compile_candidates(std::vector<Candidate>& cands, const templates::Kernel
 }
 
 // The compile stage in a line: its wall time, and the median candidate's time by phase (each
-// phase's own median; DSL->PTX is everything before ptxas).
+// phase's own median; DSL->PTX is the phases before ptxas, other what no phase times).
 std::string compile_summary(const std::vector<CompileTime>& times, double wall_ms, unsigned jobs, const std::string& arch) {
   auto med = [&](auto field) {
     std::vector<double> v;
@@ -112,12 +112,16 @@ std::string compile_summary(const std::vector<CompileTime>& times, double wall_m
   };
   return fmt::format("  compiled {} candidates on {} thread{} in {:.0f} ms; median per candidate {:.1f} ms: DSL->PTX "
                      "{:.1f} ms (DSL build {:.2f}, tile passes and lowering {:.2f}, LLVM passes {:.2f}, NVPTX {:.2f}), "
-                     "ptxas {:.1f} ms{}",
+                     "ptxas {:.1f} ms, other {:.1f} ms{}",
                      times.size(), jobs, jobs == 1 ? "" : "s", wall_ms, med([](auto& x) { return x.total_ms; }),
                      med([](auto& x) { return x.build_ms + x.lower_ms + x.optimize_ms + x.codegen_ms; }),
                      med([](auto& x) { return x.build_ms; }), med([](auto& x) { return x.lower_ms; }),
                      med([](auto& x) { return x.optimize_ms; }), med([](auto& x) { return x.codegen_ms; }),
-                     med([](auto& x) { return x.ptxas_ms; }), arch.empty() ? " (no ptxas arch: built only)" : "");
+                     med([](auto& x) { return x.ptxas_ms; }),
+                     med([](auto& x) {
+                       return x.total_ms - x.build_ms - x.lower_ms - x.optimize_ms - x.codegen_ms - x.ptxas_ms;
+                     }),
+                     arch.empty() ? " (no ptxas arch: built only)" : "");
 }
 
 // The candidates of `space` for one key, each a full config (defaults under the space's

@@ -30,9 +30,14 @@ Command line (no GPU needed; Triton must be installed):
   python3 bench/triton_paged_decode.py compile-bench [--runs 5]
       compiles the kernel for sm_90 (bf16, BLOCK_N=64, group 4, D=128, num_warps=4) in a fresh
       process per run, each with its own empty TRITON_CACHE_DIR, and prints the medians as one
-      JSON line: {"triton_version", "import_s", "first_compile_s", "process_s", "runs"}.
+      JSON line: {"triton_version", "import_s", "first_compile_s", "ptxas_s", "process_s", "runs"}.
   python3 bench/triton_paged_decode.py compile-once
-      one such process: prints {"triton_version", "import_s", "define_s", "first_compile_s"}.
+      one such process: prints {"triton_version", "import_s", "define_s", "first_compile_s", "ptxas_s"}.
+  python3 bench/triton_paged_decode.py compile-warm [--block-n 32,64,128] [--num-warps 4,8]
+      one process compiling the kernel for every (BLOCK_N, num_warps) given, one after another
+      as an autotuner does, each with a fresh empty TRITON_CACHE_DIR; prints one JSON line with
+      each config's compile_s and ptxas_s and their medians. ptxas_s is the time in Triton's
+      cubin stage (CUDABackend.make_cubin, which runs ptxas).
 """
 
 import time
@@ -353,6 +358,47 @@ def _gpu_target(arch):
     return GPUTarget("cuda", arch, 32)
 
 
+class _PtxasTimer:
+    """Times Triton's cubin stage (CUDABackend.make_cubin: ptxas, run as a subprocess) while it
+    lives; total_s is the time spent there since the last reset."""
+
+    def __init__(self):
+        from triton.backends.nvidia.compiler import CUDABackend
+
+        self._cls = CUDABackend
+        self._orig = CUDABackend.make_cubin
+        self.total_s = 0.0
+        timer = self
+
+        def timed(backend, *a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return timer._orig(backend, *a, **kw)
+            finally:
+                timer.total_s += time.perf_counter() - t0
+
+        CUDABackend.make_cubin = timed
+
+    def take(self):
+        t, self.total_s = self.total_s, 0.0
+        return t
+
+
+def _compile_bench_kernel(target, constexprs, options, ptxas):
+    """triton.compile of _paged_decode_kernel with these constexprs and options into the current
+    (empty) cache; returns (compile seconds, ptxas seconds)."""
+    fn = _paged_decode_kernel
+    src = _make_ast_source(fn, _bench_arg_types(fn.arg_names, constexprs), constexprs)
+    ptxas.take()
+    t0 = time.perf_counter()
+    kernel = triton.compile(src, target=target, options=dict(options))
+    compile_s = time.perf_counter() - t0
+    asm = getattr(kernel, "asm", {}) or {}
+    if "cubin" not in asm:
+        raise RuntimeError(f"compile-bench: triton.compile produced no cubin (stages: {sorted(asm)})")
+    return compile_s, ptxas.take()
+
+
 def cmd_compile_once(_args):
     """One fresh process: import (timed at module load), define, and compile once; print JSON."""
     _require_triton()
@@ -360,18 +406,50 @@ def cmd_compile_once(_args):
     if not cache:
         print("triton_paged_decode: warning: TRITON_CACHE_DIR is not set; a cached kernel would make "
               "the compile time meaningless (compile-bench sets a fresh one per run)", file=sys.stderr)
-    fn = _paged_decode_kernel
-    src = _make_ast_source(fn, _bench_arg_types(fn.arg_names, BENCH_CONSTEXPRS), BENCH_CONSTEXPRS)
     target = _gpu_target(BENCH_ARCH)
-    t0 = time.perf_counter()
-    kernel = triton.compile(src, target=target, options=dict(BENCH_OPTIONS))
-    compile_s = time.perf_counter() - t0
-    asm = getattr(kernel, "asm", {}) or {}
-    if "cubin" not in asm:
-        raise RuntimeError(f"compile-bench: triton.compile produced no cubin (stages: {sorted(asm)})")
+    compile_s, ptxas_s = _compile_bench_kernel(target, BENCH_CONSTEXPRS, BENCH_OPTIONS, _PtxasTimer())
     print(json.dumps({"triton_version": triton.__version__, "import_s": _TRITON_IMPORT_S, "define_s": _DEFINE_S,
-                      "first_compile_s": compile_s, "cubin_bytes": len(asm["cubin"]),
-                      "arch": f"sm_{BENCH_ARCH}"}))
+                      "first_compile_s": compile_s, "ptxas_s": ptxas_s, "arch": f"sm_{BENCH_ARCH}"}))
+    return 0
+
+
+def _int_list(text):
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise SystemExit(f"triton_paged_decode: expected integers separated by commas, got '{text}'")
+    if not values:
+        raise SystemExit("triton_paged_decode: an empty list of values")
+    return values
+
+
+def cmd_compile_warm(args):
+    """One process: each (BLOCK_N, num_warps) compiled in turn, each into a fresh empty cache."""
+    _require_triton()
+    target = _gpu_target(BENCH_ARCH)
+    ptxas = _PtxasTimer()
+    rows = []
+    for block_n in _int_list(args.block_n):
+        for warps in _int_list(args.num_warps):
+            cache = tempfile.mkdtemp(prefix="triton_cache_")
+            os.environ["TRITON_CACHE_DIR"] = cache
+            knobs = getattr(triton, "knobs", None)  # Triton >= 3.4 reads the cache dir through its knobs
+            if knobs is not None and hasattr(knobs, "cache"):
+                knobs.cache.dir = cache
+            try:
+                constexprs = dict(BENCH_CONSTEXPRS, BLOCK_N=block_n)
+                compile_s, ptxas_s = _compile_bench_kernel(target, constexprs, dict(BENCH_OPTIONS, num_warps=warps), ptxas)
+                if not os.listdir(cache):
+                    raise SystemExit(f"triton_paged_decode: the compile of BLOCK_N={block_n} num_warps={warps} wrote "
+                                     f"nothing into its fresh cache {cache}: it was not compiled there")
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+            rows.append({"block_n": block_n, "num_warps": warps, "compile_s": compile_s, "ptxas_s": ptxas_s})
+            print(f"  BLOCK_N={block_n} num_warps={warps}: compile {compile_s:.3f} s, ptxas {ptxas_s:.3f} s",
+                  file=sys.stderr)
+    print(json.dumps({"triton_version": triton.__version__, "arch": f"sm_{BENCH_ARCH}", "configs": rows,
+                      "median_compile_s": statistics.median(r["compile_s"] for r in rows),
+                      "median_ptxas_s": statistics.median(r["ptxas_s"] for r in rows)}))
     return 0
 
 
@@ -402,7 +480,7 @@ def cmd_compile_bench(args):
         print(f"  run {i + 1}: import {row['import_s']:.3f} s, compile {row['first_compile_s']:.3f} s, "
               f"process {process_s:.3f} s", file=sys.stderr)
     result = {"triton_version": rows[0]["triton_version"], "runs": len(rows), "arch": rows[0]["arch"]}
-    for key in ("import_s", "first_compile_s", "process_s"):
+    for key in ("import_s", "first_compile_s", "ptxas_s", "process_s"):
         result[key] = round(statistics.median(r[key] for r in rows), 4)
     print(json.dumps(result))
     return 0
@@ -416,6 +494,10 @@ def main(argv=None):
     p.set_defaults(func=cmd_compile_bench)
     p = sub.add_parser("compile-once", help="one process of compile-bench: prints one JSON line")
     p.set_defaults(func=cmd_compile_once)
+    p = sub.add_parser("compile-warm", help="each config compiled in turn in one process, a fresh cache each (no GPU)")
+    p.add_argument("--block-n", default="32,64,128", help="BLOCK_N values, comma-separated")
+    p.add_argument("--num-warps", default="4,8", help="num_warps values, comma-separated")
+    p.set_defaults(func=cmd_compile_warm)
     args = parser.parse_args(argv)
     return args.func(args)
 
