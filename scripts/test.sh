@@ -145,11 +145,11 @@ stage "input fuzzing, short runs (scripts/fuzz_inputs.sh)" ./scripts/fuzz_inputs
 # PTX and count what ptxas reports: they run no emulated kernel and no instrumented code, so
 # thread order, lowering and sanitizers cannot change them.
 compile_only='compiles without spills|holds without spills|compiles with zero spills|compiles to the same PTX|gives PTX no larger'
-# The six longest sweeps of emulated paged attention run their second pass (reverse order, the
+# The longest sweeps of emulated paged attention run their second pass (reverse order, the
 # nvptx lowering) in the plain build, where the emulator is not instrumented and they take a
 # fifth of the time: every test still runs in both orders and on both lowerings, and the
 # sanitizers still watch the emulator and the runtime through every other emulated test.
-slow_sweeps='every config of every shipped search space|public models|models served in 2026|over an fp8 KV cache matches|causal query rows and a sliding window matches|query tiles matches the reference at every Sq|head dims between powers of two'
+slow_sweeps='every config of every shipped search space|public models|models served in 2026|over an fp8 KV cache matches|causal query rows and a sliding window matches|query tiles matches the reference at every Sq|head dims between powers of two|split by size matches the reference on ragged|planned, a fixed grid of programs'
 stage "the slowest sweeps again: threads in reverse order, the nvptx lowering (plain build)" \
   "${reverse[@]}" ctest --test-dir "$build" --output-on-failure -j2 -R "$slow_sweeps"
 stage "the sanitizer build (scripts/sanitize.sh --build)" ./scripts/sanitize.sh --build
