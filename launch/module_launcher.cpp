@@ -43,9 +43,9 @@ void add_emulated_launch(LaunchStats& stats, const std::string& kernel, const rt
     w.min_bytes = *lo;
     w.max_bytes = *hi;
     w.mean_bytes = double(std::accumulate(per.begin(), per.end(), std::int64_t(0))) / double(per.size());
-    w.busy = std::count_if(per.begin(), per.end(), [&](std::int64_t b) { return b > *lo; });
     std::int64_t busy_bytes = 0;
-    for (std::int64_t b : per) busy_bytes += b > *lo ? b : 0;
+    for (std::int64_t b : per)
+      if (b > *lo) ++w.busy, busy_bytes += b;
     w.busy_mean_bytes = w.busy ? double(busy_bytes) / double(w.busy) : w.mean_bytes;
     stats.program_work.push_back(std::move(w));
   }

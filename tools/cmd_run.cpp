@@ -87,12 +87,14 @@ void print_result(const Common& common, const std::string& kernel, const std::st
                             *r.requests, r.request_bytes.value_or(0), r.sectors.value_or(0),
                             double(r.sectors.value_or(0)) / double(*r.requests),
                             100.0 * double(r.ideal_sectors.value_or(0)) / double(std::max<int64_t>(1, r.sectors.value_or(0)))));
+  auto uneven = [](const launch::LaunchStats::ProgramWork& w) {
+    return w.mean_bytes > 0 ? double(w.max_bytes) / w.mean_bytes : 0.0;
+  };
   // How evenly each launch spread its work: the busiest program against the mean; of a run of
   // many launches (the decomposition's primitives), the most uneven alone.
   std::vector<launch::LaunchStats::ProgramWork> shown;
   for (const auto& w : r.programs)
     if (w.programs > 1) shown.push_back(w);
-  auto uneven = [](const launch::LaunchStats::ProgramWork& w) { return w.mean_bytes > 0 ? double(w.max_bytes) / w.mean_bytes : 0.0; };
   if (shown.size() > 3) {
     auto most = *std::max_element(shown.begin(), shown.end(), [&](const auto& a, const auto& b) { return uneven(a) < uneven(b); });
     say(common, fmt::format("    {} launches; the most uneven:", shown.size()));
@@ -101,8 +103,7 @@ void print_result(const Common& common, const std::string& kernel, const std::st
   for (const auto& w : shown)
     say(common, fmt::format("    {} programs of {}: {} moved more than the least ({} bytes); the most {} bytes, "
                             "{:.2f}x the mean {:.0f} ({:.2f}x the busy ones' {:.0f})",
-                            w.programs, w.kernel, w.busy, w.min_bytes, w.max_bytes,
-                            w.mean_bytes > 0 ? double(w.max_bytes) / w.mean_bytes : 0.0, w.mean_bytes,
+                            w.programs, w.kernel, w.busy, w.min_bytes, w.max_bytes, uneven(w), w.mean_bytes,
                             w.busy_mean_bytes > 0 ? double(w.max_bytes) / w.busy_mean_bytes : 0.0, w.busy_mean_bytes));
   if (!c.ok) std::cerr << program_name() << ": first mismatch: " << c.first_mismatch << "\n";
   if (!r.traffic_error.empty())
@@ -124,7 +125,7 @@ void print_result(const Common& common, const std::string& kernel, const std::st
       JsonObject p;
       p.str("kernel", w.kernel).integer("programs", w.programs).integer("busy", w.busy);
       p.integer("min_bytes", w.min_bytes).integer("max_bytes", w.max_bytes).number("mean_bytes", w.mean_bytes);
-      p.number("max_over_mean", w.mean_bytes > 0 ? double(w.max_bytes) / w.mean_bytes : 0.0);
+      p.number("max_over_mean", uneven(w));
       p.number("busy_mean_bytes", w.busy_mean_bytes);
       programs += (programs.empty() ? "" : ", ") + p.str();
     }
