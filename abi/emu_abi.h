@@ -135,13 +135,20 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
  * since the thread's last wgmma_wait (or its start), a shared-memory write to bytes a wgmma
  * reads before a wgmma_wait retires it, and a thread that finishes with wgmmas not waited for.
  * wgmma_commit closes the thread's group of wgmmas; wgmma_wait(n) retires all but the newest n
- * closed groups. The result is delivered at once; reading it before the wait is checked when
- * the nvptx lowering is retargeted (codegen/nvptx_on_cpu.cpp), not here. */
+ * closed groups. The result is delivered asynchronously, as on the GPU: until a wgmma_wait
+ * retires its group, the accumulator's registers hold tags (NaNs whose payload names the
+ * result and register), which a later wgmma takes as its accumulator (chaining) and which a
+ * store, shared-memory store, conversion, shuffle or atomic reports as a read before the wait;
+ * the wait writes the result into `acc` (which must still be there). A kernel that copies the
+ * registers out (as generated code does) passes the copies through
+ * tilec_emu_wgmma_fence_operands after the wait: it replaces the tags of retired results by
+ * their values and leaves the others. */
 void tilec_emu_wgmma(tilec_emu_thread* ctx, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
                      uint32_t scale_d, uint32_t trans, float* acc, const char* site);
 void tilec_emu_wgmma_fence(tilec_emu_thread* ctx);
 void tilec_emu_wgmma_commit(tilec_emu_thread* ctx);
 void tilec_emu_wgmma_wait(tilec_emu_thread* ctx, uint32_t groups);
+void tilec_emu_wgmma_fence_operands(tilec_emu_thread* ctx, float* regs, uint32_t count);
 /* fence.proxy.async.shared::cta: the calling thread's shared-memory writes so far become
  * visible to the async proxy (wgmma's operand reads). */
 void tilec_emu_fence_proxy_async(tilec_emu_thread* ctx);

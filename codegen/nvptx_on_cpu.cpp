@@ -294,9 +294,11 @@ private:
       call.eraseFromParent();
       return;
     }
-    if (tag == "fence.operand") { // the registers, as they are
+    if (tag == "fence.operand") { // the registers, with the results of retired wgmmas delivered
+      std::vector<llvm::Value*> regs(call.arg_begin(), call.arg_end());
+      regs = emu_fence_operands(b, emu_, regs);
       llvm::Value* r = llvm::PoisonValue::get(call.getType());
-      for (unsigned i = 0; i < call.arg_size(); ++i) r = b.CreateInsertValue(r, call.getArgOperand(i), i);
+      for (unsigned i = 0; i < regs.size(); ++i) r = b.CreateInsertValue(r, regs[i], i);
       replace(call, r);
       return;
     }

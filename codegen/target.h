@@ -248,6 +248,12 @@ std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigne
                                     llvm::Value* desc_b, llvm::Value* scale_d, unsigned trans,
                                     const std::vector<llvm::Value*>& acc, llvm::Value* site);
 
+// The emulator's operand fence (tilec_emu_wgmma_fence_operands): float registers through a
+// stack array, where a wgmma result retired by a wait replaces the tags that stood for it
+// (the emulator delivers wgmma results asynchronously). Shared by the emu hooks and the nvptx
+// rewrite.
+std::vector<llvm::Value*> emu_fence_operands(llvm::IRBuilder<>& b, EmuCalls& emu, const std::vector<llvm::Value*>& regs);
+
 // The emulator's TMA copy call (tilec_emu_tma_load): `coords` innermost first, up to 5.
 // Shared by the emu hooks and the nvptx rewrite.
 void emu_tma_load(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* dst, llvm::Value* tensor_map,

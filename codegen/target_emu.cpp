@@ -76,6 +76,18 @@ std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigne
   return d;
 }
 
+std::vector<llvm::Value*> emu_fence_operands(llvm::IRBuilder<>& b, EmuCalls& emu, const std::vector<llvm::Value*>& regs) {
+  if (regs.empty() || !regs[0]->getType()->isFloatTy()) return regs;
+  auto* arr_ty = llvm::ArrayType::get(b.getFloatTy(), uint64_t(regs.size()));
+  llvm::Value* arr = emu.scratch(arr_ty);
+  for (unsigned i = 0; i < unsigned(regs.size()); ++i) b.CreateStore(regs[i], b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i));
+  emu.call(b, "tilec_emu_wgmma_fence_operands", b.getVoidTy(), {arr, b.getInt32(uint32_t(regs.size()))}, true);
+  std::vector<llvm::Value*> r;
+  for (unsigned i = 0; i < unsigned(regs.size()); ++i)
+    r.push_back(b.CreateLoad(b.getFloatTy(), b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i)));
+  return r;
+}
+
 void emu_tma_load(llvm::IRBuilder<>& b, EmuCalls& emu, llvm::Value* dst, llvm::Value* tensor_map,
                   const std::vector<llvm::Value*>& coords, llvm::Value* bar, llvm::Value* site) {
   internal_assert(!coords.empty() && coords.size() <= 5, "a TMA copy has 1 to 5 coordinates");
@@ -186,6 +198,9 @@ public:
                                                            : 2;
     return emu_wgmma(b, emu_, dtype, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0),
                      (trans_a ? 1u : 0u) | (trans_b ? 2u : 0u), acc, emu_.site(b, site));
+  }
+  std::vector<llvm::Value*> fence_operands(Builder& b, const std::vector<llvm::Value*>& regs) override {
+    return emu_fence_operands(b, emu_, regs);
   }
   void wgmma_fence(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_fence", b.getVoidTy(), {}, true); }
   void wgmma_commit(Builder& b) override { emu_.call(b, "tilec_emu_wgmma_commit", b.getVoidTy(), {}, true); }

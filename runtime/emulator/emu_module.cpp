@@ -84,6 +84,7 @@ void ensure_abi_exported() {
     // wgmma.cpp
     reinterpret_cast<void*>(&tilec_emu_wgmma), reinterpret_cast<void*>(&tilec_emu_wgmma_fence),
     reinterpret_cast<void*>(&tilec_emu_wgmma_commit), reinterpret_cast<void*>(&tilec_emu_wgmma_wait),
+    reinterpret_cast<void*>(&tilec_emu_wgmma_fence_operands),
     reinterpret_cast<void*>(&tilec_emu_fence_proxy_async),
 };
 

@@ -21,10 +21,17 @@ uint32_t tilec_emu_num_blocks(tilec_emu_thread* t, uint32_t axis) {
 }
 
 // The one f16/bf16 conversion of the project (abi/float16.h): round to nearest even, NaN stays NaN.
+// (A wgmma result's tag converted is a read of its register before the wait: wgmma.cpp.)
 float tilec_emu_f16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::f16_bits_to_f32(bits); }
-uint16_t tilec_emu_f32_to_f16(tilec_emu_thread*, float f) { return tilec::f32_to_f16_bits(f); }
+uint16_t tilec_emu_f32_to_f16(tilec_emu_thread* t, float f) {
+  check_untagged(t, &f, 4, "conversion to f16");
+  return tilec::f32_to_f16_bits(f);
+}
 float tilec_emu_bf16_to_f32(tilec_emu_thread*, uint16_t bits) { return tilec::bf16_bits_to_f32(bits); }
-uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread*, float f) { return tilec::f32_to_bf16_bits(f); }
+uint16_t tilec_emu_f32_to_bf16(tilec_emu_thread* t, float f) {
+  check_untagged(t, &f, 4, "conversion to bf16");
+  return tilec::f32_to_bf16_bits(f);
+}
 void tilec_emu_print_op(tilec_emu_thread* t) { ++t->print_ops; }
 
 void tilec_emu_print(tilec_emu_thread* t, const char* prefix, const char* shape, int64_t element, int32_t kind,
@@ -53,7 +60,9 @@ uint32_t tilec_emu_fp8x2_to_f16x2(tilec_emu_thread*, uint16_t pair, uint32_t for
   auto half = [&](unsigned byte) { return uint32_t(tilec::f32_to_f16_bits(tilec::fp8_bits_to_f32(uint8_t(byte), f))); };
   return half(pair & 0xff) | (half(pair >> 8) << 16);
 }
-uint16_t tilec_emu_f32x2_to_fp8x2(tilec_emu_thread*, float hi, float lo, uint32_t format) {
+uint16_t tilec_emu_f32x2_to_fp8x2(tilec_emu_thread* t, float hi, float lo, uint32_t format) {
+  check_untagged(t, &hi, 4, "conversion to fp8");
+  check_untagged(t, &lo, 4, "conversion to fp8");
   const tilec::Fp8Format& f = format == 0 ? tilec::kE4M3 : tilec::kE5M2;
   return uint16_t(tilec::f32_to_fp8_bits(lo, f) | (tilec::f32_to_fp8_bits(hi, f) << 8));
 }

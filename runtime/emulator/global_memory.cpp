@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 
 namespace tilec::rt::emu {
 
@@ -124,6 +125,7 @@ void tilec_emu_load(tilec_emu_thread* t, const void* addr, uint32_t bytes, void*
 }
 
 void tilec_emu_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src) {
+  check_untagged(t, src, bytes, "global store");
   check_access(t, addr, bytes, false, true, "store",
                reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
   std::memcpy(addr, src, bytes);
@@ -138,6 +140,7 @@ namespace {
 template <class T> T atomic_rmw(tilec_emu_thread* t, T* addr, int32_t op, T value, T cmp) {
   static const char* const names[] = {"atomic add",  "atomic max", "atomic min", "atomic and", "atomic or",
                                       "atomic xor",  "atomic xchg", "atomic cas", "atomic max", "atomic min"};
+  if constexpr (std::is_same_v<T, float>) check_untagged(t, &value, 4, "atomic");
   check_access(t, addr, 4, true, true, op >= 0 && op < 10 ? names[op] : "atomic");
   auto* word = reinterpret_cast<std::uint32_t*>(addr);
   std::uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED);

@@ -97,6 +97,21 @@ struct __attribute__((visibility("hidden"))) tilec_emu_thread {
   const char* wgmma_site = "";
   std::vector<std::uint64_t> wgmma_groups;
   std::uint64_t wgmma_open = 0;
+  // The results of this thread's wgmmas, as the hardware delivers them: asynchronously. Each
+  // wgmma's result waits here (a ring of kWgmmaSlots, by issue number) until a wgmma_wait
+  // retires its group and writes it into the accumulator; until then the accumulator holds
+  // tags naming it (wgmma_tag), which a later wgmma takes as its input (chaining) and which
+  // anything else that reads them reports. wgmma_issued counts this block's wgmmas, of which
+  // the first wgmma_retired are retired.
+  struct WgmmaResult {
+    std::uint64_t group = 0;
+    float* acc = nullptr;
+    const char* site = "";
+    bool retired = true;
+    std::vector<float> values;
+  };
+  std::vector<WgmmaResult> wgmma_results;
+  std::uint64_t wgmma_issued = 0, wgmma_retired = 0;
   bool wgmma_fenced = false;
   std::uint32_t proxy_fences = 0;
   std::uint32_t fences_at_barrier = 0; // proxy_fences when the block's last barrier released it
@@ -186,6 +201,10 @@ struct tilec_emu_worker {
   tilec::rt::emu::Launch* launch = nullptr;
   tilec::rt::emu::FiberContext scheduler;
   std::vector<tilec_emu_thread> threads;
+  // The thread whose fiber runs now (null: the scheduler runs). Not always the thread a check
+  // fails for: a warpgroup MMA reads its operands as the warpgroup's first thread on the fiber
+  // of the last one to arrive.
+  tilec_emu_thread* running = nullptr;
   tilec::rt::emu::PooledArena stacks;
   std::unique_ptr<std::byte[]> shared_storage;
   std::byte* shared = nullptr;
@@ -259,6 +278,28 @@ std::string where(const tilec_emu_thread* t);
 template <class... A> [[noreturn]] void fail_thread(tilec_emu_thread* t, fmt::format_string<A...> f, A&&... args) {
   std::string message = where(t) + ": " + fmt::format(f, std::forward<A>(args)...);
   abort_thread(t, std::move(message));
+}
+
+// --- wgmma.cpp: the asynchronous accumulator
+
+// A wgmma result's register not yet delivered reads as a tag: a quiet NaN whose payload names
+// the result (its slot in the thread's ring) and the register. NaN arithmetic keeps a payload,
+// so a value computed from a tag is mostly a tag too.
+inline constexpr std::uint32_t kWgmmaSlots = 512;
+inline bool is_wgmma_tag(std::uint32_t bits) { return (bits & 0x7fff0000u) == 0x7fed0000u; }
+// Fails the thread when one of the `bytes` at `p` (whole 4-byte words) a `what` (a store, a
+// conversion, a shuffle) hands on is a tag of one of its wgmma results: an accumulator
+// register read before the wgmma.wait_group that retires it. Only threads that issued a
+// wgmma in this block are checked (and no conversion called with no thread: the nvptx
+// rewrite's __truncsfbf2 passes none).
+[[noreturn]] void report_tag(tilec_emu_thread* t, std::uint32_t bits, const char* what);
+inline void check_untagged(tilec_emu_thread* t, const void* p, std::uint32_t bytes, const char* what) {
+  if (!t || t->wgmma_issued == 0) return;
+  for (std::uint32_t i = 0; i + 4 <= bytes; i += 4) {
+    std::uint32_t bits;
+    __builtin_memcpy(&bits, static_cast<const char*>(p) + i, 4);
+    if (is_wgmma_tag(bits)) report_tag(t, bits, what);
+  }
 }
 
 // Hands control from the calling GPU thread back to its worker's scheduler.

@@ -3,6 +3,8 @@
 #include "runtime/emulator/internal.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -17,9 +19,19 @@ std::string where(const tilec_emu_thread* t) {
 }
 
 [[noreturn]] void abort_thread(tilec_emu_thread* t, std::string&& message) {
-  t->worker->error = std::move(message);
+  Worker& w = *t->worker;
+  w.error = std::move(message);
   t->state = State::failed;
-  emu::fiber_exit(t->fiber, t->worker->scheduler);
+  // Leave the fiber that runs, which need not be t's (a warpgroup MMA's operand reads fail as
+  // its first thread on the last arriving thread's fiber): switching away from t's fiber while
+  // on another's would save this stack pointer as t's and later resume the other at a stale one.
+  tilec_emu_thread* running = w.running;
+  if (!running) {
+    fmt::print(stderr, "tilec emulator: a thread failed outside every fiber: {}\n", w.error);
+    std::abort();
+  }
+  running->state = State::failed;
+  emu::fiber_exit(running->fiber, w.scheduler);
 }
 
 namespace {
@@ -122,6 +134,8 @@ bool run_block(Worker& w) {
     t.wgmma_groups.clear();
     t.wgmma_open = 0;
     t.wgmma_fenced = false;
+    t.wgmma_issued = t.wgmma_retired = 0;
+    for (auto& r : t.wgmma_results) r.retired = true; // a failed block's results are dropped
     emu::fiber_init(t.fiber, w.stacks->stack(t.tid), w.stacks->bytes(), fiber_main, &t);
   }
   std::uint32_t n = std::uint32_t(w.threads.size());
@@ -134,7 +148,9 @@ bool run_block(Worker& w) {
     for (std::uint32_t i : order) {
       tilec_emu_thread& t = w.threads[i];
       if (t.state != State::runnable) continue;
+      w.running = &t;
       emu::fiber_switch(w.scheduler, t.fiber);
+      w.running = nullptr;
       if (t.state == State::failed) return false;
     }
     std::uint32_t done = 0, at_barrier = 0;

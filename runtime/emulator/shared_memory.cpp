@@ -178,6 +178,7 @@ void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes
 void tilec_emu_shared_store(tilec_emu_thread* t, void* addr, uint32_t bytes, const void* src, const char* site,
                             uint32_t float_type) {
   std::size_t off = check_shared(t, addr, bytes, "store", site);
+  check_untagged(t, src, bytes, "shared-memory store");
   check_shared_write(t, off, bytes, src, site, float_type, t->worker->epoch, true);
 }
 

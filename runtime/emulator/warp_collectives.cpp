@@ -114,6 +114,7 @@ using namespace tilec::rt::emu;
 extern "C" {
 
 uint32_t tilec_emu_shfl_xor(tilec_emu_thread* t, uint32_t value, uint32_t lane_mask) {
+  check_untagged(t, &value, 4, "warp shuffle");
   t->shfl_value = value;
   t->shfl_src = ((t->tid & 31) ^ lane_mask) & 31;
   t->state = State::at_shuffle;
@@ -122,6 +123,7 @@ uint32_t tilec_emu_shfl_xor(tilec_emu_thread* t, uint32_t value, uint32_t lane_m
 }
 
 uint32_t tilec_emu_shfl_idx(tilec_emu_thread* t, uint32_t value, uint32_t src_lane) {
+  check_untagged(t, &value, 4, "warp shuffle");
   t->shfl_value = value;
   t->shfl_src = src_lane & 31;
   t->state = State::at_shuffle;

@@ -6,6 +6,8 @@
 #include "abi/float8.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 
 namespace tilec::rt::emu {
 
@@ -33,6 +35,27 @@ std::size_t descriptor_offset(std::uint64_t desc, bool mn_major, std::uint32_t m
   const std::size_t logical = mn_major ? start + (mnb / s) * lbo + (k / 8) * sbo + (k % 8) * s + mnb % s
                                        : start + (mn / 8) * sbo + (mn % 8) * s + kb;
   return logical ^ (((logical >> 7) & (s / 16 - 1)) << 4);
+}
+
+std::uint32_t tag_of(std::uint32_t slot, std::uint32_t reg) { return 0x7fed0000u | slot << 7 | reg; }
+
+// The result a tag names, or null.
+tilec_emu_thread::WgmmaResult* tagged(tilec_emu_thread& o, std::uint32_t bits) {
+  const std::uint32_t slot = (bits >> 7) & (kWgmmaSlots - 1), reg = bits & 127;
+  if (slot >= o.wgmma_results.size() || reg >= o.wgmma_results[slot].values.size()) return nullptr;
+  return &o.wgmma_results[slot];
+}
+
+// Register r of thread o's accumulator as a wgmma takes it: a tag stands for the register of
+// the result it names (a wgmma may take an earlier one's result before it is retired).
+float accumulator_in(tilec_emu_thread* t, tilec_emu_thread& o, std::uint32_t r) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(o.wgmma_acc[r]);
+  if (!is_wgmma_tag(bits)) return o.wgmma_acc[r];
+  tilec_emu_thread::WgmmaResult* res = tagged(o, bits);
+  if (!res)
+    fail_thread(t, "warpgroup MMA (at {}): register {} of thread {}'s accumulator holds the tag of no wgmma result",
+                o.wgmma_site, r, o.tid);
+  return res->values[bits & 127];
 }
 
 // The warpgroup's MMA, run by its last thread to arrive (`t`), every other one waiting.
@@ -101,15 +124,27 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
     for (std::uint32_t k = 0; k < ks; ++k) A[r * ks + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
   for (std::uint32_t c = 0; c < n; ++c)
     for (std::uint32_t k = 0; k < ks; ++k) B[c * ks + k] = read(first.wgmma_desc_b, first.wgmma_trans & 2, c, k);
+  // Each thread's result waits in its ring until a wait retires its group; its accumulator
+  // holds the result's tags until then.
   for (std::uint32_t i = g0; i < g0 + 128; ++i) {
     tilec_emu_thread& o = w.threads[i];
+    if (o.wgmma_issued - o.wgmma_retired >= kWgmmaSlots)
+      fail_thread(t, "warpgroup MMA (at {}): thread {} has {} wgmma results in flight, more than the emulator "
+                     "tracks (wgmma.wait_group missing?)", first.wgmma_site, i, kWgmmaSlots);
+    const std::uint32_t slot = std::uint32_t(o.wgmma_issued % kWgmmaSlots);
+    if (o.wgmma_results.size() <= slot) o.wgmma_results.resize(slot + 1);
+    tilec_emu_thread::WgmmaResult& res = o.wgmma_results[slot];
+    res.values.resize(n / 2);
     const std::uint32_t warp = (i - g0) / 32, lane = i % 32;
     for (std::uint32_t r = 0; r < n / 2; ++r) {
       const std::uint32_t row = 16 * warp + lane / 4 + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
-      float acc = first.wgmma_scale ? o.wgmma_acc[r] : 0.0f;
+      float acc = first.wgmma_scale ? accumulator_in(t, o, r) : 0.0f;
       for (std::uint32_t k = 0; k < ks; ++k) acc += A[row * ks + k] * B[col * ks + k]; // exact product, rounded sum
-      o.wgmma_acc[r] = acc;
+      res.values[r] = acc;
     }
+    res.group = o.wgmma_open, res.acc = o.wgmma_acc, res.site = first.wgmma_site, res.retired = false;
+    for (std::uint32_t r = 0; r < n / 2; ++r) o.wgmma_acc[r] = std::bit_cast<float>(tag_of(slot, r));
+    ++o.wgmma_issued;
   }
   std::sort(offsets.begin(), offsets.end());
   tilec_emu_worker::PendingWgmma p{g0 / 128, first.wgmma_open, {}, first.wgmma_site, std::vector<bool>(128), UINT64_MAX};
@@ -127,6 +162,17 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
 }
 
 } // namespace
+
+void report_tag(tilec_emu_thread* t, std::uint32_t bits, const char* what) {
+  const tilec_emu_thread::WgmmaResult* res = tagged(*t, bits);
+  if (!res)
+    fail_thread(t, "{} of a value ({:#010x}) that is the tag of no warpgroup MMA result of this thread", what, bits);
+  fail_thread(t, "{} of register {} of a warpgroup MMA's accumulator (wgmma at {}) read before the wgmma.wait_group "
+                 "that retires it{}: on a GPU the MMA may still be writing it",
+              what, bits & 127, res->site,
+              res->retired ? " (retired since; the value was taken before, or not passed through the operand fence "
+                             "after the wait)" : "");
+}
 
 } // namespace tilec::rt::emu
 
@@ -173,7 +219,27 @@ void tilec_emu_wgmma_wait(tilec_emu_thread* t, uint32_t groups) {
       p.waited[t->tid % 128] = true;
       p.retired_epoch = std::min(p.retired_epoch, w.epoch);
     }
+  // The retired results land in their accumulators, oldest first, in the registers that still
+  // hold their tags (a later wgmma on the same registers has them now).
+  while (t->wgmma_retired < t->wgmma_issued) {
+    const std::uint32_t slot = std::uint32_t(t->wgmma_retired % kWgmmaSlots);
+    tilec_emu_thread::WgmmaResult& res = t->wgmma_results[slot];
+    if (res.group >= keep_from) break;
+    for (std::uint32_t r = 0; r < res.values.size(); ++r)
+      if (std::bit_cast<std::uint32_t>(res.acc[r]) == tag_of(slot, r)) res.acc[r] = res.values[r];
+    res.retired = true;
+    ++t->wgmma_retired;
+  }
   t->wgmma_fenced = false;
+}
+
+void tilec_emu_wgmma_fence_operands(tilec_emu_thread* t, float* regs, uint32_t count) {
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(regs[i]);
+    if (!is_wgmma_tag(bits)) continue;
+    const tilec_emu_thread::WgmmaResult* res = tagged(*t, bits);
+    if (res && res->retired) regs[i] = res->values[bits & 127];
+  }
 }
 
 void tilec_emu_fence_proxy_async(tilec_emu_thread* t) { ++t->proxy_fences; }
