@@ -23,6 +23,11 @@ codegen::CompileOptions compile_options(const ParamMap& params, const std::strin
   if (arch != "host") o.arch = arch;
   // num_warps was checked with the other --set values; compile() checks it again.
   if (auto it = params.find("num_warps"); it != params.end()) o.num_warps = int(it->second);
+  // The tools and the module builder keep neither the LLVM IR text nor its verification (a
+  // tenth and a fiftieth of a paged-attention compile); tests calling codegen::compile
+  // directly keep both.
+  o.llvm_ir_text = false;
+  o.verify_llvm = false;
   return o;
 }
 

@@ -37,55 +37,18 @@
 #include <unistd.h>
 
 #include "abi/limits.h"
+#include "codegen/llvm_target.h"
 #include "codegen/lower.h"
 #include "codegen/tma.h"
 #include "ir/param_access.h"
 #include "ir/passes.h"
 #include "codegen/target.h"
 
-extern "C" {
-void LLVMInitializeNVPTXTargetInfo();
-void LLVMInitializeNVPTXTarget();
-void LLVMInitializeNVPTXTargetMC();
-void LLVMInitializeNVPTXAsmPrinter();
-void LLVMInitializeX86TargetInfo();
-void LLVMInitializeX86Target();
-void LLVMInitializeX86TargetMC();
-void LLVMInitializeX86AsmPrinter();
-}
-
 namespace tilec::codegen {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-void init_llvm_targets() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    LLVMInitializeNVPTXTargetInfo();
-    LLVMInitializeNVPTXTarget();
-    LLVMInitializeNVPTXTargetMC();
-    LLVMInitializeNVPTXAsmPrinter();
-    LLVMInitializeX86TargetInfo();
-    LLVMInitializeX86Target();
-    LLVMInitializeX86TargetMC();
-    LLVMInitializeX86AsmPrinter();
-    // 32-bit shared-memory pointers (address space 3), as shared addresses are: half the
-    // registers for the many shared addresses a kernel keeps, and no 64-bit arithmetic on them.
-    auto& options = llvm::cl::getRegisteredOptions();
-    if (auto it = options.find("nvptx-short-ptr"); it != options.end())
-      static_cast<llvm::cl::opt<bool>*>(it->second)->setValue(true);
-    // Most of O3's time on tilec's kernels went to alias queries from LICM's scalar promotion
-    // and DSE's MemorySSA walks over hundreds of shared-memory accesses off one base, which
-    // find nothing the lowering left to find: cap both (the PTX of the repository's kernels is
-    // unchanged, tests/codegen pins their counts).
-    if (auto it = options.find("licm-mssa-max-acc-promotion"); it != options.end())
-      static_cast<llvm::cl::opt<unsigned>*>(it->second)->setValue(0);
-    if (auto it = options.find("dse-memoryssa-walklimit"); it != options.end())
-      static_cast<llvm::cl::opt<unsigned>*>(it->second)->setValue(10);
-  });
-}
 
 CompileOptions without_large_buffers(CompileOptions o) {
   o.large_buffers.clear();
@@ -99,27 +62,6 @@ void check_options(const CompileOptions& o) {
     throw UserError(fmt::format("unsupported arch '{}' (expected one of {})", o.arch, fmt::join(kArchs, ", ")));
   if (std::string why = ir::Function::max_registers_error(o.max_registers); o.max_registers && !why.empty())
     throw UserError(why);
-}
-
-// The PTX target a kernel's code needs: sm_90a (the arch-specific features wgmma is one of)
-// when it runs warpgroup MMAs, else the arch itself.
-std::string ptx_arch(const CompileOptions& o, bool uses_wgmma) { return uses_wgmma ? o.arch + "a" : o.arch; }
-
-std::unique_ptr<llvm::TargetMachine> make_target_machine(const CompileOptions& o, bool uses_wgmma = false) {
-  init_llvm_targets();
-  bool gpu = o.target == Target::nvptx;
-  std::string triple = gpu ? "nvptx64-nvidia-cuda" : "x86_64-unknown-linux-gnu";
-  std::string err;
-  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
-  if (!t) internal_fail("LLVM target " + triple + " is missing: " + err);
-  llvm::TargetOptions to;
-  // After tilec's pipeline the NVPTX backend gives the same PTX at its default level as at
-  // Aggressive, which only swaps its EarlyCSE for GVN (a fifth of code generation's time).
-  auto level = gpu && !o.stock_o3 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::Aggressive;
-  auto* tm = t->createTargetMachine(triple, gpu ? ptx_arch(o, uses_wgmma) : "x86-64", gpu ? "+ptx80" : "", to, llvm::Reloc::PIC_,
-                                    std::nullopt, level);
-  if (!tm) internal_fail("cannot create a target machine for " + triple);
-  return std::unique_ptr<llvm::TargetMachine>(tm);
 }
 
 // tilec's pipeline for GPU code, chosen for what the lowering emits: straight-line code per tile
@@ -304,7 +246,7 @@ std::unique_ptr<llvm::Module> lower_module(const ir::Function& fn, const Compile
     link_libdevice(*m);
     if (!o.stock_o3) inline_libdevice(*m, std::stoi(o.arch.substr(3)));
   }
-  verify(*m, "kernel " + fn.name);
+  if (o.verify_llvm) verify(*m, "kernel " + fn.name);
   if (o.target == Target::emu_nvptx) {
     inline_libdevice_for_cpu(*m, std::stoi(o.arch.substr(3)));
     // Retargeted before any optimization: passes that merge, hoist or speculate instructions
@@ -395,10 +337,10 @@ bool wgmma_enabled(const CompileOptions& o) { return o.tensor_cores && o.wgmma &
 
 LoweredKernel lower_to_llvm(const ir::Function& fn, const CompileOptions& opts) {
   check_options(opts);
-  auto tm = make_target_machine(opts);
+  llvm::TargetMachine& tm = target_machine(opts);
   llvm::LLVMContext ctx;
   LoweredKernel r;
-  auto m = lower_module(fn, opts, ctx, *tm, r.stats);
+  auto m = lower_module(fn, opts, ctx, tm, r.stats);
   r.symbol = fn.name;
   r.llvm_ir = module_text(*m);
   return r;
@@ -406,18 +348,18 @@ LoweredKernel lower_to_llvm(const ir::Function& fn, const CompileOptions& opts) 
 
 std::string emit_ptx(const std::string& llvm_ir, const CompileOptions& opts) {
   check_options(opts);
-  auto tm = make_target_machine(opts, llvm_ir.find("wgmma.mma_async") != std::string::npos);
+  llvm::TargetMachine& tm = target_machine(opts, llvm_ir.find("wgmma.mma_async") != std::string::npos);
   llvm::LLVMContext ctx;
   auto m = parse_module(llvm_ir, ctx);
-  return emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
+  return emit_code(*m, tm, llvm::CodeGenFileType::AssemblyFile);
 }
 
 std::vector<char> emit_object(const std::string& llvm_ir, const CompileOptions& opts) {
   check_options(opts);
-  auto tm = make_target_machine(opts);
+  llvm::TargetMachine& tm = target_machine(opts);
   llvm::LLVMContext ctx;
   auto m = parse_module(llvm_ir, ctx);
-  std::string obj = emit_code(*m, *tm, llvm::CodeGenFileType::ObjectFile);
+  std::string obj = emit_code(*m, tm, llvm::CodeGenFileType::ObjectFile);
   return std::vector<char>(obj.begin(), obj.end());
 }
 
@@ -490,12 +432,14 @@ void link_emu_library(const std::vector<char>& object, const std::string& out_pa
 CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   check_options(opts);
-  auto tm = make_target_machine(opts);
-  llvm::LLVMContext ctx;
+  llvm::TargetMachine* tm = &target_machine(opts);
   CompiledKernel r;
+  // Declared before the context, which points to it until its end.
+  SkipIdlePasses skip_idle(r.skipped_passes);
+  llvm::LLVMContext ctx;
   auto m = lower_module(fn, opts, ctx, *tm, r.stats, &r.phases);
   r.symbol = fn.name;
-  r.llvm_ir = module_text(*m);
+  if (opts.llvm_ir_text) r.llvm_ir = module_text(*m);
   r.threads_per_block = r.stats.threads_per_block;
   auto t_codegen = std::chrono::steady_clock::now();
   r.shared_bytes = r.stats.shared_bytes;
@@ -513,7 +457,9 @@ CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts) {
                                   opts.arch, limit));
     // A kernel with warpgroup MMAs is code for sm_90a: emitted and assembled for it.
     const bool wgmma = r.stats.wgmma_dots > 0;
-    if (wgmma) tm = make_target_machine(opts, true);
+    if (wgmma) tm = &target_machine(opts, true);
+    // Only code generation is gated: tilec's pipeline above ran every pass it lists.
+    if (!opts.stock_o3 && !opts.all_codegen_passes) ctx.setOptPassGate(skip_idle);
     r.ptx = emit_code(*m, *tm, llvm::CodeGenFileType::AssemblyFile);
     r.phases.codegen_ms = ms_since(t_codegen);
     if (opts.run_ptxas)

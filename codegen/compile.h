@@ -45,6 +45,18 @@ struct CompileOptions {
   // LLVM's stock O3 pipeline instead of tilec's own short one (kLeanPipeline in compile.cpp),
   // to compare the two (`tilec compile --stock-o3`). GPU code only: the emulator's is O3.
   bool stock_o3 = false;
+  // Run every optional pass of LLVM's NVPTX code generation, also those compile() skips because
+  // they find nothing to do in tilec's modules (kIdleCodegenPasses in compile.cpp), to compare:
+  // the PTX is the same either way (tests/codegen/test_compile_speed.cpp).
+  bool all_codegen_passes = false;
+  // Keep the optimized LLVM IR as text in CompiledKernel::llvm_ir. Printing it costs compile()
+  // about a tenth of its time on paged attention; the tools, which never read it, turn it off
+  // (backends::compile_options).
+  bool llvm_ir_text = true;
+  // Check the lowered module with LLVM's verifier, so that a lowering bug stops the compile
+  // with an internal error saying what is wrong instead of whatever LLVM does with bad IR.
+  // On for tests and library callers; the tools turn it off (backends::compile_options).
+  bool verify_llvm = true;
   // A ceiling on registers per thread for GPU code (24 to 255, no more than one block can have;
   // `tilec compile --max-registers`), in place of the kernel's own asks (min_blocks_per_sm and
   // max_registers). 0: the kernel's.
@@ -120,7 +132,7 @@ struct CompilePhases {
 
 struct CompiledKernel {
   std::string symbol;
-  std::string llvm_ir;
+  std::string llvm_ir;             // unless CompileOptions::llvm_ir_text is off
   std::string ptx;                 // nvptx
   std::vector<char> cubin;         // nvptx, when ptxas ran
   std::optional<PtxasInfo> ptxas;  // nvptx, when ptxas ran
@@ -130,6 +142,9 @@ struct CompiledKernel {
   LoweringStats stats;
   double compile_ms = 0;
   CompilePhases phases;
+  // Optional NVPTX code generation passes the compile skipped, in the order LLVM asked (see
+  // CompileOptions::all_codegen_passes).
+  std::vector<std::string> skipped_passes;
 };
 
 // ptxas rejected the PTX; the message carries ptxas's log.
@@ -165,5 +180,9 @@ void link_emu_library(const std::vector<char>& object, const std::string& out_pa
 
 // All stages. Runs ptxas when opts.run_ptxas and ptxas is found.
 CompiledKernel compile(const ir::Function& fn, const CompileOptions& opts);
+
+// LLVM target machines this process has made so far: one per thread and target (arch, sm_90a
+// for warpgroup MMAs, the emulator's host), kept for the compiles that follow.
+int target_machines_created();
 
 } // namespace tilec::codegen
