@@ -5,6 +5,7 @@
 #include <llvm/IR/OptBisect.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,11 @@ class SkipIdlePasses final : public llvm::OptPassGate {
 public:
   explicit SkipIdlePasses(std::vector<std::string>& skipped) : skipped_(skipped) {}
   bool isEnabled() const override { return true; }
-  bool shouldRunPass(const llvm::StringRef pass, llvm::StringRef) override;
+  bool shouldRunPass(const llvm::StringRef pass, llvm::StringRef ir) override;
 
 private:
   std::vector<std::string>& skipped_;
+  std::map<std::string, int> asked_; // times each idle pass was asked, per function
 };
 
 } // namespace tilec::codegen
