@@ -249,7 +249,19 @@ void Lowering::scratch_begin(int64_t bytes, int64_t align) {
     return std::min<int64_t>(32, blocks_by_shared_memory(opts_.arch, (total + 15) / 16 * 16));
   };
   const bool grows = lo >= 0 && loops_open_ == 0 && blocks(lo + bytes) < blocks(aligned(scratch_floor_) + bytes);
-  if (lo < 0 || grows || lo - scratch_floor_ > std::max(kScratchSpread, align)) {
+  // Outside every loop, with no copies in flight, the pipelines' buffers are free once a
+  // barrier follows their last reads and copies: a region that would raise the kernel's
+  // shared memory (or wait at a barrier anyway) starts at their beginning instead (a loop's
+  // loop-invariant operand staged before its copies begin, an epilogue's exchange after them).
+  const int64_t in_buffers = -pipes_.buffer_bytes();
+  const int64_t top = stats_.shared_bytes - pipes_.buffer_bytes();
+  const bool waits = lo < 0 || grows || lo - scratch_floor_ > std::max(kScratchSpread, align);
+  if (loops_open_ == 0 && !copies_in_flight_ && in_buffers < 0 && pipes_.buffer_bytes() % align == 0 &&
+      (pipes_.mbarrier_count() == 0 || bytes <= pipes_.buffers_end()) &&
+      (waits || lo + bytes > top) && !conflicts_with_touched({kScratch, in_buffers, in_buffers + bytes, true})) {
+    if (pipe_read_unfenced_ || pipe_written_unfenced_ || pipe_landed_unfenced_) barrier();
+    lo = in_buffers;
+  } else if (waits) {
     barrier();
     lo = aligned(scratch_floor_);
   }
@@ -521,13 +533,19 @@ void Lowering::emit_for(const Op& op) {
   // thread's own wait, wrote them: the buffers are shared).
   const Pipeline* pl = pipes_.pipeline_of(&op);
   const int64_t S = pl ? pl->stages : 1;
+  // Each thread keeps its warp's fragments of a dot's loop-invariant A in registers, loaded
+  // once here (through scratch, which may be the buffers the copies below fill).
+  for (const Op* dot : held_a_dots(op)) hold_a_fragments(*dot);
   if (pl) {
     // The copy engine writes through the async proxy: the generic accesses before the barrier
-    // are fenced to it first.
-    if (pipe_read_unfenced_ || pipe_written_unfenced_) {
+    // are fenced to it first. Scratch in the buffers is done with first too.
+    const int64_t in_buffers = -pipes_.buffer_bytes();
+    if (pipe_read_unfenced_ || pipe_written_unfenced_ ||
+        conflicts_with_touched({kScratch, in_buffers, in_buffers + pipes_.buffers_end(), true})) {
       if (pl->mbarriers >= 0) proxy_unfenced_ = true;
       barrier();
     }
+    copies_in_flight_ = true;
     for (int64_t s = 0; s + 1 < S; ++s)
       issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
                   b_.getInt32(uint32_t(s)), false);
@@ -622,6 +640,7 @@ void Lowering::emit_for(const Op& op) {
     cp_async_wait(0); // the copies issued past the end (all masked off: zero-filled)
     pipe_written_unfenced_ = true;
   }
+  if (pl) copies_in_flight_ = pl->mbarriers >= 0; // TMA copies issued past the end may still land
   for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
 }
 
@@ -665,8 +684,9 @@ void Lowering::emit_if(const Op& op) {
   }
 }
 
-std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
-  if (!opts_.tensor_cores) return {};
+std::vector<std::pair<const Op*, int>> Lowering::invariant_operands(const Op& loop) {
+  std::vector<std::pair<const Op*, int>> found;
+  if (!opts_.tensor_cores) return found;
   // The value is defined outside `loop`: no op or block of it produces it.
   auto outside = [&](const Value* v) {
     const ir::Block* blk = v->def ? v->def->parent : v->owner;
@@ -674,6 +694,28 @@ std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
       if (blk->parent == &loop) return false;
     return true;
   };
+  // The loop's own dots, and those in its ifs (a nested loop has its own).
+  std::function<void(const ir::Block&)> scan = [&](const ir::Block& blk) {
+    for (const auto& o : blk.ops) {
+      if (o->kind == OpKind::If)
+        for (const auto& r : o->regions) scan(*r);
+      if (o->kind != OpKind::Dot || !mma_eligible(*o)) continue;
+      for (int idx = 0; idx < 2; ++idx)
+        if (!pipes_.async_operand(o.get(), idx) && outside(o->operands[size_t(idx)])) found.push_back({o.get(), idx});
+    }
+  };
+  scan(loop.region(0));
+  return found;
+}
+
+std::vector<const Op*> Lowering::held_a_dots(const Op& loop) {
+  std::vector<const Op*> held;
+  for (auto [dot, idx] : invariant_operands(loop))
+    if (idx == 0 && a_fragments_fit(*dot)) held.push_back(dot);
+  return held;
+}
+
+std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
   struct Candidate {
     const Op* dot;
     int idx;
@@ -681,20 +723,11 @@ std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
   };
   std::vector<Candidate> found;
   int64_t total = 0;
-  // The loop's own dots, and those in its ifs (a nested loop stages its own).
-  std::function<void(const ir::Block&)> scan = [&](const ir::Block& blk) {
-    for (const auto& o : blk.ops) {
-      if (o->kind == OpKind::If)
-        for (const auto& r : o->regions) scan(*r);
-      if (o->kind != OpKind::Dot || !mma_eligible(*o)) continue;
-      for (int idx = 0; idx < 2; ++idx)
-        if (!pipes_.async_operand(o.get(), idx) && outside(o->operands[size_t(idx)])) {
-          found.push_back({o.get(), idx, mma_operand_staging(*o, idx)});
-          total += found.back().st.bytes() + (found.back().st.swizzle ? MmaStaging::kSwizzleAlign : 0);
-        }
-    }
-  };
-  scan(loop.region(0));
+  for (auto [dot, idx] : invariant_operands(loop)) {
+    if (idx == 0 && a_fragments_fit(*dot)) continue; // held in registers (held_a_dots)
+    found.push_back({dot, idx, mma_operand_staging(*dot, idx)});
+    total += found.back().st.bytes() + (found.back().st.swizzle ? MmaStaging::kSwizzleAlign : 0);
+  }
   if (found.empty() || total > kResidentBytes) return {};
   // Written under the floor, so wait for any access there since the last barrier, and then
   // at a barrier of their own before the loop reads them.

@@ -68,6 +68,10 @@ struct MmaDot {
   llvm::Value* t2 = nullptr;         // 2 (lane % 4)
   llvm::Value* mi = nullptr;         // lane / 8: the matrix whose row this lane addresses for ldmatrix
   llvm::Value* mr = nullptr;         // lane % 8: and the row
+  // A's fragments held in registers (set when A is in them already, or was loaded before the
+  // loop): [row tile * Kp / 16 + k step], each the 4 registers of mma_frag_a. Null: A is read
+  // from shared memory.
+  const std::vector<std::array<llvm::Value*, 4>>* a_frags = nullptr;
 
   // Element (m, k) of A and (k, n) of B in shared memory.
   llvm::Value* a_at(Builder& b, llvm::Value* m, llvm::Value* k) const {
@@ -113,10 +117,16 @@ void Lowering::emit_dot_mma(const Op& op) {
   const bool pipe_a = async_a && async_a->pipeline >= 0, pipe_b = async_b && async_b->pipeline >= 0;
   const auto res_a = resident_.find({&op, 0}), res_b = resident_.find({&op, 1});
   const bool keep_a = res_a != resident_.end(), keep_b = res_b != resident_.end();
-  const bool stage_a = !pipe_a && !keep_a, stage_b = !pipe_b && !keep_b;
   // The plan put the result (and the accumulator) in the MMA accumulator's own layout: the
   // fragments are the elements, so neither goes through shared memory.
   const bool direct = plan_.is_mma(ls[2]);
+  // A in an MMA accumulator's own layout, its rows where the result's are (attention's P, the
+  // first product's result rounded, as the second product's A): its fragment registers are
+  // its elements, paired, and it skips shared memory. A loop-invariant A may have had its
+  // fragments loaded before the loop (stage_resident).
+  const auto held_a = a_frags_.find(&op);
+  const bool a_regs = held_a != a_frags_.end() || (direct && a_in_registers(op, ls[0]));
+  const bool stage_a = !pipe_a && !keep_a && !a_regs, stage_b = !pipe_b && !keep_b;
   // A zero accumulator (dot(a, b)) is not staged: the fragments start at zero. The result
   // area has the padded rows and columns too, so every lane stores its fragments without a
   // branch (the padding is never read).
@@ -182,6 +192,9 @@ void Lowering::emit_dot_mma(const Op& op) {
   dot.mr = b_.CreateAnd(lane_, 7);
   if (direct) {
     if (mma_warps_along_m(M, N, int(opts_.num_warps))) dot.half = 8 * opts_.num_warps;
+    std::vector<std::array<llvm::Value*, 4>> own;
+    if (held_a != a_frags_.end()) dot.a_frags = &held_a->second;
+    else if (a_regs) dot.a_frags = &(own = mma_frags_of(get(a, ls[0]), ls[0], a->type));
     Elems out = mma_direct(op, dot, ls[2]);
     if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // no barrier of its own follows the reads
     if (uses_scratch) scratch_end();
@@ -232,6 +245,83 @@ void Lowering::emit_dot_mma(const Op& op) {
   }, "dot (mma) result read");
   scratch_end();
   define(res, ls[2], std::move(out));
+}
+
+bool Lowering::a_in_registers(const Op& op, LayoutId la) {
+  const ir::Shape& a = op.operands[0]->type.shape;
+  const int64_t M = a[0], K = a[1], N = op.operands[1]->type.shape[1];
+  const int W = int(opts_.num_warps);
+  return K % 16 == 0 && mma_warps_along_m(M, N, W) && mma_warps_along_m(M, K, W) &&
+         plan_.layout(la) == mma_layout(M, K, W);
+}
+
+// A [M, K] tile in mma_layout with warps along M as A fragments: row tile tm, k step ks takes
+// the elements at offsets (16 W tm + 8 W h, 16 ks + 8 q + e) from the thread's base, register
+// 2 q + h of the quad holding the pair e = 0, 1 (the low half first).
+std::vector<std::array<llvm::Value*, 4>> Lowering::mma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t) {
+  const int64_t M = t.shape[0], K = t.shape[1], W = opts_.num_warps;
+  const ThreadElems& te = elems_of(l, t.shape);
+  std::map<std::array<int64_t, 3>, size_t> elem; // (8 W-row group, 8-column tile, e) -> element
+  for (size_t j = 0; j < size_t(te.count); ++j)
+    elem[{te.offset[j][0] / (8 * W), te.offset[j][1] / 8, te.offset[j][1] % 2}] = j;
+  internal_assert(int64_t(elem.size()) == te.count, "the MMA layout's elements map to fragments");
+  llvm::Type* et = vals.at(0)->getType();
+  auto* pair = llvm::FixedVectorType::get(et, 2);
+  std::vector<std::array<llvm::Value*, 4>> out;
+  for (int64_t tm = 0; tm < M / (16 * W); ++tm)
+    for (int64_t ks = 0; ks < K / 16; ++ks) {
+      std::array<llvm::Value*, 4> quad;
+      for (int r = 0; r < 4; ++r) {
+        llvm::Value* x[2];
+        for (int e = 0; e < 2; ++e) x[e] = vals.at(elem.at({2 * tm + (r & 1), 2 * ks + (r >> 1), e}));
+        // Two values just rounded from f32 round as a pair, where one instruction does it.
+        auto* t0 = llvm::dyn_cast<llvm::FPTruncInst>(x[0]);
+        auto* t1 = llvm::dyn_cast<llvm::FPTruncInst>(x[1]);
+        std::optional<llvm::Value*> both;
+        if (t0 && t1 && t0->getSrcTy()->isFloatTy() && t1->getSrcTy()->isFloatTy())
+          both = hooks_.f32x2_to_half2(b_, t0->getOperand(0), t1->getOperand(0), t.dtype());
+        llvm::Value* v = both ? *both : llvm::PoisonValue::get(pair);
+        if (!both)
+          for (int e = 0; e < 2; ++e) v = b_.CreateInsertElement(v, x[e], uint64_t(e));
+        quad[size_t(r)] = b_.CreateBitCast(v, b_.getInt32Ty());
+      }
+      out.push_back(quad);
+    }
+  return out;
+}
+
+bool Lowering::a_fragments_fit(const Op& op) {
+  if (!mma_eligible(op) || plan_.is_wgmma(&op) || !plan_.is_mma(plan_.op_layouts(&op)[2])) return false;
+  const ir::Shape& a = op.operands[0]->type.shape;
+  const int64_t M = a[0], K = a[1], N = op.operands[1]->type.shape[1], W = opts_.num_warps;
+  return K % 16 == 0 && mma_warps_along_m(M, N, int(W)) && M / (16 * W) * (K / 16) * 4 <= kHeldFragmentRegisters;
+}
+
+// Stages A in scratch, and every thread loads its warp's fragments of it by ldmatrix, once.
+void Lowering::hold_a_fragments(const Op& op) {
+  const Value* a = op.operands[0];
+  const int64_t M = a->type.shape[0], K = a->type.shape[1], N = op.operands[1]->type.shape[1];
+  const int64_t W = opts_.num_warps;
+  const MmaStaging st = mma_operand_staging(op, 0);
+  scratch_begin(st.bytes());
+  llvm::Value* base = smem(b_.getInt8Ty(), b_.getInt32(0), 0);
+  stage_mma_operand(op, 0, st, base);
+  barrier();
+  MmaDot dot{M, N, K, M, std::max<int64_t>(N, 8), K, a->type.dtype(), st.kmajor, true, st.row_bytes, 0, 0, 0,
+             base, nullptr, nullptr, true, true, 0};
+  dot.half = 8 * W;
+  dot.a_ldm = st.kmajor ? K >= 8 : M >= 8 && K >= 8;
+  dot.g = b_.CreateLShr(lane_, 2);
+  dot.t2 = b_.CreateShl(b_.CreateAnd(lane_, 3), 1);
+  dot.mi = b_.CreateLShr(lane_, 3);
+  dot.mr = b_.CreateAnd(lane_, 7);
+  llvm::Value* m_base = b_.CreateMul(warp_, b_.getInt32(8));
+  std::vector<std::array<llvm::Value*, 4>>& frags = a_frags_[&op];
+  for (int64_t tm = 0; tm < M / (16 * W); ++tm)
+    for (int64_t ks = 0; ks < K / 16; ++ks)
+      frags.push_back(mma_frag_a(dot, b_.CreateAdd(m_base, b_.getInt32(uint32_t(tm * 16 * W))),
+                                 b_.getInt32(uint32_t(16 * ks))));
+  scratch_end();
 }
 
 MmaStaging Lowering::mma_operand_staging(const Op& op, int idx) {
@@ -301,7 +391,7 @@ std::vector<llvm::Value*> Lowering::mma_ldmatrix(const MmaDot& dot,
                                                  const std::vector<std::pair<int64_t, int64_t>>& mats, bool kmajor,
                                                  llvm::Value* mn0, llvm::Value* k0, int64_t mn_limit,
                                                  const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& addr,
-                                                 const char* what, bool wrap_rows) {
+                                                 const char* what, int64_t row_bytes, bool wrap_rows) {
   int count = mats.size() == 3 ? 4 : int(mats.size());
   llvm::Value* q = count > 1 ? b_.CreateAnd(dot.mi, uint64_t(count - 1)) : b_.getInt32(0);
   llvm::Value* dmn = b_.getInt32(uint32_t(mats[0].first)), *dk = b_.getInt32(uint32_t(mats[0].second));
@@ -309,6 +399,17 @@ std::vector<llvm::Value*> Lowering::mma_ldmatrix(const MmaDot& dot,
     llvm::Value* is = b_.CreateICmpUGE(q, b_.getInt32(uint32_t(i)));
     dmn = b_.CreateSelect(is, b_.getInt32(uint32_t(mats[i].first)), dmn);
     dk = b_.CreateSelect(is, b_.getInt32(uint32_t(mats[i].second)), dk);
+  }
+  // A constant k0 (unrolled k steps) and a constant mn0 (a warp's column tiles) go last, as
+  // constant offsets from the lane's address at (0, 0), which is then computed once for all.
+  int64_t k_const = 0, mn_const = 0;
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(k0); c && !(kmajor && mn_limit < 8)) {
+    k_const = c->getSExtValue();
+    k0 = b_.getInt32(0);
+  }
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(mn0); c && !(kmajor && mn_limit <= 8)) {
+    mn_const = c->getSExtValue();
+    mn0 = b_.getInt32(0);
   }
   llvm::Value* p;
   if (kmajor) { // stored rows are m (or n): this lane's row, or the zero row past the tile
@@ -322,6 +423,10 @@ std::vector<llvm::Value*> Lowering::mma_ldmatrix(const MmaDot& dot,
   } else { // stored rows are k
     p = addr(b_.CreateAdd(mn0, dmn), b_.CreateAdd(b_.CreateAdd(k0, dk), dot.mr));
   }
+  // A stored row is one m (or n) k-major, else one k.
+  if (k_const || mn_const)
+    p = b_.CreateGEP(b_.getInt8Ty(), p,
+                     b_.getInt32(uint32_t(kmajor ? mn_const * row_bytes + k_const * 2 : k_const * row_bytes + mn_const * 2)));
   std::vector<llvm::Value*> regs = hooks_.ldmatrix(b_, p, count, !kmajor, site(what));
   regs.resize(mats.size());
   return regs;
@@ -344,7 +449,8 @@ std::array<llvm::Value*, 4> Lowering::mma_frag_a(const MmaDot& dot, llvm::Value*
     std::vector<std::pair<int64_t, int64_t>> mats;
     for (int i : need) mats.push_back({(i & 1) * dot.half, (i >> 1) * 8});
     // Rows past M read zeros, or (direct) repeat rows mod M.
-    auto v = mma_ldmatrix(dot, mats, dot.a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read", dot.direct);
+    auto v = mma_ldmatrix(dot, mats, dot.a_kmajor, m0, kk, M, a_at, "dot (mma) operand A read",
+                          dot.sa, dot.direct);
     for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j];
     return r;
   }
@@ -373,7 +479,8 @@ std::vector<llvm::Value*> Lowering::mma_frag_b(const MmaDot& dot, llvm::Value* n
     std::vector<std::pair<int64_t, int64_t>> mats;
     for (int i : need) mats.push_back({(i >> 1) * tile_stride, (i & 1) * 8 + (i >> 1) * k_stride});
     auto v = mma_ldmatrix(dot, mats, dot.b_kmajor, n0, kk, N,
-                          [&](llvm::Value* n, llvm::Value* k) { return b_at(k, n); }, "dot (mma) operand B read");
+                          [&](llvm::Value* n, llvm::Value* k) { return b_at(k, n); }, "dot (mma) operand B read",
+                          dot.sb);
     for (size_t j = 0; j < need.size(); ++j) r[size_t(need[j])] = v[j]; // columns past N read zeros
     return r;
   }
@@ -445,7 +552,12 @@ Elems Lowering::mma_direct(const Op& op, const MmaDot& dot, LayoutId l) {
       // A single column tile (an 8-column product) takes B for two k steps from one 4-matrix
       // ldmatrix, where each step alone would load two matrices.
       const bool pair_k = nt == 1 && dot.b_ldm && dot.K % 32 == 0;
-      Elems d = k_loop("mma", dot.Kp, pair_k ? 32 : 16, c, [&](llvm::Value* kk, const Elems& cur) {
+      Elems d = dot.a_frags ? c : Elems();
+      if (dot.a_frags) // A's registers are picked per k step: the steps are unrolled here
+        for (int64_t ks = 0; ks < dot.Kp / 16; ++ks)
+          d = mma_step(dot, (*dot.a_frags)[size_t(tm * (dot.Kp / 16) + ks)],
+                       mma_frag_b(dot, n0, b_.getInt32(uint32_t(16 * ks)), nt, col_step), nt, d);
+      else d = k_loop("mma", dot.Kp, pair_k ? 32 : 16, c, [&](llvm::Value* kk, const Elems& cur) {
         if (!pair_k)
           return mma_step(dot, mma_frag_a(dot, m0, kk), mma_frag_b(dot, n0, kk, nt, col_step), nt, cur);
         std::vector<llvm::Value*> bfs = mma_frag_b(dot, n0, kk, 2, 0, 16);

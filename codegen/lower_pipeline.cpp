@@ -27,15 +27,33 @@ void Lowering::issue_copies(const AsyncOperand& x, llvm::Value* base, const char
   const Elems* mask = load.mask() ? &get(load.mask(), ll) : nullptr;
   AccessPlan ap = plan_access(load, ll);
   auto cs = coords(ll, ptr->type.shape);
+  const ThreadElems& te = elems_of(ll, ptr->type.shape);
+  const int64_t eb = ir::dtype_bytes(load.results[0]->type.dtype());
   std::string where = site(what);
+  // Element j's (row, column) in the staging from its coordinates (the load's dims 0 and 1).
+  auto place = [&](auto c0, auto c1) {
+    auto d0 = transposed ? c1 : c0, d1 = transposed ? c0 : c1; // the dot's (m, k) or (k, n)
+    auto mn = is_a ? d0 : d1, k = is_a ? d1 : d0;
+    return std::pair{st.kmajor ? mn : k, st.kmajor ? k : mn};
+  };
+  // Unswizzled, a copy's byte is the thread's first element's plus a constant, which goes into
+  // the copy's address ([r + imm]): the thread computes one address for all its copies.
+  llvm::Value* first = nullptr;
+  if (!st.swizzle) {
+    auto [row, col] = place(cs[0][0], cs[0][1]);
+    first = b_.CreateGEP(b_.getInt8Ty(), base, staged_byte(st, row, b_.CreateMul(col, b_.getInt32(uint32_t(eb)), "", true, true)));
+  }
   for (size_t j0 = 0; j0 < P.size(); j0 += size_t(ap.vec)) {
-    llvm::Value* d0 = transposed ? cs[j0][1] : cs[j0][0]; // the dot's (m, k) or (k, n)
-    llvm::Value* d1 = transposed ? cs[j0][0] : cs[j0][1];
-    llvm::Value* mn = is_a ? d0 : d1, *k = is_a ? d1 : d0;
-    llvm::Value* row = st.kmajor ? mn : k, *col = st.kmajor ? k : mn;
-    llvm::Value* byte = staged_byte(st, row, b_.CreateMul(col, b_.getInt32(uint32_t(ir::dtype_bytes(load.results[0]->type.dtype()))), "", true, true));
+    llvm::Value* dst;
+    if (first) {
+      auto [row, col] = place(te.offset[j0][0] - te.offset[0][0], te.offset[j0][1] - te.offset[0][1]);
+      dst = b_.CreateConstGEP1_64(b_.getInt8Ty(), first, uint64_t(row * st.row_bytes + col * eb));
+    } else {
+      auto [row, col] = place(cs[j0][0], cs[j0][1]);
+      dst = b_.CreateGEP(b_.getInt8Ty(), base, staged_byte(st, row, b_.CreateMul(col, b_.getInt32(uint32_t(eb)), "", true, true)));
+    }
     llvm::Value* pred = and_pred(mask ? (*mask)[j0] : nullptr, ahead_pred_);
-    hooks_.cp_async_16(b_, b_.CreateGEP(b_.getInt8Ty(), base, byte), P[j0], pred, where);
+    hooks_.cp_async_16(b_, dst, P[j0], pred, where);
   }
 }
 

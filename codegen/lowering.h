@@ -227,6 +227,11 @@ private:
   // their regions.
   static constexpr int64_t kResidentBytes = 32 * 1024;
   std::vector<Access> stage_resident(const Op& loop);
+  // The tensor-core dot operands (dot, 0 for A or 1 for B) in `loop`'s body (and its ifs') that
+  // are defined outside it and not copied by a pipeline; those dots whose A each thread holds
+  // as fragments across the loop instead (a_fragments_fit).
+  std::vector<std::pair<const Op*, int>> invariant_operands(const Op& loop);
+  std::vector<const Op*> held_a_dots(const Op& loop);
   void emit_if(const Op& op);
   void emit_reshape(const Op& op);
   void emit_assert(const Op& op);
@@ -282,11 +287,11 @@ private:
                              llvm::Value* k, llvm::Value* out, const char* what);
   // One ldmatrix of the matrices `mats` ((row, col) offsets of each 8x8 block in the
   // operand's [m or n][k] coordinates); `addr(mn, k)` addresses an element. Returns a register
-  // per matrix.
+  // per matrix. `row_bytes`: the staged operand's row stride.
   std::vector<llvm::Value*> mma_ldmatrix(const MmaDot& dot, const std::vector<std::pair<int64_t, int64_t>>& mats,
                                          bool kmajor, llvm::Value* mn0, llvm::Value* k0, int64_t mn_limit,
                                          const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& addr,
-                                         const char* what, bool wrap_rows = false);
+                                         const char* what, int64_t row_bytes, bool wrap_rows = false);
   // A's fragment registers for row tile m0 at k step kk (zeros where the padding is).
   std::array<llvm::Value*, 4> mma_frag_a(const MmaDot& dot, llvm::Value* m0, llvm::Value* kk);
   // B's fragment registers for `ntiles` adjacent column tiles from n0 at k step kk; tile q
@@ -300,6 +305,17 @@ private:
                  int ntiles, const Elems& acc);
   // The result in the MMA accumulator's own layout `l`: the fragments are its elements.
   Elems mma_direct(const Op& op, const MmaDot& dot, LayoutId l);
+  // Whether a direct dot's A, in layout `la`, is in the MMA accumulator's layout with its rows
+  // where the result's are (warps along M in both): its fragments are its own registers.
+  bool a_in_registers(const Op& op, LayoutId la);
+  // Those fragments, [row tile * K / 16 + k step], from A's elements in layout `l`.
+  std::vector<std::array<llvm::Value*, 4>> mma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t);
+  // Whether a dot's loop-invariant A may be held as fragments in registers across its loop
+  // (a direct dot with warps along M, whose fragments take at most kHeldFragmentRegisters), and
+  // loads them (before the loop and its first copies: emit_for) into a_frags_.
+  static constexpr int64_t kHeldFragmentRegisters = 32;
+  bool a_fragments_fit(const Op& op);
+  void hold_a_fragments(const Op& op);
   // One warp's `ntiles` adjacent output tiles from (m0, n0): the accumulator read from and
   // the result written to shared memory.
   void mma_tile_group(const MmaDot& dot, llvm::Value* m0, llvm::Value* n0, int ntiles);
@@ -368,6 +384,9 @@ private:
   int loops_open_ = 0; // loops whose body is being lowered (scratch_begin)
   std::vector<ir::ParamAccess> param_access_; // per kernel parameter
   int64_t scratch_floor_ = 0;
+  // A pipeline's copies may be writing its buffers: from its first copies issued to the wait
+  // for its last (TMA copies: to the kernel's end). Scratch may use the buffers only outside.
+  bool copies_in_flight_ = false;
   // Per loop being lowered, innermost last: whether a barrier ran on every path since its body
   // began, and the scratch its body wrote before that.
   struct LoopFence {
@@ -378,6 +397,8 @@ private:
   // Dot operands a loop stages once before it (loop-invariant, emit_for): (dot, operand) ->
   // where in scratch.
   std::map<std::pair<const Op*, int>, int64_t> resident_;
+  // The A fragments a loop loaded before it for its dots with a loop-invariant A (stage_resident).
+  std::map<const Op*, std::vector<std::array<llvm::Value*, 4>>> a_frags_;
   bool pipe_landed_unfenced_ = false; // a pipeline's copies were waited for since the last barrier
   bool pipe_written_unfenced_ = false; // a pipelined loop ended (its last copies landed) since the last barrier
   const Op* cur_op_ = nullptr; // the op being lowered, for shared-memory access sites

@@ -161,6 +161,12 @@ public:
   // (fp8_to_f32_ir); a target with instructions for it overrides.
   virtual llvm::Value* fp8_to_f32(Builder& b, llvm::Value* bits, ir::DType t);
   virtual llvm::Value* f32_to_fp8(Builder& b, llvm::Value* x, ir::DType t);
+  // Two f32 values rounded to nearest into a pair of f16 or bf16 (<2 x half_type>, `lo` the
+  // first), where one instruction does it (cvt.rn.{f16,bf16}x2.f32); else nullopt and the
+  // lowering rounds them one at a time.
+  virtual std::optional<llvm::Value*> f32x2_to_half2(Builder& b, llvm::Value* lo, llvm::Value* hi, ir::DType t) {
+    return std::nullopt;
+  }
   // Two fp8 values to f16 (half_type) at once, where one instruction does it; else nullopt
   // and the lowering converts one at a time through f32.
   virtual std::optional<std::array<llvm::Value*, 2>> fp8x2_to_f16(Builder& b, llvm::Value* lo, llvm::Value* hi,

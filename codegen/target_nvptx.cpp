@@ -76,6 +76,12 @@ public:
   }
 
   llvm::Value* shfl_xor(Builder& b, llvm::Value* v, int lane_mask) override {
+    // A float's bits shuffle as the float (the f32 form), with no moves between register kinds.
+    if (auto* bc = llvm::dyn_cast<llvm::BitCastInst>(v); bc && bc->getSrcTy()->isFloatTy())
+      return b.CreateBitCast(b.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+                                               {b.getInt32(0xffffffffu), bc->getOperand(0), b.getInt32(lane_mask),
+                                                b.getInt32(0x1f)}),
+                             b.getInt32Ty());
     return b.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
                              {b.getInt32(0xffffffffu), v, b.getInt32(lane_mask), b.getInt32(0x1f)});
   }
@@ -124,9 +130,27 @@ public:
   // pointers (what tilec uses). Tagged `tilec.asm` so the emulator's rewrite knows it.
   void cp_async_16(Builder& b, llvm::Value* dst, llvm::Value* src, llvm::Value* pred, const std::string& site) override {
     llvm::Value* size = pred ? b.CreateSelect(pred, b.getInt32(16), b.getInt32(0)) : b.getInt32(16);
-    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {dst->getType(), src->getType(), b.getInt32Ty()}, false);
-    auto* asm_ = llvm::InlineAsm::get(fty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", true);
-    llvm::CallInst* c = b.CreateCall(fty, asm_, {dst, src, size});
+    // A constant offset from the destination's address goes into the instruction ([r + imm]),
+    // as LLVM folds one into a load or store: the copies of one row pattern share a register.
+    const llvm::DataLayout& dl = b.GetInsertBlock()->getModule()->getDataLayout();
+    llvm::APInt off(dl.getIndexTypeSizeInBits(dst->getType()), 0);
+    llvm::Value* base = dst->stripAndAccumulateConstantOffsets(dl, off, true);
+    const int64_t imm = off.getSExtValue();
+    if (imm == 0 || imm < INT32_MIN || imm > INT32_MAX || base->getType() != dst->getType()) {
+      base = dst;
+      off = 0;
+    }
+    std::vector<llvm::Type*> tys{dst->getType(), src->getType(), b.getInt32Ty()};
+    std::vector<llvm::Value*> args{base, src, size};
+    if (!off.isZero()) {
+      tys.push_back(b.getInt32Ty());
+      args.push_back(b.getInt32(uint32_t(off.getSExtValue())));
+    }
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), tys, false);
+    auto* asm_ = off.isZero() ? llvm::InlineAsm::get(fty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", true)
+                              : llvm::InlineAsm::get(fty, "cp.async.cg.shared.global [$0+$3], [$1], 16, $2;",
+                                                     "r,l,r,n,~{memory}", true);
+    llvm::CallInst* c = b.CreateCall(fty, asm_, args);
     tag(*c, site, 0);
     tag_asm(*c, "cp.async.16");
   }
@@ -349,6 +373,12 @@ public:
   }
   llvm::Value* from_f32(Builder& b, llvm::Value* v, ir::DType t) override {
     return b.CreateFPTrunc(v, half_type(b.getContext(), t));
+  }
+
+  // sm_80+: cvt.rn.{f16,bf16}x2.f32 (its first operand goes to the upper half).
+  std::optional<llvm::Value*> f32x2_to_half2(Builder& b, llvm::Value* lo, llvm::Value* hi, ir::DType t) override {
+    return b.CreateIntrinsic(t == ir::DType::bf16 ? llvm::Intrinsic::nvvm_ff2bf16x2_rn : llvm::Intrinsic::nvvm_ff2f16x2_rn,
+                             {}, {hi, lo});
   }
 
   // sm_89+: cvt.rn.f16x2.{e4m3,e5m2}x2 and cvt.rn.satfinite.{e4m3,e5m2}x2.f32 as inline PTX

@@ -9,6 +9,7 @@ void run_default_passes(Function& f) {
   // changes something removes an op or turns one into a constant.
   for (int round = 0; round < 100; ++round) {
     bool changed = fold_constants(f);
+    changed |= fuse_dot_accumulate(f);
     changed |= cse(f);
     changed |= dce(f);
     if (!changed) return;

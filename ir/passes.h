@@ -26,6 +26,13 @@ bool cse(Function& f);
 // for ops that feed nothing but themselves.
 bool dce(Function& f);
 
+// Folds an add of a dot's result into the dot's accumulator: `add(dot(a, b, +0), c)`, where
+// the add is the dot's only use in the same block and c has the dot's type, becomes `dot(a,
+// b, c)` (the dot moves to the add's place). The same sum with c first: the tensor cores then
+// accumulate into c's registers instead of adding a separate product tile to it. A product of
+// at most 8 columns keeps its add (fuse_dot_acc.cpp says why).
+bool fuse_dot_accumulate(Function& f);
+
 // Offsets into large buffers in 64 bits: every addptr whose pointer derives from one of the
 // pointer parameters named in `large_params` (buffers of more than 2^31 elements) gets its
 // offset's add/sub/mul chain (through views, select, constants and loop-carried values)
@@ -39,7 +46,7 @@ int widen_offsets(Function& f, const std::set<std::string>& large_params);
 // Returns how many it rewrote.
 int expand_descriptors(Function& f, const std::function<bool(const Op&)>& keep = {});
 
-// fold_constants, cse and dce, repeated until none changes anything.
+// fold_constants, fuse_dot_accumulate, cse and dce, repeated until none changes anything.
 void run_default_passes(Function& f);
 
 } // namespace tilec::ir

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <set>
 
 #include "abi/limits.h"
@@ -167,6 +168,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   // An fp8 cache is widened to q's dtype (exactly: f16 and bf16 hold every fp8 value), so the
   // dots run as they do for that dtype; its scales apply to the scores and the output.
   if (fp8) scale = scale * k_scale;
+  // Scores are kept in log2 units (times log2 e): every exponential is then an exp2, and a
+  // score costs one multiply. The running max m is in those units, and so are the partials'
+  // m that the combine reads; sinks are converted where they join.
+  const double log2e = std::numbers::log2e;
+  Tile scale_l2 = sp.softcap ? Tile() : scale * log2e;
+  Tile scale_cap = sp.softcap ? scale / cap : Tile(), cap_l2 = sp.softcap ? cap * log2e : Tile();
   auto widen = [&](Tile t) { return fp8 ? t.to(io) : t; };
   // One work item: sequence b, the tile from packed row row0 (null: the only tile), head-group
   // chunk hc of the KV heads (KV head hc / (group / G)), KV split `split`: a program of the grid
@@ -206,7 +213,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // A swapped tile's B operand, q^T, made before the walk: the dots stage an operand defined
     // outside their loop once, and keep it in shared memory across the trips.
     Tile q_b = swap ? trans(qt) : Tile();
-    Tile slope = sp.alibi ? load(alibi_slopes + heads, own_ok, 0) : Tile();
+    Tile slope = sp.alibi ? load(alibi_slopes + heads, own_ok, 0) * log2e : Tile(); // per log2 unit
 
     auto ctx = load(context_lens + b);
     const bool masks = sp.causal || sp.window > 0 || sp.chunk > 0;
@@ -275,9 +282,10 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       Tile kt = kts[0];
       Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
       for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
-      auto s = qk * scale; // [BM, N], or [N, BM]
-      if (sp.softcap) s = cap * tanh(s / cap);
-      if (sp.alibi) s = s + per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32);
+      // [BM, N], or [N, BM], in log2 units
+      Tile bias = sp.alibi ? per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32) : Tile();
+      Tile s = sp.softcap ? cap_l2 * tanh(qk * scale_cap) : bias ? fma(qk, scale_l2, bias) : qk * scale_l2;
+      if (sp.softcap && bias) s = s + bias;
       Tile seen = live ? per_key(live) : Tile();
       auto both = [&](const Tile& a, const Tile& c) { return a ? a & c : c; };
       if (causal) seen = both(seen, per_key(j) <= per_row(pos));
@@ -289,14 +297,15 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
       // position sees every key of [lo, hi), at least one per step.)
       Tile m_use = causal || first || row_end ? where(m_new > -INFINITY, m_new, 0) : m_new;
-      auto p = exp(s - per_row(m_use));
-      auto alpha = exp(m - m_use);
+      auto p = exp2(s - per_row(m_use));
+      auto alpha = exp2(m - m_use);
       if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
       else l = l * alpha + reduce_sum(p, key_axis);
       // The latent form's V is K's first column tile, loaded above: one read serves both products.
       Tile vt = sp.latent ? kt : one_col ? kv_rows(v_cache, D, sp.cols[0]) : kv_rows(v_cache, DV, {0, DP, DV});
       // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
-      // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
+      // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p. The product
+      // accumulates into the rescaled O (ir::fuse_dot_accumulate), but a transposed tile's.
       if (swap) acc = acc * alpha.row() + dot(trans(vt), p.to(io));
       else acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
       m = m_new;
@@ -326,11 +335,11 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       // to l (0 for a sink of -inf, no sink).
       Tile l_all = l, acc_all = acc;
       if (sinks) {
-        Tile sink = load(sinks + heads, own_ok, -INFINITY);
+        Tile sink = load(sinks + heads, own_ok, -INFINITY) * log2e;
         Tile m_all = max(m, sink);
         Tile m_use = where(m_all > -INFINITY, m_all, 0);
-        Tile rescale = exp(m - m_use);
-        l_all = l * rescale + exp(sink - m_use);
+        Tile rescale = exp2(m - m_use);
+        l_all = l * rescale + exp2(sink - m_use);
         acc_all = acc * per_row(rescale);
       }
       // A sequence with no live tokens (l == 0) gets zeros, as the decomposition does (with a
@@ -459,11 +468,12 @@ ir::Kernel build_combine(const CombineSpec& c) {
   Tile o = load(partial_o + sidx.col() * head_dim + d.row(), DP != head_dim ? seen.col() & d_ok.row() : seen.col(), 0); // [S, D]
   Tile m_all = reduce_max(m, 0);
   // The row's head: rows are [B, Hq, Sq], or packed [total_q, Hq].
-  Tile sink = c.sinks ? load(sinks + (c.varlen ? row % c.hq : row / c.sq % c.hq)) : Tile();
+  // The partials' m are in log2 units (build_fused); the sink joins in them.
+  Tile sink = c.sinks ? load(sinks + (c.varlen ? row % c.hq : row / c.sq % c.hq)) * std::numbers::log2e : Tile();
   if (sink) m_all = max(m_all, sink);
-  auto w = where(m > -INFINITY, exp(m - m_all), 0);
+  auto w = where(m > -INFINITY, exp2(m - m_all), 0);
   Tile total = reduce_sum(l * w, 0);
-  if (sink) total = total + where(sink > -INFINITY, exp(sink - m_all), 0);
+  if (sink) total = total + where(sink > -INFINITY, exp2(sink - m_all), 0);
   auto sum = reduce_sum(o * w.col(), 0);
   Tile res = where(total > 0, sum / total, 0).to(ElemType{c.dtype, false});
   if (DP != head_dim) store(out + row * head_dim + d, res, d_ok);

@@ -47,20 +47,20 @@ bool has(const std::string& text, const std::string& re) { return std::regex_sea
 // that only the numbers moved.
 const char* const kPagedAttentionPlan =
     R"(// pipelines of @paged_attention for num_warps=4: 2 of 2 loops with stages pipelined, 4 operands copied by cp.async
-// for %62 (2 stages): pipelined: each iteration's copies issued 1 iteration ahead, into 2 rotating buffers of 17408 bytes and one late buffer of 17408 bytes: shared memory [0, 52224)
-//   slot 0 at +0: A of %96 = dot, copied from %95 = load: 64 rows of 272 bytes, one per m (17408 bytes)
-//   late slot 1 at +34816: A of %118 = dot, copied from %115 = load through %117 = permute: 64 rows of 272 bytes, one per k (17408 bytes)
+// for %64 (2 stages): pipelined: each iteration's copies issued 1 iteration ahead, into 2 rotating buffers of 17408 bytes and one late buffer of 17408 bytes: shared memory [0, 52224)
+//   slot 0 at +0: A of %98 = dot, copied from %97 = load: 64 rows of 272 bytes, one per m (17408 bytes)
+//   late slot 1 at +34816: A of %120 = dot, copied from %117 = load through %119 = permute: 64 rows of 272 bytes, one per k (17408 bytes)
 //   late slots: copied at the end of the trip before, after its last barrier; their dot waits for them
-//   issued ahead, in body order: %66 %67 %68 %69 %70 %71 %72 %73 %74 %75 %76 %77 %78 %79 %80 %81 %82 %83 %84 %85 %86 %87 %88 %89 %90 %91 %92 %93 %94 %111 %112 %113 %114; of these, emitted in the body too: none
-//   not copied ahead: B of %96 = dot: %40 has other users than the dot
-//   not copied ahead: B of %118 = dot: %116 is a cast, not a load
-// for %125 (2 stages): pipelined: each iteration's copies issued 1 iteration ahead, into 2 rotating buffers of 17408 bytes and one late buffer of 17408 bytes: shared memory [0, 52224)
-//   slot 0 at +0: A of %164 = dot, copied from %163 = load: 64 rows of 272 bytes, one per m (17408 bytes)
-//   late slot 1 at +34816: A of %189 = dot, copied from %186 = load through %188 = permute: 64 rows of 272 bytes, one per k (17408 bytes)
+//   issued ahead, in body order: %68 %69 %70 %71 %72 %73 %74 %75 %76 %77 %78 %79 %80 %81 %82 %83 %84 %85 %86 %87 %88 %89 %90 %91 %92 %93 %94 %95 %96 %113 %114 %115 %116; of these, emitted in the body too: none
+//   not copied ahead: B of %98 = dot: %42 has other users than the dot
+//   not copied ahead: B of %120 = dot: %118 is a cast, not a load
+// for %127 (2 stages): pipelined: each iteration's copies issued 1 iteration ahead, into 2 rotating buffers of 17408 bytes and one late buffer of 17408 bytes: shared memory [0, 52224)
+//   slot 0 at +0: A of %166 = dot, copied from %165 = load: 64 rows of 272 bytes, one per m (17408 bytes)
+//   late slot 1 at +34816: A of %191 = dot, copied from %188 = load through %190 = permute: 64 rows of 272 bytes, one per k (17408 bytes)
 //   late slots: copied at the end of the trip before, after its last barrier; their dot waits for them
-//   issued ahead, in body order: %129 %130 %131 %132 %133 %134 %135 %136 %137 %138 %139 %140 %141 %142 %143 %144 %145 %146 %147 %148 %149 %150 %151 %152 %153 %154 %155 %156 %157 %158 %159 %160 %161 %162 %182 %183 %184 %185; of these, emitted in the body too: %129 %130 %131 %132 %133 %160
-//   not copied ahead: B of %164 = dot: %40 has other users than the dot
-//   not copied ahead: B of %189 = dot: %187 is a cast, not a load
+//   issued ahead, in body order: %131 %132 %133 %134 %135 %136 %137 %138 %139 %140 %141 %142 %143 %144 %145 %146 %147 %148 %149 %150 %151 %152 %153 %154 %155 %156 %157 %158 %159 %160 %161 %162 %163 %164 %184 %185 %186 %187; of these, emitted in the body too: %131 %132 %133 %134 %135 %162
+//   not copied ahead: B of %166 = dot: %42 has other users than the dot
+//   not copied ahead: B of %191 = dot: %189 is a cast, not a load
 )";
 
 constexpr int64_t M = 32, N = 64, BK = 32, KT = 8 * BK;

@@ -74,11 +74,28 @@ TEST_CASE("a prefill tile's K/V loop: 128 query rows x 64 keys, head_dim 128, bf
   REQUIRE(l);
   WARN("prefill K/V loop: " << l->instructions << " PTX instructions per 64-key step, " << l->count("mma") << " mma, "
                             << l->count("ldmatrix") << " ldmatrix, " << l->count("bar.sync") << " barriers; registers "
-                            << (ck.ptxas ? std::to_string(ck.ptxas->registers) : std::string("(no ptxas)")));
+                            << (ck.ptxas ? std::to_string(ck.ptxas->registers) : std::string("(no ptxas)")) << ", "
+                            << ck.shared_bytes << " B of shared memory");
   CHECK(l->inner_loops == 0);
   CHECK(l->count("mma") == 128);
-  CHECK(l->instructions <= 900);
   CHECK(l->count("cp.async.cg") == 8); // K and V: 64 rows x 256 bytes / 256 threads, 16 bytes each
+  // Triton 3.9's flash-attention forward at the same tile (bench/prefill_vs_triton.py): 532 PTX
+  // instructions per trip, 2 barriers, 65,536 B of shared memory.
+  CHECK(l->instructions < 532);
+  CHECK(l->count("bar.sync") <= 2);
+  CHECK(ck.shared_bytes <= 65536 * 11 / 10);
+  // Q's fragments are loaded once, before the walk: the trip's ldmatrix are K's 32 and V's 32,
+  // and nothing but the block table's page numbers (one word) is stored to shared memory.
+  CHECK(l->count("ldmatrix") == 64);
+  CHECK(l->count("st.shared") <= 1);
+  // P (f32) becomes the second product's A in registers, rounded two at a time.
+  CHECK(l->count("cvt.rn.bf16x2") == 16);
+  CHECK(l->count("cvt.rn.bf16") == l->count("cvt.rn.bf16x2")); // no single conversions
+  // The softmax in log2 units: one multiply a score and an exp2, no exp's extra multiply.
+  CHECK(l->count("ex2") <= 34);
+  CHECK(l->count("mul.rn.f32") <= 100);
+  // P . V accumulates into O's registers (the add of a separate product is folded into the dot).
+  CHECK(l->count("add.rn.f32") <= 40);
   if (codegen::test::have_ptxas()) {
     REQUIRE(ck.ptxas);
     CHECK(ck.ptxas->spill_stores + ck.ptxas->spill_loads == 0);

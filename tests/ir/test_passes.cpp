@@ -502,3 +502,85 @@ TEST_CASE("default passes reach a fixpoint and keep the kernel valid", "[ir][pas
   CHECK(stored.attrs.value.i == -128);
   CHECK(stored.result()->type == tile_type(DType::i8, {16}));
 }
+
+// A kernel loading f16 tiles a and b [16, 16] from `x` and an f32 tile y from `y`; finish()
+// stores what the test built to `out` and runs the default passes.
+struct DotKernel {
+  Function f{"k"};
+  Builder b{f};
+  Value *a, *bt, *y;
+  // Row-major indices of a [16, 16] tile.
+  Value* idx() {
+    Value* rows = b.binary(OpKind::Mul, b.arange(0, 16), b.splat(b.constant(scalar_type(DType::i32), ConstValue::of_int(16)), {16}));
+    return b.binary(OpKind::Add, b.broadcast(b.expand_dims(rows, 1), {16, 16}),
+                    b.broadcast(b.expand_dims(b.arange(0, 16), 0), {16, 16}));
+  }
+  Value* tile(Value* p) { return b.load(b.addptr(b.splat(p, {16, 16}), idx())); }
+  DotKernel() {
+    b.loc = at(1);
+    Value* x = f.add_param("x", ptr_type(DType::f16));
+    Value* yp = f.add_param("y", ptr_type(DType::f32));
+    a = tile(x);
+    bt = tile(x);
+    y = tile(yp);
+  }
+  Value* zeros(double v = 0.0) { return constant(b, DType::f32, v, {16, 16}); }
+  void finish(Value* v) {
+    Value* out = f.add_param("out", ptr_type(DType::f32));
+    b.store(b.addptr(b.splat(out, {16, 16}), idx()), v);
+    b.ret();
+    REQUIRE(verify_all(f).empty());
+    run_default_passes(f);
+    REQUIRE(verify_all(f).empty());
+  }
+  // The op whose result is stored.
+  const Op* stored() {
+    const Op* st = nullptr;
+    walk(f.body, [&](Op& op) { if (op.kind == OpKind::Store) st = &op; });
+    return st ? st->operands[1]->def : nullptr;
+  }
+};
+
+TEST_CASE("an add of a dot's product folds into the dot's accumulator", "[ir][passes]") {
+  SECTION("dot(a, b) + y and y + dot(a, b) become dot(a, b, y)") {
+    for (bool dot_first : {true, false}) {
+      DotKernel k;
+      Value* d = k.b.dot(k.a, k.bt, k.zeros());
+      Value* y2 = k.b.binary(OpKind::Mul, k.y, k.y); // defined after the dot: the dot moves down
+      k.finish(dot_first ? k.b.binary(OpKind::Add, d, y2) : k.b.binary(OpKind::Add, y2, d));
+      const Op* s = k.stored();
+      REQUIRE(s);
+      CHECK(s->kind == OpKind::Dot);
+      CHECK(s->operands[2]->def->kind == OpKind::Mul);
+      size_t float_adds = 0;
+      walk(k.f.body, [&](Op& op) { float_adds += op.kind == OpKind::Add && op.result()->type.dtype() == DType::f32; });
+      CHECK(float_adds == 0);
+    }
+  }
+  SECTION("chained products accumulate one into the next") {
+    DotKernel k;
+    Value* d1 = k.b.dot(k.a, k.bt, k.zeros());
+    Value* d2 = k.b.dot(k.bt, k.a, k.zeros());
+    k.finish(k.b.binary(OpKind::Add, k.b.binary(OpKind::Add, d1, k.y), d2));
+    const Op* s = k.stored();
+    REQUIRE(s);
+    CHECK(s->kind == OpKind::Dot);
+    REQUIRE(s->operands[2]->def);
+    CHECK(s->operands[2]->def->kind == OpKind::Dot);
+    CHECK(s->operands[2]->def->operands[2] == k.y);
+  }
+  SECTION("a product used twice, a -0 accumulator or a nonzero one stays as it is") {
+    for (int which = 0; which < 3; ++which) {
+      DotKernel k;
+      Value* acc = which == 1 ? k.zeros(-0.0) : which == 2 ? k.zeros(1.0) : k.zeros();
+      Value* d = k.b.dot(k.a, k.bt, acc);
+      Value* sum = k.b.binary(OpKind::Add, d, k.y);
+      k.finish(which == 0 ? k.b.binary(OpKind::Mul, sum, d) : sum);
+      INFO("case " << which);
+      const Op* s = k.stored();
+      REQUIRE(s);
+      CHECK(s->kind == (which == 0 ? OpKind::Mul : OpKind::Add));
+      CHECK(count_ops(k.f, OpKind::Dot) == 1);
+    }
+  }
+}

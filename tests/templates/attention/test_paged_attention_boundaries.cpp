@@ -251,3 +251,20 @@ TEST_CASE("chunks whose start takes every residue modulo block_n match the refer
     check_sweep(sw);
   }
 }
+
+TEST_CASE("the prefill tile, with Q's fragments held in registers and P as the second product's A, matches the "
+          "reference on both lowerings",
+          "[templates][emulator][paged_attention][prefill]") {
+  // tests/codegen/test_prefill.cpp's pinned tile at head_dim 64: 128 packed rows (32 positions x
+  // 4 heads) over 8 warps along M, 64 keys a step. Its Q is staged once before the walk (in the
+  // pipeline's buffers) and each warp keeps its fragments; P's f32 fragments round in pairs into
+  // the P.V product's A registers; the copies address their rows as [r + imm]. Causal in f16
+  // (unmasked steps, then the diagonal), not causal in bf16, with partial last steps.
+  Sweep bf = {"prefill tile, bf16", shape(4, 1, 32, 64, 16, ir::DType::bf16), config(64, 128, 4, 8), {162, 96, 45}};
+  Sweep f16 = {"prefill tile, f16, causal", shape(4, 1, 32, 64, 16, ir::DType::f16), config(64, 128, 4, 8), {162, 96, 45}};
+  f16.s.causal = true;
+  for (const Sweep& sw : {bf, f16}) {
+    INFO(sw.what);
+    check_sweep(sw);
+  }
+}

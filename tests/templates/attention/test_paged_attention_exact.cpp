@@ -340,7 +340,10 @@ TEST_CASE("the reference tolerance follows the scores' magnitude: large ALiBi sc
   }
   double agree = 0;
   for (size_t i = 0; i < outs[0].count(); ++i) agree = std::max(agree, std::abs(outs[0].get(i) - outs[1].get(i)));
-  CHECK(agree < 1e-5);
+  // The fused kernel's scores are in log2 units (times log2 e, rounded in f32) and the
+  // decomposition's are not: at scores in the thousands, where an f32 ulp is about 1e-4, they
+  // round apart by that much and the outputs by 4e-5 (measured), still well inside atol.
+  CHECK(agree < 1e-4);
 
   // The plain generated problem with ALiBi over a long f32 context failed the same way.
   Run longer = run_emulated("", params, {{{"alibi", 1}, {"ctx", 3000}, {"batch", 1}}, 1, {}, {}});
