@@ -565,6 +565,7 @@ void Lowering::emit_for(const Op& op) {
   llvm::PHINode* iv = b_.CreatePHI(lb->getType(), 2, "iv");
   iv->addIncoming(lb, pre);
   llvm::PHINode* stage = nullptr; // the buffer this iteration reads: its count modulo S
+  llvm::Value *fill = nullptr, *ahead = nullptr; // the buffer the copies issued ahead fill, and their iteration
   if (pl) {
     stage = b_.CreatePHI(b_.getInt32Ty(), 2, "stage");
     stage->addIncoming(b_.getInt32(0), pre);
@@ -591,10 +592,12 @@ void Lowering::emit_for(const Op& op) {
     }
     // TMA copies land for the threads that wait for their phase: no barrier needed.
     if (pl->mbarriers >= 0) wait_tma(pl->mbarriers, stage);
-    llvm::Value* fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
-                                        b_.CreateSub(stage, b_.getInt32(1)));
-    issue_ahead(*pl, b_.CreateAdd(iv, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(S - 1)))),
-                fill, true);
+    fill = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(uint32_t(S - 1)),
+                           b_.CreateSub(stage, b_.getInt32(1)));
+    ahead = b_.CreateAdd(iv, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(S - 1))));
+    // A wgmma group kept in flight reads this trip's buffer past the trip: the copies wait for
+    // the trip's end (Pipeline::wgmma_in_flight), when the previous trip's group has retired.
+    if (!pl->wgmma_in_flight) issue_ahead(*pl, ahead, fill, true);
     read_stage_[size_t(pl - pipes_.pipelines().data())] = stage;
   }
   vals_[{body.args[0], kScalar}] = {iv};
@@ -604,6 +607,7 @@ void Lowering::emit_for(const Op& op) {
   // after a barrier follows every read of it and every copy a nested loop landed in it.
   if (pipe_read_unfenced_ || pipe_written_unfenced_) barrier();
   if (pl && pl->has_late()) issue_late(*pl);
+  if (pl && pl->wgmma_in_flight) issue_ahead(*pl, ahead, fill, true);
   // The next trip's first accesses must wait for this trip's last ones they conflict with: a
   // barrier at the top of the body (before the first trip too, where it costs nothing).
   const LoopFence fence = loop_fences_.back();
@@ -641,7 +645,19 @@ void Lowering::emit_for(const Op& op) {
     pipe_written_unfenced_ = true;
   }
   if (pl) copies_in_flight_ = pl->mbarriers >= 0; // TMA copies issued past the end may still land
-  for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], Elems(phis[i].begin(), phis[i].end()));
+  std::vector<Elems> results(n);
+  for (size_t i = 0; i < n; ++i) results[i] = Elems(phis[i].begin(), phis[i].end());
+  if (pl && pl->wgmma_in_flight) { // the last group retires; its buffer is read until then
+    hooks_.wgmma_wait(b_, 0);
+    Elems& acc = results[size_t(pl->in_flight_result)];
+    for (size_t j = 0; j < acc.size(); j += 64) {
+      Elems part(acc.begin() + long(j), acc.begin() + long(std::min(acc.size(), j + 64)));
+      part = hooks_.fence_operands(b_, part);
+      std::copy(part.begin(), part.end(), acc.begin() + long(j));
+    }
+    pipe_read_unfenced_ = true;
+  }
+  for (size_t i = 0; i < n; ++i) define(op.results[i], cl[i], std::move(results[i]));
 }
 
 void Lowering::emit_if(const Op& op) {

@@ -34,7 +34,10 @@ int64_t step_start(const MmaStaging& st, int64_t mn0, int64_t kk, int64_t eb) {
 
 // Warpgroup q (warps 4q .. 4q + 3) computes, for every pass p of the result (16 W rows, W the
 // warps), the 64 rows from 16 W p + 64 q: one wgmma.mma_async.m64nNk16 per pass and k step
-// of 16, all of them one group, waited for before the result is used. Thread (warp w, lane
+// of 16, all of them one group, waited for before the result is used (or, for a pipeline's
+// dot whose group stays in flight, Pipeline::wgmma_in_flight: the previous trip's group is
+// waited for, and the accumulator's registers pass to the next trip's MMAs untouched, which
+// the hardware orders after these). Thread (warp w, lane
 // g * 4 + t) receives rows 16 w + g (+ 8) of its pass, which is wgmma_layout's ownership, so
 // the registers are the result's elements. The A rows of a pass start at a multiple of 64 and
 // the k steps at multiples of 32 bytes: each descriptor's start address is the staging's
@@ -141,8 +144,13 @@ void Lowering::emit_dot_wgmma(const Op& op) {
       d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), plus(desc_a0, step_start(st_a, p * 16 * W, kk, eb)), desc_b,
                                   d[size_t(p)], !(zero_acc && kk == 0), !st_a.kmajor, !st_b.kmajor, where);
   }
+  // The pipeline's dot whose group stays in flight waits only for the previous trip's group
+  // (its buffer is refilled after the trip's barrier; the loop's exit waits for the last).
+  const Pipeline* pl = pipe_a   ? &pipes_.pipelines()[size_t(async_a->pipeline)]
+                       : pipe_b ? &pipes_.pipelines()[size_t(async_b->pipeline)]
+                                : nullptr;
   hooks_.wgmma_commit(b_);
-  hooks_.wgmma_wait(b_, 0);
+  hooks_.wgmma_wait(b_, pl && pl->wgmma_in_flight == &op ? 1 : 0);
   Elems out(size_t(te.count), nullptr);
   for (int64_t p = 0; p < passes; ++p) {
     Elems x = hooks_.fence_operands(b_, d[size_t(p)]);

@@ -194,8 +194,17 @@ void Lowering::emit_tma_store(const Op& op) {
   st.swizzle = t.swizzle;
   st.row_bytes = t.swizzle ? t.swizzle : row;
   st.panels = t.swizzle ? row / t.swizzle : 1;
-  scratch_begin(st.bytes(), MmaStaging::kSwizzleAlign);
-  llvm::Value* base = smem(b_.getInt8Ty(), b_.getInt32(0), 0);
+  // Outside every loop the pipelines' buffers are free once a barrier follows their last reads
+  // and copies: a block they hold is staged there (a kernel's epilogue after its K loop), else
+  // in scratch.
+  const bool in_buffers = loops_open_ == 0 && st.bytes() <= pipes_.buffers_end();
+  const Access staging{kScratch, -pipes_.buffer_bytes(), st.bytes() - pipes_.buffer_bytes(), true}; // as scratch offsets
+  if (in_buffers &&
+      (pipe_read_unfenced_ || pipe_written_unfenced_ || pipe_landed_unfenced_ || conflicts_with_touched(staging)))
+    barrier();
+  if (!in_buffers) scratch_begin(st.bytes(), MmaStaging::kSwizzleAlign);
+  if (!smem_base_) smem_base_ = hooks_.shared_base(pb_);
+  llvm::Value* base = in_buffers ? smem_base_ : smem(b_.getInt8Ty(), b_.getInt32(0), 0);
   store_runs(get(v, l), l, s, 1, int(eb), v->type.dtype(), [&](size_t j) {
     auto c = coord_of(l, s, j);
     return b_.CreateGEP(b_.getInt8Ty(), base, staged_byte(st, c[0], b_.CreateMul(c[1], b_.getInt32(uint32_t(eb)), "", true, true)));
@@ -205,7 +214,8 @@ void Lowering::emit_tma_store(const Op& op) {
   hooks_.fence_proxy_async(b_);
   proxy_unfenced_ = false;
   barrier();
-  internal_assert(pipes_.buffer_bytes() % MmaStaging::kSwizzleAlign == 0 && region_.lo % MmaStaging::kSwizzleAlign == 0,
+  internal_assert(in_buffers || (pipes_.buffer_bytes() % MmaStaging::kSwizzleAlign == 0 &&
+                                  region_.lo % MmaStaging::kSwizzleAlign == 0),
                   "a TMA store's staging starts on the swizzle pattern");
   auto offset = [&](size_t d) { return b_.CreateSExtOrTrunc(get(op.operands[5 + d], kScalar)[0], b_.getInt32Ty()); };
   llvm::Value* outer = offset(0);
@@ -220,7 +230,12 @@ void Lowering::emit_tma_store(const Op& op) {
     hooks_.bulk_wait(b_, 0);
     return nullptr;
   });
-  scratch_end();
+  if (in_buffers) { // read by the copy engine until thread 0's wait: the next writer waits at a barrier
+    pipe_written_unfenced_ = true;
+    touch({kScratch, staging.lo, staging.hi, false});
+  } else {
+    scratch_end();
+  }
   ++stats_.tma_stores;
 }
 

@@ -32,7 +32,9 @@
 //
 // Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
 // hardware orders after it) or an operand fence after a wgmma.commit_group and a
-// wgmma.wait_group 0 that retire it.
+// wgmma.wait_group 0 that retire it; or, for a group kept in flight, a fence after a
+// wgmma.wait_group N > 0 whose registers reach, through phis only, the fence opening the next
+// trip's MMAs or one after a wgmma.wait_group 0.
 // Anything else reads registers the asynchronous MMA may still write, and is an internal
 // error naming the kernel.
 //
@@ -48,6 +50,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,21 +151,55 @@ private:
             auto* rc = llvm::dyn_cast<llvm::CallInst>(r);
             const std::string tag = rc && rc->isInlineAsm() ? asm_tag(*rc) : "";
             if (is_wgmma_mma(tag)) continue;
-            // Retired: its group committed, then a wait for every group (tilec waits with 0).
-            bool committed = false, waited = false;
+            // Retired: its group committed, then a wait for every group; or a wait that keeps
+            // it in flight, its registers then carried only into the next trip's MMAs.
+            bool committed = false, waited = false, in_flight = false;
             if (tag == "fence.operand" && rc->getParent() == call->getParent())
               for (llvm::Instruction* x = call->getNextNode(); x && x != rc; x = x->getNextNode())
                 if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm()) {
                   committed = committed || asm_tag(*w) == "wgmma.commit";
                   waited = waited || (committed && asm_tag(*w) == "wgmma.wait.0");
+                  in_flight = in_flight || (committed && asm_tag(*w).starts_with("wgmma.wait."));
                 }
-            if (!waited)
+            if (!waited && !(in_flight && carried_to_mmas(rc)))
               internal_fail(fmt::format("kernel '{}': a wgmma accumulator register ({}) is read before the "
                                         "wgmma.wait_group that retires its MMA: it may still be written",
                                         fn_->getName().str(), site_of(*call, "wgmma")));
           }
         }
       }
+  }
+
+  // The registers a fence after a wait_group N > 0 gives (still being written) flow through
+  // phis only, into operand fences that either open the next MMAs (a wgmma.fence follows) or
+  // follow a wgmma.wait_group 0 in their block.
+  bool carried_to_mmas(llvm::CallInst* fence) {
+    std::vector<llvm::Value*> work;
+    std::set<llvm::Value*> seen;
+    for (llvm::User* u : fence->users()) work.push_back(u);
+    while (!work.empty()) {
+      llvm::Value* v = work.back();
+      work.pop_back();
+      if (!seen.insert(v).second) continue;
+      for (llvm::User* u : v->users()) {
+        if (llvm::isa<llvm::PHINode>(u)) {
+          work.push_back(u);
+          continue;
+        }
+        auto* f = llvm::dyn_cast<llvm::CallInst>(u);
+        if (!f || !f->isInlineAsm() || asm_tag(*f) != "fence.operand") return false;
+        bool ok = false;
+        for (llvm::Instruction* x = f->getPrevNode(); x && !ok; x = x->getPrevNode())
+          if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm()) ok = asm_tag(*w) == "wgmma.wait.0";
+        for (llvm::Instruction* x = f->getNextNode(); x && !ok; x = x->getNextNode())
+          if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm() && asm_tag(*w) != "fence.operand") {
+            ok = asm_tag(*w) == "wgmma.fence";
+            break;
+          }
+        if (!ok) return false;
+      }
+    }
+    return true;
   }
 
   void rewrite_ptrtoint(llvm::PtrToIntInst& p) {

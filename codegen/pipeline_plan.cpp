@@ -61,6 +61,34 @@ bool is_positive_zero(const Value* v) {
 
 namespace {
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// The dot of `loop` (a pipeline's, every operand a TMA copy) whose wgmma group may stay in
+// flight over the next trip (Pipeline::wgmma_in_flight), and the loop result it accumulates:
+// the body's one dot and only region-free op that touches the accumulator, a warpgroup MMA
+// whose accumulator is a loop-carried argument used by nothing else and whose result is
+// yielded in its place and used by nothing else. Registers no other op reads or writes are
+// what wgmma.wait_group 1 leaves alone; any other shape waits for each group.
+std::pair<const Op*, int> in_flight_dot(const Op& loop, const LayoutPlan& layouts,
+                                        const std::map<const Value*, int>& uses) {
+  const ir::Block& body = loop.region(0);
+  const Op* dot = nullptr;
+  for (const auto& o : body.ops) {
+    if (!o->regions.empty()) return {nullptr, -1}; // no nested loop or if (their dots would wait anyway)
+    if (o->kind == OpKind::Dot) {
+      if (dot) return {nullptr, -1};
+      dot = o.get();
+    }
+  }
+  if (!dot || !layouts.is_wgmma(dot) || body.ops.empty() || body.ops.back()->kind != OpKind::Yield)
+    return {nullptr, -1};
+  const Op& yield = *body.ops.back();
+  auto uses_of = [&](const Value* v) { return uses.count(v) ? uses.at(v) : 0; };
+  for (size_t i = 0; i + 1 < body.args.size() && i < yield.operands.size(); ++i)
+    if (body.args[i + 1] == dot->operands[2] && yield.operands[i] == dot->results[0] &&
+        uses_of(dot->operands[2]) == 1 && uses_of(dot->results[0]) == 1)
+      return {dot, int(i)};
+  return {nullptr, -1};
+}
 } // namespace
 
 MmaStaging mma_staging(const Op& dot, int idx, bool kmajor) {
@@ -185,6 +213,7 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       pl.stage_bytes = align_up(pl.stage_bytes, MmaStaging::kSwizzleAlign);
     }
     buffers_end[loop] = pl.end();
+    buffers_end_ = std::max(buffers_end_, pl.end());
     buffer_bytes_ = std::max(buffer_bytes_, buffers_end[loop]);
     // Scratch starts where the buffers end: a wgmma operand staged there (or kept resident)
     // is swizzled by address, so the buffers end at a multiple of the pattern too.
@@ -228,6 +257,26 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
   }
   for (AsyncOperand& x : async_)
     if (x.tma() && x.pipeline < 0) x.mbarrier = mbar_base_ + 8 * mbar_count_++;
+  // One wgmma group in flight where every copy is TMA's (Pipeline::wgmma_in_flight): the trip
+  // issues its copies after its wait, which retires the group that read their buffer. A
+  // cp.async pipeline keeps its copies at the top of the trip, where its group counts assume
+  // them.
+  for (Pipeline& pl : pipelines_) {
+    if (pl.mbarriers < 0 || pl.cp_async || pl.has_late()) continue;
+    auto [dot, result] = in_flight_dot(*pl.loop, layouts_, uses);
+    // Both of the dot's operands in this pipeline's buffers (one staged in scratch would be
+    // overwritten by the next trip while the group still reads it), and nothing else.
+    int mine = 0;
+    bool all = dot != nullptr;
+    for (int i : pl.operands) {
+      all = all && async_[size_t(i)].dot == dot;
+      mine += async_[size_t(i)].dot == dot;
+    }
+    if (all && mine == 2) {
+      pl.wgmma_in_flight = dot;
+      pl.in_flight_result = result;
+    }
+  }
   if (mbar_count_) buffer_bytes_ = mbar_base_ + 8 * mbar_count_;
   // Scratch (where a TMA store stages its block, or a wgmma operand is staged) starts on the
   // swizzle pattern.

@@ -107,6 +107,16 @@ public:
     // The body's ops the copies' addresses and masks need, in body order: emitted again for
     // the iteration ahead. Those that nothing else uses are deferred (not emitted in the body).
     std::vector<const ir::Op*> slice;
+    // With every operand copied by TMA, both of its own among them: the body's one dot, a
+    // warpgroup MMA accumulating into
+    // a value the loop carries and nothing else reads (acc = dot(a, b, acc)), whose group
+    // stays in flight over the next trip (null: each dot waits for its own). The dot waits
+    // with wgmma.wait_group 1, retiring the previous trip's group; the trip then ends with
+    // its barrier and only then issues the copies of iteration + stages - 1, into the buffer
+    // the retired group read; the loop's exit waits with wait_group 0. `in_flight_result`: the
+    // loop result (body argument - 1) it accumulates.
+    const ir::Op* wgmma_in_flight = nullptr;
+    int in_flight_result = -1;
   };
   // A loop that asks for stages but is not pipelined (dot null), or an operand of a
   // tensor-core dot directly in such a loop's body that is not copied ahead (whether the
@@ -133,6 +143,9 @@ public:
   // Shared memory every pipeline's buffers take, from offset 0, with the mbarriers of the TMA
   // copies after them; scratch starts above.
   int64_t buffer_bytes() const { return buffer_bytes_; }
+  // Where the pipelines' buffers end (the mbarriers not counted): outside every loop, once a
+  // barrier follows their last reads and copies, bytes [0, buffers_end()) are free.
+  int64_t buffers_end() const { return buffers_end_; }
   // The tensor maps of the TMA copies, in the order the kernel takes them after its parameters.
   const std::vector<TensorMapPlan>& tensor_maps() const { return tensor_maps_; }
   // A TMA store's (a desc_store left by prepare_descriptors) tensor map in tensor_maps().
@@ -161,7 +174,7 @@ private:
   std::map<std::pair<const ir::Op*, int>, int> async_index_; // lookups only
   std::map<const ir::Op*, int> pipeline_index_;             // lookups only
   std::set<const ir::Op*> deferred_;                          // lookups only
-  int64_t buffer_bytes_ = 0;
+  int64_t buffer_bytes_ = 0, buffers_end_ = 0;
   std::vector<TensorMapPlan> tensor_maps_;
   int64_t mbar_base_ = 0, mbar_count_ = 0;
   std::map<const ir::Op*, int> store_maps_; // lookups only

@@ -186,9 +186,30 @@ std::string tma_store_unfit(const ir::Function& fn, const ir::Op& store, const C
   const int64_t eb = ir::dtype_bytes(t.dtype()), row = t.shape[1] * eb;
   if (row < 16) return fmt::format("its rows are {} bytes: a TMA box row takes 16 or more", row);
   if (t.shape[0] > 256) return fmt::format("its block has {} rows (256 at most)", t.shape[0]);
-  if (t.shape[0] * row > kMaxTmaStoreBytes)
-    return fmt::format("its block takes {} bytes to stage ({} at most)", t.shape[0] * row, kMaxTmaStoreBytes);
+  if (t.shape[0] * row > kMaxTmaStoreBytes) {
+    const int64_t room = store.parent == &fn.body ? pipeline_room(fn, o) : 0;
+    if (t.shape[0] * row > room)
+      return fmt::format("its block takes {} bytes to stage ({} at most, or as much as the pipeline buffers of "
+                         "the kernel's loops, {} bytes, for a store outside every loop)",
+                         t.shape[0] * row, kMaxTmaStoreBytes, room);
+  }
   return "";
+}
+
+int64_t pipeline_room(const ir::Function& fn, const CompileOptions& o) {
+  int64_t room = 0;
+  for (const auto& loop : fn.body.ops) {
+    if (loop->kind != OpKind::For || loop->attrs.num_stages < 2) continue;
+    int64_t stage = 0;
+    for (const auto& op : loop->region(0).ops) {
+      if (op->kind != OpKind::DescLoad || !tma_unfit(fn, *op, o).empty()) continue;
+      Consumer c = consumer(fn, *op);
+      const MmaStaging st = wgmma_staging(*c.dot, c.idx, c.idx == 0 ? !c.transposed : c.transposed);
+      stage += (st.bytes() + MmaStaging::kSwizzleAlign - 1) / MmaStaging::kSwizzleAlign * MmaStaging::kSwizzleAlign;
+    }
+    room = std::max(room, stage * loop->attrs.num_stages);
+  }
+  return room;
 }
 
 TensorMapPlan tensor_map_plan_store(const ir::Op& store) {

@@ -41,8 +41,15 @@ std::string tma_store_unfit(const ir::Function& fn, const ir::Op& store, const C
 // Its tensor map: a box of the block's rows, one swizzle pattern wide (the whole row when it is
 // 16 bytes).
 TensorMapPlan tensor_map_plan_store(const ir::Op& store);
-// The most shared memory a TMA store's block may take to be staged.
+// The most shared memory a TMA store's block may take to be staged in scratch. A store at the
+// kernel's top level (outside every loop and if) may take more where the buffers of its
+// pipelined loops hold the block (pipeline_room): it is staged there, in memory no copy uses
+// any more (or yet), at no cost in shared memory.
 inline constexpr int64_t kMaxTmaStoreBytes = 32 * 1024;
+// The bytes of the pipeline buffers of `fn`'s top-level loops that stage dot operands TMA
+// copies under `o`: the largest such loop's stages x its stagings (0: none). An estimate made
+// before the plans: where the planned buffers are smaller, the block is staged in scratch.
+int64_t pipeline_room(const ir::Function& fn, const CompileOptions& o);
 
 // A copy of `fn` whose descriptor ops are all expanded (ir::expand_descriptors) but the loads
 // TMA copies under `o`; null when there is nothing to expand (no descriptor op, or only loads

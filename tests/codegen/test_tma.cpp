@@ -139,9 +139,16 @@ TEST_CASE("TMA: the 128x128x64 bf16 matmul on sm_90 feeds wgmma with cp.async.bu
   CHECK(ck.stats.tma_loads == 2);
   // A [m, k] in boxes of 128 rows x 64 (one 128-byte panel), B [k, n] in boxes of 64 x 64 (two
   // panels of its 128 columns): what the launch encodes, from the parameters.
-  REQUIRE(ck.stats.tensor_maps.size() == 2);
+  // C [m, n] f32 in boxes of 128 rows x 32 (four 128-byte panels of its 128 columns): the TMA
+  // store of the epilogue.
+  REQUIRE(ck.stats.tensor_maps.size() == 3);
   const rt::ModuleTensorMap& ta = ck.stats.tensor_maps[0];
   const rt::ModuleTensorMap& tb = ck.stats.tensor_maps[1];
+  const rt::ModuleTensorMap& tc = ck.stats.tensor_maps[2];
+  CHECK(tc.base == "c");
+  CHECK(tc.box == std::vector<std::int64_t>{128, 32});
+  CHECK(tc.swizzle == 128);
+  CHECK(ck.stats.tma_stores == 1);
   CHECK(ta.base == "a");
   CHECK(ta.sizes == std::vector<rt::SpecValue>{std::string("m"), std::string("k")});
   CHECK(ta.strides == std::vector<rt::SpecValue>{std::string("k"), std::int64_t(1)});

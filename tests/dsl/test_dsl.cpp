@@ -61,9 +61,10 @@ TEST_CASE("only variables reassigned in a loop are carried", "[dsl]") {
   CHECK(loop->results.size() == 1); // acc, and nothing else
   CHECK(loop->results[0]->type.str() == "tile<16x16xf32>");
   CHECK(loop->region(0).args.size() == 2); // iv, acc
-  // The store after the loop uses the loop's result.
-  auto* st = first_op(k->body, ir::OpKind::Store);
-  CHECK(st->operands[1] == loop->results[0]);
+  // The store after the loop (C's descriptor store) stores the loop's result.
+  auto* st = first_op(k->body, ir::OpKind::DescStore);
+  REQUIRE(st);
+  CHECK(st->operands.back() == loop->results[0]);
 }
 
 TEST_CASE("several carried values and nested loops", "[dsl]") {
