@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (46 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (48 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -190,8 +190,18 @@ MUTATIONS = [
     ("wgmma-no-wait",
      "codegen/lower_dot_wgmma.cpp",
      'the accumulator of a warpgroup MMA is read with no wgmma.wait_group',
-     '  hooks_.wgmma_wait(b_, 0);\n',
+     '  hooks_.wgmma_wait(b_, pl && pl->wgmma_in_flight == &op ? 1 : 0);\n',
      ''),
+    ("wgmma-in-flight-no-final-wait",
+     "codegen/lower.cpp",
+     "a K loop that keeps one wgmma group in flight lets the epilogue read the accumulator with no wgmma.wait_group 0",
+     '    hooks_.wgmma_wait(b_, 0);\n    Elems& acc = results',
+     '    Elems& acc = results'),
+    ("wgmma-in-flight-scratch-operand",
+     "codegen/pipeline_plan.cpp",
+     "a wgmma group stays in flight while one of its operands is staged in scratch, which the next step overwrites",
+     '    if (all && mine == 2) {',
+     '    if (all) {'),
     ("wgmma-no-proxy-fence",
      "codegen/lowering.h",
      'generic-proxy shared-memory writes are not fenced to the async proxy before wgmma reads them',
