@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The prefill tile's K/V loop in PTX, tilec against a Triton flash-attention forward kernel.
 
-The tile: 128 query rows x 64 keys per trip, head_dim 128, bf16, 8 warps, sm_80 (mma.sync
-m16n8k16 on both sides), 2 pipeline stages. tilec's side is paged attention's prefill tile,
-`tilec compile paged_attention --arch sm_80 --set block_n=64 num_warps=8 block_m=128 head_group=4
+The tile: 128 query rows x 64 keys per trip, head_dim 128, bf16, 8 warps, 2 pipeline stages, on
+sm_80 (mma.sync m16n8k16 on both sides) and on sm_90 (sm_90a: both sides' dots take wgmma, two
+warpgroups of 64 rows). tilec's side is paged attention's prefill tile,
+`tilec compile paged_attention --arch sm_80|sm_90 --set block_n=64 num_warps=8 block_m=128 head_group=4
 --shape batch=1 hq=32 hkv=8 sq=512 head_dim=128 block_size=16 max_blocks=64 dtype=bf16 causal=C`
 (tests/codegen/test_prefill.cpp pins it at causal=0): its 128 rows are 4 query heads x 32
 positions of one KV head, and each trip gathers 64 keys through the block table. Triton's side
@@ -18,10 +19,11 @@ label and the last backward branch to it; a multi-line instruction counts once; 
 its first three dotted parts; here comments are dropped first, as Triton's PTX puts one after
 a label), and every outermost loop that reads global memory is listed:
 one K/V loop without a causal mask, two with it (the unmasked trips, then the masked diagonal
-ones). Registers come from one ptxas (-v) run on both PTX files.
+ones). Registers come from one ptxas (-v) run on both PTX files. On sm_90 the table adds the
+trip's wgmma.mma_async, wgmma.wait_group, TMA copies (cp.async.bulk) and mbarrier waits.
 
-  python3 bench/prefill_vs_triton.py [--tilec build/tools/tilec] [--ptxas PTXAS] [--num-stages 2]
-                                     [--keep DIR] [--json]
+  python3 bench/prefill_vs_triton.py [--arch 80|90|all] [--tilec build/tools/tilec] [--ptxas PTXAS]
+                                     [--num-stages 2] [--keep DIR] [--json]
 
 Needs Triton (pip install triton; 3.6 was used), no GPU and no CUDA driver. A benchmark: not
 run by the tests or CI. Prints a table; --json adds one JSON object as the last line.
@@ -37,14 +39,22 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS, ARCH = 128, 64, 128, 8, 80
-TILEC_ARGS = ["compile", "paged_attention", "--arch", "sm_80",
-              "--set", "block_n=64", "num_warps=8", "block_m=128", "head_group=4",
-              "--shape", "batch=1", "hq=32", "hkv=8", "sq=512", "head_dim=128", "block_size=16",
-              "max_blocks=64", "dtype=bf16"]
+BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS = 128, 64, 128, 8
+
+
+def tilec_args(arch):
+    return ["compile", "paged_attention", "--arch", f"sm_{arch}",
+            "--set", "block_n=64", "num_warps=8", "block_m=128", "head_group=4",
+            "--shape", "batch=1", "hq=32", "hkv=8", "sq=512", "head_dim=128", "block_size=16",
+            "max_blocks=64", "dtype=bf16"]
+
+
 COLUMNS = [("instr", None), ("mma", "mma"), ("ldmatrix", "ldmatrix"), ("cp.async", "cp.async.cg"),
            ("cp.async.ca", "cp.async.ca"), ("bar.sync", "bar.sync"), ("ld.global", "ld.global"),
            ("ld.shared", "ld.shared"), ("st.shared", "st.shared"), ("ex2", "ex2"), ("shfl", "shfl")]
+# sm_90's asynchronous machinery, added to its table.
+COLUMNS_90 = [("wgmma", "wgmma.mma_async"), ("wait", "wgmma.wait_group"), ("bulk", "cp.async.bulk"),
+              ("mbar", "mbarrier")]
 
 
 def fail(msg):
@@ -125,7 +135,7 @@ def kv_loops(ptx):
         for o in loops)]
 
 
-def ptxas_registers(ptxas, ptx_path, kernel_name, arch=f"sm_{ARCH}"):
+def ptxas_registers(ptxas, ptx_path, kernel_name, arch):
     """(registers, spill bytes) from ptxas -v, or (None, None) when there is no ptxas. A PTX
     file naming a newer ISA version than this ptxas reads (Triton's may) is assembled with its
     version line lowered to the ptxas's, which is said on stdout."""
@@ -163,8 +173,8 @@ def ptxas_registers(ptxas, ptx_path, kernel_name, arch=f"sm_{ARCH}"):
 # tilec's side
 # --------------------------------------------------------------------------------------------
 
-def tilec_side(tilec, causal, out):
-    cmd = [tilec, *TILEC_ARGS, f"causal={causal}", "-o", out, "--json"]
+def tilec_side(tilec, arch, causal, out):
+    cmd = [tilec, *tilec_args(arch), f"causal={causal}", "-o", out, "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout}{p.stderr}")
@@ -180,7 +190,7 @@ def tilec_side(tilec, causal, out):
              f"{report['ptx']}; tilec compile reports {report.get('loop_instructions')} for its main loop")
     entry = re.search(r"\.entry\s+(\w+)", ptx).group(1)
     return {"ptx_path": report["ptx"], "entry": entry, "loops": loops, "shared_bytes": report.get("shared_bytes"),
-            "tilec_registers": report.get("registers"), "command": "tilec " + " ".join(TILEC_ARGS[:]) + f" causal={causal}"}
+            "tilec_registers": report.get("registers"), "command": "tilec " + " ".join(tilec_args(arch)) + f" causal={causal}"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,7 +262,7 @@ def define_triton_kernel():
     return triton, flash_attention_forward
 
 
-def triton_side(causal, num_stages, out):
+def triton_side(arch, causal, num_stages, out):
     triton, fn = define_triton_kernel()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -273,10 +283,10 @@ def triton_side(causal, num_stages, out):
         if name not in constexprs and name != "softmax_scale":
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", ARCH, 32),
+    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                             options={"num_warps": NUM_WARPS, "num_stages": num_stages})
     ptx = kernel.asm["ptx"]
-    path = os.path.join(out, f"flash_attention_forward_causal{causal}.ptx")
+    path = os.path.join(out, f"flash_attention_forward_sm{arch}_causal{causal}.ptx")
     with open(path, "w") as f:
         f.write(ptx)
     loops = kv_loops(ptx)
@@ -291,8 +301,64 @@ def triton_side(causal, num_stages, out):
 # the table
 # --------------------------------------------------------------------------------------------
 
+def table(arch, args, ptxas, out, triton):
+    """Compiles both sides for sm_<arch> without and with a causal mask, prints the table; returns
+    the JSON kernels."""
+    # sm_90's PTX targets sm_90a (wgmma) on both sides: ptxas assembles it as that.
+    ptxas_arch = "sm_90a" if arch == 90 else f"sm_{arch}"
+    columns = COLUMNS + (COLUMNS_90 if arch == 90 else [])
+    rows, kernels = [], []
+    for causal in (0, 1):
+        sides = [("tilec", tilec_side(args.tilec, arch, causal, os.path.join(out, f"tilec_sm{arch}_causal{causal}"))),
+                 (f"triton {triton.__version__}", triton_side(arch, causal, args.num_stages, out))]
+        for who, side in sides:
+            regs, spills = ptxas_registers(ptxas, side["ptx_path"], side["entry"], ptxas_arch)
+            side["registers"], side["spill_bytes"] = regs, spills
+            # Without a mask tilec walks whole steps, then the partial last one in a loop of its own.
+            names = ["K/V loop"] if len(side["loops"]) == 1 else \
+                (["unmasked", "diagonal"] if causal else ["whole", "last"]) + \
+                [f"loop {i}" for i in range(3, len(side["loops"]) + 1)]
+            for name, lp in zip(names, side["loops"]):
+                rows.append((f"{'causal' if causal else 'full'}", who, name, lp, regs, spills, side["shared_bytes"]))
+            kernels.append({"arch": f"sm_{arch}", "impl": who, "causal": causal, "registers": regs,
+                            "spill_bytes": spills, "shared_bytes": side["shared_bytes"], "ptx": side["ptx_path"],
+                            "loops": [{"name": n, "instructions": lp["instructions"],
+                                       **{c: count(lp, p) for c, p in columns if p},
+                                       "inner_loops": lp["inner_loops"]}
+                                      for n, lp in zip(names, side["loops"])],
+                            "opcodes": [lp["opcodes"] for lp in side["loops"]]})
+
+    dots = "wgmma" if arch == 90 else "mma.sync"
+    print(f"Prefill tile, PTX per K/V trip (128 query rows x 64 keys, D=128, bf16, 8 warps, sm_{arch}, {dots}; "
+          f"tilec 2 stages, Triton num_stages={args.num_stages}; registers: {ptxas} -v -arch={ptxas_arch})")
+    width = [max(len(c) + 1, 6) for c, _ in columns]
+    head = f"{'mask':<7} {'impl':<13} {'loop':<9}" + "".join(f"{c:>{w}}" for (c, _), w in zip(columns, width)) + \
+        f"{'regs':>6}{'spill':>6}{'smem B':>8}"
+    print(head)
+    print("-" * len(head))
+    for mask, who, name, lp, regs, spills, smem in rows:
+        cells = [lp["instructions"]] + [count(lp, p) for _, p in columns[1:]]
+        if lp["inner_loops"]:
+            name += f"+{lp['inner_loops']}"
+        print(f"{mask:<7} {who:<13} {name:<9}" + "".join(f"{c:>{w}}" for c, w in zip(cells, width)) +
+              f"{'-' if regs is None else regs:>6}{'-' if spills is None else spills:>6}{smem or '-':>8}")
+    # Where the unmasked trips differ, opcode by opcode.
+    full = [r for r in rows if r[0] == "full"]
+    full = [next(r for r in full if r[1] == "tilec"), next(r for r in full if r[1] != "tilec")]
+    a, b = full[0][3]["opcodes"], full[1][3]["opcodes"]
+    diff = sorted(set(a) | set(b), key=lambda k: (-abs(a.get(k, 0) - b.get(k, 0)), k))
+    diff = [k for k in diff if a.get(k, 0) != b.get(k, 0)][:args.top]
+    print(f"\nsm_{arch} unmasked trip, the {len(diff)} opcodes whose counts differ most (tilec / {full[1][1]}):")
+    for i in range(0, len(diff), 4):
+        print("  " + "".join(f"{k:<24}{a.get(k, 0):>4} /{b.get(k, 0):>4}    " for k in diff[i:i + 4]).rstrip())
+    print()
+    return kernels
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", choices=["80", "90", "all"], default="all",
+                    help="sm_80 (mma.sync), sm_90 (wgmma) or both (default)")
     ap.add_argument("--tilec", default=os.path.join(ROOT, "build", "tools", "tilec"))
     ap.add_argument("--ptxas", help="ptxas for the register counts of both sides (default: Triton's own, "
                                     "else the one on PATH)")
@@ -315,51 +381,10 @@ def main():
     out = args.keep or tempfile.mkdtemp(prefix="prefill_vs_triton_")
     os.makedirs(out, exist_ok=True)
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(out, "triton_cache"))
-    rows, result = [], {"triton_version": triton.__version__, "ptxas": ptxas, "num_stages_triton": args.num_stages,
-                        "kernels": []}
-    for causal in (0, 1):
-        sides = [("tilec", tilec_side(args.tilec, causal, os.path.join(out, f"tilec_causal{causal}"))),
-                 (f"triton {triton.__version__}", triton_side(causal, args.num_stages, out))]
-        for who, side in sides:
-            regs, spills = ptxas_registers(ptxas, side["ptx_path"], side["entry"])
-            side["registers"], side["spill_bytes"] = regs, spills
-            # Without a mask tilec walks whole steps, then the partial last one in a loop of its own.
-            names = ["K/V loop"] if len(side["loops"]) == 1 else \
-                (["unmasked", "diagonal"] if causal else ["whole", "last"]) + \
-                [f"loop {i}" for i in range(3, len(side["loops"]) + 1)]
-            for name, lp in zip(names, side["loops"]):
-                rows.append((f"{'causal' if causal else 'full'}", who, name, lp, regs, spills, side["shared_bytes"]))
-            result["kernels"].append({"impl": who, "causal": causal, "registers": regs, "spill_bytes": spills,
-                                      "shared_bytes": side["shared_bytes"], "ptx": side["ptx_path"],
-                                      "loops": [{"name": n, "instructions": lp["instructions"],
-                                                 **{c: count(lp, p) for c, p in COLUMNS if p},
-                                                 "inner_loops": lp["inner_loops"]}
-                                                for n, lp in zip(names, side["loops"])],
-                                      "opcodes": [lp["opcodes"] for lp in side["loops"]]})
-
-    print(f"Prefill tile, PTX per K/V trip (128 query rows x 64 keys, D=128, bf16, 8 warps, sm_80; "
-          f"tilec 2 stages, Triton num_stages={args.num_stages}; registers: {ptxas} -v)")
-    width = [max(len(c) + 1, 6) for c, _ in COLUMNS]
-    head = f"{'mask':<7} {'impl':<13} {'loop':<9}" + "".join(f"{c:>{w}}" for (c, _), w in zip(COLUMNS, width)) + \
-        f"{'regs':>6}{'spill':>6}{'smem B':>8}"
-    print(head)
-    print("-" * len(head))
-    for mask, who, name, lp, regs, spills, smem in rows:
-        cells = [lp["instructions"]] + [count(lp, p) for _, p in COLUMNS[1:]]
-        if lp["inner_loops"]:
-            name += f"+{lp['inner_loops']}"
-        print(f"{mask:<7} {who:<13} {name:<9}" + "".join(f"{c:>{w}}" for c, w in zip(cells, width)) +
-              f"{'-' if regs is None else regs:>6}{'-' if spills is None else spills:>6}{smem or '-':>8}")
-    # Where the unmasked trips differ, opcode by opcode.
-    full = [r for r in rows if r[0] == "full"]
-    full = [next(r for r in full if r[1] == "tilec"), next(r for r in full if r[1] != "tilec")]
-    a, b = full[0][3]["opcodes"], full[1][3]["opcodes"]
-    diff = sorted(set(a) | set(b), key=lambda k: (-abs(a.get(k, 0) - b.get(k, 0)), k))
-    diff = [k for k in diff if a.get(k, 0) != b.get(k, 0)][:args.top]
-    print(f"\nunmasked trip, the {len(diff)} opcodes whose counts differ most (tilec / {full[1][1]}):")
-    for i in range(0, len(diff), 4):
-        print("  " + "".join(f"{k:<24}{a.get(k, 0):>4} /{b.get(k, 0):>4}    " for k in diff[i:i + 4]).rstrip())
-    print(f"(PTX in {out}; tilec: {TILEC_ARGS[0]} ... causal=0|1, see --help)")
+    result = {"triton_version": triton.__version__, "ptxas": ptxas, "num_stages_triton": args.num_stages, "kernels": []}
+    for arch in ([80, 90] if args.arch == "all" else [int(args.arch)]):
+        result["kernels"] += table(arch, args, ptxas, out, triton)
+    print(f"(PTX in {out}; tilec: {' '.join(tilec_args(80)[:2])} ... --arch sm_80|sm_90 ... causal=0|1, see --help)")
     if args.json:
         print(json.dumps(result))
     return 0
