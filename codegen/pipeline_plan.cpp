@@ -64,10 +64,10 @@ int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 // The dot of `loop` (a pipeline's, every operand a TMA copy) whose wgmma group may stay in
 // flight over the next trip (Pipeline::wgmma_in_flight), and the loop result it accumulates:
-// the body's one dot and only region-free op that touches the accumulator, a warpgroup MMA
-// whose accumulator is a loop-carried argument used by nothing else and whose result is
-// yielded in its place and used by nothing else. Registers no other op reads or writes are
-// what wgmma.wait_group 1 leaves alone; any other shape waits for each group.
+// the body's only dot, in a body with no loop or if, a warpgroup MMA whose accumulator is a
+// loop-carried argument used by nothing else and whose result is yielded in its place and
+// used by nothing else: registers no other op reads or writes, which wgmma.wait_group 1 may
+// leave in flight. Any other shape waits for each group.
 std::pair<const Op*, int> in_flight_dot(const Op& loop, const LayoutPlan& layouts,
                                         const std::map<const Value*, int>& uses) {
   const ir::Block& body = loop.region(0);
