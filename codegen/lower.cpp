@@ -432,13 +432,45 @@ std::vector<std::pair<size_t, int>> Lowering::runs_along(LayoutId l, const ir::S
 void Lowering::store_runs(const Elems& vals, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, DType held,
                           const AddrFn& addr, const char* what) {
   for (auto [j, n] : runs_along(l, s, dim, vec_bytes)) {
-    llvm::Value* x = vals[j];
-    if (n > 1) {
-      x = llvm::PoisonValue::get(llvm::FixedVectorType::get(vals[j]->getType(), unsigned(n)));
-      for (int k = 0; k < n; ++k) x = b_.CreateInsertElement(x, vals[j + size_t(k)], uint64_t(k));
-    }
-    smem_store(x, addr(j), what, held);
+    smem_store(n > 1 ? vector_of(vals, j, n) : vals[j], addr(j), what, held);
   }
+}
+
+llvm::Value* Lowering::vector_of(const Elems& vals, size_t j, int n) {
+  llvm::Type* et = vals[j]->getType();
+  // f16 or bf16 values just rounded from f32 round two at a time, where one instruction does it.
+  auto from_f32 = [&](llvm::Value* v) -> llvm::Value* {
+    auto* t = llvm::dyn_cast<llvm::FPTruncInst>(v);
+    return t && t->getSrcTy()->isFloatTy() ? t->getOperand(0) : nullptr;
+  };
+  std::vector<llvm::Value*> pairs;
+  if (n % 2 == 0 && (et->isHalfTy() || et->isBFloatTy()))
+    for (int k = 0; k < n; k += 2) {
+      llvm::Value *lo = from_f32(vals[j + size_t(k)]), *hi = from_f32(vals[j + size_t(k) + 1]);
+      std::optional<llvm::Value*> p;
+      if (lo && hi) p = hooks_.f32x2_to_half2(b_, lo, hi, et->isBFloatTy() ? DType::bf16 : DType::f16);
+      if (!p) {
+        pairs.clear();
+        break;
+      }
+      pairs.push_back(*p);
+    }
+  if (!pairs.empty()) { // concatenated, two vectors at a time
+    while (pairs.size() > 1) {
+      std::vector<llvm::Value*> next;
+      for (size_t k = 0; k < pairs.size(); k += 2) {
+        const unsigned w = llvm::cast<llvm::FixedVectorType>(pairs[k]->getType())->getNumElements();
+        std::vector<int> mask(2 * w);
+        for (unsigned e = 0; e < 2 * w; ++e) mask[e] = int(e);
+        next.push_back(b_.CreateShuffleVector(pairs[k], pairs[k + 1], mask));
+      }
+      pairs = std::move(next);
+    }
+    return pairs[0];
+  }
+  llvm::Value* x = llvm::PoisonValue::get(llvm::FixedVectorType::get(et, unsigned(n)));
+  for (int k = 0; k < n; ++k) x = b_.CreateInsertElement(x, vals[j + size_t(k)], uint64_t(k));
+  return x;
 }
 
 Elems Lowering::load_runs(llvm::Type* ty, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, const AddrFn& addr,

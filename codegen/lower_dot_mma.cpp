@@ -265,25 +265,14 @@ std::vector<std::array<llvm::Value*, 4>> Lowering::mma_frags_of(const Elems& val
   for (size_t j = 0; j < size_t(te.count); ++j)
     elem[{te.offset[j][0] / (8 * W), te.offset[j][1] / 8, te.offset[j][1] % 2}] = j;
   internal_assert(int64_t(elem.size()) == te.count, "the MMA layout's elements map to fragments");
-  llvm::Type* et = vals.at(0)->getType();
-  auto* pair = llvm::FixedVectorType::get(et, 2);
   std::vector<std::array<llvm::Value*, 4>> out;
   for (int64_t tm = 0; tm < M / (16 * W); ++tm)
     for (int64_t ks = 0; ks < K / 16; ++ks) {
       std::array<llvm::Value*, 4> quad;
       for (int r = 0; r < 4; ++r) {
-        llvm::Value* x[2];
-        for (int e = 0; e < 2; ++e) x[e] = vals.at(elem.at({2 * tm + (r & 1), 2 * ks + (r >> 1), e}));
-        // Two values just rounded from f32 round as a pair, where one instruction does it.
-        auto* t0 = llvm::dyn_cast<llvm::FPTruncInst>(x[0]);
-        auto* t1 = llvm::dyn_cast<llvm::FPTruncInst>(x[1]);
-        std::optional<llvm::Value*> both;
-        if (t0 && t1 && t0->getSrcTy()->isFloatTy() && t1->getSrcTy()->isFloatTy())
-          both = hooks_.f32x2_to_half2(b_, t0->getOperand(0), t1->getOperand(0), t.dtype());
-        llvm::Value* v = both ? *both : llvm::PoisonValue::get(pair);
-        if (!both)
-          for (int e = 0; e < 2; ++e) v = b_.CreateInsertElement(v, x[e], uint64_t(e));
-        quad[size_t(r)] = b_.CreateBitCast(v, b_.getInt32Ty());
+        Elems x(2);
+        for (int e = 0; e < 2; ++e) x[size_t(e)] = vals.at(elem.at({2 * tm + (r & 1), 2 * ks + (r >> 1), e}));
+        quad[size_t(r)] = b_.CreateBitCast(vector_of(x, 0, 2), b_.getInt32Ty()); // rounded as a pair
       }
       out.push_back(quad);
     }

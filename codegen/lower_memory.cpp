@@ -98,7 +98,6 @@ void Lowering::emit_store(const Op& op) {
   const Elems& V = get(val, l);
   const Elems* M = op.mask() ? &get(op.mask(), l) : nullptr;
   llvm::Value* own = owner(l, ptr->type.shape);
-  llvm::Type* ty = mem_type(e);
   unsigned eb = static_cast<unsigned>(mem_bytes(e));
   AccessPlan ap = plan_access(op, l);
   int vec = ap.vec;
@@ -112,9 +111,9 @@ void Lowering::emit_store(const Op& op) {
       continue;
     }
     auto vector_store = [&](llvm::Value* pred) {
-      llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(ty, vec));
-      for (int k = 0; k < vec; ++k) v = b_.CreateInsertElement(v, to_mem(V[j0 + k], e), k);
-      hooks_.store(b_, P[j0], v, eb * vec, pred);
+      Elems mem(static_cast<size_t>(vec));
+      for (int k = 0; k < vec; ++k) mem[size_t(k)] = to_mem(V[j0 + k], e);
+      hooks_.store(b_, P[j0], vector_of(mem, 0, vec), eb * vec, pred);
     };
     llvm::Value* fast = nullptr;
     if (!ap.aligned)

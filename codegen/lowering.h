@@ -217,15 +217,18 @@ private:
                   const AddrFn& addr, const char* what);
   Elems load_runs(llvm::Type* ty, LayoutId l, const ir::Shape& s, int dim, int vec_bytes, const AddrFn& addr,
                   const char* what);
+  // Elements j .. j + n - 1 (n a power of two) as one vector; f16 or bf16 values just rounded
+  // from f32 are rounded in pairs where the target has an instruction for it (f32x2_to_half2).
+  llvm::Value* vector_of(const Elems& vals, size_t j, int n);
 
   // --- the driver: every op, control flow, reshape, device_assert and device_print (lower.cpp)
   void emit_block(const ir::Block& blk);
   void emit_op(const Op& op);
   void emit_for(const Op& op);
   // Stages, before `loop`, the tensor-core dot operands in its body that are defined outside
-  // it, in scratch under a raised floor (resident_), while they fit kResidentBytes; returns
-  // their regions.
-  static constexpr int64_t kResidentBytes = 32 * 1024;
+  // it, in scratch under a raised floor (resident_), while they fit kResidentBytes (40 KiB: a
+  // 128 x 128 16-bit q with its 1 KiB swizzle alignment for wgmma); returns their regions.
+  static constexpr int64_t kResidentBytes = 40 * 1024;
   std::vector<Access> stage_resident(const Op& loop);
   // The tensor-core dot operands (dot, 0 for A or 1 for B) in `loop`'s body (and its ifs') that
   // are defined outside it and not copied by a pipeline; those dots whose A each thread holds

@@ -358,6 +358,8 @@ private:
     }
     if (tag != "cp.async.16")
       internal_fail("nvptx on CPU: inline asm without a known tilec.asm tag ('" + tag + "') has no mapping");
+    llvm::Value* dst = call.getArgOperand(0); // plus the offset the instruction adds ([r + imm]), if any
+    if (call.arg_size() > 3) dst = b.CreateGEP(b.getInt8Ty(), dst, call.getArgOperand(3));
     emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(),
              {flat(b, dst), flat(b, call.getArgOperand(1)), call.getArgOperand(2),
               emu_.site(b, site_of(call, "nvptx cp.async"))});
@@ -395,8 +397,6 @@ private:
       unmapped_space(as, ld);
     replace(ld, b.CreateLoad(ty, tmp));
   }
-    llvm::Value* dst = call.getArgOperand(0); // plus the offset the instruction adds ([r + imm]), if any
-    if (call.arg_size() > 3) dst = b.CreateGEP(b.getInt8Ty(), dst, call.getArgOperand(3));
 
   void rewrite_store(llvm::StoreInst& st) {
     unsigned as = st.getPointerAddressSpace();
@@ -519,6 +519,12 @@ private:
       return replace(ii, emu_.call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
                               {b.getInt32(mode), arg(0), arg(1), arg(2), arg(3)}, true));
     }
+    case llvm::Intrinsic::nvvm_shfl_sync_bfly_f32: // the same on the float's bits
+      return replace(ii, b.CreateBitCast(emu_.call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
+                                                   {b.getInt32(1), arg(0), b.CreateBitCast(arg(1), b.getInt32Ty()),
+                                                    arg(2), arg(3)},
+                                                   true),
+                                         b.getFloatTy()));
     case llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32:
     case llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16: {
       unsigned dtype = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 ? 3 : 2;
@@ -556,12 +562,6 @@ private:
       emu_.call(b, "tilec_emu_cp_async", b.getVoidTy(),
            {flat(b, arg(0)), flat(b, arg(1)), arg(2), emu_.site(b, site_of(ii, "nvptx cp.async"))});
       ii.eraseFromParent();
-    case llvm::Intrinsic::nvvm_shfl_sync_bfly_f32: // the same on the float's bits
-      return replace(ii, b.CreateBitCast(emu_.call(b, "tilec_emu_shfl_sync", b.getInt32Ty(),
-                                                   {b.getInt32(1), arg(0), b.CreateBitCast(arg(1), b.getInt32Ty()),
-                                                    arg(2), arg(3)},
-                                                   true),
-                                         b.getFloatTy()));
       return;
     case llvm::Intrinsic::nvvm_cp_async_commit_group:
       emu_.call(b, "tilec_emu_cp_async_commit", b.getVoidTy(), {});
@@ -596,6 +596,17 @@ private:
     case llvm::Intrinsic::nvvm_f2i_rn_ftz:
       return replace(ii, b.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {b.getInt32Ty(), arg(0)->getType()},
                                            {b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, arg(0))}));
+    case llvm::Intrinsic::nvvm_ff2bf16x2_rn: // cvt.rn.bf16x2.f32 d, hi, lo
+    case llvm::Intrinsic::nvvm_ff2f16x2_rn: {
+      const bool bf = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_ff2bf16x2_rn;
+      llvm::Type* ht = bf ? b.getBFloatTy() : b.getHalfTy();
+      auto round = [&](llvm::Value* x) {
+        return b.CreateBitCast(emu_.call(b, bf ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16", b.getInt16Ty(), {x}), ht);
+      };
+      llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(ht, 2));
+      v = b.CreateInsertElement(v, round(arg(1)), uint64_t(0));
+      return replace(ii, b.CreateInsertElement(v, round(arg(0)), uint64_t(1)));
+    }
     case llvm::Intrinsic::nvvm_lg2_approx_f:
       return replace(ii, b.CreateUnaryIntrinsic(llvm::Intrinsic::log2, arg(0)));
     case llvm::Intrinsic::nvvm_rsqrt_approx_f:
@@ -633,17 +644,6 @@ private:
     std::string s;
     llvm::raw_string_ostream os(s);
     t->print(os);
-    case llvm::Intrinsic::nvvm_ff2bf16x2_rn: // cvt.rn.bf16x2.f32 d, hi, lo
-    case llvm::Intrinsic::nvvm_ff2f16x2_rn: {
-      const bool bf = ii.getIntrinsicID() == llvm::Intrinsic::nvvm_ff2bf16x2_rn;
-      llvm::Type* ht = bf ? b.getBFloatTy() : b.getHalfTy();
-      auto round = [&](llvm::Value* x) {
-        return b.CreateBitCast(emu_.call(b, bf ? "tilec_emu_f32_to_bf16" : "tilec_emu_f32_to_f16", b.getInt16Ty(), {x}), ht);
-      };
-      llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(ht, 2));
-      v = b.CreateInsertElement(v, round(arg(1)), uint64_t(0));
-      return replace(ii, b.CreateInsertElement(v, round(arg(0)), uint64_t(1)));
-    }
     return s;
   }
 
