@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (48 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (49 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -217,6 +217,11 @@ MUTATIONS = [
      "a warpgroup's second pass of A rows starts half a pass too early",
      'step_start(st_a, p * 16 * W, kk, eb)',
      'step_start(st_a, p * 8 * W, kk, eb)'),
+    ("wgmma-in-flight-early-refill",
+     "codegen/lower.cpp",
+     "a K loop that keeps one wgmma group in flight refills at the top of the trip the buffer the previous trip's group still reads",
+     '    if (!pl->wgmma_in_flight) issue_ahead(*pl, ahead, fill, true);\n',
+     '    issue_ahead(*pl, ahead, fill, true);\n'),
     ("tma-no-wait",
      "codegen/lower.cpp",
      "a pipelined trip reads its stage without waiting for the TMA copies' mbarrier phase",
