@@ -117,7 +117,9 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   auto d = std::vector<Elems>(size_t(passes));
   for (int64_t p = 0; p < passes; ++p)
     for (int64_t i = 0; i < regs; ++i)
-      d[size_t(p)].push_back(acc ? (*acc)[slot(p, i)] : llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+      // A zero accumulator's registers are never read: the first k step's MMAs ignore them
+      // (scale-d 0), so they start undefined rather than zeroed by a move each.
+      d[size_t(p)].push_back(acc ? (*acc)[slot(p, i)] : llvm::PoisonValue::get(b_.getFloatTy()));
 
   // Descriptors: one built at run time per operand (A: from this warpgroup's first row), the
   // others from it by a constant: a k step's or pass's byte offset >> 4 added to the start
