@@ -149,7 +149,7 @@ compile_only='compiles without spills|holds without spills|compiles with zero sp
 # nvptx lowering) in the plain build, where the emulator is not instrumented and they take a
 # fifth of the time: every test still runs in both orders and on both lowerings, and the
 # sanitizers still watch the emulator and the runtime through every other emulated test.
-slow_sweeps='every config of every shipped search space|public models|models served in 2026|over an fp8 KV cache matches|causal query rows and a sliding window matches|query tiles matches the reference at every Sq|head dims between powers of two|split by size matches the reference on ragged|planned, a fixed grid of programs'
+slow_sweeps='every config of every shipped search space|public models|models served in 2026|over an fp8 KV cache matches|causal query rows and a sliding window matches|query tiles matches the reference at every Sq|head dims between powers of two|split by size matches the reference on ragged|planned, a fixed grid of programs|tunes every model layer|over the config grid|follows the scores. magnitude|stays within the traffic budget|MLA and separate V head dims match|load only the triangle|attention sinks match the reference on both paths|chunked local attention matches|bit for bit the same alone'
 stage "the slowest sweeps again: threads in reverse order, the nvptx lowering (plain build)" \
   "${reverse[@]}" ctest --test-dir "$build" --output-on-failure -j2 -R "$slow_sweeps"
 stage "the sanitizer build (scripts/sanitize.sh --build)" ./scripts/sanitize.sh --build
