@@ -49,15 +49,6 @@ const Op* staged_loop_of(const Op& dot) {
 
 } // namespace
 
-bool is_positive_zero(const Value* v) {
-  const Op* d = v->def;
-  while (d && (d->kind == OpKind::Splat || d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims ||
-               d->kind == OpKind::Cast))
-    d = d->operands[0]->def;
-  if (!d || d->kind != OpKind::Constant) return false;
-  const ir::ConstValue& c = d->attrs.value;
-  return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
-}
 
 namespace {
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }

@@ -48,9 +48,7 @@ MmaStaging wgmma_staging(const ir::Op& dot, int idx, bool kmajor);
 // the layout wgmma's swizzled matrix descriptors describe.
 int64_t staged_offset(const MmaStaging& st, int64_t row, int64_t col_byte);
 
-// A tile or scalar that is the constant +0 (integer 0, or float +0.0) through splats,
-// broadcasts, dimension changes and casts.
-bool is_positive_zero(const ir::Value* v);
+using ir::is_positive_zero; // ir/ir.h
 
 class PipelinePlan {
 public:

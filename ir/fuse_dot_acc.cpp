@@ -7,18 +7,6 @@ namespace tilec::ir {
 
 namespace {
 
-// A +0 accumulator: a constant, possibly splat, broadcast, expanded or cast (the forms `dot(a,
-// b)` and `zeros` build). -0 is not one: -0 + a·b can differ from a·b in its sign.
-bool is_plus_zero(const Value* v) {
-  const Op* d = v->def;
-  while (d && (d->kind == OpKind::Splat || d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims ||
-               d->kind == OpKind::Cast))
-    d = d->operands[0]->def;
-  if (!d || d->kind != OpKind::Constant) return false;
-  const ConstValue& c = d->attrs.value;
-  return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
-}
-
 size_t index_of(const Block& b, const Op* op) {
   auto it = std::find_if(b.ops.begin(), b.ops.end(), [&](const auto& p) { return p.get() == op; });
   internal_assert(it != b.ops.end(), "an op is held by its parent block");
@@ -38,7 +26,7 @@ bool fuse_in(Block& b, Function& f, std::vector<int>& uses) {
       // The dot is the add's to absorb: its only use, in the same block (so moving it down to
       // the add keeps its operands defined before it), with a +0 accumulator of the add's type.
       if (!dot || dot->kind != OpKind::Dot || dot->parent != &b || uses.at(size_t(d->id)) != 1 ||
-          !is_plus_zero(dot->operands[2]) || c->type != add.result()->type || d->type != c->type)
+          !is_positive_zero(dot->operands[2]) || c->type != add.result()->type || d->type != c->type)
         continue;
       // A product of at most 8 columns (decode's transposed tile, whose query rows are the 8
       // columns) keeps its add: accumulating into c held c's registers through the product and

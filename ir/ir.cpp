@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <unordered_map>
 
 namespace tilec::ir {
@@ -173,6 +174,16 @@ void Function::renumber() {
   // Keep ids unique for orphans too, so debugging output never shows duplicates.
   for (auto& v : values_)
     if (v->id < 0) v->id = next++;
+}
+
+bool is_positive_zero(const Value* v) {
+  const Op* d = v->def;
+  while (d && (d->kind == OpKind::Splat || d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims ||
+               d->kind == OpKind::Cast))
+    d = d->operands[0]->def;
+  if (!d || d->kind != OpKind::Constant) return false;
+  const ConstValue& c = d->attrs.value;
+  return c.is_float ? c.f == 0.0 && !std::signbit(c.f) : c.i == 0;
 }
 
 void replace_all_uses(Block& b, Value* from, Value* to) {

@@ -181,6 +181,10 @@ template <class F> void walk(Block& b, F&& f) {
   }
 }
 
+// A tile or scalar that is the constant +0 (integer 0, or float +0.0, not -0.0) through
+// splats, broadcasts, dimension changes and casts.
+bool is_positive_zero(const Value* v);
+
 // Replaces every use of `from` by `to` in `b` and nested regions.
 void replace_all_uses(Block& b, Value* from, Value* to);
 // Number of uses of each value id (for DCE), counted over `b` and nested regions.

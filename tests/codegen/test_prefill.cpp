@@ -56,19 +56,25 @@ TEST_CASE("paged attention's default config compiles without spills within share
       }
 }
 
-TEST_CASE("a prefill tile's K/V loop: 128 query rows x 64 keys, head_dim 128, bf16, warps along M (sm_80)",
-          "[codegen][paged_attention][prefill][nvptx]") {
-  // 8 warps of 16 rows: S = q K^T is 128 x 64 x 128 and O += P V 128 x 128 x 64, 16 x 8 x 16 MMAs
-  // of which each warp runs (1 x 8 x 8) + (1 x 16 x 4) = 128 per 64 keys.
+// The pinned prefill tile: 128 packed rows (4 query heads x 32 positions of one KV head) x 64
+// keys a step, head_dim 128, bf16, 8 warps, no causal mask.
+static codegen::CompiledKernel compile_prefill_tile(const char* arch) {
   const templates::KernelTemplate* t = templates::find_template("paged_attention");
   templates::ParamMap params = pa_defaults();
   params["block_n"] = 64, params["num_warps"] = 8, params["block_m"] = 128, params["head_group"] = 4;
   templates::ParamMap shape = pa_shape(512, 128);
   shape["causal"] = 0;
   codegen::CompileOptions o;
-  o.arch = "sm_80";
+  o.arch = arch;
   o.num_warps = 8;
-  codegen::CompiledKernel ck = codegen::compile(*t->build(params, shape), o);
+  return codegen::compile(*t->build(params, shape), o);
+}
+
+TEST_CASE("a prefill tile's K/V loop: 128 query rows x 64 keys, head_dim 128, bf16, warps along M (sm_80)",
+          "[codegen][paged_attention][prefill][nvptx]") {
+  // 8 warps of 16 rows: S = q K^T is 128 x 64 x 128 and O += P V 128 x 128 x 64, 16 x 8 x 16 MMAs
+  // of which each warp runs (1 x 8 x 8) + (1 x 16 x 4) = 128 per 64 keys.
+  codegen::CompiledKernel ck = compile_prefill_tile("sm_80");
   std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
   const codegen::PtxLoop* l = codegen::main_loop(loops);
   REQUIRE(l);
@@ -104,15 +110,7 @@ TEST_CASE("a prefill tile's K/V loop: 128 query rows x 64 keys, head_dim 128, bf
 
 TEST_CASE("the same prefill tile on sm_90: both products on wgmma, Q resident, P rounded in pairs",
           "[codegen][paged_attention][prefill][nvptx][wgmma]") {
-  const templates::KernelTemplate* t = templates::find_template("paged_attention");
-  templates::ParamMap params = pa_defaults();
-  params["block_n"] = 64, params["num_warps"] = 8, params["block_m"] = 128, params["head_group"] = 4;
-  templates::ParamMap shape = pa_shape(512, 128);
-  shape["causal"] = 0;
-  codegen::CompileOptions o;
-  o.arch = "sm_90";
-  o.num_warps = 8;
-  codegen::CompiledKernel ck = codegen::compile(*t->build(params, shape), o);
+  codegen::CompiledKernel ck = compile_prefill_tile("sm_90");
   const std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
   const codegen::PtxLoop* l = codegen::main_loop(loops);
   REQUIRE(l);
