@@ -145,6 +145,14 @@ void tilec_emu_cp_async_wait(tilec_emu_thread* ctx, uint32_t groups);
  * their values and leaves the others. */
 void tilec_emu_wgmma(tilec_emu_thread* ctx, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
                      uint32_t scale_d, uint32_t trans, float* acc, const char* site);
+/* The same with A (64 x 16, 16-bit) from registers rather than shared memory: `a` holds the
+ * thread's four 32-bit A fragment registers, each two elements, the lower half first, as
+ * mma.m16n8k16's A fragments are for warp (tid / 32) % 4's 16 rows: register r holds row
+ * 16 (warp % 4) + lane / 4 + 8 (r % 2), columns 8 (r / 2) + 2 (lane % 4) and the next one.
+ * `trans` bit 1 says B is N-major (A in registers has no transpose). Every thread of the
+ * warpgroup must call the same one of the two. */
+void tilec_emu_wgmma_rs(tilec_emu_thread* ctx, uint32_t dtype, uint32_t n, const uint32_t* a, uint64_t desc_b,
+                        uint32_t scale_d, uint32_t trans, float* acc, const char* site);
 void tilec_emu_wgmma_fence(tilec_emu_thread* ctx);
 void tilec_emu_wgmma_commit(tilec_emu_thread* ctx);
 void tilec_emu_wgmma_wait(tilec_emu_thread* ctx, uint32_t groups);

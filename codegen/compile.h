@@ -104,6 +104,7 @@ struct LoweringStats {
   int pipeline_stage_bytes = 0; // the most shared memory one stage of one of them takes
   int pipeline_late_bytes = 0;  // and its single buffer for late slots (PipelinePlan::Pipeline::late)
   int wgmma_dots = 0;           // dots lowered to warpgroup MMAs (CompileOptions::wgmma)
+  int wgmma_register_a = 0;     // of them, with A from registers (a wgmma accumulator's layout)
   int tma_loads = 0;            // descriptor loads copied by TMA (CompileOptions::tma)
   int tma_stores = 0;           // descriptor stores written by TMA
   // The tensor maps the kernel takes after its own parameters, which its launches encode

@@ -57,7 +57,11 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   const bool pipe_a = async_a && async_a->pipeline >= 0, pipe_b = async_b && async_b->pipeline >= 0;
   const auto res_a = resident_.find({&op, 0}), res_b = resident_.find({&op, 1});
   const bool keep_a = res_a != resident_.end(), keep_b = res_b != resident_.end();
-  const bool stage_a = !pipe_a && !keep_a, stage_b = !pipe_b && !keep_b;
+  // A already in a wgmma accumulator's layout with its rows where the result's are (attention's
+  // P, the first product rounded, as the second's A): its elements are the thread's A fragment
+  // registers, and it skips shared memory.
+  const bool regs_a = !pipe_a && !keep_a && wgmma_a_in_registers(op, ls[0]);
+  const bool stage_a = !pipe_a && !keep_a && !regs_a, stage_b = !pipe_b && !keep_b;
   const bool zero_acc = is_positive_zero(op.operands[2]);
   constexpr int64_t kAlign = MmaStaging::kSwizzleAlign;
   const int64_t off_b = stage_a ? (st_a.bytes() + kAlign - 1) / kAlign * kAlign : 0;
@@ -72,6 +76,7 @@ void Lowering::emit_dot_wgmma(const Op& op) {
                     "a warpgroup MMA's operand is never a late pipeline slot (its A has 64 rows or more)");
   llvm::Value* base_a = pipe_a   ? pipe_read_buffer(*async_a)
                         : keep_a ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_a->second)
+                        : regs_a ? nullptr
                                  : smem(b_.getInt8Ty(), b_.getInt32(0), 0);
   llvm::Value* base_b = pipe_b   ? pipe_read_buffer(*async_b)
                         : keep_b ? smem_at(b_.getInt8Ty(), b_.getInt32(0), res_b->second)
@@ -128,10 +133,20 @@ void Lowering::emit_dot_wgmma(const Op& op) {
     llvm::Value* field = b_.CreateAnd(b_.CreateZExt(b_.CreateLShr(start, 4), b_.getInt64Ty()), 0x3fff);
     return b_.CreateOr(field, b_.getInt64(descriptor_bits(st)));
   };
-  internal_assert(st_a.kmajor || 64 * eb % st_a.swizzle == 0, "an M-major A's warpgroups start at whole panels");
-  llvm::Value* wg_rows =
-      b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(step_start(st_a, 64, 0, eb))));
-  llvm::Value* desc_a0 = descriptor(b_.CreateAdd(hooks_.shared_address(b_, base_a), wg_rows), st_a);
+  internal_assert(regs_a || st_a.kmajor || 64 * eb % st_a.swizzle == 0,
+                  "an M-major A's warpgroups start at whole panels");
+  llvm::Value* desc_a0 = nullptr;
+  if (!regs_a) {
+    llvm::Value* wg_rows =
+        b_.CreateMul(b_.CreateLShr(warp_, 2), b_.getInt32(uint32_t(step_start(st_a, 64, 0, eb))));
+    desc_a0 = descriptor(b_.CreateAdd(hooks_.shared_address(b_, base_a), wg_rows), st_a);
+  }
+  // A's fragments, pass p and k step kk at p * (K / 16) + kk, fenced with the accumulator.
+  std::vector<llvm::Value*> a_regs;
+  if (regs_a)
+    for (const std::array<llvm::Value*, 4>& q : wgmma_frags_of(get(a, ls[0]), ls[0], a->type))
+      a_regs.insert(a_regs.end(), q.begin(), q.end());
+  a_regs = hooks_.fence_operands(b_, a_regs);
   llvm::Value* desc_b0 = descriptor(hooks_.shared_address(b_, base_b), st_b);
   auto plus = [&](llvm::Value* desc, int64_t bytes) {
     internal_assert(bytes % 16 == 0, "descriptor offsets are whole 16 bytes");
@@ -142,9 +157,14 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   const std::string where = site("dot (wgmma) operands A and B read");
   for (int64_t kk = 0; kk < K / wgmma_k_step(int(eb)); ++kk) {
     llvm::Value* desc_b = plus(desc_b0, step_start(st_b, 0, kk, eb));
-    for (int64_t p = 0; p < passes; ++p)
-      d[size_t(p)] = hooks_.wgmma(b_, dt, int(N), plus(desc_a0, step_start(st_a, p * 16 * W, kk, eb)), desc_b,
-                                  d[size_t(p)], !(zero_acc && kk == 0), !st_a.kmajor, !st_b.kmajor, where);
+    for (int64_t p = 0; p < passes; ++p) {
+      const size_t q = size_t(4 * (p * (K / 16) + kk));
+      d[size_t(p)] = regs_a ? hooks_.wgmma(b_, dt, int(N), nullptr, {a_regs.begin() + q, a_regs.begin() + q + 4}, desc_b,
+                                           d[size_t(p)], !(zero_acc && kk == 0), false, !st_b.kmajor, where)
+                            : hooks_.wgmma(b_, dt, int(N), plus(desc_a0, step_start(st_a, p * 16 * W, kk, eb)), {},
+                                           desc_b, d[size_t(p)], !(zero_acc && kk == 0), !st_a.kmajor, !st_b.kmajor,
+                                           where);
+    }
   }
   // The pipeline's dot whose group stays in flight waits only for the previous trip's group
   // (its buffer is refilled after the trip's barrier; the loop's exit waits for the last).
@@ -159,9 +179,40 @@ void Lowering::emit_dot_wgmma(const Op& op) {
     for (int64_t i = 0; i < regs; ++i) out[slot(p, i)] = x[size_t(i)];
   }
   ++stats_.wgmma_dots;
+  if (regs_a) ++stats_.wgmma_register_a;
   if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // until the barrier: the buffer may not be refilled
   if (uses_scratch) scratch_end();
   define(res, ls[2], std::move(out));
+}
+
+bool Lowering::wgmma_a_in_registers(const Op& op, LayoutId la) {
+  const ir::Type& a = op.operands[0]->type;
+  const int64_t M = a.shape[0], K = a.shape[1];
+  return ir::dtype_bytes(a.dtype()) == 2 && K % 16 == 0 && plan_.layout(la) == wgmma_layout(M, K, int(opts_.num_warps));
+}
+
+// A [M, K] tile in wgmma_layout as wgmma's register A fragments: pass p, k step kk takes the
+// elements at offsets (16 W p + 8 (r % 2), 16 kk + 8 (r / 2) + e) from the thread's first
+// (rows lane / 4 of its warp's 16, columns 2 (lane % 4)), register r holding the pair e = 0, 1
+// (the low half first): the accumulator's registers of the product that made it, in order.
+std::vector<std::array<llvm::Value*, 4>> Lowering::wgmma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t) {
+  const int64_t M = t.shape[0], K = t.shape[1], W = opts_.num_warps;
+  const ThreadElems& te = elems_of(l, t.shape);
+  std::map<std::pair<int64_t, int64_t>, size_t> elem;
+  for (size_t j = 0; j < size_t(te.count); ++j) elem[{te.offset[j][0], te.offset[j][1]}] = j;
+  internal_assert(int64_t(elem.size()) == te.count, "the wgmma layout's elements map to fragments");
+  std::vector<std::array<llvm::Value*, 4>> out;
+  for (int64_t p = 0; p < M / (16 * W); ++p)
+    for (int64_t kk = 0; kk < K / 16; ++kk) {
+      std::array<llvm::Value*, 4> quad;
+      for (int r = 0; r < 4; ++r) {
+        Elems x(2);
+        for (int e = 0; e < 2; ++e) x[size_t(e)] = vals.at(elem.at({16 * W * p + 8 * (r % 2), 16 * kk + 8 * (r / 2) + e}));
+        quad[size_t(r)] = b_.CreateBitCast(vector_of(x, 0, 2), b_.getInt32Ty()); // rounded as a pair
+      }
+      out.push_back(quad);
+    }
+  return out;
 }
 
 } // namespace tilec::codegen::detail

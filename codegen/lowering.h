@@ -284,6 +284,10 @@ private:
 
   // --- dot on Hopper's warpgroup MMA (lower_dot_wgmma.cpp)
   void emit_dot_wgmma(const Op& op);
+  // Whether a warpgroup MMA's A (16-bit, in layout `la`) is in wgmma_layout: its elements are
+  // the thread's register A fragments (wgmma_frags_of).
+  bool wgmma_a_in_registers(const Op& op, LayoutId la);
+  std::vector<std::array<llvm::Value*, 4>> wgmma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t);
   // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
   // load when k-major, else two 16-bit ones; zero where `out` holds.
   llvm::Value* mma_frag_word(const MmaDot& dot, bool kmajor, const std::function<llvm::Value*(llvm::Value*)>& ptr,

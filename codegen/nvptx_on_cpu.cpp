@@ -339,17 +339,22 @@ private:
       replace(call, r);
       return;
     }
-    if (is_wgmma_mma(tag)) { // wgmma.N.T.AB.S (A, B: 1 when M- / N-major; S: scale-d): operands desc_a, desc_b, accumulator
+    // wgmma.N.T.AB.S (A, B: 1 when M- / N-major, A r from registers; S: scale-d): operands
+    // desc_a (or A's four registers), desc_b, accumulator.
+    if (is_wgmma_mma(tag)) {
       const size_t d1 = tag.find('.', 6), d2 = tag.find('.', d1 + 1);
       const int n = std::stoi(tag.substr(6, d1 - 6));
       const std::string t = tag.substr(d1 + 1, d2 - d1 - 1);
       const unsigned dtype = t == "bf16" ? 3 : t == "e4m3" ? 4 : t == "e5m2" ? 5 : 2;
+      const bool rs = tag[d2 + 1] == 'r';
       const unsigned trans = (tag[d2 + 1] == '1' ? 1u : 0u) | (tag[d2 + 2] == '1' ? 2u : 0u);
       const bool scale_d = tag[d2 + 4] == '1';
-      std::vector<llvm::Value*> acc;
-      for (unsigned i = 2; i < call.arg_size(); ++i) acc.push_back(call.getArgOperand(i));
-      std::vector<llvm::Value*> d = emu_wgmma(b, emu_, dtype, n, call.getArgOperand(0), call.getArgOperand(1),
-                                              b.getInt32(scale_d ? 1 : 0), trans, acc,
+      const unsigned nb = rs ? 4 : 1; // B's descriptor
+      std::vector<llvm::Value*> a_regs, acc;
+      for (unsigned i = 0; rs && i < 4; ++i) a_regs.push_back(call.getArgOperand(i));
+      for (unsigned i = nb + 1; i < call.arg_size(); ++i) acc.push_back(call.getArgOperand(i));
+      std::vector<llvm::Value*> d = emu_wgmma(b, emu_, dtype, n, rs ? nullptr : call.getArgOperand(0), a_regs,
+                                              call.getArgOperand(nb), b.getInt32(scale_d ? 1 : 0), trans, acc,
                                               emu_.site(b, site_of(call, "nvptx wgmma")));
       llvm::Value* r = llvm::PoisonValue::get(call.getType());
       for (unsigned i = 0; i < d.size(); ++i) r = b.CreateInsertValue(r, d[i], i);

@@ -80,10 +80,14 @@ public:
   // n / 2 accumulator registers (PTX's ownership: register i holds row 16 (warp % 4) + lane / 4
   // + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4) + i % 2). Returns the thread's part of
   // D, which it may read only after a wgmma_wait that retires its group; a later wgmma may
-  // take it as its `acc` before that (the hardware orders the two).
+  // take it as its `acc` before that (the hardware orders the two). With `a_regs` (four i32,
+  // 16-bit operands) A comes from registers instead: the thread's mma.m16n8k16 A fragments of
+  // its warp's 16 rows (register r: row lane / 4 + 8 (r % 2), columns 8 (r / 2) + 2 (lane % 4)
+  // and the next, the lower half first); desc_a is then unused and trans_a false.
   virtual std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a,
-                                          llvm::Value* desc_b, const std::vector<llvm::Value*>& acc, bool scale_d,
-                                          bool trans_a, bool trans_b, const std::string& site) {
+                                          const std::vector<llvm::Value*>& a_regs, llvm::Value* desc_b,
+                                          const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a,
+                                          bool trans_b, const std::string& site) {
     internal_fail("this target has no warpgroup MMA");
   }
   virtual void wgmma_fence(Builder& b) {}         // wgmma.fence.sync.aligned: registers written before are seen
@@ -250,8 +254,10 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
 // The emulator's warpgroup MMA call (tilec_emu_wgmma): the accumulator through a stack array,
 // in place. Shared by the emu hooks and the nvptx rewrite.
 // `trans`: bit 0 A is M-major, bit 1 B is N-major.
+// With `a_regs` (four i32), A from registers (tilec_emu_wgmma_rs) and desc_a unused.
 std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
-                                    llvm::Value* desc_b, llvm::Value* scale_d, unsigned trans,
+                                    const std::vector<llvm::Value*>& a_regs, llvm::Value* desc_b, llvm::Value* scale_d,
+                                    unsigned trans,
                                     const std::vector<llvm::Value*>& acc, llvm::Value* site);
 
 // The emulator's operand fence (tilec_emu_wgmma_fence_operands): float registers through a

@@ -63,13 +63,22 @@ std::vector<llvm::Value*> emu_ldmatrix(llvm::IRBuilder<>& b, llvm::Value* ctx, l
 }
 
 std::vector<llvm::Value*> emu_wgmma(llvm::IRBuilder<>& b, EmuCalls& emu, unsigned dtype, int n, llvm::Value* desc_a,
-                                    llvm::Value* desc_b, llvm::Value* scale_d, unsigned trans,
-                                    const std::vector<llvm::Value*>& acc, llvm::Value* site) {
+                                    const std::vector<llvm::Value*>& a_regs, llvm::Value* desc_b, llvm::Value* scale_d,
+                                    unsigned trans, const std::vector<llvm::Value*>& acc, llvm::Value* site) {
   auto* arr_ty = llvm::ArrayType::get(b.getFloatTy(), uint64_t(n / 2));
   llvm::Value* arr = emu.scratch(arr_ty);
   for (unsigned i = 0; i < unsigned(n / 2); ++i) b.CreateStore(acc[i], b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i));
-  emu.call(b, "tilec_emu_wgmma", b.getVoidTy(),
-           {b.getInt32(dtype), b.getInt32(uint32_t(n)), desc_a, desc_b, scale_d, b.getInt32(trans), arr, site}, true);
+  if (a_regs.empty()) {
+    emu.call(b, "tilec_emu_wgmma", b.getVoidTy(),
+             {b.getInt32(dtype), b.getInt32(uint32_t(n)), desc_a, desc_b, scale_d, b.getInt32(trans), arr, site}, true);
+  } else {
+    internal_assert(a_regs.size() == 4, "a warpgroup MMA's A from registers is four fragment registers");
+    auto* a_ty = llvm::ArrayType::get(b.getInt32Ty(), 4);
+    llvm::Value* a = emu.scratch(a_ty);
+    for (unsigned i = 0; i < 4; ++i) b.CreateStore(a_regs[i], b.CreateConstInBoundsGEP2_32(a_ty, a, 0, i));
+    emu.call(b, "tilec_emu_wgmma_rs", b.getVoidTy(),
+             {b.getInt32(dtype), b.getInt32(uint32_t(n)), a, desc_b, scale_d, b.getInt32(trans), arr, site}, true);
+  }
   std::vector<llvm::Value*> d;
   for (unsigned i = 0; i < unsigned(n / 2); ++i)
     d.push_back(b.CreateLoad(b.getFloatTy(), b.CreateConstInBoundsGEP2_32(arr_ty, arr, 0, i)));
@@ -189,14 +198,15 @@ public:
     emu_.call(b, "tilec_emu_cp_async_wait", b.getVoidTy(), {b.getInt32(uint32_t(groups))});
   }
 
-  std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
+  std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a,
+                                  const std::vector<llvm::Value*>& a_regs, llvm::Value* desc_b,
                                   const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a, bool trans_b,
                                   const std::string& site) override {
     const unsigned dtype = operands == ir::DType::bf16     ? 3
                            : operands == ir::DType::f8e4m3 ? 4
                            : operands == ir::DType::f8e5m2 ? 5
                                                            : 2;
-    return emu_wgmma(b, emu_, dtype, n, desc_a, desc_b, b.getInt32(scale_d ? 1 : 0),
+    return emu_wgmma(b, emu_, dtype, n, desc_a, a_regs, desc_b, b.getInt32(scale_d ? 1 : 0),
                      (trans_a ? 1u : 0u) | (trans_b ? 2u : 0u), acc, emu_.site(b, site));
   }
   std::vector<llvm::Value*> fence_operands(Builder& b, const std::vector<llvm::Value*>& regs) override {

@@ -156,7 +156,8 @@ public:
   }
   // Warpgroup MMA: inline PTX (LLVM 19's NVPTX back end has no wgmma intrinsics), tagged for
   // the emulator's rewrite. The asm takes the accumulator as tied "+f" operands.
-  std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a, llvm::Value* desc_b,
+  std::vector<llvm::Value*> wgmma(Builder& b, ir::DType operands, int n, llvm::Value* desc_a,
+                                  const std::vector<llvm::Value*>& a_regs, llvm::Value* desc_b,
                                   const std::vector<llvm::Value*>& acc, bool scale_d, bool trans_a, bool trans_b,
                                   const std::string& site) override {
     const int regs = n / 2;
@@ -173,23 +174,35 @@ public:
       cons += (i ? ",=f" : "=f");
     }
     if (fp8) internal_assert(!trans_a && !trans_b, "8-bit wgmma operands are K-major");
-    text += fp8 ? fmt::format("}}, ${}, ${}, {}, 1, 1;", regs, regs + 1, scale_d ? 1 : 0)
-                : fmt::format("}}, ${}, ${}, {}, 1, 1, {}, {};", regs, regs + 1, scale_d ? 1 : 0, trans_a ? 1 : 0,
-                              trans_b ? 1 : 0);
-    cons += ",l,l";
+    // A from registers: {$regs .. $regs + 3}, then B's descriptor, and only imm-trans-b.
+    const bool rs = !a_regs.empty();
+    internal_assert(!rs || (a_regs.size() == 4 && !fp8 && !trans_a), "a wgmma's register A is four 16-bit pairs");
+    const int nb = rs ? regs + 4 : regs + 1; // B's descriptor operand
+    const std::string a_text = rs ? fmt::format("{{${}, ${}, ${}, ${}}}", regs, regs + 1, regs + 2, regs + 3)
+                                  : fmt::format("${}", regs);
+    text += fp8  ? fmt::format("}}, {}, ${}, {}, 1, 1;", a_text, nb, scale_d ? 1 : 0)
+            : rs ? fmt::format("}}, {}, ${}, {}, 1, 1, {};", a_text, nb, scale_d ? 1 : 0, trans_b ? 1 : 0)
+                 : fmt::format("}}, {}, ${}, {}, 1, 1, {}, {};", a_text, nb, scale_d ? 1 : 0, trans_a ? 1 : 0,
+                               trans_b ? 1 : 0);
+    cons += rs ? ",r,r,r,r,l" : ",l,l";
     for (int i = 0; i < regs; ++i) cons += "," + std::to_string(i);
     cons += ",~{memory}";
     std::vector<llvm::Type*> outs(size_t(regs), b.getFloatTy());
-    std::vector<llvm::Type*> ins{b.getInt64Ty(), b.getInt64Ty()};
+    std::vector<llvm::Type*> ins;
+    if (rs) ins.assign(4, b.getInt32Ty());
+    else ins.push_back(b.getInt64Ty());
+    ins.push_back(b.getInt64Ty());
     ins.insert(ins.end(), size_t(regs), b.getFloatTy());
     auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), outs), ins, false);
-    std::vector<llvm::Value*> args{desc_a, desc_b};
+    std::vector<llvm::Value*> args = rs ? a_regs : std::vector<llvm::Value*>{desc_a};
+    args.push_back(desc_b);
     args.insert(args.end(), acc.begin(), acc.end());
     llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, cons, true), args);
     c->addFnAttr(llvm::Attribute::Convergent);
     tag(*c, site, 0);
-    // wgmma.N.T.AB.S: A / B M- / N-major (1) or K-major (0), S scale-d.
-    tag_asm(*c, fmt::format("wgmma.{}.{}.{}{}.{}", n, t, trans_a ? 1 : 0, trans_b ? 1 : 0, scale_d ? 1 : 0));
+    // wgmma.N.T.AB.S: A / B M- / N-major (1) or K-major (0), or A r: from registers; S scale-d.
+    tag_asm(*c, fmt::format("wgmma.{}.{}.{}{}.{}", n, t, rs ? "r" : trans_a ? "1" : "0", trans_b ? 1 : 0,
+                            scale_d ? 1 : 0));
     std::vector<llvm::Value*> d;
     for (int i = 0; i < regs; ++i) d.push_back(b.CreateExtractValue(c, unsigned(i)));
     uses_wgmma_ = true;
@@ -286,15 +299,19 @@ public:
   void fence_proxy_async(Builder& b) override {
     asm_statement(b, "fence.proxy.async.shared::cta;", "fence.proxy.async");
   }
-  // One empty asm statement taking and giving every register ("+f"), ordered with the wgmma
-  // statements around it: no code moves across it.
+  // One empty asm statement taking and giving every register ("+f", or "+r" for the 32-bit
+  // pairs of a register A), ordered with the wgmma statements around it: no code moves across it.
   std::vector<llvm::Value*> fence_operands(Builder& b, const std::vector<llvm::Value*>& regs) override {
     if (regs.empty()) return regs;
     std::string cons;
-    for (size_t i = 0; i < regs.size(); ++i) cons += (i ? ",=f" : "=f");
+    std::vector<llvm::Type*> tys;
+    for (size_t i = 0; i < regs.size(); ++i) {
+      tys.push_back(regs[i]->getType());
+      internal_assert(tys.back()->isFloatTy() || tys.back()->isIntegerTy(32), "operand fences take f32 or i32");
+      cons += std::string(i ? "," : "") + (tys.back()->isFloatTy() ? "=f" : "=r");
+    }
     for (size_t i = 0; i < regs.size(); ++i) cons += "," + std::to_string(i);
     cons += ",~{memory}";
-    std::vector<llvm::Type*> tys(regs.size(), b.getFloatTy());
     auto* fty = llvm::FunctionType::get(llvm::StructType::get(b.getContext(), tys), tys, false);
     llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, "", cons, true), regs);
     tag_asm(*c, "fence.operand");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (49 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (50 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -217,6 +217,11 @@ MUTATIONS = [
      "a warpgroup's second pass of A rows starts half a pass too early",
      'step_start(st_a, p * 16 * W, kk, eb)',
      'step_start(st_a, p * 8 * W, kk, eb)'),
+    ("wgmma-register-a-rows",
+     "codegen/lower_dot_wgmma.cpp",
+     "a register A fragment takes its two rows' halves in the wrong registers (rows g and g + 8 swapped)",
+     '16 * W * p + 8 * (r % 2), 16 * kk + 8 * (r / 2) + e',
+     '16 * W * p + 8 * (1 - r % 2), 16 * kk + 8 * (r / 2) + e'),
     ("wgmma-in-flight-early-refill",
      "codegen/lower.cpp",
      "a K loop that keeps one wgmma group in flight refills at the top of the trip the buffer the previous trip's group still reads",

@@ -180,8 +180,11 @@ void say_summary(const Common& common, const CompileJob& job, const codegen::Com
   else if (job.opts.target == codegen::Target::nvptx && !have_ptxas)
     say(common, "  ptxas not found (PATH, /usr/local/cuda/bin): wrote PTX only");
   if (ck.stats.wgmma_dots)
-    say(common, fmt::format("  tensor cores: {} dot{} on warpgroup MMAs (wgmma.mma_async; code for {}a)",
-                            ck.stats.wgmma_dots, ck.stats.wgmma_dots == 1 ? "" : "s", job.opts.arch));
+    say(common, fmt::format("  tensor cores: {} dot{} on warpgroup MMAs (wgmma.mma_async; code for {}a){}",
+                            ck.stats.wgmma_dots, ck.stats.wgmma_dots == 1 ? "" : "s", job.opts.arch,
+                            ck.stats.wgmma_register_a
+                                ? fmt::format(", {} with A from registers", ck.stats.wgmma_register_a)
+                                : std::string()));
   if (ck.stats.tma_loads)
     say(common, fmt::format("  TMA: {} descriptor load{} copied by cp.async.bulk.tensor, {} tensor map{} built at launch",
                             ck.stats.tma_loads, ck.stats.tma_loads == 1 ? "" : "s", ck.stats.tensor_maps.size(),
@@ -221,7 +224,7 @@ void print_json(const CompileJob& job, const codegen::CompiledKernel& ck, const 
   j.number("build_ms", job.build_ms).number("lower_ms", ck.phases.lower_ms);
   j.number("optimize_ms", ck.phases.optimize_ms).number("codegen_ms", ck.phases.codegen_ms);
   j.number("ptxas_ms", ck.phases.ptxas_ms);
-  j.number("wgmma_dots", ck.stats.wgmma_dots);
+  j.number("wgmma_dots", ck.stats.wgmma_dots).number("wgmma_register_a", ck.stats.wgmma_register_a);
   j.number("tma_loads", ck.stats.tma_loads);
   auto opt_str = [&](const char* key, std::optional<std::string> v) {
     if (v) j.str(key, *v);

@@ -82,7 +82,8 @@ void ensure_abi_exported() {
     reinterpret_cast<void*>(&tilec_emu_tma_store), reinterpret_cast<void*>(&tilec_emu_bulk_commit),
     reinterpret_cast<void*>(&tilec_emu_bulk_wait),
     // wgmma.cpp
-    reinterpret_cast<void*>(&tilec_emu_wgmma), reinterpret_cast<void*>(&tilec_emu_wgmma_fence),
+    reinterpret_cast<void*>(&tilec_emu_wgmma), reinterpret_cast<void*>(&tilec_emu_wgmma_rs),
+    reinterpret_cast<void*>(&tilec_emu_wgmma_fence),
     reinterpret_cast<void*>(&tilec_emu_wgmma_commit), reinterpret_cast<void*>(&tilec_emu_wgmma_wait),
     reinterpret_cast<void*>(&tilec_emu_wgmma_fence_operands),
     reinterpret_cast<void*>(&tilec_emu_fence_proxy_async),

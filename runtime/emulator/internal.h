@@ -93,6 +93,9 @@ struct __attribute__((visibility("hidden"))) tilec_emu_thread {
   // many fence.proxy.async it ran.
   std::uint32_t wgmma_n = 0, wgmma_dtype = 0, wgmma_scale = 0, wgmma_trans = 0;
   std::uint64_t wgmma_desc_a = 0, wgmma_desc_b = 0;
+  // A from registers (tilec_emu_wgmma_rs): the thread's four A fragment registers.
+  bool wgmma_a_in_regs = false;
+  std::uint32_t wgmma_a_regs[4] = {};
   float* wgmma_acc = nullptr;
   const char* wgmma_site = "";
   std::vector<std::uint64_t> wgmma_groups;

@@ -64,6 +64,10 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   const tilec_emu_thread& first = w.threads[g0];
   for (std::uint32_t i = g0; i < g0 + 128; ++i) {
     const tilec_emu_thread& o = w.threads[i];
+    if (o.wgmma_a_in_regs != first.wgmma_a_in_regs)
+      fail_thread(t, "warpgroup MMA (at {}): thread {} takes A from {} and thread {} from {}: the warpgroup's threads "
+                     "issue the same wgmma", first.wgmma_site, i, o.wgmma_a_in_regs ? "registers" : "shared memory", g0,
+                  first.wgmma_a_in_regs ? "registers" : "shared memory");
     if (o.wgmma_dtype != first.wgmma_dtype || o.wgmma_n != first.wgmma_n || o.wgmma_desc_a != first.wgmma_desc_a ||
         o.wgmma_desc_b != first.wgmma_desc_b || o.wgmma_scale != first.wgmma_scale || o.wgmma_trans != first.wgmma_trans)
       fail_thread(t, "warpgroup MMA (at {}): thread {} passes other operands than thread {} (dtype {}/{}, n {}/{}, "
@@ -77,13 +81,19 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   if (eb == 1 && first.wgmma_trans)
     fail_thread(t, "warpgroup MMA (at {}) on 8-bit operands with a transposed operand: they are K-major only",
                 first.wgmma_site);
-  for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b})
+  if (first.wgmma_a_in_regs && eb != 2)
+    fail_thread(t, "warpgroup MMA (at {}) with A in registers on 8-bit operands: tilec takes A from registers for "
+                   "16-bit operands only", first.wgmma_site);
+  // The descriptors the MMA reads: A's only when A is in shared memory.
+  std::vector<std::uint64_t> descs{first.wgmma_desc_b};
+  if (!first.wgmma_a_in_regs) descs.push_back(first.wgmma_desc_a);
+  for (std::uint64_t d : descs)
     if ((d >> 49) & 7)
       fail_thread(t, "warpgroup MMA (at {}): matrix descriptor {:#x} has a base offset ({}): tilec places swizzled "
                      "operands at multiples of the pattern, where it is 0", first.wgmma_site, d, (d >> 49) & 7);
   // A swizzled operand's rows start on the pattern: the start's row bits within it are those
   // of the pattern's start, which a base offset of 0 says is aligned.
-  for (std::uint64_t d : {first.wgmma_desc_a, first.wgmma_desc_b}) {
+  for (std::uint64_t d : descs) {
     const std::uint32_t mode = std::uint32_t(d >> 62);
     const std::size_t s = mode == 1 ? 128 : mode == 2 ? 64 : 32, start = (d & 0x3fff) << 4;
     if (mode && ((start >> 7) & (s / 16 - 1)) != 0)
@@ -120,8 +130,20 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   std::vector<float>& B = w.wgmma_b;
   A.assign(64 * ks, 0.0f);
   B.assign(std::size_t(n) * ks, 0.0f);
-  for (std::uint32_t r = 0; r < 64; ++r)
-    for (std::uint32_t k = 0; k < ks; ++k) A[r * ks + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
+  if (first.wgmma_a_in_regs) // each thread's fragments: register r, row 16 warp + g + 8 (r % 2), columns 8 (r / 2) + 2 t
+    for (std::uint32_t i = g0; i < g0 + 128; ++i) {
+      const tilec_emu_thread& o = w.threads[i];
+      const std::uint32_t warp = (i - g0) / 32, lane = i % 32;
+      for (std::uint32_t r = 0; r < 4; ++r)
+        for (std::uint32_t e = 0; e < 2; ++e) {
+          const std::uint16_t bits = std::uint16_t(o.wgmma_a_regs[r] >> (16 * e));
+          A[(16 * warp + lane / 4 + 8 * (r % 2)) * ks + 8 * (r / 2) + 2 * (lane % 4) + e] =
+              dtype == 3 ? tilec::bf16_bits_to_f32(bits) : tilec::f16_bits_to_f32(bits);
+        }
+    }
+  else
+    for (std::uint32_t r = 0; r < 64; ++r)
+      for (std::uint32_t k = 0; k < ks; ++k) A[r * ks + k] = read(first.wgmma_desc_a, first.wgmma_trans & 1, r, k);
   for (std::uint32_t c = 0; c < n; ++c)
     for (std::uint32_t k = 0; k < ks; ++k) B[c * ks + k] = read(first.wgmma_desc_b, first.wgmma_trans & 2, c, k);
   // Each thread's result waits in its ring until a wait retires its group; its accumulator
@@ -161,6 +183,35 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   }
 }
 
+// One thread's arrival at a warpgroup MMA: A from shared memory (`desc_a`) or from its
+// registers (`a_regs`, non-null).
+void arrive_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t desc_a, const uint32_t* a_regs,
+                  uint64_t desc_b, uint32_t scale_d, uint32_t trans, float* acc, const char* site) {
+  if (dtype < 2 || dtype > 5) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
+  if (n < 8 || n > 256 || n % 8 != 0) fail_thread(t, "warpgroup MMA (at {}) with n = {} (8, 16, ..., 256)", site, n);
+  tilec_emu_worker& w = *t->worker;
+  const std::uint32_t g0 = t->tid / 128 * 128;
+  if (g0 + 128 > w.threads.size())
+    fail_thread(t, "warpgroup MMA (at {}) in a block of {} threads: warpgroups are 4 whole warps", site,
+                w.threads.size());
+  if (!t->wgmma_fenced)
+    fail_thread(t, "warpgroup MMA (at {}) with no wgmma.fence since the thread's last wgmma.wait_group (or its "
+                   "start): its accumulator registers' last writes are not ordered before it", site);
+  t->wgmma_n = n, t->wgmma_dtype = dtype, t->wgmma_desc_a = desc_a, t->wgmma_desc_b = desc_b;
+  t->wgmma_scale = scale_d ? 1 : 0, t->wgmma_trans = trans & 3, t->wgmma_acc = acc, t->wgmma_site = site;
+  t->wgmma_a_in_regs = a_regs != nullptr;
+  if (a_regs) std::copy(a_regs, a_regs + 4, t->wgmma_a_regs);
+  bool all = true;
+  for (std::uint32_t i = g0; i < g0 + 128 && all; ++i)
+    all = &w.threads[i] == t || (w.threads[i].state == State::at_shuffle && w.threads[i].wgmma_n != 0);
+  if (all) {
+    run_wgmma(t, g0);
+    return;
+  }
+  t->state = State::at_shuffle;
+  yield(t);
+}
+
 } // namespace
 
 void report_tag(tilec_emu_thread* t, std::uint32_t bits, const char* what) {
@@ -180,29 +231,16 @@ using namespace tilec::rt::emu;
 
 extern "C" {
 
+
 void tilec_emu_wgmma(tilec_emu_thread* t, uint32_t dtype, uint32_t n, uint64_t desc_a, uint64_t desc_b,
                      uint32_t scale_d, uint32_t trans, float* acc, const char* site) {
-  if (dtype < 2 || dtype > 5) fail_thread(t, "warpgroup MMA (at {}) with unknown operand type {}", site, dtype);
-  if (n < 8 || n > 256 || n % 8 != 0) fail_thread(t, "warpgroup MMA (at {}) with n = {} (8, 16, ..., 256)", site, n);
-  tilec_emu_worker& w = *t->worker;
-  const std::uint32_t g0 = t->tid / 128 * 128;
-  if (g0 + 128 > w.threads.size())
-    fail_thread(t, "warpgroup MMA (at {}) in a block of {} threads: warpgroups are 4 whole warps", site,
-                w.threads.size());
-  if (!t->wgmma_fenced)
-    fail_thread(t, "warpgroup MMA (at {}) with no wgmma.fence since the thread's last wgmma.wait_group (or its "
-                   "start): its accumulator registers' last writes are not ordered before it", site);
-  t->wgmma_n = n, t->wgmma_dtype = dtype, t->wgmma_desc_a = desc_a, t->wgmma_desc_b = desc_b;
-  t->wgmma_scale = scale_d ? 1 : 0, t->wgmma_trans = trans & 3, t->wgmma_acc = acc, t->wgmma_site = site;
-  bool all = true;
-  for (std::uint32_t i = g0; i < g0 + 128 && all; ++i)
-    all = &w.threads[i] == t || (w.threads[i].state == State::at_shuffle && w.threads[i].wgmma_n != 0);
-  if (all) {
-    run_wgmma(t, g0);
-    return;
-  }
-  t->state = State::at_shuffle;
-  yield(t);
+  arrive_wgmma(t, dtype, n, desc_a, nullptr, desc_b, scale_d, trans, acc, site);
+}
+
+void tilec_emu_wgmma_rs(tilec_emu_thread* t, uint32_t dtype, uint32_t n, const uint32_t* a, uint64_t desc_b,
+                        uint32_t scale_d, uint32_t trans, float* acc, const char* site) {
+  if (trans & 1) fail_thread(t, "warpgroup MMA (at {}) with A in registers and transposed: only B transposes", site);
+  arrive_wgmma(t, dtype, n, 0, a, desc_b, scale_d, trans & 2, acc, site);
 }
 
 void tilec_emu_wgmma_fence(tilec_emu_thread* t) { t->wgmma_fenced = true; }

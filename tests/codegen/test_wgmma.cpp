@@ -221,7 +221,7 @@ TEST_CASE("wgmma: reading an accumulator before its wait is reported when the nv
     std::vector<llvm::Value*> params = hooks->kernel_params(b);
     std::vector<llvm::Value*> acc(4, llvm::ConstantFP::get(b.getFloatTy(), 0.0));
     hooks->wgmma_fence(b);
-    std::vector<llvm::Value*> d = hooks->wgmma(b, ir::DType::f16, 8, b.getInt64(0), b.getInt64(0), acc, false, false, false, "site");
+    std::vector<llvm::Value*> d = hooks->wgmma(b, ir::DType::f16, 8, b.getInt64(0), {}, b.getInt64(0), acc, false, false, false, "site");
     hooks->wgmma_commit(b);
     if (waited) {
       hooks->wgmma_wait(b, 0);

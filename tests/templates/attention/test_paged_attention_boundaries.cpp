@@ -256,9 +256,10 @@ TEST_CASE("the prefill tile, with Q's fragments held in registers and P as the s
           "reference on both lowerings",
           "[templates][emulator][paged_attention][prefill]") {
   // tests/codegen/test_prefill.cpp's pinned tile at head_dim 64: 128 packed rows (32 positions x
-  // 4 heads) over 8 warps along M, 64 keys a step. Its Q is staged once before the walk (in the
-  // pipeline's buffers) and each warp keeps its fragments; P's f32 fragments round in pairs into
-  // the P.V product's A registers; the copies address their rows as [r + imm]. Causal in f16
+  // 4 heads) over 8 warps along M, 64 keys a step, compiled for the emulator's sm_90: both
+  // products on wgmma, Q resident in shared memory, P's f32 accumulator registers rounded in
+  // pairs into the P.V product's register A. (On sm_80, tests/codegen/test_prefill.cpp's
+  // mma.sync tile holds Q's fragments and takes P from registers the same way.) Causal in f16
   // (unmasked steps, then the diagonal), not causal in bf16, with partial last steps.
   Sweep bf = {"prefill tile, bf16", shape(4, 1, 32, 64, 16, ir::DType::bf16), config(64, 128, 4, 8), {162, 96, 45}};
   Sweep f16 = {"prefill tile, f16, causal", shape(4, 1, 32, 64, 16, ir::DType::f16), config(64, 128, 4, 8), {162, 96, 45}};
@@ -267,4 +268,16 @@ TEST_CASE("the prefill tile, with Q's fragments held in registers and P as the s
     INFO(sw.what);
     check_sweep(sw);
   }
+}
+
+TEST_CASE("with overlap=1 (the rotated walk), causal tiles whose first position takes every residue modulo block_n "
+          "match the reference on both lowerings",
+          "[templates][emulator][paged_attention][boundaries][overlap]") {
+  // The first sweep above with the previous step's P.V in each trip and the last after the walk:
+  // the unmasked loop's last P is the diagonal's first product, and a tile whose walk is all
+  // diagonal starts from none.
+  Sweep sw = {"overlap=1", shape(4, 2, 8, 32, 4, ir::DType::f16), config(8, 4, 2, 2), consecutive(24, 8)};
+  sw.s.causal = true, sw.cfg.overlap = 1;
+  require_every_residue(sw, [](int64_t p) { return std::optional<int64_t>(p); });
+  check_sweep(sw, true);
 }
