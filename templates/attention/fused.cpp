@@ -49,7 +49,7 @@ struct FusedSpec {
                        head_dim, block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
                        varlen, chunk, sinks) +
-           fmt::format("/{}/{}/{}/{}", head_dim_v, latent, split_tokens, plan_programs);
+           fmt::format("/{}/{}/{}/{}/{}", head_dim_v, latent, split_tokens, plan_programs, cfg.overlap);
   }
 };
 
@@ -258,31 +258,47 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // every such configuration spill-free.
     if (swap && defer_sum && warps >= 4 && N * DP <= 64 * 32 * warps) k.max_registers(96);
 
-    // One step of the walk over keys s0 .. s0 + N - 1: `live` masks the keys past `end` (null:
-    // the whole step is below it), `causal` masks each row's keys past its position.
-    auto step = [&](Scalar s0, bool tail, bool causal) {
-      auto j = s0 + arange(0, N);
-      Tile live = tail ? j < end : Tile();
-      // Key positions are never negative: their page and slot are computed unsigned, so a
-      // power-of-two block_size divides by a shift and a mask (a signed remainder costs five).
+    // The block-table slots of keys j, the entries read where `ok` (null: all of them). Key
+    // positions are never negative where read: their page and slot are computed unsigned, so a
+    // power-of-two block_size divides by a shift and a mask (a signed remainder costs five).
+    auto slots_of = [&](const Tile& j, const Tile& ok) {
       auto ju = j.to(u32);
       auto page_of = (ju / sp.block_size).to(i32), in_page = (ju % sp.block_size).to(i32);
-      auto page = tail ? load(block_table + b * max_blocks + page_of, live)
-                       : load(block_table + b * max_blocks + page_of);
-      auto slot = (page * sp.block_size + in_page) * sp.hkv + kvh;
-      // A column tile of this step's rows of a cache whose rows are `row_len` long: [N, width].
-      auto kv_rows = [&](const Tile& base, int64_t row_len, const PagedAttentionColumns& c) {
-        Tile addr = base + slot.col() * row_len + lanes(c).row();
-        Tile ok = lanes_ok(c);
-        Tile mask = live ? (ok ? live.col() & ok.row() : live.col()) : ok ? ok.row() : Tile();
-        return widen(mask ? load(addr, mask, 0) : load(addr));
-      };
+      auto page = ok ? load(block_table + b * max_blocks + page_of, ok) : load(block_table + b * max_blocks + page_of);
+      return (page * sp.block_size + in_page) * sp.hkv + kvh;
+    };
+    // A column tile of the rows `slot` of a cache whose rows are `row_len` long, [N, width],
+    // read where `live` (null: every row).
+    auto kv_rows = [&](const Tile& base, int64_t row_len, const PagedAttentionColumns& c, const Tile& slot,
+                       const Tile& live) {
+      Tile addr = base + slot.col() * row_len + lanes(c).row();
+      Tile ok = lanes_ok(c);
+      Tile mask = live ? (ok ? live.col() & ok.row() : live.col()) : ok ? ok.row() : Tile();
+      return widen(mask ? load(addr, mask, 0) : load(addr));
+    };
+    // V's rows at `slot`: in the latent form K's first column tile.
+    auto v_rows = [&](const Tile& slot, const Tile& live) {
+      return sp.latent ? kv_rows(k_cache, D, sp.cols[0], slot, live)
+             : one_col ? kv_rows(v_cache, D, sp.cols[0], slot, live)
+                       : kv_rows(v_cache, DV, {0, DP, DV}, slot, live);
+    };
+
+    // The scores of the step over keys s0 .. s0 + N - 1, [BM, N] or [N, BM], in log2 units and
+    // masked: `live` masks the keys past `end` (null: the whole step is below it), `causal` each
+    // row's keys past its position. With them the step's slots, live mask and first K tile
+    // (the latent form's V).
+    struct Scores {
+      Tile s, slot, live, kt;
+    };
+    auto scores = [&](Scalar s0, bool tail, bool causal) {
+      auto j = s0 + arange(0, N);
+      Tile live = tail ? j < end : Tile();
+      Tile slot = slots_of(j, live);
       std::vector<Tile> kts;
-      for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c));
+      for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c, slot, live));
       Tile kt = kts[0];
       Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
       for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
-      // [BM, N], or [N, BM], in log2 units
       Tile bias = sp.alibi ? per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32) : Tile();
       Tile s = sp.softcap ? cap_l2 * tanh(qk * scale_cap) : bias ? fma(qk, scale_l2, bias) : qk * scale_l2;
       if (sp.softcap && bias) s = s + bias;
@@ -292,23 +308,61 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       if (first) seen = both(seen, per_key(j) >= per_row(first));
       if (row_end) seen = both(seen, per_key(j) < per_row(row_end));
       if (seen) s = where(seen, s, -INFINITY);
+      return Scores{s, slot, live, kt};
+    };
+    // The online softmax of a step's scores: m and l (or l_keys) take the step in; returns the
+    // step's p and alpha, the rescale of what came before. `masked`: a row may see none of the
+    // step's keys (causal, window, chunk): its max stays -inf, and the exponentials use 0 for it
+    // (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one position sees every key of
+    // [lo, hi), at least one per step.)
+    struct Softmax {
+      Tile p, alpha;
+    };
+    auto softmax = [&](const Tile& s, bool masked) {
       auto m_new = max(m, reduce_max(s, key_axis));
-      // A row may see none of this step's keys (causal, window): its max stays -inf, and the
-      // exponentials use 0 for it (p = 0, alpha = 0) instead of -inf - -inf. (A tile at one
-      // position sees every key of [lo, hi), at least one per step.)
-      Tile m_use = causal || first || row_end ? where(m_new > -INFINITY, m_new, 0) : m_new;
+      Tile m_use = masked ? where(m_new > -INFINITY, m_new, 0) : m_new;
       auto p = exp2(s - per_row(m_use));
       auto alpha = exp2(m - m_use);
       if (defer_sum) l_keys = l_keys * per_row(alpha) + p;
       else l = l * alpha + reduce_sum(p, key_axis);
-      // The latent form's V is K's first column tile, loaded above: one read serves both products.
-      Tile vt = sp.latent ? kt : one_col ? kv_rows(v_cache, D, sp.cols[0]) : kv_rows(v_cache, DV, {0, DP, DV});
-      // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores
-      // (as Triton's and FlashInfer's decode kernels do); l sums the unrounded p. The product
-      // accumulates into the rescaled O (ir::fuse_dot_accumulate), but a transposed tile's.
-      if (swap) acc = acc * alpha.row() + dot(trans(vt), p.to(io));
-      else acc = acc * alpha.col() + (sp.dtype == DType::f32 ? dot(p, vt) : dot(p.to(io), vt));
       m = m_new;
+      return Softmax{p, alpha};
+    };
+    // f16/bf16 caches: p rounded to the cache's dtype, so both dots run on the tensor cores (as
+    // Triton's and FlashInfer's decode kernels do); l sums the unrounded p.
+    auto p_operand = [&](const Tile& p) { return sp.dtype == DType::f32 ? p : p.to(io); };
+    // overlap = 1 (FlashAttention-3's intra-warpgroup overlap): each trip computes its scores,
+    // then the previous step's P.V (p_prev, carried over from the trip before), then its own
+    // softmax, so that on Hopper the softmax runs while the tensor cores still do that product
+    // (its wgmma group stays in flight until acc's next use, the rescale). p_prev is zeros
+    // before the first step, whose "previous" V is masked to zeros (0 * NaN is NaN); the walk's
+    // last P.V follows it.
+    Var p_prev = !sp.cfg.overlap ? Tile() : swap ? zeros({N, BMP}, io) : zeros({BM, N}, sp.dtype == DType::f32 ? f32 : io);
+    auto add_pv = [&](const Tile& p, const Tile& vt) { acc = acc + (swap ? dot(trans(vt), p) : dot(p, vt)); };
+
+    // One step of the walk over keys s0 .. s0 + N - 1 (`tail`, `causal`: as for its scores).
+    auto step = [&](Scalar s0, bool tail, bool causal) {
+      const Scores sc = scores(s0, tail, causal);
+      const bool masked = causal || first || row_end;
+      if (!sp.cfg.overlap) {
+        const Softmax sm = softmax(sc.s, masked);
+        // The latent form's V is K's first column tile, loaded above: one read serves both
+        // products. The product accumulates into the rescaled O (ir::fuse_dot_accumulate), but
+        // a transposed tile's.
+        Tile vt = sp.latent ? sc.kt : v_rows(sc.slot, sc.live);
+        if (swap) acc = acc * sm.alpha.row() + dot(trans(vt), sm.p.to(io));
+        else acc = acc * sm.alpha.col() + (sp.dtype == DType::f32 ? dot(sm.p, vt) : dot(sm.p.to(io), vt));
+        return;
+      }
+      // The previous step's keys, all below s0 <= end: none before the walk's (or split's)
+      // first step. Its V is read again through the block table (the latent form's from K):
+      // an address affine in s0, which the pipeline copies ahead like K's.
+      auto j_prev = s0 - N + arange(0, N);
+      Tile had = j_prev >= start;
+      add_pv(p_prev, v_rows(slots_of(j_prev, had), had)); // acc_j = alpha_j (acc_{j-1} + P_{j-1} V_{j-1})
+      const Softmax sm = softmax(sc.s, masked);
+      acc = acc * per_row(sm.alpha);
+      p_prev = p_operand(sm.p);
     };
     // The K and V tiles of the next num_stages - 1 steps are copied while this one computes.
     const RangeOptions pipelined{sp.cfg.num_stages};
@@ -323,6 +377,13 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       auto full_end = start + max(end - start, 0) / N * N;
       for_range(start, full_end, N, pipelined, [&](Scalar s0) { step(s0, false, false); });
       for_range(full_end, end, N, pipelined, [&](Scalar s0) { step(s0, true, false); });
+    }
+    if (sp.cfg.overlap) {
+      // The walk's last P.V: of the step walked last (start's when none was: p_prev is then
+      // zeros), its keys from `end` on masked (a tail step's may be NaN in the cache).
+      auto j = start + max(end - start - 1, 0) / N * N + arange(0, N);
+      Tile ok = j < end;
+      add_pv(p_prev, v_rows(slots_of(j, ok), ok));
     }
     if (defer_sum) l = reduce_sum(l_keys, key_axis);
     // A swapped tile's O^T goes back to rows, [BMP, DP], to be stored along D: as late as it
@@ -496,6 +557,8 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   cfg.num_splits = paged_attention_splits(s, cfg);
   cfg.split_tokens = 0;
   if (std::string why = num_warps_error(cfg.num_warps); !why.empty()) throw UserError("paged_attention: " + why);
+  if (cfg.overlap != 0 && cfg.overlap != 1)
+    throw UserError(fmt::format("paged_attention: overlap {} must be 0 or 1", cfg.overlap));
   if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
@@ -584,7 +647,8 @@ rt::RunValues paged_attention_run_values(const PagedAttentionShape& s, const Pag
   return rt::RunValues(paged_attention_run(), sizes, std::move(present),
                        {{"block_n", cfg.block_n}, {"head_group", cfg.head_group}, {"num_warps", cfg.num_warps},
                         {"num_splits", cfg.num_splits}, {"num_stages", cfg.num_stages}, {"block_m", cfg.block_m},
-                        {"split_tokens", cfg.split_tokens}, {"plan_programs", cfg.plan_programs}});
+                        {"split_tokens", cfg.split_tokens}, {"plan_programs", cfg.plan_programs},
+                        {"overlap", cfg.overlap}});
 }
 
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,

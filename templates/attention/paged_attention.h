@@ -206,6 +206,11 @@ struct PagedAttentionConfig {
   // programs share them, each the same number within one: the grid is plan_programs, not one
   // program per piece the capacity allows.
   int64_t plan_programs = 0;
+  // 1: the walk in FlashAttention-3's order (docs/PAGED_ATTENTION.md "Overlap"): each trip
+  // computes its scores, then the previous step's P.V, then its softmax, so that on Hopper the
+  // softmax runs while the tensor cores do that product; the last P.V follows the walk. 0: each
+  // trip's P.V after its own softmax.
+  int64_t overlap = 0;
 };
 constexpr int64_t kMaxPlanPrograms = int64_t(1) << 20;
 

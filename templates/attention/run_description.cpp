@@ -80,6 +80,7 @@ rt::OpRun declare_paged_attention() {
     b.spec(n, n);
   // Split by size: the splits depend on the capacity too.
   b.spec("num_splits", "splits").spec("split_tokens", "split_tokens").spec("plan_programs", "plan_programs");
+  b.spec("overlap", "overlap");
   b.spec("head_dim_v", "head_dim_v_key")
       .spec("sinks", "has_sinks")
       .spec("softcap", "has_softcap")

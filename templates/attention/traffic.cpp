@@ -116,9 +116,12 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
           for (int64_t g0 = s0; g0 < step_end; g0 += segment) entries += pages_of(g0, std::min(step_end, g0 + segment));
         }
       }
-      // Each KV head's head-group chunks walk the same tokens.
-      t.block_table += s.hkv * chunks * entries * 4 * copies(N);
+      // Each KV head's head-group chunks walk the same tokens. With overlap each step's V is read
+      // a trip later (or after the walk) through its page entries again; in the latent form that
+      // V is K's first column tile, read again.
+      t.block_table += s.hkv * chunks * entries * 4 * copies(N) * (cfg.overlap ? 2 : 1);
       for (const PagedAttentionColumns& c : cols) t.k_cache += s.hkv * chunks * tokens * c.valid * e_kv * copies(N * c.width);
+      if (cfg.overlap && s.latent) t.k_cache += s.hkv * chunks * tokens * cols[0].valid * e_kv * copies(N * cols[0].width);
       if (!s.latent) t.v_cache += s.hkv * chunks * tokens * DV * e_kv * copies(N * DP);
     }
   }

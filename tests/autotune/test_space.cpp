@@ -14,7 +14,7 @@ namespace {
 
 const SpaceNames kNames{"paged_attention",
                         {"block_n", "head_group", "num_warps", "num_splits", "num_stages", "block_m", "split_tokens",
-                         "plan_programs"},
+                         "plan_programs", "overlap"},
                         {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "max_blocks", "ctx", "dtype", "kv_dtype"},
                         {"tile_m"}};
 
@@ -46,7 +46,7 @@ Values tile_m_of(const Values& c, const Values& shape) {
 TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]") {
   SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
   CHECK(s.kernel == "paged_attention");
-  CHECK(s.params.size() == 8);
+  CHECK(s.params.size() == 9);
   CHECK(s.constraints.size() >= 1);
   Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"max_blocks", 16},
                {"ctx", 256}, {"dtype", 1}, {"kv_dtype", 0}};
