@@ -324,6 +324,9 @@ llvm::Value* Lowering::smem_at(llvm::Type* ty, llvm::Value* index, int64_t byte_
 
 const Elems& Lowering::get(const Value* v, LayoutId l) {
   if (v->type.is_scalar()) l = kScalar;
+  if (!pending_wgmma_.empty() &&
+      std::any_of(pending_wgmma_.begin(), pending_wgmma_.end(), [&](const PendingWgmma& p) { return p.res == v; }))
+    retire_wgmma(v);
   auto it = vals_.find({v, l});
   if (it == vals_.end())
     internal_fail(fmt::format("value {} was not lowered in layout {}", ir::describe(v),
@@ -484,7 +487,33 @@ Elems Lowering::load_runs(llvm::Type* ty, LayoutId l, const ir::Shape& s, int di
 }
 
 void Lowering::emit_block(const ir::Block& blk) {
-  for (const auto& op : blk.ops) emit_op(*op);
+  for (const auto& op : blk.ops) {
+    // A warpgroup MMA result is waited for in the block that issued it, before any region.
+    const bool ends_straight_code = op->kind == OpKind::For || op->kind == OpKind::If ||
+                                    op->kind == OpKind::Yield || op->kind == OpKind::Return;
+    if (ends_straight_code && !pending_wgmma_.empty()) retire_wgmma(nullptr);
+    emit_op(*op);
+  }
+  if (!pending_wgmma_.empty()) retire_wgmma(nullptr);
+}
+
+void Lowering::retire_wgmma(const Value* v) {
+  uint64_t group = 0;
+  for (const PendingWgmma& p : pending_wgmma_)
+    if (!v || p.res == v) group = std::max(group, p.group);
+  internal_assert(group > 0, "a pending warpgroup MMA result is retired once");
+  hooks_.wgmma_wait(b_, int(wgmma_commits_ - group));
+  std::vector<PendingWgmma> still;
+  for (PendingWgmma& p : pending_wgmma_) {
+    if (p.group > group) {
+      still.push_back(std::move(p));
+      continue;
+    }
+    Elems& e = vals_.at({p.res, p.layout});
+    e = hooks_.fence_operands(b_, e);
+    hooks_.fence_operands(b_, p.a_regs); // live until here: the MMA reads them asynchronously
+  }
+  pending_wgmma_ = std::move(still);
 }
 
 std::string Lowering::site(const char* what) const {

@@ -172,12 +172,23 @@ void Lowering::emit_dot_wgmma(const Op& op) {
                        : pipe_b ? &pipes_.pipelines()[size_t(async_b->pipeline)]
                                 : nullptr;
   hooks_.wgmma_commit(b_);
-  hooks_.wgmma_wait(b_, pl && pl->wgmma_in_flight == &op ? 1 : 0);
+  ++wgmma_commits_;
+  // A result read only in its own layout, from operands no later code in the block overwrites
+  // (pipeline buffers and resident operands change only past a barrier that follows the wait
+  // at the block's end; scratch is reused at once), is waited for at its first read
+  // (retire_wgmma): the code in between overlaps the MMAs.
+  const bool in_flight = pl && pl->wgmma_in_flight == &op;
+  const std::vector<LayoutId>& wants = plan_.requests(res);
+  const bool lazy = !in_flight && !uses_scratch && std::all_of(wants.begin(), wants.end(), [&](LayoutId l) {
+    return l == ls[2];
+  });
+  if (!lazy) hooks_.wgmma_wait(b_, in_flight ? 1 : 0);
   Elems out(size_t(te.count), nullptr);
   for (int64_t p = 0; p < passes; ++p) {
-    Elems x = hooks_.fence_operands(b_, d[size_t(p)]);
+    Elems x = lazy ? d[size_t(p)] : hooks_.fence_operands(b_, d[size_t(p)]);
     for (int64_t i = 0; i < regs; ++i) out[slot(p, i)] = x[size_t(i)];
   }
+  if (lazy) pending_wgmma_.push_back({res, ls[2], wgmma_commits_, a_regs});
   ++stats_.wgmma_dots;
   if (regs_a) ++stats_.wgmma_register_a;
   if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // until the barrier: the buffer may not be refilled

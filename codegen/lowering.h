@@ -415,6 +415,22 @@ private:
   std::map<int64_t, llvm::AllocaInst*> mbar_phases_;
   LoweringStats stats_;
   bool has_wgmma_ = false; // some dot runs as warpgroup MMAs
+  // Warpgroup MMA groups committed so far, and the results of those not waited for yet: each
+  // is waited for at its first read (get), with wgmma.wait_group N for the N groups committed
+  // after it, so the code between its issue and that read (a softmax, another dot's issue)
+  // overlaps the tensor cores; every one still open is waited for before an op with regions
+  // and a block's terminator (retire_wgmma).
+  struct PendingWgmma {
+    const Value* res;
+    LayoutId layout;
+    uint64_t group;                      // wgmma_commits_ after its commit
+    std::vector<llvm::Value*> a_regs;    // a register A, kept live until the wait
+  };
+  uint64_t wgmma_commits_ = 0;
+  std::vector<PendingWgmma> pending_wgmma_;
+  // Waits for the group of `v`'s pending result (null: every group) and every older one, and
+  // passes their registers through an operand fence.
+  void retire_wgmma(const Value* v);
   // This thread wrote shared memory through the generic proxy (stores, landed cp.async) since
   // its last fence.proxy.async: the next barrier fences first (in a kernel with wgmma).
   bool proxy_unfenced_ = false;

@@ -32,9 +32,10 @@
 //
 // Before the rewrite, every use of a wgmma's accumulator is checked: another wgmma (which the
 // hardware orders after it) or an operand fence after a wgmma.commit_group and a
-// wgmma.wait_group 0 that retire it; or, for a group kept in flight, a fence after a
-// wgmma.wait_group N > 0 whose registers reach, through phis only, the fence opening the next
-// trip's MMAs or one after a wgmma.wait_group 0.
+// wgmma.wait_group N that retire it (N at most the groups committed after its own, on the way
+// from it to the fence through the fence's dominators); or, for a group kept in flight, a
+// fence after a wgmma.wait_group that does not retire it whose registers reach, through phis
+// only, the fence opening the next trip's MMAs or one after a wgmma.wait_group 0.
 // Anything else reads registers the asynchronous MMA may still write, and is an internal
 // error naming the kernel.
 //
@@ -42,6 +43,7 @@
 // hook cannot go unmapped silently.
 #include <fmt/format.h>
 #include <llvm/Analysis/ValueTracking.h>
+#include <llvm/IR/Dominators.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -138,8 +140,11 @@ private:
   }
 
   // A wgmma's results are read only by later wgmmas (as their accumulator) or by an operand
-  // fence that follows a wgmma.wait_group after it in its block.
+  // fence that a wgmma.wait_group retiring it precedes: on the way to the fence (back through
+  // its block and its dominators), the wgmma's group is committed and a wait_group N follows
+  // with N at most the groups committed after it.
   void check_wgmma_reads() {
+    llvm::DominatorTree dt(*fn_);
     for (llvm::BasicBlock& bb : *fn_)
       for (llvm::Instruction& i : bb) {
         auto* call = llvm::dyn_cast<llvm::CallInst>(&i);
@@ -151,16 +156,21 @@ private:
             auto* rc = llvm::dyn_cast<llvm::CallInst>(r);
             const std::string tag = rc && rc->isInlineAsm() ? asm_tag(*rc) : "";
             if (is_wgmma_mma(tag)) continue;
-            // Retired: its group committed, then a wait for every group; or a wait that keeps
-            // it in flight, its registers then carried only into the next trip's MMAs.
+            // Retired: its group committed, then a wait that leaves fewer groups in flight than
+            // were committed after it; or a wait that keeps it in flight, its registers then
+            // carried only into the next trip's MMAs.
             bool committed = false, waited = false, in_flight = false;
-            if (tag == "fence.operand" && rc->getParent() == call->getParent())
-              for (llvm::Instruction* x = call->getNextNode(); x && x != rc; x = x->getNextNode())
-                if (auto* w = llvm::dyn_cast<llvm::CallInst>(x); w && w->isInlineAsm()) {
-                  committed = committed || asm_tag(*w) == "wgmma.commit";
-                  waited = waited || (committed && asm_tag(*w) == "wgmma.wait.0");
-                  in_flight = in_flight || (committed && asm_tag(*w).starts_with("wgmma.wait."));
+            uint64_t later = 0;
+            std::vector<std::string> tags;
+            if (tag == "fence.operand" && asm_tags_between(call, rc, dt, tags))
+              for (const std::string& t : tags) {
+                if (t == "wgmma.commit") {
+                  if (committed) ++later;
+                  committed = true;
+                } else if (committed && t.starts_with("wgmma.wait.")) {
+                  (uint64_t(std::stoi(t.substr(11))) <= later ? waited : in_flight) = true;
                 }
+              }
             if (!waited && !(in_flight && carried_to_mmas(rc)))
               internal_fail(fmt::format("kernel '{}': a wgmma accumulator register ({}) is read before the "
                                         "wgmma.wait_group that retires its MMA: it may still be written",
@@ -168,6 +178,27 @@ private:
           }
         }
       }
+  }
+
+  // The tags of the inline asm statements strictly between `from` and `to`, in program order,
+  // along `to`'s block and its dominators back to `from`; false if `from` is not on that way.
+  static bool asm_tags_between(llvm::Instruction* from, llvm::Instruction* to, llvm::DominatorTree& dt,
+                               std::vector<std::string>& tags) {
+    llvm::BasicBlock* bb = to->getParent();
+    for (llvm::Instruction* x = to->getPrevNode();;) {
+      if (!x) {
+        llvm::DomTreeNode* n = dt.getNode(bb);
+        if (!n || !n->getIDom()) return false;
+        bb = n->getIDom()->getBlock();
+        x = bb->getTerminator();
+        continue;
+      }
+      if (x == from) break;
+      if (auto* c = llvm::dyn_cast<llvm::CallInst>(x); c && c->isInlineAsm()) tags.push_back(asm_tag(*c));
+      x = x->getPrevNode();
+    }
+    std::reverse(tags.begin(), tags.end());
+    return true;
   }
 
   // The registers a fence after a wait_group N > 0 gives (still being written) flow through

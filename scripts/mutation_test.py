@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (50 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (51 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -190,7 +190,7 @@ MUTATIONS = [
     ("wgmma-no-wait",
      "codegen/lower_dot_wgmma.cpp",
      'the accumulator of a warpgroup MMA is read with no wgmma.wait_group',
-     '  hooks_.wgmma_wait(b_, pl && pl->wgmma_in_flight == &op ? 1 : 0);\n',
+     '  if (!lazy) hooks_.wgmma_wait(b_, in_flight ? 1 : 0);\n',
      ''),
     ("wgmma-in-flight-no-final-wait",
      "codegen/lower.cpp",
@@ -222,6 +222,11 @@ MUTATIONS = [
      "a register A fragment takes its two rows' halves in the wrong registers (rows g and g + 8 swapped)",
      '16 * W * p + 8 * (r % 2), 16 * kk + 8 * (r / 2) + e',
      '16 * W * p + 8 * (1 - r % 2), 16 * kk + 8 * (r / 2) + e'),
+    ("wgmma-lazy-wait-shallow",
+     "codegen/lower.cpp",
+     "a result's first read waits for one group too few: the newest group before it may still run",
+     '  hooks_.wgmma_wait(b_, int(wgmma_commits_ - group));',
+     '  hooks_.wgmma_wait(b_, int(wgmma_commits_ - group + 1));'),
     ("wgmma-in-flight-early-refill",
      "codegen/lower.cpp",
      "a K loop that keeps one wgmma group in flight refills at the top of the trip the buffer the previous trip's group still reads",
