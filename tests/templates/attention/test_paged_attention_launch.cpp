@@ -198,7 +198,8 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
               {"head_group", head_group}, {"block_m", params.at("block_m")}, {"num_warps", params.at("num_warps")},
               {"num_splits", splits}, {"split_tokens", planned ? int64_t(32) : int64_t(0)},
               {"plan_programs", planned ? int64_t(5) : int64_t(0)}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
-              {"causal", int64_t(s.causal)}, {"chunk", s.effective_chunk()}, {"varlen", int64_t(s.varlen)}};
+              {"causal", int64_t(s.causal)}, {"chunk", s.effective_chunk()}, {"varlen", int64_t(s.varlen)},
+              {"overlap", params.at("overlap")}};
           CHECK(spec == built_from);
           ++checked;
         }
