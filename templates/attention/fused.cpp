@@ -337,7 +337,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // (its wgmma group stays in flight until acc's next use, the rescale). p_prev is zeros
     // before the first step, whose "previous" V is masked to zeros (0 * NaN is NaN); the walk's
     // last P.V follows it.
-    Var p_prev = !sp.cfg.overlap ? Tile() : swap ? zeros({N, BMP}, io) : zeros({BM, N}, sp.dtype == DType::f32 ? f32 : io);
+    const ElemType p_type = sp.dtype == DType::f32 ? f32 : io;
+    Var p_prev = !sp.cfg.overlap ? Tile() : swap ? zeros({N, BMP}, p_type) : zeros({BM, N}, p_type);
     auto add_pv = [&](const Tile& p, const Tile& vt) { acc = acc + (swap ? dot(trans(vt), p) : dot(p, vt)); };
 
     // One step of the walk over keys s0 .. s0 + N - 1 (`tail`, `causal`: as for its scores).
@@ -350,8 +351,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
         // products. The product accumulates into the rescaled O (ir::fuse_dot_accumulate), but
         // a transposed tile's.
         Tile vt = sp.latent ? sc.kt : v_rows(sc.slot, sc.live);
-        if (swap) acc = acc * sm.alpha.row() + dot(trans(vt), sm.p.to(io));
-        else acc = acc * sm.alpha.col() + (sp.dtype == DType::f32 ? dot(sm.p, vt) : dot(sm.p.to(io), vt));
+        if (swap) acc = acc * sm.alpha.row() + dot(trans(vt), p_operand(sm.p));
+        else acc = acc * sm.alpha.col() + dot(p_operand(sm.p), vt);
         return;
       }
       // The previous step's keys, all below s0 <= end: none before the walk's (or split's)

@@ -91,7 +91,8 @@ void check_case(const Case& c, int index) {
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = in.context_lens.get_int(size_t(b));
     for (int64_t j = len; j < cdiv(len, s.block_size) * s.block_size; ++j) {
-      const int64_t slot = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size)) * s.block_size + j % s.block_size;
+      const int64_t page = in.block_table.get_int(size_t(b * s.max_blocks + j / s.block_size));
+      const int64_t slot = page * s.block_size + j % s.block_size;
       for (int64_t h = 0; h < s.hkv; ++h) {
         for (int64_t d = 0; d < s.head_dim; ++d) in.k_cache.set(size_t((slot * s.hkv + h) * s.head_dim + d), NAN);
         if (!s.latent)
