@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
 #include <set>
 
@@ -286,11 +287,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // The scores of the step over keys s0 .. s0 + N - 1, [BM, N] or [N, BM], in log2 units and
     // masked: `live` masks the keys past `end` (null: the whole step is below it), `causal` each
     // row's keys past its position. With them the step's slots, live mask and first K tile
-    // (the latent form's V).
+    // (the latent form's V). `between`, when given, runs after the product Q.K^T and before
+    // anything reads it.
     struct Scores {
       Tile s, slot, live, kt;
     };
-    auto scores = [&](Scalar s0, bool tail, bool causal) {
+    auto scores = [&](Scalar s0, bool tail, bool causal, const std::function<void()>& between) {
       auto j = s0 + arange(0, N);
       Tile live = tail ? j < end : Tile();
       Tile slot = slots_of(j, live);
@@ -299,6 +301,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       Tile kt = kts[0];
       Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
       for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
+      if (between) between();
       Tile bias = sp.alibi ? per_row(slope) * (i ? per_key(j) - per_row(i) : per_key(j)).to(f32) : Tile();
       Tile s = sp.softcap ? cap_l2 * tanh(qk * scale_cap) : bias ? fma(qk, scale_l2, bias) : qk * scale_l2;
       if (sp.softcap && bias) s = s + bias;
@@ -343,9 +346,9 @@ ir::Kernel build_fused(const FusedSpec& sp) {
 
     // One step of the walk over keys s0 .. s0 + N - 1 (`tail`, `causal`: as for its scores).
     auto step = [&](Scalar s0, bool tail, bool causal) {
-      const Scores sc = scores(s0, tail, causal);
       const bool masked = causal || first || row_end;
       if (!sp.cfg.overlap) {
+        const Scores sc = scores(s0, tail, causal, {});
         const Softmax sm = softmax(sc.s, masked);
         // The latent form's V is K's first column tile, loaded above: one read serves both
         // products. The product accumulates into the rescaled O (ir::fuse_dot_accumulate), but
@@ -355,12 +358,17 @@ ir::Kernel build_fused(const FusedSpec& sp) {
         else acc = acc * sm.alpha.col() + dot(p_operand(sm.p), vt);
         return;
       }
-      // The previous step's keys, all below s0 <= end: none before the walk's (or split's)
-      // first step. Its V is read again through the block table (the latent form's from K):
-      // an address affine in s0, which the pipeline copies ahead like K's.
-      auto j_prev = s0 - N + arange(0, N);
-      Tile had = j_prev >= start;
-      add_pv(p_prev, v_rows(slots_of(j_prev, had), had)); // acc_j = alpha_j (acc_{j-1} + P_{j-1} V_{j-1})
+      // The previous step's P.V, issued right after Q.K^T and before anything reads S (as
+      // FlashAttention-3 does), so that on Hopper both products are in flight while the first
+      // finishes and the softmax runs behind the second. Its keys are all below s0 <= end: none
+      // before the walk's (or split's) first step. Its V is read again through the block table
+      // (the latent form's from K): an address affine in s0, which the pipeline copies ahead
+      // like K's. acc_j = alpha_j (acc_{j-1} + P_{j-1} V_{j-1}).
+      const Scores sc = scores(s0, tail, causal, [&] {
+        auto j_prev = s0 - N + arange(0, N);
+        Tile had = j_prev >= start;
+        add_pv(p_prev, v_rows(slots_of(j_prev, had), had));
+      });
       const Softmax sm = softmax(sc.s, masked);
       acc = acc * per_row(sm.alpha);
       p_prev = p_operand(sm.p);

@@ -12,12 +12,15 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backends/launchers.h"
 #include "backends/module_cache.h"
+#include "codegen/compile.h"
 #include "codegen/layout_print.h"
+#include "codegen/ptx_loops.h"
 #include "interp/launcher.h"
 #include "launch/module_launcher.h"
 #include "templates/attention/paged_attention.h"
@@ -263,6 +266,40 @@ TEST_CASE("overlap=1: each trip of the walk computes Q.K^T, then the previous st
         CHECK(t.reduce_max < t.dots[1]);
       }
   }
+}
+
+TEST_CASE("overlap=1 on sm_90: the trip commits Q.K^T's wgmma group, then P.V's, and runs its softmax between "
+          "waiting for the first and for the second",
+          "[templates][paged_attention][overlap][nvptx][wgmma]") {
+  // The main loop's wgmma commits and waits and its exponentials (a run of them as one), in order.
+  auto events = [](int64_t overlap) {
+    codegen::CompileOptions o; // sm_90
+    o.num_warps = 8;
+    o.run_ptxas = false;
+    const codegen::CompiledKernel ck = codegen::compile(*prefill_tile(overlap, false), o);
+    const std::vector<codegen::PtxLoop> loops = codegen::ptx_loops(ck.ptx);
+    const codegen::PtxLoop* l = codegen::main_loop(loops);
+    REQUIRE(l);
+    std::istringstream in(ck.ptx);
+    std::string line, order, last;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (n < l->first_line || n > l->last_line) continue;
+      const std::string event = line.find("wgmma.commit_group") != std::string::npos                ? "commit "
+                                : line.find("wgmma.wait_group.sync.aligned 1;") != std::string::npos ? "wait1 "
+                                : line.find("wgmma.wait_group.sync.aligned 0;") != std::string::npos ? "wait0 "
+                                : line.find("ex2.approx") != std::string::npos                       ? "ex2 "
+                                                                                                     : "";
+      if (event.empty() || (event == "ex2 " && last == event)) continue;
+      order += event;
+      last = event;
+    }
+    return order;
+  };
+  // Q.K^T's group and P.V's, then (S read) the wait that leaves P.V's in flight, the softmax's
+  // exponentials behind it, and its wait before the rescale. overlap=0 waits for Q.K^T, runs
+  // the softmax, then issues P.V.
+  CHECK(events(1) == "commit commit wait1 ex2 wait0 ");
+  CHECK(events(0) == "commit wait0 ex2 commit wait0 ");
 }
 
 TEST_CASE("overlap=1 still copies K and V ahead in both loops of the prefill tile, on sm_80 and sm_90",
