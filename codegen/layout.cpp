@@ -26,10 +26,11 @@ BlockedLayout make_base(int rank) {
 } // namespace
 
 std::string Layout::str() const {
-  return fmt::format("blocked<spt=[{}], tpw=[{}], wpb=[{}], order=[{}]{}; dims=[{}]>",
+  return fmt::format("blocked<spt=[{}], tpw=[{}], wpb=[{}], order=[{}]{}{}; dims=[{}]>",
                      fmt::join(base.size_per_thread, ","), fmt::join(base.threads_per_warp, ","),
                      fmt::join(base.warps_per_block, ","), fmt::join(base.order, ","),
                      base.warp_repeat.empty() ? "" : fmt::format(", rep=[{}]", fmt::join(base.warp_repeat, ",")),
+                     base.warp_order.empty() ? "" : fmt::format(", warp_order=[{}]", fmt::join(base.warp_order, ",")),
                      fmt::join(dims, ","));
 }
 
@@ -44,7 +45,7 @@ int lane_shift(const BlockedLayout& b, int dim) {
 
 int warp_shift(const BlockedLayout& b, int dim) {
   int s = 0;
-  for (int d : b.order) {
+  for (int d : b.warp_order.empty() ? b.order : b.warp_order) {
     if (d == dim) return s;
     s += log2i(b.warps_per_block[d]);
   }
@@ -172,8 +173,21 @@ Layout mma_layout(int64_t m, int64_t n, int num_warps) {
   return Layout{b, {0, 1}};
 }
 
+int wgmma_groups_along_n(int64_t m, int64_t n, int num_warps) {
+  if (m % (16 * num_warps) == 0) return 1;
+  const int g = num_warps / 4;
+  internal_assert(std::has_single_bit(unsigned(g)) && m % 64 == 0 && n % (8 * g) == 0,
+                  "the warpgroups split a wgmma dot along N");
+  return g;
+}
+
 bool wgmma_fits(int64_t m, int64_t n, int64_t k, int num_warps) {
-  return num_warps % 4 == 0 && m % (16 * num_warps) == 0 && n % 8 == 0 && n >= 8 && n <= 256 && k % 16 == 0;
+  if (num_warps <= 0 || num_warps % 4 != 0 || k % 16 != 0 || m <= 0) return false;
+  if (m % (16 * num_warps) == 0) return n % 8 == 0 && n >= 8 && n <= 256;
+  // Warpgroups along N: each a whole slice of N, all of M (a power of two of them: the warp
+  // bits split between M and N).
+  const int g = num_warps / 4;
+  return std::has_single_bit(unsigned(g)) && m % 64 == 0 && n % (8 * g) == 0 && n / g <= 256;
 }
 
 bool wgmma_operand_fits(bool kmajor, int64_t mn, int64_t k, int elem_bytes) {
@@ -181,16 +195,27 @@ bool wgmma_operand_fits(bool kmajor, int64_t mn, int64_t k, int elem_bytes) {
   return (kmajor || elem_bytes == 2) && (bytes == 32 || bytes == 64 || bytes % 128 == 0);
 }
 
+bool wgmma_b_slices_fit(int64_t m, int64_t n, bool b_kmajor, int elem_bytes, int num_warps) {
+  const int64_t g = wgmma_groups_along_n(m, n, num_warps);
+  return b_kmajor || g == 1 || n / g * elem_bytes % wgmma_swizzle(n * elem_bytes) == 0;
+}
+
 int wgmma_swizzle(int64_t bytes) { return int(std::min<int64_t>(bytes, 128)); }
 
 Layout wgmma_layout(int64_t m, int64_t n, int num_warps) {
-  internal_assert(m % (16 * num_warps) == 0 && n % 8 == 0, "the wgmma accumulator layout fits the tile");
+  internal_assert(num_warps % 4 == 0 && n % 8 == 0 && (m % (16 * num_warps) == 0 || wgmma_fits(m, n, 16, num_warps)),
+                  "the wgmma accumulator layout fits the tile");
   BlockedLayout b = make_base(2);
   b.order = {1, 0};
   b.size_per_thread = {1, 2};
   b.threads_per_warp = {8, 4};
   b.warps_per_block = {num_warps, 1};
   b.warp_repeat = {2, 1};
+  if (const int g = wgmma_groups_along_n(m, n, num_warps); g > 1) {
+    b.warps_per_block = {4, g};
+    b.warp_repeat = {2, int(n / (8 * g))};
+    b.warp_order = {0, 1};
+  }
   return Layout{b, {0, 1}};
 }
 
@@ -202,6 +227,11 @@ Layout canonical(Layout l) {
     if (!l.base.warp_repeat.empty()) l.base.warp_repeat[size_t(b)] = 1; // threads along it hold the same elements
     if (l.base.threads_per_warp[b] != 1 || l.base.warps_per_block[b] != 1) continue;
     if (!l.base.warp_repeat.empty()) l.base.warp_repeat.erase(l.base.warp_repeat.begin() + b);
+    if (!l.base.warp_order.empty()) {
+      l.base.warp_order.erase(std::find(l.base.warp_order.begin(), l.base.warp_order.end(), b));
+      for (int& o : l.base.warp_order)
+        if (o > b) --o;
+    }
     l.base.size_per_thread.erase(l.base.size_per_thread.begin() + b);
     l.base.threads_per_warp.erase(l.base.threads_per_warp.begin() + b);
     l.base.warps_per_block.erase(l.base.warps_per_block.begin() + b);
@@ -213,6 +243,7 @@ Layout canonical(Layout l) {
   }
   if (std::all_of(l.base.warp_repeat.begin(), l.base.warp_repeat.end(), [](int r) { return r == 1; }))
     l.base.warp_repeat.clear();
+  if (l.base.warp_order == l.base.order) l.base.warp_order.clear();
   return l;
 }
 
@@ -243,6 +274,7 @@ Layout expand_layout(const Layout& l, int axis) {
     r.base.threads_per_warp.push_back(1);
     r.base.warps_per_block.push_back(1);
     if (!r.base.warp_repeat.empty()) r.base.warp_repeat.push_back(1);
+    if (!r.base.warp_order.empty()) r.base.warp_order.push_back(rb);
     r.base.order.push_back(rb);
   }
   r.dims.insert(r.dims.begin() + axis, pick);

@@ -23,6 +23,11 @@ struct BlockedLayout {
   // repeat below them is what Hopper's warpgroup MMA accumulator needs (wgmma_layout: warp w
   // holds rows 16w + g and 16w + g + 8).
   std::vector<int> warp_repeat;
+  // The base dims in the order the warp id's bits go to them, fastest first (empty: `order`).
+  // Lanes and warps may run differently: a wgmma accumulator with its warpgroups along N takes
+  // the lane bits along N first and the warp bits along M first (warp w of warpgroup q holds
+  // rows 16 (w % 4) + g and 8 more, in q's columns).
+  std::vector<int> warp_order;
 
   int rank() const { return static_cast<int>(order.size()); }
   int repeat(int b) const { return warp_repeat.empty() ? 1 : warp_repeat[size_t(b)]; }
@@ -93,11 +98,17 @@ bool mma_layout_fits(int64_t m, int64_t n, int num_warps);
 Layout mma_layout(int64_t m, int64_t n, int num_warps);
 
 // Hopper's warpgroup MMA (wgmma.mma_async.m64nNk16, sm_90): the warps of a program form
-// warpgroups of 4, warpgroup q computing rows [64 q, 64 q + 64) of every 16 W-row pass. A
-// dot's shape fits when num_warps is a multiple of 4, M a multiple of 16 num_warps, N a
-// multiple of 8 up to 256 and K a multiple of 16 (32 for 8-bit operands: check that with
-// wgmma_k_step).
+// warpgroups of 4 (G = num_warps / 4 of them), which split the result along M or along N:
+// - along M (M a multiple of 16 num_warps, N a multiple of 8 up to 256): warpgroup q computes
+//   rows [64 q, 64 q + 64) of every 16 W-row pass, all N columns;
+// - along N otherwise (M a multiple of 64 below 16 num_warps, FlashMLA's 64 query heads on 8
+//   warps; N / G a multiple of 8 up to 256): warpgroup q computes all M rows (M / 64 passes)
+//   of columns [q N / G, (q + 1) N / G), its B descriptors starting at its slice.
+// A dot's shape fits when one of them does and K is a multiple of 16 (32 for 8-bit operands:
+// check that with wgmma_k_step).
 bool wgmma_fits(int64_t m, int64_t n, int64_t k, int num_warps);
+// The warpgroups along N of a wgmma dot [M, N] (1: along M; wgmma_fits holds).
+int wgmma_groups_along_n(int64_t m, int64_t n, int num_warps);
 // The dtypes a warpgroup MMA takes besides mma.sync's f16 and bf16: the 8-bit floats (f8e4m3,
 // f8e5m2; both operands of one, k steps of 32, both operands k-major).
 bool dot_on_wgmma_only(const ir::Op& dot);
@@ -108,12 +119,21 @@ inline int64_t wgmma_k_step(int elem_bytes) { return 32 / elem_bytes; }
 // contiguous dimension's bytes are 32 or 64 or a multiple of 128, the widths of the swizzled
 // shared layouts (wgmma_swizzle).
 bool wgmma_operand_fits(bool kmajor, int64_t mn, int64_t k, int elem_bytes);
+// Whether the warpgroups of a wgmma dot [M, N] each read their slice of B from whole rows of
+// its staging: always with warpgroups along M or a k-major B (a slice is whole 8-row
+// groups); an N-major B's slices must be whole panels (N / G elements a multiple of the
+// swizzle's width).
+bool wgmma_b_slices_fit(int64_t m, int64_t n, bool b_kmajor, int elem_bytes, int num_warps);
 // The bytes of the swizzle pattern for an operand whose contiguous dimension takes `bytes`
 // bytes: 32, 64 or 128 (longer ones are staged in 128-byte panels).
 int wgmma_swizzle(int64_t bytes);
 // The layout of a wgmma accumulator [M, N]: lane (g, t) of warp w holds columns 2t, 2t + 1
 // of every 8-column tile, in rows 16w + g and 16w + g + 8 of every 16 W-row block:
 // blocked<[1, 2], [8, 4], [W, 1]> with the lanes repeating twice along M inside a warp.
+// With G warpgroups along N (wgmma_groups_along_n), warp w = 4 q + r holds rows 16 r + g and
+// 16 r + g + 8 of every 64-row pass in columns 2t, 2t + 1 of each 8-column tile of
+// [q N / G, (q + 1) N / G): blocked<[1, 2], [8, 4], [4, G]>, the lanes repeating twice along M
+// and N / (8 G) times along N inside a warp, the warp bits along M first.
 Layout wgmma_layout(int64_t m, int64_t n, int num_warps);
 
 // The layout of `l` with tile dim `dim` dropped (what reduce produces).

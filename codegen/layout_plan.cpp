@@ -272,7 +272,8 @@ void LayoutPlan::forward_store(const Op& op) {
 }
 
 // The operands in their own layouts; the result in a warpgroup MMA's accumulator layout
-// where the dot fits one (and pays), else an mma.sync accumulator's, else the CUDA-core one.
+// (its warpgroups along M, or along N for a tile of fewer rows than 16 per warp) where the dot
+// fits one (and pays), else an mma.sync accumulator's, else the CUDA-core one.
 void LayoutPlan::forward_dot(const Op& op) {
   const Value* res = op.results[0];
   const ir::Shape& s = res->type.shape;
@@ -294,7 +295,7 @@ void LayoutPlan::forward_dot(const Op& op) {
   const bool wgmma_pays = s[1] >= 16 || dot_on_wgmma_only(op);
   if (tensor_cores_ && wgmma_ && wgmma_pays && (dot_on_tensor_cores(op) || dot_on_wgmma_only(op)) &&
       wgmma_fits(s[0], s[1], kk, num_warps_) && kk % wgmma_k_step(eb) == 0 && wgmma_operand_fits(ka, s[0], kk, eb) &&
-      wgmma_operand_fits(kb, s[1], kk, eb)) {
+      wgmma_operand_fits(kb, s[1], kk, eb) && wgmma_b_slices_fit(s[0], s[1], kb, eb, num_warps_)) {
     d = intern(wgmma_layout(s[0], s[1], num_warps_));
     mma_.insert(d);
     wgmma_dots_.insert(&op);
@@ -308,6 +309,23 @@ void LayoutPlan::forward_dot(const Op& op) {
   }
   op_layouts_[&op] = {la, lb, d};
   set_native(res, d);
+}
+
+bool LayoutPlan::wgmma_same_b_staging(const Op& a, const Op& b) const {
+  // The value a B is staged from and its dim along the staging's rows: B [K, N] has its rows
+  // along N (k-major) or K (N-major); a transpose swaps them. With the same rows the contiguous
+  // dim is the same too, and so are the swizzle and the panels.
+  auto source = [&](const Op& dot) {
+    const Value* v = dot.operands[1];
+    int64_t row_dim = wgmma_kmajor(&dot, 1) ? 1 : 0;
+    if (v->def && v->def->kind == OpKind::Permute && v->def->attrs.perm == std::vector<int64_t>{1, 0}) {
+      row_dim = 1 - row_dim;
+      v = v->def->operands[0];
+    }
+    return std::pair{v, row_dim};
+  };
+  return &a != &b && is_wgmma(&a) && is_wgmma(&b) && a.operands[1]->type.dtype() == b.operands[1]->type.dtype() &&
+         source(a) == source(b);
 }
 
 // The carried values keep their initial values' layouts; one without takes what the body

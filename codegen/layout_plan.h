@@ -58,6 +58,11 @@ public:
   // else MN-major (the instruction's imm-trans flag).
   bool wgmma_kmajor(const ir::Op* dot, int idx) const { return !wgmma_mn_major_.count({dot, idx}); }
   bool has_wgmma() const { return !wgmma_dots_.empty(); }
+  // Whether two warpgroup MMAs stage their B operands byte for byte alike: the same value, one
+  // of them possibly through a transpose, with the same dim of it along the staging's rows
+  // (MLA's latent K tile read k-major as the scores' K^T and N-major as P.V's V). One staging
+  // (a pipeline's copy, or a region held between them) then serves both.
+  bool wgmma_same_b_staging(const ir::Op& a, const ir::Op& b) const;
   int num_warps() const { return num_warps_; }
   // Whether `id` is a tensor-core dot's result layout (mma_layout): elementwise ops with an
   // operand in it are computed in it, so an accumulator stays in its fragments.

@@ -35,7 +35,10 @@ public:
       it = by_id_.emplace(id, add(plan_.layout(id))).first;
       std::string& def = defs_[size_t(it->second)];
       const Layout& l = plan_.layout(id);
-      const std::string note = !l.base.warp_repeat.empty()
+      const std::string note = !l.base.warp_order.empty()
+                                   ? std::string("  // wgmma m64nNk16 accumulator, warpgroups along N: warp 4q + r holds rows "
+                                                 "16r + g, 16r + g + 8 of warpgroup q's columns")
+                               : !l.base.warp_repeat.empty()
                                    ? std::string("  // wgmma m64nNk16 accumulator: warp w holds rows 16w + g, 16w + g + 8")
                                    : fmt::format("  // mma.sync m16n8 accumulator fragments, warps along {}",
                                                  l.base.warps_per_block.at(0) > 1 ? "M" : "N");
@@ -79,13 +82,17 @@ private:
       for (int d : l.dims) r.push_back(per_base[d]);
       return fmt::format("[{}]", fmt::join(r, ","));
     };
-    std::vector<int> order;
-    for (int bd : b.order)
-      order.push_back(static_cast<int>(std::find(l.dims.begin(), l.dims.end(), bd) - l.dims.begin()));
-    return fmt::format("blocked<size_per_thread={}, threads_per_warp={}, warps_per_block={}, order=[{}]{}>",
+    auto dims_of = [&](const std::vector<int>& base_order) {
+      std::vector<int> order;
+      for (int bd : base_order)
+        order.push_back(static_cast<int>(std::find(l.dims.begin(), l.dims.end(), bd) - l.dims.begin()));
+      return order;
+    };
+    return fmt::format("blocked<size_per_thread={}, threads_per_warp={}, warps_per_block={}, order=[{}]{}{}>",
                        tile(b.size_per_thread), tile(b.threads_per_warp), tile(b.warps_per_block),
-                       fmt::join(order, ","),
-                       b.warp_repeat.empty() ? "" : fmt::format(", warp_repeat={}", tile(b.warp_repeat)));
+                       fmt::join(dims_of(b.order), ","),
+                       b.warp_repeat.empty() ? "" : fmt::format(", warp_repeat={}", tile(b.warp_repeat)),
+                       b.warp_order.empty() ? "" : fmt::format(", warp_order=[{}]", fmt::join(dims_of(b.warp_order), ",")));
   }
 
   // Slicing drops the size per thread along the sliced dim, so the layout a
@@ -131,6 +138,7 @@ public:
         const ir::Shape& a = op.operands[0]->type.shape;
         if (plan_.is_wgmma(&op)) {
           const int64_t n = op.operands[1]->type.shape[1];
+          const int64_t g = wgmma_groups_along_n(a[0], n, plan_.num_warps());
           const int eb = ir::dtype_bytes(op.operands[0]->type.dtype());
           auto staged = [&](int idx) {
             const bool k = plan_.wgmma_kmajor(&op, idx);
@@ -139,9 +147,10 @@ public:
                                wgmma_swizzle((k ? a[1] : mn) * eb));
           };
           lines.push_back(fmt::format("// tensor cores: wgmma.mma_async.m64n{}k16 over {}x{}x{}, per warpgroup {} per "
-                                      "k step of 16; operands in shared memory, {}, {}; accumulator and result in "
+                                      "k step of 16{}; operands in shared memory, {}, {}; accumulator and result in "
                                       "registers (the wgmma layout)",
-                                      n, a[0], n, a[1], a[0] / (16 * plan_.num_warps()), staged(0), staged(1)));
+                                      n / g, a[0], n, a[1], a[0] * g / (16 * plan_.num_warps()),
+                                      g > 1 ? fmt::format(", {} warpgroups along N", g) : "", staged(0), staged(1)));
         } else
         lines.push_back(dot_on_tensor_cores(op)
                             ? fmt::format("// tensor cores: mma.sync.m16n8k16 over {}x{}x{} padded to {}x{}x{}, "

@@ -697,7 +697,30 @@ void Lowering::emit_for(const Op& op) {
   join_sync(after, before);
   after.touched.insert(after.touched.end(), resident.begin(), resident.end()); // read by the last trip
   set_sync_state(after);
-  scratch_floor_ = floor_before;
+  // A later loop of the block that stages one of these operands alike (the same value, as the
+  // walk's whole steps and its partial last one do with q) finds it where it is: the floor
+  // stays up until no later loop does, and the value need not be held in registers between.
+  bool keep = false;
+  for (const auto& [key, at] : resident_)
+    if (at >= floor_before && later_loop_stages(op, key.first->operands[size_t(key.second)])) keep = true;
+  if (keep) {
+    if (kept_resident_.empty()) kept_floor_ = floor_before;
+    for (const auto& [key, at] : resident_)
+      if (at >= floor_before) {
+        const Value* v = key.first->operands[size_t(key.second)];
+        kept_resident_[v] = {at, mma_operand_staging(*key.first, key.second).bytes()};
+        kept_how_[v] = key;
+      }
+  } else {
+    scratch_floor_ = kept_resident_.empty() ? floor_before : std::max(floor_before, kept_floor_);
+    if (!kept_resident_.empty() && !std::any_of(kept_resident_.begin(), kept_resident_.end(), [&](const auto& k) {
+          return later_loop_stages(op, k.first);
+        })) {
+      scratch_floor_ = kept_floor_;
+      kept_resident_.clear();
+      kept_how_.clear();
+    }
+  }
   --loops_open_;
   for (auto it = resident_.begin(); it != resident_.end();)
     it = it->second >= floor_before ? resident_.erase(it) : std::next(it);
@@ -805,12 +828,24 @@ std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
     found.push_back({dot, idx, mma_operand_staging(*dot, idx)});
     total += found.back().st.bytes() + (found.back().st.swizzle ? MmaStaging::kSwizzleAlign : 0);
   }
-  if (found.empty() || total > kResidentBytes) return {};
+  if (found.empty() || total > (has_wgmma_ ? kResidentBytesWgmma : kResidentBytes)) return {};
+  std::vector<Access> regions;
+  // Those an earlier loop of the block staged alike and kept (kept_resident_) are there.
+  std::vector<Candidate> fresh;
+  for (const Candidate& c : found) {
+    auto k = kept_resident_.find(c.dot->operands[size_t(c.idx)]);
+    if (k != kept_resident_.end() && k->second.second == c.st.bytes() && same_resident_staging(k->first, c.dot, c.idx)) {
+      resident_[{c.dot, c.idx}] = k->second.first;
+      regions.push_back({kScratch, k->second.first, k->second.first + c.st.bytes(), false});
+    } else {
+      fresh.push_back(c);
+    }
+  }
+  if (fresh.empty()) return regions;
   // Written under the floor, so wait for any access there since the last barrier, and then
   // at a barrier of their own before the loop reads them.
   if (conflicts_with_touched({kScratch, scratch_floor_, scratch_floor_ + total, true})) barrier();
-  std::vector<Access> regions;
-  for (const Candidate& c : found) {
+  for (const Candidate& c : fresh) {
     const int64_t align = c.st.swizzle ? MmaStaging::kSwizzleAlign : 16;
     const int64_t lo = (scratch_floor_ + align - 1) / align * align;
     const Access r{kScratch, lo, lo + c.st.bytes(), true};
@@ -823,6 +858,25 @@ std::vector<Lowering::Access> Lowering::stage_resident(const Op& loop) {
   need_smem(scratch_floor_);
   barrier();
   return regions;
+}
+
+bool Lowering::later_loop_stages(const Op& loop, const Value* v) {
+  if (!loop.parent) return false;
+  const auto& ops = loop.parent->ops;
+  auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& o) { return o.get() == &loop; });
+  for (++it; it != ops.end(); ++it)
+    if ((*it)->kind == OpKind::For)
+      for (auto [dot, idx] : invariant_operands(**it))
+        if (dot->operands[size_t(idx)] == v && !(idx == 0 && a_fragments_fit(*dot))) return true;
+  return false;
+}
+
+bool Lowering::same_resident_staging(const Value* v, const Op* dot, int idx) {
+  auto h = kept_how_.find(v);
+  if (h == kept_how_.end()) return false;
+  const MmaStaging a = mma_operand_staging(*h->second.first, h->second.second), b = mma_operand_staging(*dot, idx);
+  return h->second.second == idx && a.kmajor == b.kmajor && a.rows == b.rows && a.row_bytes == b.row_bytes &&
+         a.swizzle == b.swizzle && a.panels == b.panels;
 }
 
 // A reshape that moves elements: through shared memory, by row-major index.

@@ -229,7 +229,19 @@ private:
   // it, in scratch under a raised floor (resident_), while they fit kResidentBytes (40 KiB: a
   // 128 x 128 16-bit q with its 1 KiB swizzle alignment for wgmma); returns their regions.
   static constexpr int64_t kResidentBytes = 40 * 1024;
+  // With warpgroup MMAs, whose operands are read from shared memory only (no fragments to hold
+  // instead): 80 KiB (MLA's 64 x 576 16-bit q, 72 KiB).
+  static constexpr int64_t kResidentBytesWgmma = 80 * 1024;
   std::vector<Access> stage_resident(const Op& loop);
+  // Resident operands a loop leaves staged for a later loop of its block (emit_for): value ->
+  // (offset, bytes), the (dot, operand) it was staged for, and the floor under them.
+  std::map<const Value*, std::pair<int64_t, int64_t>> kept_resident_;
+  std::map<const Value*, std::pair<const Op*, int>> kept_how_;
+  int64_t kept_floor_ = 0;
+  // Whether a loop after `loop` in its block stages `v` resident; whether `v`, kept, is staged
+  // as operand `idx` of `dot` stages it.
+  bool later_loop_stages(const Op& loop, const Value* v);
+  bool same_resident_staging(const Value* v, const Op* dot, int idx);
   // The tensor-core dot operands (dot, 0 for A or 1 for B) in `loop`'s body (and its ifs') that
   // are defined outside it and not copied by a pipeline; those dots whose A each thread holds
   // as fragments across the loop instead (a_fragments_fit).
@@ -287,6 +299,18 @@ private:
   // Whether a warpgroup MMA's A (16-bit, in layout `la`) is in wgmma_layout: its elements are
   // the thread's register A fragments (wgmma_frags_of).
   bool wgmma_a_in_registers(const Op& op, LayoutId la);
+  // The later warpgroup MMA of `op`'s block whose B, staged, is byte for byte the staging of
+  // `op`'s B (one value read as K^T by one and as V by the other: MLA's latent K tile); null
+  // if none. Such a B is staged once, by `op`, in a region held under a raised scratch floor
+  // until the later dot has read it (held_b_).
+  const Op* wgmma_b_sharer(const Op& op);
+  // Descriptors a warpgroup MMA may leave to LLVM to hoist out of a loop (emit_dot_wgmma).
+  static constexpr int64_t kHoistedDescriptors = 16;
+  struct HeldStaging {
+    int64_t lo = 0, hi = 0;    // the region in scratch
+    int64_t floor_before = 0;  // the scratch floor to restore after the last reader
+  };
+  std::map<const Op*, HeldStaging> held_b_; // by the dot that reads it last
   std::vector<std::array<llvm::Value*, 4>> wgmma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t);
   // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
   // load when k-major, else two 16-bit ones; zero where `out` holds.

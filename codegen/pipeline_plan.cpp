@@ -318,8 +318,25 @@ bool PipelinePlan::plan_async(const Op& dot, int idx, const std::map<const Value
     return fails(v, v->def ? fmt::format("is a {}, not a load", ir::op_name(v->def->kind)) : "is not a load");
   }
   const Value* lv = load->results[0];
-  if (uses_of(x) != 1) return fails(x, "has other users than the dot");
-  if (view && uses_of(lv) != 1) return fails(lv, "has other users than the transpose");
+  // A load that warpgroup MMAs of its block read as B with one staging (MLA's K tile: the
+  // scores' K^T and P.V's V) is copied once, for the first; the others read that copy.
+  auto reads_b = [&](const Op& o) { // o's B is the load's value, or its transpose
+    const Value* b = o.operands[1];
+    return b == lv || (b->def && b->def->kind == OpKind::Permute && b->def->operands[0] == lv);
+  };
+  int shared = 0;
+  if (idx == 1 && load && load->kind == OpKind::Load)
+    for (const auto& o : load->parent->ops)
+      if (o->kind == OpKind::Dot && o.get() != &dot && reads_b(*o) && o->operands[0] != lv &&
+          layouts_.wgmma_same_b_staging(dot, *o) && !writes_between(*load, *o))
+        ++shared;
+  for (size_t i = 0; i < async_.size(); ++i)
+    if (shared && async_[i].load == load && async_[i].idx == 1) {
+      async_index_[{&dot, idx}] = int(i);
+      return true;
+    }
+  if (uses_of(x) != 1 && !(shared && !view)) return fails(x, "has other users than the dot");
+  if (view && uses_of(lv) != 1 + shared) return fails(lv, "has other users than the transpose");
   if (load->parent != dot.parent) return fails(lv, "is loaded outside the dot's block");
   if (view && view->parent != dot.parent) return fails(x, "is transposed outside the dot's block");
   if (load->other() && !is_positive_zero(load->other())) return fails(lv, "is not +0 where masked off");

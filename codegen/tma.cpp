@@ -156,7 +156,8 @@ std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileO
   const ir::Shape& a = dot.operands[0]->type.shape;
   const int64_t M = a[0], K = a[1], N = dot.operands[1]->type.shape[1];
   if (!(dot_on_tensor_cores(dot) || dot_on_wgmma_only(dot)) || !wgmma_fits(M, N, K, o.num_warps) ||
-      K % wgmma_k_step(int(eb)) != 0 || !wgmma_operand_fits(kmajor, c.idx == 0 ? M : N, K, int(eb)))
+      K % wgmma_k_step(int(eb)) != 0 || !wgmma_operand_fits(kmajor, c.idx == 0 ? M : N, K, int(eb)) ||
+      (c.idx == 1 && !wgmma_b_slices_fit(M, N, kmajor, int(eb), o.num_warps)))
     return "its dot does not run on wgmma with this operand staged along the descriptor's innermost dim";
   const MmaStaging st = wgmma_staging(dot, c.idx, kmajor);
   if (st.rows > 256) return fmt::format("its box would have {} rows (256 at most)", st.rows);

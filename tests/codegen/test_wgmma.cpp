@@ -1,11 +1,16 @@
 // dot on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): which dots take it, the layout its
 // accumulator gets, bit-for-bit agreement with the interpreter on the emulator in both
 // lowerings over every swizzle the staging picks (K of 16, 32, 64 and 128 elements), N from 8
-// to 256, one and two warpgroups, with and without an accumulator; the PTX it emits and
-// ptxas's sm_90a verdict on it; `--no-wgmma` (CompileOptions::wgmma) falling back to mma.sync.
+// to 256, one and two warpgroups along M and two and four along N, with and without an
+// accumulator; the PTX it emits and ptxas's sm_90a verdict on it; `--no-wgmma`
+// (CompileOptions::wgmma) falling back to mma.sync.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <set>
+#include <tuple>
 
 #include "backends/launchers.h"
 #include "codegen/compile.h"
@@ -79,6 +84,59 @@ TEST_CASE("wgmma: the accumulator layout gives warp w rows 16w + g and 16w + g +
   CHECK_FALSE(codegen::wgmma_operand_fits(false, 64, 64, 1)); // 8-bit types are K-major only
 }
 
+TEST_CASE("wgmma: with warpgroups along N, warp 4q + r holds rows 16r + g and 16r + g + 8 of q's columns",
+          "[codegen][wgmma]") {
+  // FlashMLA's tile: 64 rows on 8 warps, 2 warpgroups of N / 2 columns each; and 128 rows on 16
+  // warps, 4 warpgroups of N / 4 columns, 2 passes of 64 rows each.
+  for (auto [m, n, warps] : {std::tuple{64, 128, 8}, {64, 512, 8}, {128, 256, 16}, {64, 64, 8}}) {
+    INFO("M " << m << " N " << n << " warps " << warps);
+    REQUIRE(codegen::wgmma_fits(m, n, 16, warps));
+    const int g = codegen::wgmma_groups_along_n(m, n, warps);
+    REQUIRE(g == warps / 4);
+    const codegen::Layout l = codegen::wgmma_layout(m, n, warps);
+    const codegen::ThreadElems te = codegen::thread_elems(l, {m, n});
+    REQUIRE(te.count == m * n / (32 * warps));
+    // Each thread's elements from its first, as the lowering computes it (lower.cpp, thread_base).
+    std::map<std::pair<int64_t, int64_t>, int> owners;
+    for (int w = 0; w < warps; ++w)
+      for (int lane = 0; lane < 32; ++lane) {
+        std::vector<int64_t> base(2);
+        for (int d = 0; d < 2; ++d) {
+          const int lc = (lane >> codegen::lane_shift(l.base, d)) & (l.base.threads_per_warp[size_t(d)] - 1);
+          const int wc = (w >> codegen::warp_shift(l.base, d)) & (l.base.warps_per_block[size_t(d)] - 1);
+          base[size_t(d)] = int64_t(wc) * l.base.warp_span(d) + int64_t(lc) * l.base.size_per_thread[size_t(d)];
+        }
+        const int q = w / 4, r = w % 4, gr = lane / 4, t = lane % 4;
+        std::set<std::pair<int64_t, int64_t>> want;
+        for (int64_t p = 0; p < m / 64; ++p)
+          for (int64_t h : {0, 8})
+            for (int64_t j = 0; j < n / g / 8; ++j)
+              for (int64_t e : {0, 1}) want.insert({64 * p + 16 * r + gr + h, q * n / g + 8 * j + 2 * t + e});
+        std::set<std::pair<int64_t, int64_t>> got;
+        for (const auto& o : te.offset) got.insert({base[0] + o[0], base[1] + o[1]});
+        CHECK(got == want);
+        for (const auto& x : got) ++owners[x];
+      }
+    CHECK(int64_t(owners.size()) == m * n); // every element, once
+    CHECK(std::all_of(owners.begin(), owners.end(), [](const auto& x) { return x.second == 1; }));
+    // A row statistic (the softmax's max over N) keeps the row split: its slice is replicated
+    // along the columns, lanes and warpgroups.
+    const codegen::Layout rows = codegen::slice_layout(l, 1);
+    CHECK(codegen::thread_elems(rows, {m}).count == 2 * (m / 64));
+  }
+  CHECK(codegen::wgmma_fits(64, 512, 64, 8));
+  CHECK(codegen::wgmma_fits(192, 128, 16, 8)); // 3 passes of 64 rows per warpgroup
+  CHECK_FALSE(codegen::wgmma_fits(64, 520, 64, 8)); // N / 2 not a multiple of 8
+  CHECK_FALSE(codegen::wgmma_fits(64, 1024, 64, 8)); // 512 columns a warpgroup
+  CHECK_FALSE(codegen::wgmma_fits(64, 64, 64, 12)); // 3 warpgroups: the warp bits do not split
+  CHECK_FALSE(codegen::wgmma_fits(32, 64, 64, 8));
+  CHECK(codegen::wgmma_groups_along_n(128, 64, 8) == 1); // warpgroups along M where they fit
+  // An N-major B's warpgroups read whole 128-byte panels of it; a k-major B's whole 8-row groups.
+  CHECK(codegen::wgmma_b_slices_fit(64, 128, false, 2, 8));
+  CHECK_FALSE(codegen::wgmma_b_slices_fit(64, 64, false, 2, 8));
+  CHECK(codegen::wgmma_b_slices_fit(64, 64, true, 2, 8));
+}
+
 TEST_CASE("wgmma: which dots take it (sm_90, both operands read along K)", "[codegen][wgmma]") {
   CHECK(on_wgmma(*wgmma_dot({128, 128, 64, DType::bf16, false, 4}), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({128, 128, 64, DType::bf16, false, 4}), 4, false));
@@ -92,6 +150,11 @@ TEST_CASE("wgmma: which dots take it (sm_90, both operands read along K)", "[cod
   // N-major B of 8 columns: 16-byte rows, which no swizzle takes.
   CHECK_FALSE(on_wgmma(*codegen::test::dot_kernel("kn8", 64, 8, 64, DType::f16, false, false, false), 4));
   CHECK_FALSE(on_wgmma(*wgmma_dot({16, 64, 64, DType::f16, false, 4}), 4)); // decode's few rows: mma.sync
+  // 64 rows on 8 warps: warpgroups along N, each with whole panels of an N-major B (64 bf16
+  // columns a warpgroup), not half of one.
+  CHECK(on_wgmma(*wgmma_dot({64, 512, 64, DType::bf16, false, 8, false, true}), 8));
+  CHECK(on_wgmma(*wgmma_dot({64, 64, 64, DType::bf16, false, 8}), 8));
+  CHECK_FALSE(on_wgmma(*wgmma_dot({64, 64, 64, DType::bf16, false, 8, false, true}), 8));
   // An 8-column product (decode's rows as N) stays on mma.sync, but for fp8, which only wgmma takes.
   CHECK_FALSE(on_wgmma(*wgmma_dot({64, 8, 16, DType::f16, false, 4}), 4));
   CHECK(on_wgmma(*wgmma_dot({64, 8, 32, DType::f8e4m3, false, 4}), 4));
@@ -119,6 +182,11 @@ TEST_CASE("wgmma: the emulator agrees with the interpreter bit for bit (every sw
       // 8-bit floats: m64nNk32, both operands K-major, 32-, 64- and 128-byte rows.
       {64, 64, 64, DType::f8e4m3, true, 4},  {128, 32, 128, DType::f8e5m2, false, 4},
       {64, 16, 32, DType::f8e4m3, false, 4}, {128, 64, 256, DType::f8e5m2, true, 8},
+      // Warpgroups along N (64 rows on 8 warps, 128 on 16): k-major and N-major B, M-major A.
+      {64, 128, 64, DType::bf16, true, 8},  {64, 128, 32, DType::f16, false, 8, false, true},
+      {64, 512, 32, DType::bf16, false, 8}, {64, 512, 64, DType::bf16, true, 8, false, true},
+      {64, 128, 64, DType::f16, true, 8, true, false}, {128, 256, 32, DType::bf16, true, 16, false, true},
+      {64, 64, 64, DType::f8e4m3, false, 8},
   };
   for (const Case& c : cases) {
     INFO("M " << c.m << " N " << c.n << " K " << c.k << " " << ir::dtype_name(c.dt) << " acc " << c.with_acc
