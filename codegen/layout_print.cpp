@@ -235,8 +235,14 @@ std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan,
     std::string from = fmt::format("{} = load", ref(x.load->results[0]));
     if (x.transpose) from += fmt::format(" through {} = permute", ref(x.transpose->results[0]));
     const MmaStaging& st = x.staging;
-    return fmt::format("{}, copied from {}: {} rows of {} bytes, one per {} ({} bytes)", operand(x.dot, x.idx), from,
-                       st.rows, st.row_bytes, !st.kmajor ? "k" : x.idx == 0 ? "m" : "n", st.bytes());
+    // Other dots reading the same copy (one staging of a value both read as B: MLA's K tile).
+    std::string also;
+    ir::walk(const_cast<ir::Block&>(fn.body), [&](Op& o) {
+      if (o.kind == OpKind::Dot && &o != x.dot && plan.async_operand(&o, x.idx) == &x)
+        also += fmt::format(", read as {} too", operand(&o, x.idx));
+    });
+    return fmt::format("{}, copied from {}: {} rows of {} bytes, one per {} ({} bytes){}", operand(x.dot, x.idx), from,
+                       st.rows, st.row_bytes, !st.kmajor ? "k" : x.idx == 0 ? "m" : "n", st.bytes(), also);
   };
   auto loop_name = [&](const Op* loop) {
     return fmt::format("for {} ({} stages)", ref(loop->region(0).args[0]), loop->attrs.num_stages);

@@ -7,10 +7,13 @@
 // reference on the emulator in both lowerings.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "backends/launchers.h"
 #include "codegen/compile.h"
+#include "codegen/layout_print.h"
 #include "codegen/ptx_loops.h"
 #include "ir/ir.h"
 #include "templates/attention/paged_attention.h"
@@ -87,6 +90,14 @@ TEST_CASE("MLA decode, FlashMLA's tile on sm_90: both products on wgmma with war
       // threads), for K^T and V both: no global loads of it into registers.
       CHECK(l->count("cp.async.cg") == block_n * 576 * 2 / 16 / 256);
       CHECK(ck.shared_bytes <= 232448);
+      // What `tilec ir --stage layouts` shows of it: the accumulators' warp order (warp bits
+      // along M first), and P.V reading the scores' copy of the K tile.
+      const std::string layouts = codegen::print_layouts(*k, 8, true).text;
+      CHECK(layouts.find("warp_order=[0,1]>  // wgmma m64nNk16 accumulator, warpgroups along N") != std::string::npos);
+      CHECK(layouts.find("2 warpgroups along N") != std::string::npos);
+      const std::string pipelines = codegen::print_pipelines(*k, o);
+      INFO(pipelines);
+      CHECK(codegen::test::count(pipelines, fmt::format("{} bytes), read as B of ", block_n * 1024)) == 2); // both loops
       if (ptxas) {
         REQUIRE(ck.ptxas);
         INFO(ck.ptxas->log);
