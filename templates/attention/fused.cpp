@@ -105,6 +105,23 @@ Walk walk_range(const FusedSpec& sp, const Tile& ctx, const Tile& q_len, const T
   return w;
 }
 
+// The plan's cost prefix (build_plan) starts at `at`, after the piece prefix and table, in
+// units of kPlanCostUnitKeys keys (plan_piece_cost): of walks of up to 2^31 - 1 keys in all, it
+// fits an i32. `whole` is a piece of split_tokens keys' cost; an item's is its whole pieces'
+// and its last one's (item_cost).
+struct PlanCosts {
+  Tile at;
+  int64_t whole;
+};
+PlanCosts plan_costs(const FusedSpec& sp, const Tile& items) {
+  return {items * (sp.cfg.num_splits + 1) + 1, plan_piece_cost(sp.split_tokens)};
+}
+Tile item_cost(const FusedSpec& sp, const Tile& len, const Tile& pieces) {
+  Tile last = max(len - (pieces - 1) * sp.split_tokens, 0);
+  return (pieces - 1) * plan_piece_cost(sp.split_tokens) + (last + (kPlanCostUnitKeys - 1)) / kPlanCostUnitKeys +
+         kPlanPieceCostUnits;
+}
+
 // One program per (query tile, sequence b; KV head and head-group chunk; KV split). The query
 // rows of a KV head's head group are packed position-major: packed row R = i * G + g for
 // query position i and head g of the group (FlashAttention-3's PackGQA), so each K/V tile is
@@ -435,13 +452,39 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   }
   // Planned: the pieces (split_tokens keys of one tile's walk, for one head-group chunk) in the
   // plan's order, items (b, tile) by piece count, the same list for each of the H head-group
-  // chunks; program p of P takes pieces [p J / P, (p + 1) J / P) of the J = H x (pieces per
-  // chunk), so every program gets the same number of pieces, within one.
+  // chunks, each piece costing its keys plus a fixed cost (its q tile, partials and set-up:
+  // plan_piece_cost). Program p of P takes the pieces whose cost midpoint (over all chunks)
+  // falls in [p C / P, (p + 1) C / P), C the total: every program's cost is its share within
+  // half a piece's at either end.
   const int64_t H = sp.hkv * (group / G), P = sp.plan_programs;
   Tile items = batch * T;
+  const PlanCosts pc = plan_costs(sp, items);
+  const int64_t W = pc.whole;
   Tile per_chunk = load(plan + items); // the plan's prefix ends with the pieces of one chunk
-  Tile total = (per_chunk * H).to(i64);
-  Tile first = (program_id(0).to(i64) * total / P).to(i32), last = ((program_id(0) + 1).to(i64) * total / P).to(i32);
+  Tile chunk_cost2 = load(plan + pc.at + items).to(i64) * 2, total2 = chunk_cost2 * H;
+  // The first piece (over all chunks) whose doubled midpoint 2 start + cost is at least `t2`
+  // (i64, at most twice the total): in chunk t2 / 2 C_chunk, the last item whose doubled cost
+  // prefix is at most the rest (a binary search over the prefix), then its first whole piece
+  // (piece k starts k W in) or its last one that reaches the rest, else the next item's first.
+  auto first_piece = [&](const Tile& t2) {
+    Tile hc = (t2 / chunk_cost2).to(i32), rest = (t2 % chunk_cost2).to(i32);
+    // 2 [lo] <= rest < 2 [hi] ([items]: the chunk's whole cost); a probe once the interval is
+    // one item reads nothing.
+    Var lo = scalar(0, i32), hi = Tile(items);
+    for_range(0, 32, 1, [&](Scalar) {
+      Tile go = hi - lo > 1, mid = (lo + hi) / 2;
+      Tile below = load(plan + pc.at + mid, go, 0) * 2 <= rest;
+      lo = where(go & below, mid, lo);
+      hi = where(go, where(below, hi, mid), hi);
+    });
+    Tile c_lo = load(plan + pc.at + lo), c_hi = load(plan + pc.at + lo + 1);
+    Tile first_j = load(plan + lo), next_j = load(plan + lo + 1), n = next_j - first_j;
+    Tile k = (max(rest - 2 * c_lo - W, 0) + (2 * W - 1)) / (2 * W);
+    Tile here = (k < n - 1) | (c_lo + (n - 1) * W + c_hi >= rest); // the last piece's doubled midpoint
+    return hc * per_chunk + where(here, first_j + min(k, n - 1), next_j);
+  };
+  Tile first = first_piece(program_id(0).to(i64) * total2 / P);
+  Tile last = first_piece((program_id(0) + 1).to(i64) * total2 / P);
   for_range(first, last, 1, [&](Scalar j) {
     Tile hc = j / per_chunk, jj = j % per_chunk;
     Tile item = load(plan + items + 1 + jj); // the table of pieces after the prefix
@@ -455,9 +498,11 @@ ir::Kernel build_fused(const FusedSpec& sp) {
 // (sequence b, query tile) in order, its pieces, cdiv of its walk by split_tokens and at least
 // one (an empty walk still writes its zeros or empty partials): plan[0 .. items] the prefix
 // (plan[i] the pieces before item i, plan[items] all of them), then plan[items + 1 + j] the
-// item of piece j. With splits it also sets every row's partial m to -inf and l to 0 first: the
-// splits no piece covers are "nothing here" to the combine. It reads context_lens (and
-// query_start_loc) on the device, so a captured call plans each replay's batch.
+// item of piece j, then from plan[plan_costs().at] the cost prefix: the cost of the items before
+// item i (plan_piece_cost of each of its pieces). With splits it also sets
+// every row's partial m to -inf and l to 0 first: the splits no piece covers are "nothing here"
+// to the combine. It reads context_lens (and query_start_loc) on the device, so a captured call
+// plans each replay's batch.
 ir::Kernel build_plan(const FusedSpec& sp) {
   const int64_t G = sp.cfg.head_group, BM = sp.block_m, T = cdiv(G * sp.sq, BM), S = sp.cfg.num_splits;
   const int64_t U = sp.split_tokens, L = 128;
@@ -478,7 +523,10 @@ ir::Kernel build_plan(const FusedSpec& sp) {
   auto items = batch * T;
   auto lane = arange(0, L);
   store(plan + arange(0, 1), zeros({1}, i32));
+  const PlanCosts pc = plan_costs(sp, items);
+  store(plan + pc.at + arange(0, 1), zeros({1}, i32));
   Var before = scalar(0, i32); // the pieces of the items of earlier chunks
+  Var cost_before = scalar(0, i32); // and their cost
   for_range(0, cdiv(items, L), 1, [&](Scalar c) {
     auto item = c * L + lane;
     auto ok = item < items;
@@ -496,6 +544,10 @@ ir::Kernel build_plan(const FusedSpec& sp) {
     auto at = before + upto - n;
     for_range(0, S, 1, [&](Scalar piece) { store(plan + items + 1 + at + piece, item, ok & (piece < n)); });
     before = before + reduce_sum(n, 0);
+    // The same prefix over the items' costs.
+    auto cost = where(ok, item_cost(sp, max(len, 0), max(n, 1)), 0);
+    store(plan + pc.at + item + 1, cost_before + reduce_sum(where(lane.row() <= lane.col(), cost.row(), 0), 1), ok);
+    cost_before = cost_before + reduce_sum(cost, 0);
   });
   return k.finish();
 }

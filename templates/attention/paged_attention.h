@@ -213,6 +213,15 @@ struct PagedAttentionConfig {
   int64_t overlap = 0;
 };
 constexpr int64_t kMaxPlanPrograms = int64_t(1) << 20;
+// What a planned piece costs, by which the plan shares the pieces among the programs
+// (docs/PAGED_ATTENTION.md): its keys in units of kPlanCostUnitKeys, rounded up, and a fixed
+// kPlanPieceCostUnits (its q tile, its partials and the combine's read of them, the walk's
+// set-up: 32 keys' worth, half a step of 64). A model, not a measurement.
+constexpr int64_t kPlanCostUnitKeys = 16;
+constexpr int64_t kPlanPieceCostUnits = 2;
+constexpr int64_t plan_piece_cost(int64_t keys) {
+  return (keys + kPlanCostUnitKeys - 1) / kPlanCostUnitKeys + kPlanPieceCostUnits;
+}
 
 // The KV splits of the grid: num_splits, or with split_tokens the pieces of the longest walk
 // the cache holds (max_blocks x block_size keys) rounded up to a power of two. UserError for

@@ -70,8 +70,9 @@ rt::OpRun declare_paged_attention() {
   b.workspace("partial_o", ScalarType::f32, "rows * splits * head_dim_v", "splits > 1")
       .workspace("partial_m", ScalarType::f32, "rows * splits", "splits > 1")
       .workspace("partial_l", ScalarType::f32, "rows * splits", "splits > 1")
-      // The plan (plan_programs > 0): each item's first piece, then the item of every piece.
-      .workspace("plan", ScalarType::i32, "items * (splits + 1) + 1", "plan_programs > 0");
+      // The plan (plan_programs > 0): each item's first piece, the item of every piece, then
+      // each item's cost so far.
+      .workspace("plan", ScalarType::i32, "items * (splits + 2) + 2", "plan_programs > 0");
 
   // What both modules are specialized on. A window at least as long as any context can be is
   // no window; a chunk is cut to the capacity (PagedAttentionShape::effective_window, _chunk).

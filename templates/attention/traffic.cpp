@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <vector>
 #include <filesystem>
 
 #include <unistd.h>
@@ -54,6 +55,7 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
   // Planned (plan_programs): the grid is the programs sharing the plan's pieces.
   const bool planned = cfg.plan_programs > 0;
   int64_t plan_pieces = 0; // of one head-group chunk
+  std::vector<int64_t> item_costs; // the plan's cost of each item (b, tile), in its order
   const int64_t programs_per_tile = s.hkv * chunks * S; // grid (B x tiles, Hkv x chunks, S)
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = in.context_lens.get_int(size_t(b)), sq = in.query_len(b), R = G * sq;
@@ -82,6 +84,8 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
         t.plan += units * w * 8;
         if (S > 1) t.partials += units * rows * 2 * 4 - programs_per_tile * rows * 2 * 4; // m and l per piece, not per split
         plan_pieces += pieces;
+        item_costs.push_back((pieces - 1) * plan_piece_cost(cfg.split_tokens) +
+                             plan_piece_cost(std::max<int64_t>(hi - lo - (pieces - 1) * cfg.split_tokens, 0)));
       }
       // Every program reads q's rows of its tile (each split again), the slopes of their heads
       // (every warp: each holds at least a head group's worth of rows or the whole tile), and
@@ -139,6 +143,25 @@ PagedAttentionTraffic paged_attention_traffic(const PagedAttentionInputs& in, co
       t.plan += seqs * 4 * (s.varlen ? 3 : 1);
     }
     t.plan += cfg.plan_programs * w * 4;
+    // Its cost prefix stored; then each program reads a chunk's cost and finds its first
+    // and last piece (build_fused's first_piece): a probe of the prefix per halving of
+    // [0, items] until one item is left, then that item's and the next one's cost so far and
+    // piece prefix, each a 4-byte warp-uniform request per warp.
+    t.plan += (items + 1) * 4;
+    std::vector<int64_t> prefix{0};
+    for (int64_t c : item_costs) prefix.push_back(prefix.back() + c);
+    const int64_t chunk_cost2 = 2 * prefix.back(), total2 = chunk_cost2 * s.hkv * chunks;
+    auto reads = [&](int64_t t2) {
+      const int64_t rest = t2 % chunk_cost2;
+      int64_t lo = 0, hi = items, n = 4;
+      for (; hi - lo > 1; ++n) {
+        const int64_t mid = (lo + hi) / 2;
+        (2 * prefix[size_t(mid)] <= rest ? lo : hi) = mid;
+      }
+      return n;
+    };
+    for (int64_t p = 0; p < cfg.plan_programs; ++p)
+      t.plan += (1 + reads(p * total2 / cfg.plan_programs) + reads((p + 1) * total2 / cfg.plan_programs)) * w * 4;
   }
   t.out = rows * DV * e_io;
   if (S > 1) {

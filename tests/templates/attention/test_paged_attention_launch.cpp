@@ -180,7 +180,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
             own = {{"partial_l", size_t(rows * splits)}, {"partial_m", size_t(rows * splits)}, {"partial_o", size_t(rows * splits * dv)}};
           // The plan: each item's first piece and the items' count, then a table entry per piece.
           const int64_t items = c.batch * paged_attention_query_tiles(s, cfg);
-          if (planned) own["plan"] = size_t(items * (splits + 1) + 1);
+          if (planned) own["plan"] = size_t(items * (splits + 2) + 2);
           CHECK(allocated == own);
 
           // What the modules are looked up with is what they are compiled with.

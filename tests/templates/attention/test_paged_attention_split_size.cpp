@@ -160,6 +160,30 @@ TEST_CASE("planned, a fixed grid of programs shares a ragged batch's pieces even
   CHECK(double(g.max_bytes) > 3 * g.mean_bytes);
 }
 
+TEST_CASE("planned, the programs share the pieces by cost (keys and a fixed cost per piece), not by count",
+          "[templates][emulator][paged_attention][split_size][plan]") {
+  // One 4,096-key sequence (16 pieces of 256 keys, plan_piece_cost 18 each) before 48 one-key
+  // ones (3 each): 432 over 8 programs, 54 each. By cost, no program walks more than 3 long
+  // pieces; shared by count (8 pieces each) two programs would walk 8 long pieces and the other
+  // six the one-key ones.
+  PagedAttentionShape s;
+  s.hq = 4, s.hkv = 1, s.head_dim = 64, s.block_size = 16, s.max_blocks = 256, s.dtype = ir::DType::f16;
+  std::vector<int64_t> lens(49, 1);
+  lens[0] = 4096;
+  PagedAttentionInputs in = ragged(s, lens, 5);
+  PagedAttentionConfig cfg;
+  cfg.block_n = 64, cfg.split_tokens = 256, cfg.plan_programs = 8;
+  Fused r = fused(in, cfg);
+  check_against_reference(in, r.out);
+  const launch::LaunchStats::ProgramWork& w = r.stats.program_work.at(1);
+  REQUIRE(w.kernel == "paged_attention");
+  const int64_t piece_kv = 256 * 2 * 64 * 2; // a long piece's K and V rows
+  INFO("busiest " << w.max_bytes << " bytes, a long piece's K and V " << piece_kv);
+  CHECK(w.max_bytes < 4 * piece_kv);
+  CHECK(w.max_bytes > 2 * piece_kv);
+  CHECK(w.min_bytes > 0);
+}
+
 TEST_CASE("a sequence's output rows are bit for bit the same alone and inside other batches",
           "[templates][emulator][paged_attention][split_size][invariance]") {
   PagedAttentionShape s;
