@@ -28,7 +28,7 @@ import gpu_peers  # noqa: E402  (timing, bf16 helpers, compare, ToolError)
 import tilec_py_peer  # noqa: E402  (import_tilec, Bf16Bits)
 
 BLOCK_SIZE = 16
-CONFIG_KEYS = ("block_n", "num_warps", "num_stages", "head_group", "num_splits", "block_m")
+CONFIG_KEYS = ("block_n", "num_warps", "num_stages", "head_group", "num_splits", "block_m", "overlap")
 
 
 def config_of(deploy):

@@ -121,7 +121,7 @@ done
 rm -f "$out/.last.log"
 
 # The prefill step's paged-attention config (causal, Sq = ctx; the 128-row tile, both dots on
-# wgmma on sm_90), one folder, which bench/gpu_prefill.py loads through python/tilec.
+# wgmma on sm_90), one folder each way, which bench/gpu_prefill.py loads through python/tilec.
 echo "==> compiling the prefill step's paged-attention config into $out/prefill"
 if [ $dry = 1 ]; then
   prefill_sizes=(batch=1 hq=8 hkv=2 sq=64 head_dim=64)
@@ -131,14 +131,20 @@ else
   prefill_set=(--set block_n=64 num_warps=8 block_m=128 head_group=4)
 fi
 prefill_sq=${prefill_sizes[3]#sq=}
-if ! "$tilec" compile paged_attention "${prefill_set[@]}" --shape "${prefill_sizes[@]}" block_size=16 \
-    ctx="$prefill_sq" dtype=bf16 causal=1 "${gemm_target[@]}" -o "$out/prefill" --json >"$out/.last.log" 2>&1; then
-  cat "$out/.last.log" >&2
-  die "tilec compile paged_attention (prefill) failed"
-fi
-tail -n 1 "$out/.last.log" | sed "s/^{/{\"module\":\"prefill\",/" >>"$out/compile.jsonl"
-echo "${prefill_sizes[*]}" >"$out/prefill/sizes"
-count=$((count + 1))
+# The same tile with the rotated walk (overlap=1: on sm_90 the softmax runs behind the P.V
+# wgmma group), in prefill_overlap/: the check times both.
+for variant in prefill prefill_overlap; do
+  extra=()
+  [ "$variant" = prefill_overlap ] && extra=(overlap=1)
+  if ! "$tilec" compile paged_attention "${prefill_set[@]}" "${extra[@]}" --shape "${prefill_sizes[@]}" block_size=16 \
+      ctx="$prefill_sq" dtype=bf16 causal=1 "${gemm_target[@]}" -o "$out/$variant" --json >"$out/.last.log" 2>&1; then
+    cat "$out/.last.log" >&2
+    die "tilec compile paged_attention ($variant) failed"
+  fi
+  tail -n 1 "$out/.last.log" | sed "s/^{/{\"module\":\"$variant\",/" >>"$out/compile.jsonl"
+  echo "${prefill_sizes[*]}" >"$out/$variant/sizes"
+  count=$((count + 1))
+done
 rm -f "$out/.last.log"
 
 # The paged-decode problems the check compares tilec with its peers on: NAME, then --shape values.

@@ -21,7 +21,7 @@
 #   7. the prefill step: causal paged attention over a 2048-token prompt (64 in the dry run),
 #      tilec's 128-row tile (wgmma on sm_90, through python/tilec) against PyTorch's SDPA on
 #      dense K/V, TFLOP/s and % of peak, each checked against an fp32 reference
-#      (bench/gpu_prefill.py);
+#      (bench/gpu_prefill.py); then the same tile with the rotated walk (overlap=1);
 #   8. runs every template module against its reference (gpu_bench);
 #   9. prints us, GB/s and % of the copy bandwidth per problem and implementation, and
 #      draws them (roofline.svg).
@@ -39,7 +39,7 @@
 # RESULTS_DIR gets: gpu_check.log (everything), environment.txt, build.log, tuning.toml (the
 # plan's measurements), deploy/ (the folder the Python package loads), copy.jsonl, decode.jsonl
 # (one line per problem and implementation), gemm.jsonl and gemm.txt (the GEMM step),
-# prefill.jsonl and prefill.txt (the prefill step), gpu_bench.jsonl, roofline.svg, summary.txt, and
+# prefill.jsonl, prefill.txt and prefill_overlap.txt (the prefill step), gpu_bench.jsonl, roofline.svg, summary.txt, and
 # inputs/ and outputs per problem. Exit 0 only
 # when every step passed.
 set -uo pipefail
@@ -249,18 +249,20 @@ else
   cat "$results/gemm.txt"
 fi
 
-if [ ! -f "$modules/prefill/paged_attention.toml" ] || [ ! -f "$modules/prefill/sizes" ]; then
-  echo "gpu_check: $modules has no prefill/ config; rebuild it with this checkout's scripts/build_gpu_modules.sh"
-  failed+=("prefill (no module)")
-else
+for variant in prefill prefill_overlap; do
+  if [ ! -f "$modules/$variant/paged_attention.toml" ] || [ ! -f "$modules/$variant/sizes" ]; then
+    echo "gpu_check: $modules has no $variant/ config; rebuild it with this checkout's scripts/build_gpu_modules.sh"
+    failed+=("$variant (no module)")
+    continue
+  fi
   declare -A pv=()
-  for kv in $(cat "$modules/prefill/sizes"); do pv[${kv%%=*}]=${kv#*=}; done
-  step "prefill: causal paged attention, Sq=${pv[sq]}$([ $dry = 0 ] && echo ', against PyTorch SDPA') (bench/gpu_prefill.py)"
-  run prefill 120 "$python" "$root/bench/gpu_prefill.py" --backend "$gemm_backend" --deploy "$modules/prefill" \
+  for kv in $(cat "$modules/$variant/sizes"); do pv[${kv%%=*}]=${kv#*=}; done
+  step "$variant: causal paged attention, Sq=${pv[sq]}$([ $variant = prefill_overlap ] && echo ', the rotated walk (overlap=1)')$([ $dry = 0 ] && echo ', against PyTorch SDPA') (bench/gpu_prefill.py)"
+  run "$variant" 120 "$python" "$root/bench/gpu_prefill.py" --backend "$gemm_backend" --deploy "$modules/$variant" \
     --batch "${pv[batch]}" --hq "${pv[hq]}" --hkv "${pv[hkv]}" --head-dim "${pv[head_dim]}" --sq "${pv[sq]}" \
-    --repeats "$gemm_repeats" --json-out "$results/prefill.jsonl" >"$results/prefill.txt" 2>&1
-  cat "$results/prefill.txt"
-fi
+    --repeats "$gemm_repeats" --json-out "$results/prefill.jsonl" >"$results/$variant.txt" 2>&1
+  cat "$results/$variant.txt"
+done
 
 step "gpu_bench: every template module, checked against a CPU reference and timed"
 remaining=$((290 - (SECONDS - start)))
@@ -283,6 +285,7 @@ run roofline 30 "$python" "$root/bench/gpu_peers.py" roofline --results "$result
     "$(wc -l <"$results/gpu_bench.jsonl" 2>/dev/null || echo 0) template modules ok in $((SECONDS - start))s"
   [ -s "$results/gemm.txt" ] && cat "$results/gemm.txt"
   [ -s "$results/prefill.txt" ] && cat "$results/prefill.txt"
+  [ -s "$results/prefill_overlap.txt" ] && cat "$results/prefill_overlap.txt"
   for f in "${failed[@]}"; do echo "FAILED: $f"; done
 } | tee -a "$results/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then
