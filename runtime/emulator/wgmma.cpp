@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
 
 namespace tilec::rt::emu {
 
@@ -84,9 +85,10 @@ void run_wgmma(tilec_emu_thread* t, std::uint32_t g0) {
   if (first.wgmma_a_in_regs && eb != 2)
     fail_thread(t, "warpgroup MMA (at {}) with A in registers on 8-bit operands: tilec takes A from registers for "
                    "16-bit operands only", first.wgmma_site);
-  // The descriptors the MMA reads: A's only when A is in shared memory.
-  std::vector<std::uint64_t> descs{first.wgmma_desc_b};
-  if (!first.wgmma_a_in_regs) descs.push_back(first.wgmma_desc_a);
+  // The descriptors the MMA reads: A's only when A is in shared memory. (Nothing here holds
+  // heap memory: a failed check leaves this fiber for good, its destructors never run.)
+  const std::uint64_t read_descs[2] = {first.wgmma_desc_b, first.wgmma_desc_a};
+  const std::span<const std::uint64_t> descs(read_descs, first.wgmma_a_in_regs ? 1 : 2);
   for (std::uint64_t d : descs)
     if ((d >> 49) & 7)
       fail_thread(t, "warpgroup MMA (at {}): matrix descriptor {:#x} has a base offset ({}): tilec places swizzled "
