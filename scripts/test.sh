@@ -144,12 +144,13 @@ stage "input fuzzing, short runs (scripts/fuzz_inputs.sh)" ./scripts/fuzz_inputs
 # project against the install, which the plain pass did) and the tests that only compile to
 # PTX and count what ptxas reports: they run no emulated kernel and no instrumented code, so
 # thread order, lowering and sanitizers cannot change them.
-compile_only='compiles without spills|holds without spills|compiles with zero spills|compiles to the same PTX|gives PTX no larger'
-# The longest sweeps of emulated paged attention run their second pass (reverse order, the
-# nvptx lowering) in the plain build, where the emulator is not instrumented and they take a
-# fifth of the time: every test still runs in both orders and on both lowerings, and the
-# sanitizers still watch the emulator and the runtime through every other emulated test.
-slow_sweeps='every config of every shipped search space|public models|models served in 2026|over an fp8 KV cache matches|causal query rows and a sliding window matches|query tiles matches the reference at every Sq|head dims between powers of two|split by size matches the reference on ragged|planned, a fixed grid of programs|tunes every model layer|over the config grid|follows the scores. magnitude|stays within the traffic budget|MLA and separate V head dims match|load only the triangle|attention sinks match the reference on both paths|chunked local attention matches|bit for bit the same alone|overlap=1 matches the reference and overlap=0|with overlap=1 .the rotated walk.|FlashMLA.s tile: the emulator matches'
+compile_only='compiles without spills|holds without spills|compiles with zero spills|compiles to the same PTX|gives PTX no larger|warpgroups along N, no spills'
+# The longest emulated sweeps (of paged attention, and of every dtype through the elementwise,
+# reduce and wgmma kernels) run their second pass (reverse order, the nvptx lowering) in the
+# plain build, where the emulator is not instrumented and they take a fifth of the time: every
+# test still runs in both orders and on both lowerings, and the sanitizers still watch the
+# emulator and the runtime through every other emulated test.
+slow_sweeps='every config of every shipped search space|public models|models served in 2026|over an fp8 KV cache matches|causal query rows and a sliding window matches|query tiles matches the reference at every Sq|head dims between powers of two|split by size matches the reference on ragged|planned, a fixed grid of programs|tunes every model layer|over the config grid|follows the scores. magnitude|stays within the traffic budget|MLA and separate V head dims match|load only the triangle|attention sinks match the reference on both paths|chunked local attention matches|bit for bit the same alone|overlap=1 matches the reference and overlap=0|with overlap=1 .the rotated walk.|FlashMLA.s tile: the emulator matches|share the pieces by cost|elementwise, cast and reduce kernels agree with the interpreter when emulated|wgmma: the emulator agrees with the interpreter bit for bit|reductions over each axis, every reducible dtype|elementwise ops on every dtype'
 stage "the slowest sweeps again: threads in reverse order, the nvptx lowering (plain build)" \
   "${reverse[@]}" ctest --test-dir "$build" --output-on-failure -j2 -R "$slow_sweeps"
 stage "the sanitizer build (scripts/sanitize.sh --build)" ./scripts/sanitize.sh --build
