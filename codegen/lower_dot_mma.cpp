@@ -194,7 +194,7 @@ void Lowering::emit_dot_mma(const Op& op) {
     if (mma_warps_along_m(M, N, int(opts_.num_warps))) dot.half = 8 * opts_.num_warps;
     std::vector<std::array<llvm::Value*, 4>> own;
     if (held_a != a_frags_.end()) dot.a_frags = &held_a->second;
-    else if (a_regs) dot.a_frags = &(own = mma_frags_of(get(a, ls[0]), ls[0], a->type));
+    else if (a_regs) dot.a_frags = &(own = pair_fragments(get(a, ls[0]), ls[0], a->type, 16 * W, 8 * W));
     Elems out = mma_direct(op, dot, ls[2]);
     if (pipe_a || pipe_b) pipe_read_unfenced_ = true; // no barrier of its own follows the reads
     if (uses_scratch) scratch_end();
@@ -255,23 +255,26 @@ bool Lowering::a_in_registers(const Op& op, LayoutId la) {
          plan_.layout(la) == mma_layout(M, K, W);
 }
 
-// A [M, K] tile in mma_layout with warps along M as A fragments: row tile tm, k step ks takes
-// the elements at offsets (16 W tm + 8 W h, 16 ks + 8 q + e) from the thread's base, register
-// 2 q + h of the quad holding the pair e = 0, 1 (the low half first).
-std::vector<std::array<llvm::Value*, 4>> Lowering::mma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t) {
-  const int64_t M = t.shape[0], K = t.shape[1], W = opts_.num_warps;
+// A [M, K] tile's elements as MMA A fragments (m16k16 per warp, its 16 rows in two halves of
+// 8): row tile tm, k step ks takes the elements at offsets (tile_rows tm + half_rows h, 16 ks +
+// 8 q + e) from the thread's first, register 2 q + h of the quad holding the pair e = 0, 1 (the
+// low half first), rounded as a pair. mma_layout with warps along M: tile_rows 16 W, half_rows
+// 8 W; wgmma_layout (a pass of the warpgroups): 16 W and 8.
+std::vector<std::array<llvm::Value*, 4>> Lowering::pair_fragments(const Elems& vals, LayoutId l, const ir::Type& t,
+                                                                  int64_t tile_rows, int64_t half_rows) {
+  const int64_t M = t.shape[0], K = t.shape[1];
   const ThreadElems& te = elems_of(l, t.shape);
-  std::map<std::array<int64_t, 3>, size_t> elem; // (8 W-row group, 8-column tile, e) -> element
-  for (size_t j = 0; j < size_t(te.count); ++j)
-    elem[{te.offset[j][0] / (8 * W), te.offset[j][1] / 8, te.offset[j][1] % 2}] = j;
+  std::map<std::pair<int64_t, int64_t>, size_t> elem; // (row, column) offset -> element
+  for (size_t j = 0; j < size_t(te.count); ++j) elem[{te.offset[j][0], te.offset[j][1]}] = j;
   internal_assert(int64_t(elem.size()) == te.count, "the MMA layout's elements map to fragments");
   std::vector<std::array<llvm::Value*, 4>> out;
-  for (int64_t tm = 0; tm < M / (16 * W); ++tm)
+  for (int64_t tm = 0; tm < M / tile_rows; ++tm)
     for (int64_t ks = 0; ks < K / 16; ++ks) {
       std::array<llvm::Value*, 4> quad;
       for (int r = 0; r < 4; ++r) {
         Elems x(2);
-        for (int e = 0; e < 2; ++e) x[size_t(e)] = vals.at(elem.at({2 * tm + (r & 1), 2 * ks + (r >> 1), e}));
+        for (int e = 0; e < 2; ++e)
+          x[size_t(e)] = vals.at(elem.at({tile_rows * tm + half_rows * (r % 2), 16 * ks + 8 * (r / 2) + e}));
         quad[size_t(r)] = b_.CreateBitCast(vector_of(x, 0, 2), b_.getInt32Ty()); // rounded as a pair
       }
       out.push_back(quad);

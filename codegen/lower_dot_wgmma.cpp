@@ -179,7 +179,7 @@ void Lowering::emit_dot_wgmma(const Op& op) {
   // A's fragments, pass p and k step kk at p * (K / 16) + kk, fenced with the accumulator.
   std::vector<llvm::Value*> a_regs;
   if (regs_a)
-    for (const std::array<llvm::Value*, 4>& q : wgmma_frags_of(get(a, ls[0]), ls[0], a->type))
+    for (const std::array<llvm::Value*, 4>& q : pair_fragments(get(a, ls[0]), ls[0], a->type, 16 * W, 8))
       a_regs.insert(a_regs.end(), q.begin(), q.end());
   a_regs = hooks_.fence_operands(b_, a_regs);
   llvm::Value* desc_b0 =
@@ -259,30 +259,6 @@ bool Lowering::wgmma_a_in_registers(const Op& op, LayoutId la) {
   // (attention's P split along the keys) but reads all of them, through shared memory.
   return ir::dtype_bytes(a.dtype()) == 2 && K % 16 == 0 && M % (16 * W) == 0 &&
          plan_.layout(la) == wgmma_layout(M, K, int(W));
-}
-
-// A [M, K] tile in wgmma_layout as wgmma's register A fragments: pass p, k step kk takes the
-// elements at offsets (16 W p + 8 (r % 2), 16 kk + 8 (r / 2) + e) from the thread's first
-// (rows lane / 4 of its warp's 16, columns 2 (lane % 4)), register r holding the pair e = 0, 1
-// (the low half first): the accumulator's registers of the product that made it, in order.
-std::vector<std::array<llvm::Value*, 4>> Lowering::wgmma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t) {
-  const int64_t M = t.shape[0], K = t.shape[1], W = opts_.num_warps;
-  const ThreadElems& te = elems_of(l, t.shape);
-  std::map<std::pair<int64_t, int64_t>, size_t> elem;
-  for (size_t j = 0; j < size_t(te.count); ++j) elem[{te.offset[j][0], te.offset[j][1]}] = j;
-  internal_assert(int64_t(elem.size()) == te.count, "the wgmma layout's elements map to fragments");
-  std::vector<std::array<llvm::Value*, 4>> out;
-  for (int64_t p = 0; p < M / (16 * W); ++p)
-    for (int64_t kk = 0; kk < K / 16; ++kk) {
-      std::array<llvm::Value*, 4> quad;
-      for (int r = 0; r < 4; ++r) {
-        Elems x(2);
-        for (int e = 0; e < 2; ++e) x[size_t(e)] = vals.at(elem.at({16 * W * p + 8 * (r % 2), 16 * kk + 8 * (r / 2) + e}));
-        quad[size_t(r)] = b_.CreateBitCast(vector_of(x, 0, 2), b_.getInt32Ty()); // rounded as a pair
-      }
-      out.push_back(quad);
-    }
-  return out;
 }
 
 } // namespace tilec::codegen::detail

@@ -297,7 +297,7 @@ private:
   // --- dot on Hopper's warpgroup MMA (lower_dot_wgmma.cpp)
   void emit_dot_wgmma(const Op& op);
   // Whether a warpgroup MMA's A (16-bit, in layout `la`) is in wgmma_layout: its elements are
-  // the thread's register A fragments (wgmma_frags_of).
+  // the thread's register A fragments (pair_fragments: its accumulator registers in order).
   bool wgmma_a_in_registers(const Op& op, LayoutId la);
   // The later warpgroup MMA of `op`'s block whose B, staged, is byte for byte the staging of
   // `op`'s B (one value read as K^T by one and as V by the other: MLA's latent K tile); null
@@ -311,7 +311,6 @@ private:
     int64_t floor_before = 0;  // the scratch floor to restore after the last reader
   };
   std::map<const Op*, HeldStaging> held_b_; // by the dot that reads it last
-  std::vector<std::array<llvm::Value*, 4>> wgmma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t);
   // A fragment register without ldmatrix: elements (k, k + 1) at ptr(k), ptr(k + 1), one 32-bit
   // load when k-major, else two 16-bit ones; zero where `out` holds.
   llvm::Value* mma_frag_word(const MmaDot& dot, bool kmajor, const std::function<llvm::Value*(llvm::Value*)>& ptr,
@@ -339,8 +338,10 @@ private:
   // Whether a direct dot's A, in layout `la`, is in the MMA accumulator's layout with its rows
   // where the result's are (warps along M in both): its fragments are its own registers.
   bool a_in_registers(const Op& op, LayoutId la);
-  // Those fragments, [row tile * K / 16 + k step], from A's elements in layout `l`.
-  std::vector<std::array<llvm::Value*, 4>> mma_frags_of(const Elems& vals, LayoutId l, const ir::Type& t);
+  // A's elements in layout `l` as A fragments, [row tile * K / 16 + k step], each row tile
+  // `tile_rows` apart and its two halves `half_rows` (lower_dot_mma.cpp).
+  std::vector<std::array<llvm::Value*, 4>> pair_fragments(const Elems& vals, LayoutId l, const ir::Type& t,
+                                                          int64_t tile_rows, int64_t half_rows);
   // Whether a dot's loop-invariant A may be held as fragments in registers across its loop
   // (a direct dot with warps along M, whose fragments take at most kHeldFragmentRegisters), and
   // loads them (before the loop and its first copies: emit_for) into a_frags_.
