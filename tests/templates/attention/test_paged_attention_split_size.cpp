@@ -54,6 +54,16 @@ void check_against_reference(const PagedAttentionInputs& in, const launch::Buffe
   CHECK(bad == 0);
 }
 
+// A planned run (plan_programs) checked against the reference: the work of its attention
+// launch's programs (the plan's launch is the first).
+launch::LaunchStats::ProgramWork planned_work(const PagedAttentionInputs& in, const PagedAttentionConfig& cfg) {
+  Fused r = fused(in, cfg);
+  check_against_reference(in, r.out);
+  const launch::LaunchStats::ProgramWork& w = r.stats.program_work.at(1);
+  REQUIRE(w.kernel == "paged_attention");
+  return w;
+}
+
 } // namespace
 
 TEST_CASE("split by size matches the reference on ragged batches with every feature, and moves "
@@ -144,10 +154,7 @@ TEST_CASE("planned, a fixed grid of programs shares a ragged batch's pieces even
   PagedAttentionInputs in = ragged(s, {1, 17, 64, 90, 3100, 409, 2, 1200}, 4);
   PagedAttentionConfig cfg;
   cfg.block_n = 64, cfg.split_tokens = 64, cfg.plan_programs = 48;
-  Fused r = fused(in, cfg);
-  check_against_reference(in, r.out);
-  const launch::LaunchStats::ProgramWork& w = r.stats.program_work.at(1);
-  REQUIRE(w.kernel == "paged_attention");
+  const launch::LaunchStats::ProgramWork w = planned_work(in, cfg);
   CHECK(w.programs == 48);
   CHECK(w.min_bytes > 0); // no program idle
   // Every program of the grid, idle ones included: the busiest within 15% of the mean.
@@ -173,10 +180,7 @@ TEST_CASE("planned, the programs share the pieces by cost (keys and a fixed cost
   PagedAttentionInputs in = ragged(s, lens, 5);
   PagedAttentionConfig cfg;
   cfg.block_n = 64, cfg.split_tokens = 256, cfg.plan_programs = 8;
-  Fused r = fused(in, cfg);
-  check_against_reference(in, r.out);
-  const launch::LaunchStats::ProgramWork& w = r.stats.program_work.at(1);
-  REQUIRE(w.kernel == "paged_attention");
+  const launch::LaunchStats::ProgramWork w = planned_work(in, cfg);
   const int64_t piece_kv = 256 * 2 * 64 * 2; // a long piece's K and V rows
   INFO("busiest " << w.max_bytes << " bytes, a long piece's K and V " << piece_kv);
   CHECK(w.max_bytes < 4 * piece_kv);
