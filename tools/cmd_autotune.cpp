@@ -156,6 +156,9 @@ int run_autotune(const Common& common, const AutotuneOptions& o) {
     std::error_code ec;
     if (fs::exists(o.export_dir, ec) && !fs::is_directory(o.export_dir, ec))
       throw UserError(fmt::format("--export {}: exists and is not a folder", o.export_dir));
+    // The kernel card the export writes: a declaration hosts cannot run fails now, not after
+    // the whole search.
+    (void)templates::kernel_card(t);
   }
   std::unique_ptr<launch::Launcher> launcher;
   autotune::Target tg = resolve_target(o, launcher);
