@@ -135,12 +135,17 @@ void Lowering::issue_tma(const std::vector<const AsyncOperand*>& xs, const std::
   for (size_t i = 0; i < xs.size(); ++i) {
     const Op& load = *xs[i]->load;
     const MmaStaging& st = xs[i]->staging;
-    auto offset = [&](size_t d) { return b_.CreateSExtOrTrunc(get(load.operands[5 + d], kScalar)[0], b_.getInt32Ty()); };
-    llvm::Value* outer = offset(0);
-    llvm::Value* inner = offset(1);
+    auto offset = [&](size_t d, int64_t box) {
+      return b_.CreateSExtOrTrunc(get(load.operands[ir::desc_offset_index(load, d, box)], kScalar)[0], b_.getInt32Ty());
+    };
+    llvm::Value* outer = offset(0, 0);
+    llvm::Value* inner = offset(1, 0);
     const int64_t per_panel = st.swizzle / ir::dtype_bytes(load.results[0]->type.dtype());
+    // Panel by panel, a copy per box (a gather's boxes each start at their own row).
     for (int64_t p = 0; p < st.panels; ++p)
-      coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner, outer});
+      for (int64_t box = 0; box < load.attrs.boxes; ++box)
+        coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner,
+                             box ? offset(0, box) : outer});
   }
   llvm::Value* pred = and_pred(b_.CreateICmpEQ(tid_, b_.getInt32(0)), ahead_pred_);
   guarded(b_, pred, [&]() -> llvm::Value* {
@@ -148,9 +153,13 @@ void Lowering::issue_tma(const std::vector<const AsyncOperand*>& xs, const std::
     for (size_t i = 0; i < xs.size(); ++i) {
       const MmaStaging& st = xs[i]->staging;
       llvm::Value* map = tensor_maps_[size_t(xs[i]->tensor_map)];
+      const int64_t boxes = xs[i]->load->attrs.boxes, h = st.rows / boxes;
       for (int64_t p = 0; p < st.panels; ++p)
-        hooks_.tma_load(b_, b_.CreateConstGEP1_64(b_.getInt8Ty(), bases[i], uint64_t(p * st.rows * st.row_bytes)), map,
-                        coords[i][size_t(p)], bar, where);
+        for (int64_t box = 0; box < boxes; ++box)
+          hooks_.tma_load(b_,
+                          b_.CreateConstGEP1_64(b_.getInt8Ty(), bases[i],
+                                                uint64_t(p * st.rows * st.row_bytes + box * h * st.row_bytes)),
+                          map, coords[i][size_t(p * boxes + box)], bar, where);
     }
     return nullptr;
   });

@@ -19,8 +19,6 @@ using ir::Value;
 
 namespace {
 
-size_t desc_rank(const ir::Op& op) { return (op.operands.size() - (op.kind == OpKind::DescStore ? 2 : 1)) / 3; }
-
 bool is_param(const ir::Function& fn, const Value* v) {
   return std::find(fn.params.begin(), fn.params.end(), v) != fn.params.end();
 }
@@ -92,7 +90,7 @@ int store_swizzle(int64_t bytes) { return bytes >= 128 ? 128 : bytes >= 32 ? int
 std::string map_unfit(const ir::Function& fn, const ir::Op& op, const CompileOptions& o) {
   if (!wgmma_enabled(o)) return o.arch != "sm_90" ? fmt::format("TMA needs sm_90, not {}", o.arch) : "wgmma is off";
   if (!o.tma) return "TMA is off (--no-tma)";
-  const size_t rank = desc_rank(op);
+  const size_t rank = ir::desc_rank(op);
   if (rank != 2) return fmt::format("its rank is {}: tilec's TMA copies are 2-d", rank);
   if (!is_param(fn, op.operands[0])) return "its base is not a kernel parameter";
   const int64_t eb = ir::dtype_bytes(op.operands[0]->type.dtype());
@@ -106,10 +104,10 @@ std::string map_unfit(const ir::Function& fn, const ir::Op& op, const CompileOpt
   // 32-bit: a copy's coordinates are signed 32-bit, which a wider offset would wrap into.
   if (constant_of(op.operands[2 * rank]) != std::optional<int64_t>(1))
     return "its innermost stride is not the number 1";
-  for (size_t d = 0; d < rank; ++d)
-    if (ir::dtype_bits(op.operands[1 + 2 * rank + d]->type.dtype()) > 32)
-      return fmt::format("its offset {} is {}: a copy's coordinates are 32-bit", d,
-                         ir::dtype_name(op.operands[1 + 2 * rank + d]->type.dtype()));
+  for (size_t i = 1 + 2 * rank; i < op.operands.size() - (op.kind == OpKind::DescStore ? 1 : 0); ++i)
+    if (ir::dtype_bits(op.operands[i]->type.dtype()) > 32)
+      return fmt::format("its offset {} is {}: a copy's coordinates are 32-bit", i - 1 - 2 * rank,
+                         ir::dtype_name(op.operands[i]->type.dtype()));
   for (size_t d = 0; d + 1 < rank; ++d) {
     const Value* s = op.operands[1 + rank + d];
     const int64_t multiple = constant_of(s) ? (*constant_of(s) ? *constant_of(s) & -*constant_of(s) : 1 << 30)
@@ -161,6 +159,11 @@ std::string tma_unfit(const ir::Function& fn, const ir::Op& load, const CompileO
     return "its dot does not run on wgmma with this operand staged along the descriptor's innermost dim";
   const MmaStaging st = wgmma_staging(dot, c.idx, kmajor);
   if (st.rows > 256) return fmt::format("its box would have {} rows (256 at most)", st.rows);
+  // A gather's boxes split the staging's rows (the descriptor's dim 0): each lands a whole
+  // number of swizzle patterns (8 rows) after the last, where the pattern of its absolute
+  // address is the one the wgmma reads. A page of fewer rows is not a box (it is expanded).
+  if (const int64_t boxes = load.attrs.boxes; boxes > 1 && (st.rows != block[0] || st.rows / boxes % 8 != 0))
+    return fmt::format("it gathers boxes of {} rows: a gathered box takes a multiple of 8 rows", block[0] / boxes);
   (void)block;
   return "";
 }
@@ -237,7 +240,7 @@ TensorMapPlan tensor_map_plan(const ir::Op& load, const ir::Op& dot, int idx, bo
     t.sizes.push_back(load.operands[1 + d]);
     t.strides.push_back(load.operands[3 + d]);
   }
-  t.box = {st.rows, st.swizzle / eb};
+  t.box = {st.rows / load.attrs.boxes, st.swizzle / eb};
   t.swizzle = st.swizzle;
   return t;
 }

@@ -187,6 +187,14 @@ struct TensorDesc {
 TensorDesc make_tensor_desc(const Tile& base, std::vector<Operand> shape, std::vector<Operand> strides, Shape block,
                             Loc loc = Loc::current());
 Tile load(const TensorDesc& desc, std::vector<Operand> offsets, Loc loc = Loc::current());
+// A gather (paged K/V): the block's rows in rows.size() boxes of equal height, box i starting
+// at row rows[i] (one integer scalar each; a power of two of them that divides block[0]), the
+// other dims at `offsets` (one per dim after the first). Element (r, ...) is the tensor's at
+// row rows[r / h] + r % h, h = block[0] / rows.size(), with the same bounds as load(desc, ...).
+// On sm_90 each box is its own TMA copy where the load qualifies as above (docs/ARCHITECTURE.md,
+// "TMA"); everywhere else the masked load it describes.
+Tile load_gather(const TensorDesc& desc, std::vector<Operand> rows, std::vector<Operand> offsets,
+                 Loc loc = Loc::current());
 void store(const TensorDesc& desc, std::vector<Operand> offsets, Operand value, Loc loc = Loc::current());
 // Atomics (relaxed, device scope; ir/SEMANTICS.md): each lane reads, combines and writes
 // its element in one step and returns the old value (0 where the mask is false). add, max,

@@ -90,6 +90,24 @@ Tile load(const TensorDesc& desc, std::vector<Operand> offsets, Loc loc) {
   return at(loc).create(ir::OpKind::DescLoad, std::move(ops), {t})->result();
 }
 
+Tile load_gather(const TensorDesc& desc, std::vector<Operand> rows, std::vector<Operand> offsets, Loc loc) {
+  const int64_t boxes = int64_t(rows.size());
+  if (boxes < 1 || (boxes & (boxes - 1)) != 0 || desc.block.empty() || desc.block[0] % boxes != 0)
+    fail(loc, fmt::format("load_gather: {} row offsets: a power of two of them that divides the block's {} rows", boxes,
+                          desc.block.empty() ? 0 : desc.block[0]));
+  std::vector<Operand> first{rows[0]};
+  first.insert(first.end(), offsets.begin(), offsets.end());
+  std::vector<ir::Value*> ops = desc_operands(desc, first, loc, "load_gather");
+  std::vector<ir::Value*> more;
+  for (size_t i = 1; i < rows.size(); ++i) more.push_back(desc_int(rows[i], loc, "load_gather row offset"));
+  const size_t at0 = 1 + 2 * desc.block.size() + 1; // after dim 0's first offset
+  ops.insert(ops.begin() + ptrdiff_t(at0), more.begin(), more.end());
+  ir::Type t = ir::tile_type(desc.base.type().dtype(), desc.block);
+  ir::Attrs a;
+  a.boxes = boxes;
+  return at(loc).create(ir::OpKind::DescLoad, std::move(ops), {t}, std::move(a))->result();
+}
+
 void store(const TensorDesc& desc, std::vector<Operand> offsets, Operand value, Loc loc) {
   std::vector<ir::Value*> ops = desc_operands(desc, offsets, loc, "store (descriptor)");
   ops.push_back(as_value(value, {desc.base.type().dtype(), false}, desc.block, loc));

@@ -627,12 +627,15 @@ void Machine::each_lane(const Op& op, Access access, Masked masked) {
 // store writes nothing there.
 void Machine::exec_desc(const Op& op) {
   const bool store = op.kind == OpKind::DescStore;
-  const size_t rank = (op.operands.size() - (store ? 2 : 1)) / 3;
+  const size_t rank = ir::desc_rank(op);
   const Tile& base = in(op.operands[0]);
   auto scalar = [&](size_t i) { return in(op.operands[i]).i[0]; };
   std::vector<int64_t> size(rank), stride(rank), offset(rank);
-  for (size_t d = 0; d < rank; ++d) size[d] = scalar(1 + d), stride[d] = scalar(1 + rank + d), offset[d] = scalar(1 + 2 * rank + d);
+  for (size_t d = 0; d < rank; ++d)
+    size[d] = scalar(1 + d), stride[d] = scalar(1 + rank + d), offset[d] = scalar(ir::desc_offset_index(op, d));
   const ir::Shape& block = store ? op.operands.back()->type.shape : op.result()->type.shape;
+  // A gather's rows: box i (block[0] / boxes rows) starts at its own row offset.
+  const int64_t box_rows = block[0] / op.attrs.boxes;
   const DType t = op.operands[0]->type.dtype();
   const bool fl = ir::is_float(t);
   const int64_t elem_bytes = ir::dtype_bytes(t), n = ir::num_elements(block);
@@ -647,7 +650,9 @@ void Machine::exec_desc(const Op& op) {
     for (size_t d = rank; d-- > 0;) {
       idx[d] = rem % block[d];
       rem /= block[d];
-      const int64_t c = offset[d] + idx[d];
+      const int64_t c = d == 0 && op.attrs.boxes > 1
+                            ? scalar(ir::desc_offset_index(op, 0, idx[0] / box_rows)) + idx[0] % box_rows
+                            : offset[d] + idx[d];
       inside = inside && c >= 0 && c < size[d];
       at += c * stride[d];
     }

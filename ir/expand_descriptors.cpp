@@ -43,11 +43,11 @@ bool known_nonnegative(const Value* v, int depth = 0) {
 // 0 <= offset_d + arange < size_d, each dim broadcast to the block.
 std::pair<Value*, Value*> address_and_mask(Builder& b, const Op& op) {
   const bool store = op.kind == OpKind::DescStore;
-  const size_t rank = (op.operands.size() - (store ? 2 : 1)) / 3;
+  const size_t rank = desc_rank(op);
   const Shape& block = store ? op.operands.back()->type.shape : op.result()->type.shape;
   // Index arithmetic in the widest integer type among the scalars (i32 at least).
   DType it = DType::i32;
-  for (size_t i = 1; i < 1 + 3 * rank; ++i)
+  for (size_t i = 1; i < op.operands.size() - (store ? 1 : 0); ++i)
     if (dtype_bits(op.operands[i]->type.dtype()) > 32) it = DType::i64;
   auto widen = [&](Value* v) { return v->type.dtype() == it ? v : b.cast(v, it); };
   // Per dim, the coordinates as a tile of size 1 but along that dim, broadcast to the block
@@ -65,15 +65,35 @@ std::pair<Value*, Value*> address_and_mask(Builder& b, const Op& op) {
     if (x->type.shape != s) x = b.broadcast(x, s);
     return k == OpKind::AddPtr ? b.addptr(acc, x) : b.binary(k, acc, x);
   };
+  const int64_t boxes = op.attrs.boxes;
+  bool nonnegative = true; // every offset of the dim
   for (size_t d = 0; d < rank; ++d) {
     Value* r = b.arange(0, block[d]);
     if (it != DType::i32) r = b.cast(r, it);
-    Value* coord = b.binary(OpKind::Add, b.splat(widen(op.operands[1 + 2 * rank + d]), {block[d]}), r);
+    auto offset = [&](int64_t box) { return b.splat(widen(op.operands[desc_offset_index(op, d, box)]), {block[d]}); };
+    Value* coord;
+    if (d == 0 && boxes > 1) {
+      // A gather: row r is row r mod h of box r / h (h rows a box), which starts at that box's
+      // offset, chosen by comparing r with the boxes' ends, last box first.
+      const int64_t h = block[0] / boxes;
+      Value* start = offset(boxes - 1);
+      nonnegative = known_nonnegative(op.operands[desc_offset_index(op, 0, boxes - 1)]);
+      for (int64_t i = boxes - 1; i-- > 0;) {
+        Value* end = b.splat(b.constant(scalar_type(it), ConstValue::of_int((i + 1) * h)), {block[0]});
+        start = b.select(b.binary(OpKind::Lt, r, end), offset(i), start);
+        nonnegative = nonnegative && known_nonnegative(op.operands[desc_offset_index(op, 0, i)]);
+      }
+      Value* within = b.binary(OpKind::Rem, r, b.splat(b.constant(scalar_type(it), ConstValue::of_int(h)), {block[0]}));
+      coord = b.binary(OpKind::Add, start, within);
+    } else {
+      coord = b.binary(OpKind::Add, offset(0), r);
+      nonnegative = known_nonnegative(op.operands[desc_offset_index(op, d)]);
+    }
     for (size_t e = 0; e < rank; ++e)
       if (e != d) coord = b.expand_dims(coord, int(e));
     const Shape& cs = coord->type.shape;
     Value* inside = b.binary(OpKind::Lt, coord, b.splat(widen(op.operands[1 + d]), cs));
-    if (!known_nonnegative(op.operands[1 + 2 * rank + d]))
+    if (!nonnegative)
       inside = b.binary(OpKind::And, b.binary(OpKind::Ge, coord, b.splat(b.constant(scalar_type(it), ConstValue::of_int(0)), cs)),
                         inside);
     mask = combine(mask, inside, OpKind::And);

@@ -93,6 +93,16 @@ AtomicOp atomic_op(const Op& op) {
   return a;
 }
 
+size_t desc_rank(const Op& op) {
+  const size_t fixed = op.kind == OpKind::DescStore ? 2 : 1;
+  return (op.operands.size() - fixed - size_t(op.attrs.boxes - 1)) / 3;
+}
+
+size_t desc_offset_index(const Op& op, size_t d, int64_t box) {
+  const size_t rank = desc_rank(op);
+  return d == 0 ? 1 + 2 * rank + size_t(box) : 1 + 2 * rank + size_t(op.attrs.boxes - 1) + d;
+}
+
 bool is_terminator(OpKind k) { return k == OpKind::Yield || k == OpKind::Return; }
 
 bool has_side_effects(OpKind k) {

@@ -94,6 +94,9 @@ struct Attrs {
   // for: stages of the software pipeline of its asynchronous copies (1: none). A hint:
   // loads the lowering cannot issue ahead keep their place (docs/ARCHITECTURE.md).
   int64_t num_stages = 1;
+  // desc_load: its block's rows (dim 0) come in this many boxes of equal height, each from a
+  // row offset of its own (a gather: paged attention's pages); 1: one box, one offset per dim.
+  int64_t boxes = 1;
   std::string message; // assert; print (its prefix)
   bool operator==(const Attrs&) const = default;
 };
@@ -131,6 +134,10 @@ public:
 
 // What an atomic op does to memory, by its kind and dtype (u32 max/min: umax/umin).
 AtomicOp atomic_op(const Op& op);
+// A desc_load's or desc_store's rank, and the operand holding dim d's offset (for dim 0 of a
+// gather, box `box`'s): base, sizes, strides, dim 0's offsets (one per box), the other dims'.
+size_t desc_rank(const Op& op);
+size_t desc_offset_index(const Op& op, size_t d, int64_t box = 0);
 
 class Function {
 public:

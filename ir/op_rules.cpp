@@ -286,16 +286,20 @@ std::string check_desc_access(const Op& op) {
   const auto& in = op.operands;
   const bool store = op.kind == OpKind::DescStore;
   const size_t fixed = store ? 2 : 1;
-  if (op.operands.size() < fixed + 3 || (op.operands.size() - fixed) % 3 != 0)
-    return fmt::format("expects a base{}, then a size, a stride and an offset per dim; got {} operands",
-                       store ? " and a value" : "", op.operands.size());
+  const int64_t boxes = op.attrs.boxes;
+  if (boxes < 1 || (boxes > 1 && store)) return fmt::format("has {} boxes: a desc_load gathers 1 or more, a desc_store 1", boxes);
+  const size_t extra = size_t(boxes - 1); // dim 0's offsets past the first
+  if (op.operands.size() < fixed + 3 + extra || (op.operands.size() - fixed - extra) % 3 != 0)
+    return fmt::format("expects a base{}, then a size, a stride and an offset per dim{}; got {} operands",
+                       store ? " and a value" : "", boxes > 1 ? fmt::format(" ({} offsets for dim 0)", boxes) : "",
+                       op.operands.size());
   if (op.results.size() != (store ? 0u : 1u)) return fmt::format("expects {} results", store ? 0 : 1);
   for (Value* v : op.operands)
     if (!v) return "has a null operand";
-  const size_t rank = (op.operands.size() - fixed) / 3;
+  const size_t rank = desc_rank(op);
   const Type& base = in[0]->type;
   if (!base.is_ptr() || base.rank() != 0) return fmt::format("base {} is not a scalar pointer", describe(in[0]));
-  for (size_t i = 1; i < 1 + 3 * rank; ++i) {
+  for (size_t i = 1; i < 1 + 3 * rank + extra; ++i) {
     const Type& t = in[i]->type;
     if (t.is_ptr() || t.rank() != 0 || !is_int(t.dtype()) || t.dtype() == DType::i1)
       return fmt::format("{} {} is not an integer scalar", i <= rank ? "size" : i <= 2 * rank ? "stride" : "offset",
@@ -305,6 +309,8 @@ std::string check_desc_access(const Op& op) {
   if (int(rank) != block->type.rank() || block->type.is_ptr() || block->type.dtype() != base.dtype())
     return fmt::format("{} {} should be a rank-{} tile of {}", store ? "value" : "result", describe(block), rank,
                        base.elem.str());
+  if (boxes > 1 && block->type.shape[0] % boxes != 0)
+    return fmt::format("gathers {} boxes, which do not divide the block's {} rows", boxes, block->type.shape[0]);
   return check_shape_dims(block->type, block);
 }
 

@@ -607,6 +607,13 @@ private:
       }
       after = "':' after the permutation";
       break;
+    case OpKind::DescLoad: // %r = desc_load %base, ... boxes 4 : type (a gather of 4 boxes)
+      operands = parse_operands();
+      if (accept_keyword("boxes")) {
+        attrs.boxes = parse_int("a box count after 'boxes'");
+        after = "':' after the box count";
+      }
+      break;
     case OpKind::Return: break; // takes no operands; see the typing rule
     default: operands = parse_operands(); break;
     }

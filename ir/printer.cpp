@@ -174,6 +174,10 @@ private:
         out_ += fmt::format(" ({})", refs(op.regions[0]->args));
       break;
     case OpKind::Permute: out_ += fmt::format(" {} [{}]", refs(op.operands), fmt::join(a.perm, ", ")); break;
+    case OpKind::DescLoad:
+      out_ += " " + refs(op.operands);
+      if (a.boxes != 1) out_ += fmt::format(" boxes {}", a.boxes);
+      break;
     case OpKind::For: print_for(op, depth); typed = false; break;
     case OpKind::If: print_if(op, depth); typed = false; break;
     default:

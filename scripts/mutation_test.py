@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (51 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (53 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -245,8 +245,13 @@ MUTATIONS = [
     ("tma-panel-column",
      "codegen/lower_pipeline.cpp",
      "the TMA copy of a staging's second panel starts at the first panel's columns",
-     'coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner, outer});',
-     'coords[i].push_back({inner, outer});'),
+     'coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner,',
+     'coords[i].push_back({inner,'),
+    ("tma-gather-box-smem",
+     "codegen/lower_pipeline.cpp",
+     "every box of a gathered TMA load (paged K/V, kv_tma=1) lands at its panel's first rows",
+     'uint64_t(p * st.rows * st.row_bytes + box * h * st.row_bytes)),',
+     'uint64_t(p * st.rows * st.row_bytes)),'),
     ("tma-expect-short",
      "codegen/lower_pipeline.cpp",
      "the mbarrier is armed for one operand's bytes too few (the phase completes before the last copy)",
@@ -260,8 +265,13 @@ MUTATIONS = [
     ("desc-no-lower-bound",
      "ir/expand_descriptors.cpp",
      "a descriptor block at a negative offset reads the elements before the tensor instead of zeros",
-     '    if (!known_nonnegative(op.operands[1 + 2 * rank + d]))',
+     '    if (!nonnegative)',
      '    if (false)'),
+    ("desc-gather-box-start",
+     "ir/expand_descriptors.cpp",
+     "a gathered descriptor load's rows all start at the last box's row offset",
+     '        start = b.select(b.binary(OpKind::Lt, r, end), offset(i), start);',
+     '        start = b.select(b.binary(OpKind::Lt, r, end), start, start);'),
     ("mma-b-pair-same-k",
      "codegen/lower_dot_mma.cpp",
      "an 8-column product's paired B load takes the second k step's matrices at the first's k",

@@ -50,7 +50,8 @@ struct FusedSpec {
                        head_dim, block_size, ir::dtype_name(dtype), ir::dtype_name(cache), alibi, softcap, cfg.block_n,
                        cfg.head_group, cfg.num_splits, cfg.num_stages, cfg.num_warps, window, causal, block_m,
                        varlen, chunk, sinks) +
-           fmt::format("/{}/{}/{}/{}/{}", head_dim_v, latent, split_tokens, plan_programs, cfg.overlap);
+           fmt::format("/{}/{}/{}/{}/{}", head_dim_v, latent, split_tokens, plan_programs, cfg.overlap) +
+           (cfg.kv_tma ? "/kv_tma" : "");
   }
 };
 
@@ -179,6 +180,8 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   Tile cap = sp.softcap ? k.arg<f32>("softcap") : Tile();
   Tile k_scale = fp8 ? k.arg<f32>("k_scale") : Tile(), v_scale = fp8 ? k.arg<f32>("v_scale") : Tile();
   auto max_blocks = k.arg<i32>("max_blocks");
+  // kv_tma: the caches' rows, num_blocks x block_size (the run's let cache_rows).
+  Tile cache_rows = sp.cfg.kv_tma ? k.arg<i32>("cache_rows") : Tile();
   // A plan (build_plan): the pieces of every (sequence, query tile), listed in a workspace.
   Tile plan = sp.plan_programs ? k.arg<Ptr<i32>>("plan") : Tile();
   Tile batch = sp.plan_programs ? k.arg<i32>("batch") : Tile();
@@ -294,6 +297,30 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       Tile mask = live ? (ok ? live.col() & ok.row() : live.col()) : ok ? ok.row() : Tile();
       return widen(mask ? load(addr, mask, 0) : load(addr));
     };
+    // kv_tma: a whole step's K or V tile (keys s0 .. s0 + N - 1, all below `end`) as one
+    // tensor-descriptor gather over the cache viewed as [cache_rows, hkv x D]: N / block_size
+    // boxes of a page each, or one box within a page when a page holds the step. The copy
+    // engine moves each box on sm_90 (docs/PAGED_ATTENTION.md, "K/V by TMA"); elsewhere it is
+    // the masked load it describes. Only for a walk from key 0 by whole steps (no window or
+    // chunk: a step's keys then start on a page), rows of a power-of-two D, and no latent form.
+    const int64_t bs = sp.block_size;
+    const bool gather = sp.cfg.kv_tma && one_col && !pad_d && D == DP && !sp.latent && !lo.value() && ir::is_pow2(bs) &&
+                        (N % bs == 0 || bs % N == 0);
+    // The boxes' first rows (K's and V's: one read of the step's table entries serves both).
+    auto page_rows = [&](const Tile& s0) {
+      const int64_t boxes = std::max<int64_t>(N / bs, 1), h = N / boxes;
+      std::vector<Operand> rows;
+      for (int64_t i = 0; i < boxes; ++i) {
+        Tile key = (i ? s0 + i * h : s0).to(u32);
+        Tile page = load(block_table + b * max_blocks + (key / bs).to(i32)) * bs;
+        rows.push_back(boxes > 1 ? page : page + (key % bs).to(i32));
+      }
+      return rows;
+    };
+    auto kv_gather = [&](const Tile& base, const std::vector<Operand>& rows) {
+      TensorDesc desc = make_tensor_desc(base, {cache_rows, sp.hkv * D}, {sp.hkv * D, 1}, {N, D});
+      return widen(load_gather(desc, rows, {kvh * D}));
+    };
     // V's rows at `slot`: in the latent form K's first column tile.
     auto v_rows = [&](const Tile& slot, const Tile& live) {
       return sp.latent ? kv_rows(k_cache, D, sp.cols[0], slot, live)
@@ -308,13 +335,17 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // anything reads it.
     struct Scores {
       Tile s, slot, live, kt;
+      std::vector<Operand> rows; // kv_tma: the step's boxes' first rows (page_rows)
     };
     auto scores = [&](Scalar s0, bool tail, bool causal, const std::function<void()>& between) {
       auto j = s0 + arange(0, N);
       Tile live = tail ? j < end : Tile();
-      Tile slot = slots_of(j, live);
+      Tile slot = gather && !tail ? Tile() : slots_of(j, live);
+      std::vector<Operand> rows = gather && !tail ? page_rows(s0) : std::vector<Operand>{};
       std::vector<Tile> kts;
-      for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c, slot, live));
+      if (gather && !tail) kts.push_back(kv_gather(k_cache, rows));
+      else
+        for (const PagedAttentionColumns& c : sp.cols) kts.push_back(kv_rows(k_cache, D, c, slot, live));
       Tile kt = kts[0];
       Tile qk = swap ? dot(kt, q_b) : dot(qt, trans(kt));
       for (size_t c = 1; c < kts.size(); ++c) qk = qk + dot(qts[c], trans(kts[c]));
@@ -328,7 +359,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       if (first) seen = both(seen, per_key(j) >= per_row(first));
       if (row_end) seen = both(seen, per_key(j) < per_row(row_end));
       if (seen) s = where(seen, s, -INFINITY);
-      return Scores{s, slot, live, kt};
+      return Scores{s, slot, live, kt, rows};
     };
     // The online softmax of a step's scores: m and l (or l_keys) take the step in; returns the
     // step's p and alpha, the rescale of what came before. `masked`: a row may see none of the
@@ -370,7 +401,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
         // The latent form's V is K's first column tile, loaded above: one read serves both
         // products. The product accumulates into the rescaled O (ir::fuse_dot_accumulate), but
         // a transposed tile's.
-        Tile vt = sp.latent ? sc.kt : v_rows(sc.slot, sc.live);
+        Tile vt = sp.latent ? sc.kt : gather && !tail ? kv_gather(v_cache, sc.rows) : v_rows(sc.slot, sc.live);
         if (swap) acc = acc * sm.alpha.row() + dot(trans(vt), p_operand(sm.p));
         else acc = acc * sm.alpha.col() + dot(p_operand(sm.p), vt);
         return;
@@ -620,6 +651,8 @@ FusedSpec fused_spec(const PagedAttentionShape& s, PagedAttentionConfig cfg) {
   if (std::string why = num_warps_error(cfg.num_warps); !why.empty()) throw UserError("paged_attention: " + why);
   if (cfg.overlap != 0 && cfg.overlap != 1)
     throw UserError(fmt::format("paged_attention: overlap {} must be 0 or 1", cfg.overlap));
+  if (cfg.kv_tma != 0 && cfg.kv_tma != 1)
+    throw UserError(fmt::format("paged_attention: kv_tma {} must be 0 or 1", cfg.kv_tma));
   if (cfg.num_stages < 1 || cfg.num_stages > ir::kMaxPipelineStages)
     throw UserError(fmt::format("paged_attention: num_stages {} must be from 1 to {}", cfg.num_stages,
                                 ir::kMaxPipelineStages));
@@ -709,7 +742,7 @@ rt::RunValues paged_attention_run_values(const PagedAttentionShape& s, const Pag
                        {{"block_n", cfg.block_n}, {"head_group", cfg.head_group}, {"num_warps", cfg.num_warps},
                         {"num_splits", cfg.num_splits}, {"num_stages", cfg.num_stages}, {"block_m", cfg.block_m},
                         {"split_tokens", cfg.split_tokens}, {"plan_programs", cfg.plan_programs},
-                        {"overlap", cfg.overlap}});
+                        {"overlap", cfg.overlap}, {"kv_tma", cfg.kv_tma}});
 }
 
 std::map<std::string, rt::SpecValue> paged_attention_module_spec(const PagedAttentionShape& s,
@@ -758,6 +791,7 @@ launch::Buffer run_paged_attention_fused(const PagedAttentionInputs& in, const P
     args.push_back(launch::Arg::of_float(s.v_scale));
   }
   args.push_back(launch::Arg::of_int(s.max_blocks));
+  if (sp.cfg.kv_tma) args.push_back(launch::Arg::of_int(run.value_int("cache_rows")));
   launch::Buffer plan("plan", ir::DType::i32, size_t(run.workspace_elements("plan")));
   if (run.launched("paged_attention_plan")) {
     ir::Kernel planner = prim::detail::cached_kernel("plan/" + sp.key(), [&] { return build_plan(sp); });

@@ -211,6 +211,12 @@ struct PagedAttentionConfig {
   // softmax runs while the tensor cores do that product; the last P.V follows the walk. 0: each
   // trip's P.V after its own softmax.
   int64_t overlap = 0;
+  // 1: on sm_90, the walk's whole K and V tiles come through tensor descriptors, each tile
+  // block_n / block_size boxes of its pages' rows (one box when block_size is a multiple of
+  // block_n), copied by TMA into the wgmma's staging (docs/PAGED_ATTENTION.md "K/V by TMA").
+  // The kernel then takes `cache_rows` (num_blocks x block_size) after max_blocks. Elsewhere the
+  // same gathers run as masked loads. 0: the K/V tiles are gathered loads (cp.async on the GPU).
+  int64_t kv_tma = 0;
 };
 constexpr int64_t kMaxPlanPrograms = int64_t(1) << 20;
 // What a planned piece costs, by which the plan shares the pieces among the programs

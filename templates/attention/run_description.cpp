@@ -51,7 +51,9 @@ rt::OpRun declare_paged_attention() {
       // keys the cache's longest walk needs, rounded up to a power of two.
       .let("splits", "split_tokens == 0 ? num_splits : pow2(cdiv(max(max_blocks * block_size, 1), split_tokens))")
       // Planned: the items (sequence, query tile) whose pieces the plan lists.
-      .let("items", "batch * q_tiles");
+      .let("items", "batch * q_tiles")
+      // kv_tma = 1: the rows of the caches viewed as [num_blocks x block_size, hkv x head_dim].
+      .let("cache_rows", "num_blocks * block_size");
 
   b.input("q", {{"batch", "hq", "sq", "head_dim"}, "dtype"})
       .input("k_cache", {{"num_blocks", "block_size", "hkv", "head_dim"}, "cache_dtype"})
@@ -82,6 +84,7 @@ rt::OpRun declare_paged_attention() {
   // Split by size: the splits depend on the capacity too.
   b.spec("num_splits", "splits").spec("split_tokens", "split_tokens").spec("plan_programs", "plan_programs");
   b.spec("overlap", "overlap");
+  b.spec("kv_tma", "kv_tma");
   b.spec("head_dim_v", "head_dim_v_key")
       .spec("sinks", "has_sinks")
       .spec("softcap", "has_softcap")

@@ -145,7 +145,8 @@ void check_host_memory(const PagedAttentionShape& s) {
 PagedAttentionConfig paged_attention_config(const ParamMap& p) {
   return {p.at("block_n"), p.at("head_group"), p.at("num_warps"), p.at("num_splits"), p.at("num_stages"),
           p.count("block_m") ? p.at("block_m") : 0, p.count("split_tokens") ? p.at("split_tokens") : 0,
-          p.count("plan_programs") ? p.at("plan_programs") : 0, p.count("overlap") ? p.at("overlap") : 0};
+          p.count("plan_programs") ? p.at("plan_programs") : 0, p.count("overlap") ? p.at("overlap") : 0,
+          p.count("kv_tma") ? p.at("kv_tma") : 0};
 }
 
 KernelTemplate paged_attention_template() {
@@ -164,7 +165,9 @@ KernelTemplate paged_attention_template() {
               {"plan_programs", 0, "with split_tokens: this many programs share the pieces a plan on the device lists "
                                    "(0: a program per piece the capacity allows)"},
               {"overlap", 0, "1: each trip of the K/V walk does its scores, the previous step's P.V, then its "
-                             "softmax (FlashAttention-3's order: on Hopper the softmax overlaps the P.V wgmma)"}};
+                             "softmax (FlashAttention-3's order: on Hopper the softmax overlaps the P.V wgmma)"},
+              {"kv_tma", 0, "1: the walk's whole K/V tiles are tensor-descriptor gathers of block_n / block_size page "
+                            "boxes (TMA copies on sm_90 with wgmma; block_n and block_size powers of two, overlap 0)"}};
   t.shape = {{"batch", 2, "sequences"},
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},

@@ -199,7 +199,7 @@ TEST_CASE("paged attention's run description matches run_paged_attention_fused",
               {"num_splits", splits}, {"split_tokens", planned ? int64_t(32) : int64_t(0)},
               {"plan_programs", planned ? int64_t(5) : int64_t(0)}, {"num_stages", int64_t(1)}, {"window", s.effective_window()},
               {"causal", int64_t(s.causal)}, {"chunk", s.effective_chunk()}, {"varlen", int64_t(s.varlen)},
-              {"overlap", params.at("overlap")}};
+              {"overlap", params.at("overlap")}, {"kv_tma", params.at("kv_tma")}};
           CHECK(spec == built_from);
           ++checked;
         }
