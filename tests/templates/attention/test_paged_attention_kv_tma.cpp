@@ -280,3 +280,25 @@ TEST_CASE("kv_tma=0 is the kernel of before, and kv_tma must be 0 or 1", "[templ
   bad.kv_tma = 2;
   CHECK_THROWS_WITH(paged_attention_fused_kernel(s, bad), Catch::Contains("kv_tma 2 must be 0 or 1"));
 }
+
+TEST_CASE("kv_tma=1: a launch whose cache_rows reaches past a cache is refused, naming its tensor map",
+          "[templates][emulator][paged_attention][tma]") {
+  PagedAttentionShape s = prefill(16, 4);
+  s.batch = 1;
+  PagedAttentionInputs in = make_paged_attention_inputs(s, 31);
+  ir::Kernel k = paged_attention_fused_kernel(in.shape, tile(64, 1));
+  launch::Buffer out("out", s.dtype, size_t(in.q_rows() * s.head_dim));
+  const int64_t rows = int64_t(in.k_cache.count()) / (s.hkv * s.head_dim);
+  auto launch_with = [&](int64_t cache_rows) {
+    std::vector<launch::Arg> args{launch::Arg::of(in.q),           launch::Arg::of(in.k_cache),
+                                  launch::Arg::of(in.v_cache),     launch::Arg::of(in.block_table),
+                                  launch::Arg::of(in.context_lens), launch::Arg::of(out),
+                                  launch::Arg::of_float(in.shape.scale()), launch::Arg::of_int(s.max_blocks),
+                                  launch::Arg::of_int(cache_rows)};
+    emulator(EmuLowering::emu)->launch(k, 4, {1, 1, 1}, args);
+  };
+  CHECK_NOTHROW(launch_with(rows));
+  // One row more than the cache holds: the copy engine would read past the buffer unfaulted.
+  CHECK_THROWS_WITH(launch_with(rows + 1), Catch::Contains("the tensor map of 'k_cache'") &&
+                                               Catch::Contains("past the buffer's"));
+}
