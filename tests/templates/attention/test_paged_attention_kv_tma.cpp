@@ -240,8 +240,13 @@ TEST_CASE("kv_tma=1: the sm_90 prefill tile's K and V come by TMA, a box per pag
   // block_size 16 under block_n 64: 4 boxes of 16 rows of one 128-byte panel (64 bf16) for K
   // and for V: 8 copies a trip.
   check_case({"block_size 16, block_n 64", prefill(16, 10), tile(64, 1), 8}, 11);
-  // A page holds the step: one box of 64 rows from within the page.
+  // A page holds the step: one box of 64 rows from within the page (at row 0 or 64 of a page of
+  // 128), copied ahead by the pipeline or, with one stage, by each product itself.
   check_case({"block_size 64, block_n 64", prefill(64, 3), tile(64, 1), 2}, 12);
+  check_case({"block_size 128, block_n 64", prefill(128, 2), tile(64, 1), 2}, 14);
+  Case unpipelined = {"block_size 16, block_n 64, one stage", prefill(16, 10), tile(64, 1), 8};
+  unpipelined.cfg.num_stages = 1;
+  check_case(unpipelined, 15);
   Case causal = {"causal, sinks, block_size 16, block_n 32", prefill(16, 8), tile(32, 1), 4};
   causal.s.causal = true, causal.s.sinks = true;
   check_case(causal, 13);
