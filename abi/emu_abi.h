@@ -48,6 +48,20 @@ uint32_t tilec_emu_num_blocks(tilec_emu_thread* ctx, uint32_t axis);
  * numbered `id` (the lowering numbers a kernel's barriers; a back end that copies a call
  * into both arms of a branch keeps its number, so the copies are one barrier). */
 void tilec_emu_barrier(tilec_emu_thread* ctx, uint32_t id);
+/* A barrier among `threads` threads of the block (bar.sync 1, threads; a multiple of 32): it
+ * completes when that many wait at the barrier numbered `id`, the others running on (a
+ * warp-specialized kernel's consumers, while its producer warpgroup waits elsewhere or has
+ * finished). More threads than that at it, or fewer when no other thread can still come, is
+ * an error. */
+void tilec_emu_barrier_among(tilec_emu_thread* ctx, uint32_t id, uint32_t threads);
+/* setmaxnreg.{inc (inc = 1), dec}.sync.aligned.u32 count: the per-thread register ceiling of the
+ * calling warp. `count` must be a multiple of 8 in [24, 256], dec must not raise the warp's
+ * ceiling nor inc lower it (the kernel starts at `launch_count`), every thread of the warpgroup
+ * must run it as often and with the same count, and when the block ends the warps' ceilings
+ * must fit the 64K-register file (32 registers per ceiling unit and warp); each is a named
+ * error. */
+void tilec_emu_setmaxnreg(tilec_emu_thread* ctx, uint32_t count, uint32_t inc, uint32_t launch_count,
+                          const char* site);
 /* The block's shared memory. */
 void* tilec_emu_shared_base(tilec_emu_thread* ctx);
 
@@ -186,6 +200,10 @@ typedef struct tilec_emu_tensor_map {
 void tilec_emu_mbarrier_init(tilec_emu_thread* ctx, void* bar, uint32_t count);
 void tilec_emu_mbarrier_arrive_expect_tx(tilec_emu_thread* ctx, void* bar, uint32_t bytes, const char* site);
 void tilec_emu_mbarrier_wait(tilec_emu_thread* ctx, void* bar, uint32_t parity, const char* site);
+/* One arrival on `bar` (mbarrier.arrive): the calling thread's shared-memory reads and retired
+ * warpgroup MMAs before it are ordered before the accesses of any thread that then waits for
+ * the phase (a producer refilling the stage its consumers arrived on). */
+void tilec_emu_mbarrier_arrive(tilec_emu_thread* ctx, void* bar, const char* site);
 void tilec_emu_tma_load(tilec_emu_thread* ctx, void* dst, const tilec_emu_tensor_map* map, uint32_t rank, int32_t c0,
                         int32_t c1, int32_t c2, int32_t c3, int32_t c4, void* bar, const char* site);
 /* A TMA store: the box of `map` at `coords` from shared memory at `src` (laid out as tma_load

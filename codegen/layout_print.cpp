@@ -266,6 +266,13 @@ std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan,
       if (pl->has_late())
         s += "//   late slots: copied at the end of the trip before, after its last barrier; their dot waits for "
              "them\n";
+      if (pl->warp_specialized)
+        s += fmt::format("//   warp specialized: warpgroup {} (threads {}-{}) issues every copy, {} empty mbarriers "
+                         "from byte {}\n",
+                         num_warps / 4, 32 * num_warps, 32 * num_warps + 127, pl->stages, pl->empty_mbarriers);
+      else if (loop->attrs.warp_specialize)
+        s += "//   not warp specialized: only a loop at the kernel's top level, after no op but scalar arithmetic "
+             "and constants, whose one dot keeps a wgmma group in flight, is\n";
       std::vector<const Op*> kept; // the others only feed the copies: not emitted in the body
       for (const Op* o : pl->slice)
         if (!plan.deferred(o)) kept.push_back(o);

@@ -30,7 +30,7 @@ int row_major_fast_dim(const ir::Shape& s) {
 } // namespace
 
 LoweringStats Lowering::run() {
-  int threads = 32 * opts_.num_warps;
+  const int threads = block_threads();
   stats_.threads_per_block = threads;
   std::vector<llvm::Type*> params;
   for (const Value* p : fn_.params) {
@@ -88,8 +88,13 @@ LoweringStats Lowering::run() {
   pb_.CreateBr(body);
   stats_.shared_bytes = (stats_.shared_bytes + 15) / 16 * 16;
   // The compile's own ceiling replaces both of the kernel's asks.
-  hooks_.finish_kernel(m_, kernel_, threads, opts_.max_registers ? 0 : fn_.min_blocks_per_sm,
-                       opts_.max_registers ? opts_.max_registers : fn_.max_registers, stats_.shared_bytes);
+  // A warp-specialized kernel starts at the register split's launch ceiling (its setmaxnreg
+  // counts are checked against it) unless the compile or the kernel asks for less.
+  int max_registers = opts_.max_registers ? opts_.max_registers : fn_.max_registers;
+  if (pipes_.warp_specialized())
+    max_registers = max_registers ? std::min(max_registers, register_split().launch) : register_split().launch;
+  hooks_.finish_kernel(m_, kernel_, threads, opts_.max_registers ? 0 : fn_.min_blocks_per_sm, max_registers,
+                       stats_.shared_bytes);
   // `tilec ir --stage layouts` prints the plan's list: it must be what was emitted.
   internal_assert(stats_.conversions == static_cast<int>(plan_.conversions().size()),
                   "the lowering emits the layout plan's conversions");
@@ -607,9 +612,13 @@ void Lowering::emit_for(const Op& op) {
       barrier();
     }
     copies_in_flight_ = true;
-    for (int64_t s = 0; s + 1 < S; ++s)
-      issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
-                  b_.getInt32(uint32_t(s)), false);
+    if (pl->warp_specialized) { // the producer warpgroup issues every copy; the consumers go on
+      emit_producer(*pl, lb, ub, step);
+    } else {
+      for (int64_t s = 0; s + 1 < S; ++s)
+        issue_ahead(*pl, b_.CreateAdd(lb, b_.CreateMul(step, llvm::ConstantInt::get(lb->getType(), uint64_t(s)))),
+                    b_.getInt32(uint32_t(s)), false);
+    }
   }
   // Dot operands that do not change in the loop are staged once, here.
   const int64_t floor_before = scratch_floor_;
@@ -666,9 +675,16 @@ void Lowering::emit_for(const Op& op) {
   emit_block(body);
   // The next trip's copies (or a nested pipelined loop's first ones) may refill a buffer only
   // after a barrier follows every read of it and every copy a nested loop landed in it.
+  if (pl && pl->warp_specialized) {
+    // The group of the previous trip, which read buffer `fill`, has retired: its stage is
+    // empty. Nothing else of the body may need a barrier (the plan admits no other op).
+    internal_assert(!pipe_written_unfenced_, "a warp-specialized loop's body writes no pipeline buffer");
+    pipe_read_unfenced_ = false;
+    release_stage(*pl, iv, lb, fill);
+  }
   if (pipe_read_unfenced_ || pipe_written_unfenced_) barrier();
   if (pl && pl->has_late()) issue_late(*pl);
-  if (pl && pl->wgmma_in_flight) issue_ahead(*pl, ahead, fill, true);
+  if (pl && pl->wgmma_in_flight && !pl->warp_specialized) issue_ahead(*pl, ahead, fill, true);
   // The next trip's first accesses must wait for this trip's last ones they conflict with: a
   // barrier at the top of the body (before the first trip too, where it costs nothing).
   const LoopFence fence = loop_fences_.back();
@@ -677,7 +693,7 @@ void Lowering::emit_for(const Op& op) {
     llvm::IRBuilder<>::InsertPointGuard guard(b_);
     b_.SetInsertPoint(body_bb, body_bb->getFirstInsertionPt());
     if (has_wgmma_) hooks_.fence_proxy_async(b_); // the previous trip's writes reach the async proxy
-    hooks_.barrier(b_);
+    block_barrier();
     ++stats_.barriers;
   }
   std::vector<Elems> next = yielded_;
@@ -728,7 +744,9 @@ void Lowering::emit_for(const Op& op) {
     cp_async_wait(0); // the copies issued past the end (all masked off: zero-filled)
     pipe_written_unfenced_ = true;
   }
-  if (pl) copies_in_flight_ = pl->mbarriers >= 0; // TMA copies issued past the end may still land
+  // TMA copies issued past the end may still land (a producer issues none: the consumers
+  // waited for every copy it issued).
+  if (pl) copies_in_flight_ = pl->mbarriers >= 0 && !pl->warp_specialized;
   std::vector<Elems> results(n);
   for (size_t i = 0; i < n; ++i) results[i] = Elems(phis[i].begin(), phis[i].end());
   if (pl && pl->wgmma_in_flight) { // the last group retires; its buffer is read until then

@@ -147,7 +147,7 @@ void Lowering::issue_tma(const std::vector<const AsyncOperand*>& xs, const std::
         coords[i].push_back({p ? b_.CreateAdd(inner, b_.getInt32(uint32_t(p * per_panel))) : inner,
                              box ? offset(0, box) : outer});
   }
-  llvm::Value* pred = and_pred(b_.CreateICmpEQ(tid_, b_.getInt32(0)), ahead_pred_);
+  llvm::Value* pred = and_pred(b_.CreateICmpEQ(tid_, b_.getInt32(tma_thread_)), ahead_pred_);
   guarded(b_, pred, [&]() -> llvm::Value* {
     hooks_.mbarrier_arrive_expect_tx(b_, bar, bytes, where);
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -165,7 +165,7 @@ void Lowering::issue_tma(const std::vector<const AsyncOperand*>& xs, const std::
   });
 }
 
-void Lowering::wait_tma(int64_t first, llvm::Value* index) {
+void Lowering::wait_tma(int64_t first, llvm::Value* index, const char* what) {
   llvm::AllocaInst*& phases = mbar_phases_[first];
   if (!phases) {
     phases = pb_.CreateAlloca(pb_.getInt32Ty(), nullptr, "mbar.phases");
@@ -173,17 +173,23 @@ void Lowering::wait_tma(int64_t first, llvm::Value* index) {
   }
   llvm::Value* bits = b_.CreateLoad(b_.getInt32Ty(), phases);
   llvm::Value* parity = b_.CreateAnd(b_.CreateLShr(bits, index), 1);
-  hooks_.mbarrier_wait(b_, mbarrier(first, index), parity, site("TMA copies waited for"));
+  hooks_.mbarrier_wait(b_, mbarrier(first, index), parity, site(what));
   b_.CreateStore(b_.CreateXor(bits, b_.CreateShl(b_.getInt32(1), index)), phases);
 }
 
-// Thread 0 initializes every mbarrier (one arrival a phase: its own arrive.expect_tx), fences
-// the inits to the copy engine, and a barrier shows them to every thread.
+// Thread 0 initializes every mbarrier (one arrival a phase: its own arrive.expect_tx; a
+// warp-specialized pipeline's empty ones, one per consumer thread), fences the inits to the
+// copy engine, and a barrier shows them to every thread.
 void Lowering::init_mbarriers() {
   if (!pipes_.mbarrier_count()) return;
+  const Pipeline* ws = pipes_.warp_specialized();
   guarded(b_, b_.CreateICmpEQ(tid_, b_.getInt32(0)), [&]() -> llvm::Value* {
-    for (int64_t i = 0; i < pipes_.mbarrier_count(); ++i)
-      hooks_.mbarrier_init(b_, mbarrier(pipes_.mbarrier_base(), b_.getInt32(uint32_t(i))), 1);
+    for (int64_t i = 0; i < pipes_.mbarrier_count(); ++i) {
+      const int64_t at = pipes_.mbarrier_base() + 8 * i;
+      const bool empty = ws && at >= ws->empty_mbarriers && at < ws->empty_mbarriers + 8 * ws->stages;
+      hooks_.mbarrier_init(b_, mbarrier(pipes_.mbarrier_base(), b_.getInt32(uint32_t(i))),
+                           empty ? 32 * opts_.num_warps : 1);
+    }
     hooks_.mbarrier_init_fence(b_);
     return nullptr;
   });

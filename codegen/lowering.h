@@ -189,12 +189,17 @@ private:
   void need_smem(int64_t scratch_top) {
     stats_.shared_bytes = std::max<int64_t>(stats_.shared_bytes, pipes_.buffer_bytes() + scratch_top);
   }
+  // bar.sync 0, or among the consumer warps once a producer warpgroup has gone its own way.
+  void block_barrier() {
+    if (consumers_only_) hooks_.barrier_among(b_, 32 * opts_.num_warps);
+    else hooks_.barrier(b_);
+  }
   void barrier() {
     // In a kernel with warpgroup MMAs, every thread's shared-memory writes before a barrier
     // are made visible to the async proxy that wgmma reads its operands through.
     if (has_wgmma_ && proxy_unfenced_) hooks_.fence_proxy_async(b_);
     proxy_unfenced_ = false;
-    hooks_.barrier(b_);
+    block_barrier();
     ++stats_.barriers;
     touched_.clear();
     for (LoopFence& f : loop_fences_) f.fenced = true;
@@ -375,8 +380,20 @@ private:
   llvm::Value* mbarrier(int64_t first, llvm::Value* index);
   void issue_tma(const std::vector<const AsyncOperand*>& xs, const std::vector<llvm::Value*>& bases, llvm::Value* bar,
                  const char* what);
-  void wait_tma(int64_t first, llvm::Value* index);
+  void wait_tma(int64_t first, llvm::Value* index, const char* what = "TMA copies waited for");
   void init_mbarriers();
+  // Warp specialization (codegen/lower_warp_specialize.cpp, PipelinePlan::warp_specialized):
+  // the block's threads with the producer warpgroup; the register ceilings each side sets;
+  // the branch that sends the producer warpgroup through its own copy loop (it then returns)
+  // and leaves the insertion point where the consumers go on; a consumer's arrival on the
+  // empty mbarrier of the stage the retired group read.
+  int block_threads() const;
+  struct RegisterSplit {
+    int launch = 0, producer = 0, consumer = 0;
+  };
+  RegisterSplit register_split() const;
+  void emit_producer(const Pipeline& pl, llvm::Value* lb, llvm::Value* ub, llvm::Value* step);
+  void release_stage(const Pipeline& pl, llvm::Value* iv, llvm::Value* lb, llvm::Value* stage);
   // A TMA store (a desc_store prepare_descriptors kept): the block staged in scratch as its
   // tensor map's boxes lay it out, then thread 0's copies out, waited for before the scratch
   // is used again.
@@ -438,6 +455,10 @@ private:
   // Per group of mbarriers (by its first one's byte offset): bit i is the parity of the phase
   // mbarrier i completes next, in a stack slot SROA turns into registers.
   std::map<int64_t, llvm::AllocaInst*> mbar_phases_;
+  // The thread that arms the mbarriers and issues the TMA copies (0; a warp-specialized
+  // kernel's producer, its first thread), and whether only the consumer warps run on here.
+  uint32_t tma_thread_ = 0;
+  bool consumers_only_ = false;
   LoweringStats stats_;
   bool has_wgmma_ = false; // some dot runs as warpgroup MMAs
   // Warpgroup MMA groups committed so far, and the results of those not waited for yet: each

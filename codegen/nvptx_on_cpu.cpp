@@ -7,6 +7,7 @@
 //
 //   thread/block ids, grid size     tilec_emu_thread_id / block_id / num_blocks
 //   barrier0                        tilec_emu_barrier, numbered in program order
+//   barrier.sync.cnt 1, n            tilec_emu_barrier_among (n threads), numbered alike
 //   shfl.sync.{idx,bfly}.i32        tilec_emu_shfl_sync, which checks mask and clamp operands
 //   load/store, address space 3     tilec_emu_shared_load/store (race, bounds, initcheck), with
 //                                   the site the lowering attached as !tilec.site metadata
@@ -25,6 +26,8 @@
 //   fence.proxy.async                tilec_emu_fence_proxy_async
 //   mbarrier.init / arrive.expect_tx tilec_emu_mbarrier_init / _arrive_expect_tx (the init
 //   / try_wait.parity loop           fence is dropped), tilec_emu_mbarrier_wait
+//   mbarrier.arrive                  tilec_emu_mbarrier_arrive
+//   setmaxnreg.{inc,dec}             tilec_emu_setmaxnreg (count and launch ceiling from the tag)
 //   cp.async.bulk.tensor (TMA)       tilec_emu_tma_load / _tma_store (the tensor map: the
 //                                    launch's, by pointer where the GPU takes it by value)
 //   cp.async.bulk commit / wait     tilec_emu_bulk_commit / _bulk_wait
@@ -329,6 +332,23 @@ private:
       call.eraseFromParent();
       return;
     }
+    if (tag == "mbarrier.arrive") {
+      emu_.call(b, "tilec_emu_mbarrier_arrive", b.getVoidTy(),
+                {flat(b, call.getArgOperand(0)), emu_.site(b, site_of(call, "nvptx mbarrier.arrive"))});
+      call.eraseFromParent();
+      return;
+    }
+    if (tag.starts_with("setmaxnreg.")) { // setmaxnreg.{inc,dec}.COUNT.LAUNCH
+      const bool inc = tag.starts_with("setmaxnreg.inc.");
+      const std::string rest = tag.substr(15);
+      const size_t dot = rest.find('.');
+      emu_.call(b, "tilec_emu_setmaxnreg", b.getVoidTy(),
+                {b.getInt32(uint32_t(std::stoul(rest.substr(0, dot)))), b.getInt32(inc),
+                 b.getInt32(uint32_t(std::stoul(rest.substr(dot + 1)))), emu_.site(b, site_of(call, "nvptx setmaxnreg"))},
+                true);
+      call.eraseFromParent();
+      return;
+    }
     if (tag.starts_with("tma.load.")) { // operands dst, tensor map, coordinates, mbarrier
       const unsigned rank = unsigned(std::stoi(tag.substr(9)));
       std::vector<llvm::Value*> coords;
@@ -547,6 +567,10 @@ private:
       return replace(ii, umulhi_ir(b, arg(0), arg(1)));
     case llvm::Intrinsic::nvvm_barrier0:
       emu_.call(b, "tilec_emu_barrier", b.getVoidTy(), {b.getInt32(next_barrier_++)}, true);
+      ii.eraseFromParent();
+      return;
+    case llvm::Intrinsic::nvvm_barrier_sync_cnt:
+      emu_.call(b, "tilec_emu_barrier_among", b.getVoidTy(), {b.getInt32(next_barrier_++), arg(1)}, true);
       ii.eraseFromParent();
       return;
     case llvm::Intrinsic::nvvm_shfl_sync_idx_i32:

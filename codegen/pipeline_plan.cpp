@@ -120,6 +120,12 @@ const PipelinePlan::Pipeline* PipelinePlan::pipeline_of(const Op* loop) const {
   return it == pipeline_index_.end() ? nullptr : &pipelines_[size_t(it->second)];
 }
 
+const PipelinePlan::Pipeline* PipelinePlan::warp_specialized() const {
+  for (const Pipeline& pl : pipelines_)
+    if (pl.warp_specialized) return &pl;
+  return nullptr;
+}
+
 PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bool tensor_cores)
     : fn_(fn), layouts_(layouts), access_(ir::param_access(fn)) {
   std::map<const Value*, int> uses;
@@ -267,6 +273,28 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
       pl.wgmma_in_flight = dot;
       pl.in_flight_result = result;
     }
+  }
+  // Warp specialization: the first loop that asks for it and keeps a group in flight, at the
+  // kernel's top level after ops that neither touch memory nor exchange through shared memory
+  // (the producer warpgroup runs them too, with warp numbers no layout has), gets S empty
+  // mbarriers after the others.
+  for (Pipeline& pl : pipelines_) {
+    if (!pl.loop->attrs.warp_specialize || !pl.wgmma_in_flight || pl.loop->parent != &fn.body || warp_specialized())
+      continue;
+    bool quiet = true;
+    for (const auto& o : fn.body.ops) {
+      if (o.get() == pl.loop) break;
+      // Constants (the accumulator's zeros), and scalar arithmetic (the tile's offsets).
+      bool scalar = std::all_of(o->results.begin(), o->results.end(), [](const Value* r) { return r->type.is_scalar(); });
+      quiet = quiet && (o->kind == OpKind::Constant ||
+                        (scalar && (ir::is_elementwise(o->kind) || o->kind == OpKind::ProgramId ||
+                                    o->kind == OpKind::NumPrograms || o->kind == OpKind::Cast ||
+                                    o->kind == OpKind::Select || o->kind == OpKind::Bitcast)));
+    }
+    if (!quiet) continue;
+    pl.warp_specialized = true;
+    pl.empty_mbarriers = mbar_base_ + 8 * mbar_count_;
+    mbar_count_ += pl.stages;
   }
   if (mbar_count_) buffer_bytes_ = mbar_base_ + 8 * mbar_count_;
   // Scratch (where a TMA store stages its block, or a wgmma operand is staged) starts on the

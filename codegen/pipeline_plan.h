@@ -115,6 +115,14 @@ public:
     // loop result (body argument - 1) it accumulates.
     const ir::Op* wgmma_in_flight = nullptr;
     int in_flight_result = -1;
+    // Warp specialized (the loop asks for it: ir::Attrs::warp_specialize; a loop with a group
+    // in flight, at the kernel's top level, after ops that touch no memory): a producer
+    // warpgroup of its own, after the kernel's warps, issues every copy, waiting for stage s's
+    // "empty" mbarrier (empty_mbarriers + 8 s, one arrival per consumer thread) before it
+    // refills the stage; the consumers wait for the "full" ones (mbarriers) and arrive on the
+    // empty one once the group that read the stage has retired. No barrier in the loop.
+    bool warp_specialized = false;
+    int64_t empty_mbarriers = -1;
   };
   // A loop that asks for stages but is not pipelined (dot null), or an operand of a
   // tensor-core dot directly in such a loop's body that is not copied ahead (whether the
@@ -151,6 +159,8 @@ public:
   // The mbarriers of the TMA copies: `count` of 8 bytes from byte offset `base` (count 0: none).
   int64_t mbarrier_base() const { return mbar_base_; }
   int64_t mbarrier_count() const { return mbar_count_; }
+  // The warp-specialized pipeline (Pipeline::warp_specialized), or null: at most one a kernel.
+  const Pipeline* warp_specialized() const;
 
 private:
   struct Failure {

@@ -116,6 +116,21 @@ public:
   virtual void mbarrier_wait(Builder& b, llvm::Value* bar, llvm::Value* parity, const std::string& site) {
     internal_fail("this target has no mbarrier");
   }
+  // mbarrier.arrive.shared::cta.b64 _, [bar]: one arrival (release: the thread's accesses
+  // before it are seen by whoever waits for the phase).
+  virtual void mbarrier_arrive(Builder& b, llvm::Value* bar, const std::string& site) {
+    internal_fail("this target has no mbarrier");
+  }
+  // Warp specialization (sm_90a). setmaxnreg.{inc,dec}.sync.aligned.u32 count: every warp of
+  // the calling warpgroup sets its per-thread register ceiling to `count` (a multiple of 8 in
+  // [24, 256]); `launch_count` is the ceiling the kernel starts with (what the emulator checks
+  // the CTA's total against).
+  virtual void setmaxnreg(Builder& b, bool inc, int count, int launch_count, const std::string& site) {
+    internal_fail("this target has no setmaxnreg");
+  }
+  // bar.sync 1, threads: a barrier among `threads` threads (a multiple of 32; the consumer
+  // warps of a warp-specialized kernel, once the producer has gone its own way).
+  virtual void barrier_among(Builder& b, int threads) { internal_fail("this target has no named barrier"); }
   // cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst],
   // [tensor_map, {coords}], [bar]: the copy engine moves the box at `coords` (i32, innermost
   // first) of the tensor `tensor_map` describes into shared memory at `dst` (swizzled as the

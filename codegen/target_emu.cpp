@@ -227,6 +227,17 @@ public:
   void mbarrier_wait(Builder& b, llvm::Value* bar, llvm::Value* parity, const std::string& site) override {
     emu_.call(b, "tilec_emu_mbarrier_wait", b.getVoidTy(), {bar, parity, emu_.site(b, site)});
   }
+  void mbarrier_arrive(Builder& b, llvm::Value* bar, const std::string& site) override {
+    emu_.call(b, "tilec_emu_mbarrier_arrive", b.getVoidTy(), {bar, emu_.site(b, site)});
+  }
+  void setmaxnreg(Builder& b, bool inc, int count, int launch_count, const std::string& site) override {
+    emu_.call(b, "tilec_emu_setmaxnreg", b.getVoidTy(),
+              {b.getInt32(uint32_t(count)), b.getInt32(inc), b.getInt32(uint32_t(launch_count)), emu_.site(b, site)}, true);
+  }
+  void barrier_among(Builder& b, int threads) override {
+    emu_.call(b, "tilec_emu_barrier_among", b.getVoidTy(), {b.getInt32(next_barrier_++), b.getInt32(uint32_t(threads))},
+              true);
+  }
   void tma_load(Builder& b, llvm::Value* dst, llvm::Value* tensor_map, const std::vector<llvm::Value*>& coords,
                 llvm::Value* bar, const std::string& site) override {
     emu_tma_load(b, emu_, dst, tensor_map, coords, bar, emu_.site(b, site));

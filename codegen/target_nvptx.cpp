@@ -63,6 +63,9 @@ public:
     return b.CreateIntrinsic(ids[axis], {}, {});
   }
   void barrier(Builder& b) override { b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  void barrier_among(Builder& b, int threads) override {
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_sync_cnt, {}, {b.getInt32(1), b.getInt32(uint32_t(threads))});
+  }
 
   llvm::Value* shared_base(Builder& b) override {
     llvm::Module& m = *b.GetInsertBlock()->getModule();
@@ -237,6 +240,24 @@ public:
     llvm::CallInst* c = b.CreateCall(fty, llvm::InlineAsm::get(fty, text, "r,r,~{memory}", true), {bar, parity});
     tag(*c, site, 0);
     tag_asm(*c, "mbarrier.wait");
+  }
+  void mbarrier_arrive(Builder& b, llvm::Value* bar, const std::string& site) override {
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {bar->getType()}, false);
+    llvm::CallInst* c = b.CreateCall(
+        fty, llvm::InlineAsm::get(fty, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", true), {bar});
+    tag(*c, site, 0);
+    tag_asm(*c, "mbarrier.arrive");
+  }
+  // Tagged setmaxnreg.{inc,dec}.COUNT.LAUNCH for the emulator's rewrite.
+  void setmaxnreg(Builder& b, bool inc, int count, int launch_count, const std::string& site) override {
+    const char* action = inc ? "inc" : "dec";
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
+    llvm::CallInst* c = b.CreateCall(
+        fty, llvm::InlineAsm::get(fty, fmt::format("setmaxnreg.{}.sync.aligned.u32 {};", action, count), "~{memory}", true),
+        {});
+    c->addFnAttr(llvm::Attribute::Convergent);
+    tag(*c, site, 0);
+    tag_asm(*c, fmt::format("setmaxnreg.{}.{}.{}", action, count, launch_count));
   }
   // A TMA instruction's operands: `first` (with their constraints), then the coordinates as
   // $2, $3, ...; returns the coordinate list "$2, $3" for the instruction text.

@@ -66,6 +66,7 @@ struct ControlFlow {
     for (auto& s : snap) inits.push_back(s.before);
     ir::Op* op = b.for_op(lb, ub, st, inits);
     op->attrs.num_stages = opts.num_stages;
+    op->attrs.warp_specialize = opts.warp_specialize;
     ir::Block& blk = op->region(0);
     for (size_t i = 0; i < snap.size(); ++i) snap[i].tile->v_ = blk.args[i + 1];
 

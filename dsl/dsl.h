@@ -342,6 +342,9 @@ void for_range(Operand start, Operand end, Operand step, const std::function<voi
 // addresses cannot be computed ahead keep their place. No effect on the CPU interpreter.
 struct RangeOptions {
   int64_t num_stages = 1;
+  // A producer warpgroup of its own issues the pipeline's TMA copies (sm_90; ignored where the
+  // loop does not qualify: docs/ARCHITECTURE.md, "Warp specialization").
+  bool warp_specialize = false;
 };
 void for_range(Operand start, Operand end, Operand step, const RangeOptions& opts,
                const std::function<void(Scalar)>& body, Loc loc = Loc::current());

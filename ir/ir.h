@@ -94,6 +94,9 @@ struct Attrs {
   // for: stages of the software pipeline of its asynchronous copies (1: none). A hint:
   // loads the lowering cannot issue ahead keep their place (docs/ARCHITECTURE.md).
   int64_t num_stages = 1;
+  // for: its pipeline's TMA copies issued by a producer warpgroup of their own, the kernel's
+  // warps consuming them (docs/ARCHITECTURE.md, "Warp specialization"). A hint like stages.
+  bool warp_specialize = false;
   // desc_load: its block's rows (dim 0) come in this many boxes of equal height, each from a
   // row offset of its own (a gather: paged attention's pages); 1: one box, one offset per dim.
   int64_t boxes = 1;

@@ -652,6 +652,7 @@ private:
     operands.push_back(parse_operand("the step"));
     Attrs attrs;
     if (accept_keyword("stages")) attrs.num_stages = parse_int("a stage count after 'stages'");
+    if (accept_keyword("warp_specialize")) attrs.warp_specialize = true;
     std::vector<Token> carried;
     if (accept_keyword("iter_args")) {
       expect_punct('(', "'(' after 'iter_args'");

@@ -215,6 +215,7 @@ private:
     out_ += fmt::format(" {} = {} to {} step {}", arg(0), operand(op, 0), operand(op, 1),
                         operand(op, 2));
     if (op.attrs.num_stages != 1) out_ += fmt::format(" stages {}", op.attrs.num_stages);
+    if (op.attrs.warp_specialize) out_ += " warp_specialize";
     if (op.operands.size() > 3) {
       out_ += " iter_args(";
       for (size_t i = 3; i < op.operands.size(); ++i)

@@ -14,6 +14,6 @@ ir::Kernel vector_add(int64_t block);
 ir::Kernel softmax(int64_t block);
 ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k);
 ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k, ir::DType dt, int64_t num_stages,
-                  int64_t n_multiple, int64_t k_multiple);
+                  int64_t n_multiple, int64_t k_multiple, bool warp_specialize = false);
 
 } // namespace tilec::templates

@@ -20,9 +20,10 @@ constexpr std::array<std::string_view, 3> kDtypes = {"f32", "f16", "bf16"};
 // next num_stages - 1 steps in flight (f16/bf16, whose dot takes the tensor cores).
 // `n_multiple`, `k_multiple`: powers of two the launches promise divide n and k (1: none), so
 // the row strides keep 16-byte chunks aligned and the masks whole per chunk: what copying the
-// tiles asynchronously (num_stages > 1) needs.
+// tiles asynchronously (num_stages > 1) needs. `warp_specialize`: on sm_90, a producer
+// warpgroup of its own issues the K loop's TMA copies (the block has num_warps + 4 warps).
 ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k, ir::DType dt, int64_t num_stages,
-                  int64_t n_multiple, int64_t k_multiple) {
+                  int64_t n_multiple, int64_t k_multiple, bool warp_specialize) {
   KernelBuilder k("matmul");
   auto a = k.arg(ptr_to(dt), "a"), b = k.arg(ptr_to(dt), "b");
   auto c = k.arg<Ptr<f32>>("c");
@@ -38,7 +39,7 @@ ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k, ir::DType d
   TensorDesc dc = make_tensor_desc(c, {m, n}, {n, 1}, {block_m, block_n});
   auto m0 = program_id(0) * block_m, n0 = program_id(1) * block_n;
   Var acc = zeros({block_m, block_n});
-  for_range(0, kk, block_k, RangeOptions{num_stages}, [&](Scalar k0) {
+  for_range(0, kk, block_k, RangeOptions{num_stages, warp_specialize}, [&](Scalar k0) {
     acc = dot(load(da, {m0, k0}), load(db, {k0, n0}), acc);
   });
   store(dc, {m0, n0}, acc);
@@ -46,7 +47,7 @@ ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k, ir::DType d
 }
 
 ir::Kernel matmul(int64_t block_m, int64_t block_n, int64_t block_k) {
-  return matmul(block_m, block_n, block_k, ir::DType::f32, 1, 1, 1);
+  return matmul(block_m, block_n, block_k, ir::DType::f32, 1, 1, 1, false);
 }
 
 KernelTemplate matmul_template() {
@@ -58,7 +59,9 @@ KernelTemplate matmul_template() {
               {"block_k", 16, "K step of the inner loop (power of two)"},
               {"num_warps", 4, "warps per program on the GPU"},
               {"num_stages", 1, "K steps whose A and B tiles are in flight: software-pipeline stages (1: none; "
-                                "f16/bf16 on tensor cores)"}};
+                                "f16/bf16 on tensor cores)"},
+              {"warp_specialize", 0, "1: on sm_90, a producer warpgroup of its own issues the K loop's TMA copies, "
+                                     "the num_warps warps only compute (the block has num_warps + 4 warps)"}};
   t.shape = {{"m", 100, "rows of A and C"}, {"n", 75, "columns of B and C"}, {"k", 50, "columns of A, rows of B"},
              {"dtype", 0, "A and B dtype (C is f32)", {kDtypes.begin(), kDtypes.end()}}};
   t.build = [](const ParamMap& p, const ParamMap& s) {
@@ -72,9 +75,11 @@ KernelTemplate matmul_template() {
       const int64_t v = s.count(name) ? s.at(name) : 0;
       return v > 0 ? std::min<int64_t>(16, v & -v) : 1;
     };
+    const int64_t ws = p.count("warp_specialize") ? p.at("warp_specialize") : 0;
+    if (ws != 0 && ws != 1) throw UserError(fmt::format("matmul: warp_specialize {} must be 0 or 1", ws));
     return matmul(p.at("block_m"), p.at("block_n"), p.at("block_k"),
                   *ir::parse_dtype(kDtypes.at(size_t(s.count("dtype") ? s.at("dtype") : 0))), stages, multiple("n"),
-                  multiple("k"));
+                  multiple("k"), ws == 1);
   };
   t.make_problem = [](const ProblemRequest& r) {
     const ParamMap& s = r.shape;

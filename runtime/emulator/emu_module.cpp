@@ -53,7 +53,8 @@ void ensure_abi_exported() {
 // A new entry point goes here too.
 [[gnu::used]] void* const kEntryPoints[] = {
     // scheduler.cpp
-    reinterpret_cast<void*>(&tilec_emu_barrier),
+    reinterpret_cast<void*>(&tilec_emu_barrier), reinterpret_cast<void*>(&tilec_emu_barrier_among),
+    reinterpret_cast<void*>(&tilec_emu_setmaxnreg),
     // entry_points.cpp
     reinterpret_cast<void*>(&tilec_emu_thread_id), reinterpret_cast<void*>(&tilec_emu_block_dim),
     reinterpret_cast<void*>(&tilec_emu_block_id), reinterpret_cast<void*>(&tilec_emu_num_blocks),
@@ -78,7 +79,8 @@ void ensure_abi_exported() {
     reinterpret_cast<void*>(&tilec_emu_cp_async_wait),
     // tma.cpp
     reinterpret_cast<void*>(&tilec_emu_mbarrier_init), reinterpret_cast<void*>(&tilec_emu_mbarrier_arrive_expect_tx),
-    reinterpret_cast<void*>(&tilec_emu_mbarrier_wait), reinterpret_cast<void*>(&tilec_emu_tma_load),
+    reinterpret_cast<void*>(&tilec_emu_mbarrier_wait), reinterpret_cast<void*>(&tilec_emu_mbarrier_arrive),
+    reinterpret_cast<void*>(&tilec_emu_tma_load),
     reinterpret_cast<void*>(&tilec_emu_tma_store), reinterpret_cast<void*>(&tilec_emu_bulk_commit),
     reinterpret_cast<void*>(&tilec_emu_bulk_wait),
     // wgmma.cpp

@@ -48,6 +48,10 @@ struct ShadowByte {
   // copy's) and that phase, which a reader must have waited for.
   std::uint32_t mbar = 0;
   std::uint64_t mbar_phase = 0;
+  // The warps (one bit each) whose threads read it in read_epoch, and the worker's sync clock
+  // at the last of those reads: reads an mbarrier phase orders before a write (mbar_ordered).
+  std::uint32_t reader_warps = 0;
+  std::uint64_t read_clock = 0;
   const char* write_site = "";
   const char* read_site = "";
 };
@@ -65,6 +69,15 @@ struct __attribute__((visibility("hidden"))) tilec_emu_thread {
   std::uint64_t print_ops = 0; // device_print ops this thread has run in its block
   tilec::rt::emu::State state = tilec::rt::emu::State::runnable;
   std::uint32_t barrier_id = 0; // the barrier a waiting thread is blocked at (tilec_emu_barrier)
+  std::uint32_t barrier_threads = 0; // the threads it waits for (tilec_emu_barrier_among; 0: the block's)
+  // setmaxnreg: how often this thread ran it in the block, its ceiling since (0: none), the
+  // kernel's launch ceiling it named, and where.
+  std::uint32_t maxnreg_runs = 0, maxnreg = 0, maxnreg_launch = 0;
+  const char* maxnreg_site = "";
+  // Per warp of the block: the sync clock before which every access of its threads is ordered
+  // before this thread's next ones, as the mbarrier phases this thread waited for say (each
+  // of the warp's 32 threads arrived on the phase after those accesses).
+  std::uint64_t acquired[32] = {};
   std::uint32_t shfl_value = 0, shfl_src = 0, shfl_result = 0;
   // A lane waiting at a warp MMA (state at_shuffle with mma_dtype != 0): its fragments.
   // At an ldmatrix (ldm_count != 0): the row it read and where its registers go.
@@ -213,6 +226,7 @@ struct tilec_emu_worker {
   std::byte* shared = nullptr;
   std::vector<tilec::rt::emu::ShadowByte> shadow; // one per byte of shared memory
   std::uint64_t epoch = 0;                   // the current barrier interval
+  std::uint64_t clock = 0;                   // counts mbarrier arrivals (the sync clock)
   std::uint64_t block_epoch = 0;             // the first epoch of the running block
   std::uint64_t blocks_run = 0;              // for the random schedule's seed
   std::uint32_t block[3] = {0, 0, 0};
@@ -231,6 +245,8 @@ struct tilec_emu_worker {
     const char* site;
     std::vector<bool> waited;                  // per thread of the warpgroup
     std::uint64_t retired_epoch = UINT64_MAX;  // the barrier interval of its first wait
+    std::uint32_t first_waiter = UINT32_MAX;   // the thread of that wait, and the sync clock then
+    std::uint64_t waited_clock = 0;
   };
   std::vector<PendingWgmma> wgmmas;
   // The block's mbarriers, by byte offset: arrivals per phase and still to come, transaction
@@ -240,6 +256,13 @@ struct tilec_emu_worker {
     std::uint32_t count = 0, pending = 0;
     std::int64_t tx = 0;
     std::uint64_t phase = 0;
+    // Per warp: the lanes that arrived in the phase under way (a bit each) and the earliest of
+    // their arrivals' sync clocks; of the last completed phase, that clock where all 32 lanes
+    // arrived (0: not all): what a thread that waited for the phase acquires.
+    std::uint32_t lanes[32] = {};
+    std::uint64_t first_arrival[32] = {};
+    std::uint64_t released[32] = {};
+    std::uint64_t completed_clock = 0; // the sync clock when the last phase completed
   };
   std::unordered_map<std::size_t, Mbarrier> mbars;
   // TMA stores still reading shared memory: the issuing thread, its bulk group, the bytes,
@@ -340,6 +363,17 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
 // barrier interval); bytes the async proxy wrote itself (TMA copies), and bytes not written in
 // this block, need none.
 bool proxy_fenced(const tilec_emu_worker& w, const ShadowByte& sb);
+// Whether the TMA copy that wrote byte `s` has landed for thread t: it waited for the copy's
+// mbarrier phase, or for a phase another warp released after that phase completed.
+bool tma_landed_for(const tilec_emu_thread* t, const ShadowByte& s);
+// Whether accesses of the warps `warps` (a bit each) up to sync clock `clock` are ordered
+// before thread t's next access by the mbarrier phases it waited for.
+inline bool mbar_ordered(const tilec_emu_thread* t, std::uint32_t warps, std::uint64_t clock) {
+  if (!warps) return false;
+  for (std::uint32_t w = 0; w < 32; ++w)
+    if ((warps >> w & 1) && t->acquired[w] <= clock) return false;
+  return true;
+}
 
 // --- warp_collectives.cpp, tma.cpp: what the scheduler releases
 

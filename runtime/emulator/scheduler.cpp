@@ -116,6 +116,38 @@ void fiber_main(void* p) {
   emu::fiber_exit(t->fiber, t->worker->scheduler);
 }
 
+// What is wrong with the block's setmaxnreg at its end, or "": every warpgroup's threads ran
+// it as often, to the same ceiling (.sync.aligned: all its warps), and the ceilings fit the
+// register file.
+std::string setmaxnreg_error(const Worker& w) {
+  const std::uint32_t n = std::uint32_t(w.threads.size());
+  std::uint32_t launch = 0;
+  for (const tilec_emu_thread& t : w.threads) launch = std::max(launch, t.maxnreg_launch);
+  if (!launch) return "";
+  const std::string where = fmt::format("kernel '{}', block {}", w.launch->manifest->kernel, block_str(w));
+  std::uint64_t total = 0;
+  for (std::uint32_t g = 0; g * 128 < n; ++g) {
+    const tilec_emu_thread& first = w.threads[g * 128];
+    for (std::uint32_t i = g * 128; i < std::min(n, g * 128 + 128); ++i) {
+      const tilec_emu_thread& t = w.threads[i];
+      if (t.maxnreg_runs != first.maxnreg_runs || t.maxnreg != first.maxnreg)
+        return fmt::format("{}: setmaxnreg misuse: thread {} ran it {} time{} (ceiling {}), thread {} of the same "
+                           "warpgroup {} {} time{} (ceiling {}); every warp of a warpgroup runs each setmaxnreg "
+                           "(.sync.aligned; at {})", where, first.tid, first.maxnreg_runs,
+                           first.maxnreg_runs == 1 ? "" : "s", first.maxnreg, t.tid, g, t.maxnreg_runs,
+                           t.maxnreg_runs == 1 ? "" : "s", t.maxnreg, first.maxnreg_runs ? first.maxnreg_site : t.maxnreg_site);
+    }
+    if (first.maxnreg_runs && n < g * 128 + 128)
+      return fmt::format("{}: setmaxnreg misuse: the block's {} threads end in part of warpgroup {}; setmaxnreg "
+                         "takes whole warpgroups (at {})", where, n, g, first.maxnreg_site);
+  }
+  for (const tilec_emu_thread& t : w.threads) total += t.maxnreg ? t.maxnreg : launch;
+  if (total > 65536)
+    return fmt::format("{}: setmaxnreg misuse: the warps' register ceilings add up to {} registers, more than the "
+                       "register file's 65536 (setmaxnreg.inc would wait forever)", where, total);
+  return "";
+}
+
 // Runs one block to the end; false (with w.error set) when it failed.
 bool run_block(Worker& w) {
   Launch& l = *w.launch;
@@ -135,6 +167,8 @@ bool run_block(Worker& w) {
     t.wgmma_open = 0;
     t.wgmma_fenced = false;
     t.wgmma_issued = t.wgmma_retired = 0;
+    t.maxnreg_runs = t.maxnreg = 0;
+    std::fill(std::begin(t.acquired), std::end(t.acquired), 0);
     for (auto& r : t.wgmma_results) r.retired = true; // a failed block's results are dropped
     emu::fiber_init(t.fiber, w.stacks->stack(t.tid), w.stacks->bytes(), fiber_main, &t);
   }
@@ -154,15 +188,15 @@ bool run_block(Worker& w) {
       if (t.state == State::failed) return false;
     }
     std::uint32_t done = 0, at_barrier = 0;
-    std::uint32_t barrier = 0;
+    std::uint32_t barrier = 0, barrier_threads = 0;
     bool one_barrier = true, runnable = false;
     for (const tilec_emu_thread& t : w.threads) {
       // A warpgroup MMA's last thread releases the others as it runs, after some had their turn.
       runnable = runnable || t.state == State::runnable;
       if (t.state == State::done) ++done;
       else if (t.state == State::at_barrier) {
-        if (at_barrier++ == 0) barrier = t.barrier_id;
-        else one_barrier = one_barrier && t.barrier_id == barrier;
+        if (at_barrier++ == 0) barrier = t.barrier_id, barrier_threads = t.barrier_threads;
+        else one_barrier = one_barrier && t.barrier_id == barrier && t.barrier_threads == barrier_threads;
       }
     }
     if (done == n) {
@@ -173,13 +207,25 @@ bool run_block(Worker& w) {
                                 l.manifest->kernel, block_str(w), m.phase, off, m.pending, m.count, m.tx);
           return false;
         }
+      if (std::string why = setmaxnreg_error(w); !why.empty()) {
+        w.error = std::move(why);
+        return false;
+      }
       count_requests(w);
       return true;
     }
     if (runnable || release_shuffles(w) || release_mbarriers(w)) continue;
-    if (at_barrier == n && one_barrier) {
+    if (at_barrier == n && one_barrier && barrier_threads == 0) {
       for (tilec_emu_thread& t : w.threads) t.state = State::runnable, t.fences_at_barrier = t.proxy_fences;
       ++w.epoch; // accesses on either side of a barrier never race
+      continue;
+    }
+    // A barrier among some threads (bar.sync 1, count): those at it run on once all of them
+    // are; the others' accesses are ordered by the mbarriers they wait for, not by it.
+    if (at_barrier == barrier_threads && one_barrier && barrier_threads != 0) {
+      for (tilec_emu_thread& t : w.threads)
+        if (t.state == State::at_barrier) t.state = State::runnable, t.fences_at_barrier = t.proxy_fences;
+      ++w.epoch;
       continue;
     }
     w.error = stuck_message(w);
@@ -234,8 +280,34 @@ extern "C" {
 
 void tilec_emu_barrier(tilec_emu_thread* t, uint32_t id) {
   t->barrier_id = id;
+  t->barrier_threads = 0;
   t->state = State::at_barrier;
   yield(t);
+}
+
+void tilec_emu_barrier_among(tilec_emu_thread* t, uint32_t id, uint32_t threads) {
+  if (threads == 0 || threads % 32 != 0 || threads > t->worker->threads.size())
+    fail_thread(t, "bar.sync among {} threads in a block of {}: the count is a multiple of 32 up to the block's "
+                   "threads", threads, t->worker->threads.size());
+  t->barrier_id = id;
+  t->barrier_threads = threads;
+  t->state = State::at_barrier;
+  yield(t);
+}
+
+void tilec_emu_setmaxnreg(tilec_emu_thread* t, uint32_t count, uint32_t inc, uint32_t launch_count, const char* site) {
+  const char* action = inc ? "inc" : "dec";
+  if (count % 8 != 0 || count < 24 || count > 256)
+    fail_thread(t, "setmaxnreg misuse (at {}): setmaxnreg.{} to {} registers; the count is a multiple of 8 in "
+                   "[24, 256]", site, action, count);
+  const std::uint32_t current = t->maxnreg ? t->maxnreg : launch_count;
+  if (inc ? count < current : count > current)
+    fail_thread(t, "setmaxnreg misuse (at {}): setmaxnreg.{} to {} registers from the warp's ceiling of {}", site,
+                action, count, current);
+  t->maxnreg = count;
+  t->maxnreg_launch = launch_count;
+  t->maxnreg_site = site;
+  ++t->maxnreg_runs;
 }
 
 } // extern "C"

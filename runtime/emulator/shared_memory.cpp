@@ -65,6 +65,8 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
   std::erase_if(w.wgmmas, [&](const tilec_emu_worker::PendingWgmma& p) { return p.retired_epoch < w.epoch; });
   for (const auto& p : w.wgmmas) {
     if (t->tid / 128 == p.warpgroup && p.waited[t->tid % 128]) continue;
+    // Retired for a thread that waited for an mbarrier phase its waiter's warp arrived on after.
+    if (p.first_waiter != UINT32_MAX && mbar_ordered(t, 1u << (p.first_waiter / 32), p.waited_clock)) continue;
     for (auto [lo, hi] : p.ranges)
       if (off < hi && lo < off + bytes) {
         std::string message = fmt::format(
@@ -86,7 +88,9 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
   for (std::size_t i = off; i < off + bytes; ++i) {
     ShadowByte& s = w.shadow[i];
     bool written_here = s.write_epoch >= w.block_epoch;
-    if (!same && written_here && s.write_epoch >= since && s.writer != t->tid) {
+    // A TMA copy's byte, once this thread waited for its phase, is ordered before (checked below).
+    const bool tma_waited = s.mbar && tma_landed_for(t, s);
+    if (!same && written_here && s.write_epoch >= since && s.writer != t->tid && !tma_waited) {
       std::string message = fmt::format(
           "{}: shared-memory race (write after write, {}): thread {} writes byte offset {} that thread {} wrote "
           "with another value (write at {}; other write at {})", where(t), window, t->tid, i, s.writer, site,
@@ -94,7 +98,7 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
       abort_thread(t, std::move(message));
     }
     if (!(same && written_here) && s.read_epoch >= since && s.read_epoch >= w.block_epoch &&
-        (s.reader != t->tid || s.several_readers)) {
+        (s.reader != t->tid || s.several_readers) && !mbar_ordered(t, s.reader_warps, s.read_clock)) {
       std::uint32_t reader = s.reader != t->tid ? s.reader : UINT32_MAX;
       std::string readers = reader != UINT32_MAX ? fmt::format("thread {}", reader) : std::string("other threads");
       std::string message = fmt::format(
@@ -103,8 +107,7 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
       abort_thread(t, std::move(message));
     }
     if (s.mbar && write && written_here) { // a TMA copy's byte: it may still land unless this thread waited for it
-      auto it = t->mbar_waited.find(s.mbar - 1);
-      if ((it == t->mbar_waited.end() ? 0 : it->second) <= s.mbar_phase) {
+      if (!tma_landed_for(t, s)) {
         std::string message = fmt::format(
             "{}: shared-memory write of byte offset {} (at {}) that a TMA copy (at {}) writes in phase {} of the "
             "mbarrier at byte offset {}, which this thread has not waited for: the copy may land after it",
@@ -115,6 +118,18 @@ void check_shared_write(tilec_emu_thread* t, std::size_t off, std::uint32_t byte
     if (write) s.write_epoch = w.epoch, s.writer = t->tid, s.write_site = site, s.writer_fences = t->proxy_fences, s.mbar = 0;
   }
   if (write) std::memcpy(w.shared + off, src, bytes);
+}
+
+bool tma_landed_for(const tilec_emu_thread* t, const ShadowByte& s) {
+  auto it = t->mbar_waited.find(s.mbar - 1);
+  if ((it == t->mbar_waited.end() ? 0 : it->second) > s.mbar_phase) return true;
+  // Or the phase completed, and t waited for a phase some warp released after that (a
+  // producer refilling a stage its consumers, who waited for the copy, emptied).
+  const auto m = t->worker->mbars.find(s.mbar - 1);
+  if (m == t->worker->mbars.end() || m->second.phase <= s.mbar_phase) return false;
+  for (std::uint32_t w = 0; w < 32; ++w)
+    if (t->acquired[w] > m->second.completed_clock) return true;
+  return false;
 }
 
 bool proxy_fenced(const tilec_emu_worker& w, const ShadowByte& sb) {
@@ -169,8 +184,10 @@ void tilec_emu_shared_load(tilec_emu_thread* t, const void* addr, uint32_t bytes
     if (s.read_epoch == w.epoch && s.reader != t->tid) {
       s.several_readers = true;
     } else if (s.read_epoch != w.epoch) {
-      s.read_epoch = w.epoch, s.reader = t->tid, s.several_readers = false, s.read_site = site;
+      s.read_epoch = w.epoch, s.reader = t->tid, s.several_readers = false, s.read_site = site, s.reader_warps = 0;
     }
+    s.reader_warps |= 1u << (t->tid / 32);
+    s.read_clock = w.clock;
   }
   std::memcpy(dst, w.shared + off, bytes);
 }

@@ -32,12 +32,29 @@ std::size_t mbarrier_at(tilec_emu_thread* t, void* bar, const char* what, const 
   return off;
 }
 
-// Completes the mbarrier's phase when its arrivals and bytes are all in.
-void mbarrier_progress(tilec_emu_worker::Mbarrier& m) {
+// Completes the mbarrier's phase when its arrivals and bytes are all in; a warp whose 32
+// threads all arrived in it releases their accesses before their first arrival.
+void mbarrier_progress(tilec_emu_worker::Mbarrier& m, std::uint64_t clock) {
   if (m.pending == 0 && m.tx == 0) {
     ++m.phase;
     m.pending = m.count;
+    m.completed_clock = clock;
+    for (int w = 0; w < 32; ++w) {
+      m.released[w] = m.lanes[w] == ~0u ? m.first_arrival[w] : 0;
+      m.lanes[w] = 0;
+    }
   }
+}
+
+// One arrival of thread t on m, at the next tick of the sync clock.
+void arrive(tilec_emu_thread* t, tilec_emu_worker::Mbarrier& m, const char* what, const char* site) {
+  if (m.pending == 0) // cannot happen: a phase whose arrivals are in completes at once
+    fail_thread(t, "{} (at {}): more arrivals than the count", what, site);
+  const std::uint64_t now = ++t->worker->clock;
+  const std::uint32_t w = t->tid / 32;
+  if (!m.lanes[w]) m.first_arrival[w] = now;
+  m.lanes[w] |= 1u << (t->tid % 32);
+  --m.pending;
 }
 
 } // namespace
@@ -57,11 +74,16 @@ void tilec_emu_mbarrier_init(tilec_emu_thread* t, void* bar, uint32_t count) {
 void tilec_emu_mbarrier_arrive_expect_tx(tilec_emu_thread* t, void* bar, uint32_t bytes, const char* site) {
   const std::size_t off = mbarrier_at(t, bar, "mbarrier.arrive.expect_tx", site);
   tilec_emu_worker::Mbarrier& m = t->worker->mbars[off];
-  if (m.pending == 0) // cannot happen: a phase whose arrivals are in completes at once
-    fail_thread(t, "mbarrier.arrive.expect_tx (at {}): more arrivals than the count", site);
   m.tx += bytes;
-  --m.pending;
-  mbarrier_progress(m);
+  arrive(t, m, "mbarrier.arrive.expect_tx", site);
+  mbarrier_progress(m, t->worker->clock);
+}
+
+void tilec_emu_mbarrier_arrive(tilec_emu_thread* t, void* bar, const char* site) {
+  const std::size_t off = mbarrier_at(t, bar, "mbarrier.arrive", site);
+  tilec_emu_worker::Mbarrier& m = t->worker->mbars[off];
+  arrive(t, m, "mbarrier.arrive", site);
+  mbarrier_progress(m, t->worker->clock);
 }
 
 void tilec_emu_mbarrier_wait(tilec_emu_thread* t, void* bar, uint32_t parity, const char* site) {
@@ -83,6 +105,7 @@ void tilec_emu_mbarrier_wait(tilec_emu_thread* t, void* bar, uint32_t parity, co
                    "before the thread waited for phase {}; on a GPU its parity wait would see the phase "
                    "after and never return", site, next + 1, off, next);
   ++next;
+  for (int i = 0; i < 32; ++i) t->acquired[i] = std::max(t->acquired[i], w.mbars[off].released[i]);
 }
 
 } // extern "C"
@@ -185,7 +208,7 @@ void tilec_emu_tma_load(tilec_emu_thread* t, void* dst, const tilec_emu_tensor_m
     }
   });
   m.tx -= std::int64_t(box.bytes());
-  mbarrier_progress(m);
+  mbarrier_progress(m, t->worker->clock);
 }
 
 void tilec_emu_tma_store(tilec_emu_thread* t, const void* src, const tilec_emu_tensor_map* map, uint32_t rank,

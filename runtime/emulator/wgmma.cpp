@@ -258,6 +258,7 @@ void tilec_emu_wgmma_wait(tilec_emu_thread* t, uint32_t groups) {
     if (p.warpgroup == t->tid / 128 && p.group < keep_from) {
       p.waited[t->tid % 128] = true;
       p.retired_epoch = std::min(p.retired_epoch, w.epoch);
+      if (p.first_waiter == UINT32_MAX) p.first_waiter = t->tid, p.waited_clock = w.clock;
     }
   // The retired results land in their accumulators, oldest first, in the registers that still
   // hold their tags (a later wgmma on the same registers has them now).
