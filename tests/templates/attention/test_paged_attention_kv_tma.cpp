@@ -13,6 +13,7 @@
 #include "backends/module_cache.h"
 #include "codegen/compile.h"
 #include "codegen/ptx_loops.h"
+#include "codegen/tma.h"
 #include "dsl/dsl.h"
 #include "interp/launcher.h"
 #include "ir/parser.h"
@@ -306,4 +307,48 @@ TEST_CASE("kv_tma=1: a launch whose cache_rows reaches past a cache is refused, 
   // One row more than the cache holds: the copy engine would read past the buffer unfaulted.
   CHECK_THROWS_WITH(launch_with(rows + 1), Catch::Contains("the tensor map of 'k_cache'") &&
                                                Catch::Contains("past the buffer's"));
+}
+
+TEST_CASE("kv_tma=1: the pinned sm_90 prefill tile copies K and V by 16 TMA boxes a trip on one mbarrier, no cp.async",
+          "[templates][paged_attention][tma][nvptx]") {
+  // tilec compile paged_attention --arch sm_90 --set block_n=64 num_warps=8 block_m=128
+  // head_group=4 kv_tma=1 --shape batch=1 hq=32 hkv=8 sq=512 head_dim=128 block_size=16
+  // max_blocks=64 dtype=bf16 causal=0 (docs/PAGED_ATTENTION.md, "K/V by TMA").
+  PagedAttentionShape s;
+  s.batch = 1, s.hq = 32, s.hkv = 8, s.sq = 512, s.head_dim = 128, s.block_size = 16, s.dtype = DType::bf16;
+  s.max_blocks = 64;
+  PagedAttentionConfig cfg;
+  cfg.block_n = 64, cfg.num_warps = 8, cfg.block_m = 128, cfg.head_group = 4;
+  for (int64_t kv_tma : {0, 1}) {
+    INFO("kv_tma=" << kv_tma);
+    cfg.kv_tma = kv_tma;
+    codegen::CompileOptions o; // sm_90
+    o.num_warps = 8;
+    o.run_ptxas = false;
+    ir::Kernel k = paged_attention_fused_kernel(s, cfg);
+    const codegen::CompiledKernel ck = codegen::compile(*k, o);
+    std::optional<codegen::PtxLoop> loop = codegen::kernel_main_loop(*k, ck.ptx);
+    REQUIRE(loop);
+    // K and V: 4 pages x 2 panels of 64 columns each, armed once for the stage's 32 KiB.
+    CHECK(loop->count("cp.async.bulk") == (kv_tma ? 16 : 0));
+    CHECK(loop->count("cp.async.cg") == (kv_tma ? 0 : 8));
+    CHECK(loop->count("mbarrier.arrive.expect_tx") == (kv_tma ? 1 : 0));
+    CHECK(ck.stats.tma_loads == (kv_tma ? 2 : 0));
+    if (kv_tma) CHECK_THAT(ck.ptx, Catch::Contains("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r") &&
+                                       Catch::Contains("32768;"));
+  }
+}
+
+TEST_CASE("kv_tma=1: a page of fewer than 8 rows is no TMA box, and says so", "[templates][paged_attention][tma]") {
+  codegen::CompileOptions o; // sm_90
+  o.num_warps = 4;
+  ir::Kernel k = paged_attention_fused_kernel(prefill(4, 12), tile(32, 1));
+  int gathers = 0;
+  ir::walk(k->body, [&](ir::Op& op) {
+    if (op.kind != ir::OpKind::DescLoad) return;
+    ++gathers;
+    CHECK(op.attrs.boxes == 8);
+    CHECK_THAT(codegen::tma_unfit(*k, op, o), Catch::Contains("a gathered box takes a multiple of 8 rows"));
+  });
+  CHECK(gathers == 2); // K and V of the whole steps
 }
