@@ -272,7 +272,7 @@ std::string describe_pipelines(const ir::Function& fn, const PipelinePlan& plan,
                          num_warps / 4, 32 * num_warps, 32 * num_warps + 127, pl->stages, pl->empty_mbarriers);
       else if (loop->attrs.warp_specialize)
         s += "//   not warp specialized: only a loop at the kernel's top level, after no op but scalar arithmetic "
-             "and constants, whose one dot keeps a wgmma group in flight, is\n";
+             "and constants, whose one dot keeps a wgmma group in flight, in a block of at most 28 warps, is\n";
       std::vector<const Op*> kept; // the others only feed the copies: not emitted in the body
       for (const Op* o : pl->slice)
         if (!plan.deferred(o)) kept.push_back(o);

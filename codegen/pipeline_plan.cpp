@@ -279,7 +279,9 @@ PipelinePlan::PipelinePlan(const ir::Function& fn, const LayoutPlan& layouts, bo
   // (the producer warpgroup runs them too, with warp numbers no layout has), gets S empty
   // mbarriers after the others.
   for (Pipeline& pl : pipelines_) {
-    if (!pl.loop->attrs.warp_specialize || !pl.wgmma_in_flight || pl.loop->parent != &fn.body || warp_specialized())
+    // (A block holds at most 1024 threads: 28 warps and the producer's 4.)
+    if (!pl.loop->attrs.warp_specialize || !pl.wgmma_in_flight || pl.loop->parent != &fn.body || warp_specialized() ||
+        32 * layouts_.num_warps() + 128 > 1024)
       continue;
     bool quiet = true;
     for (const auto& o : fn.body.ops) {

@@ -15,6 +15,7 @@
 
 #include "backends/launchers.h"
 #include "codegen/compile.h"
+#include "codegen/layout_print.h"
 #include "codegen/module.h"
 #include "codegen/ptx_loops.h"
 #include "ir/parser.h"
@@ -196,6 +197,20 @@ TEST_CASE("warp specialization: the sm_90 GEMM's consumer K loop has no CTA barr
   const codegen::CompiledKernel before = codegen::compile(*templates::matmul(128, 128, 64, DType::bf16, 3, 16, 16), o);
   CHECK(plain.ptx == before.ptx);
   CHECK(plain.threads_per_block == 128);
+  // Where the loop does not qualify (no TMA: cp.async copies; sm_80: no wgmma), asking for it
+  // changes nothing.
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    INFO(arch);
+    codegen::CompileOptions no = o;
+    no.arch = arch;
+    no.tma = std::string(arch) != "sm_90";
+    no.run_ptxas = false;
+    const codegen::CompiledKernel asked = codegen::compile(*k, no), not_asked = codegen::compile(*ws_matmul(kPinned, false), no);
+    CHECK(asked.threads_per_block == 128);
+    CHECK(asked.ptx == not_asked.ptx);
+    CHECK(asked.ptx.find("setmaxnreg") == std::string::npos);
+  }
+  CHECK_THAT(codegen::print_pipelines(*k, o), Catch::Contains("warp specialized: warpgroup 1 (threads 128-255) issues every copy"));
 }
 
 // (scripts/test.sh runs this again with TILEC_EMU_SCHEDULE=reverse.)
