@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plants realistic single-point bugs in the lowering (53 of them), one at a time, and reports which of
+"""Plants realistic single-point bugs in the lowering (55 of them), one at a time, and reports which of
 tilec's CPU-only checks catch each: the promise that CI without a GPU catches code-generation
 bugs, measured.
 
@@ -282,6 +282,16 @@ MUTATIONS = [
      "late slots only for a result thin both ways: the transposed decode tile's V is double-buffered again (3 blocks an SM by shared memory, not 4)",
      '                        std::min(res[0], res[1]) <= Pipeline::kMaxLateRows;',
      '                        std::max(res[0], res[1]) <= Pipeline::kMaxLateRows;'),
+    ("ws-refill-unwaited",
+     "codegen/lower_warp_specialize.cpp",
+     "a warp-specialized producer refills a stage without waiting for its empty mbarrier",
+     '    wait_tma(pl.empty_mbarriers, stage, "stage emptied, waited for by the producer");\n',
+     ''),
+    ("ws-release-first-trip",
+     "codegen/lower_warp_specialize.cpp",
+     "the consumers arrive on an empty mbarrier on the first trip too, which retired no group: a stage is handed back early",
+     'guarded(b_, b_.CreateICmpNE(iv, lb), [&]() -> llvm::Value* {',
+     'guarded(b_, b_.getTrue(), [&]() -> llvm::Value* {'),
 ]
 
 
