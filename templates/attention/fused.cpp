@@ -413,6 +413,12 @@ ir::Kernel build_fused(const FusedSpec& sp) {
       // (the latent form's from K): an address affine in s0, which the pipeline copies ahead
       // like K's. acc_j = alpha_j (acc_{j-1} + P_{j-1} V_{j-1}).
       const Scores sc = scores(s0, tail, causal, [&] {
+        if (gather && !tail) {
+          // kv_tma: the previous step's V gathered whole. Before the walk's first step P_prev is
+          // zeros, and the tile gathered is this step's own (its keys live, so no NaN meets them).
+          add_pv(p_prev, kv_gather(v_cache, page_rows(where(s0 > start, s0 - N, s0))));
+          return;
+        }
         auto j_prev = s0 - N + arange(0, N);
         Tile had = j_prev >= start;
         add_pv(p_prev, v_rows(slots_of(j_prev, had), had));

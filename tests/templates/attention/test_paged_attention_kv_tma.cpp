@@ -251,6 +251,14 @@ TEST_CASE("kv_tma=1: the sm_90 prefill tile's K and V come by TMA, a box per pag
   Case causal = {"causal, sinks, block_size 16, block_n 32", prefill(16, 8), tile(32, 1), 4};
   causal.s.causal = true, causal.s.sinks = true;
   check_case(causal, 13);
+  // The rotated walk (overlap=1): the previous step's V gathered whole too (the first step's
+  // own, times P_prev's zeros).
+  Case rotated = {"overlap=1, causal, block_size 16, block_n 64", prefill(16, 10), tile(64, 1), 8};
+  rotated.s.causal = true, rotated.cfg.overlap = 1;
+  check_case(rotated, 16);
+  Case rotated_splits = {"overlap=1, 2 splits, block_size 32, block_n 32", prefill(32, 6), tile(32, 1), 2};
+  rotated_splits.cfg.overlap = 1, rotated_splits.cfg.num_splits = 2;
+  check_case(rotated_splits, 17);
 }
 
 TEST_CASE("kv_tma=1 keeps every feature: varlen, fp8 caches, windows and small pages fall back where they must",
