@@ -160,6 +160,7 @@ PagedAttentionConfig tile(int64_t block_n, int64_t kv_tma) {
 struct Copies {
   int tma = 0, cp_async = 0;
   std::vector<rt::ModuleTensorMap> maps;
+  int tma_loads = 0; // descriptor loads copied by TMA, anywhere in the kernel
 };
 Copies copies(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
   codegen::CompileOptions o; // sm_90
@@ -170,7 +171,7 @@ Copies copies(const PagedAttentionShape& s, const PagedAttentionConfig& cfg) {
   std::optional<codegen::PtxLoop> loop = codegen::kernel_main_loop(*k, ck.ptx);
   REQUIRE(loop);
   return {loop->count("cp.async.bulk"), loop->count("cp.async.cg") + loop->count("cp.async.ca"),
-          ck.stats.tensor_maps};
+          ck.stats.tensor_maps, ck.stats.tma_loads};
 }
 
 // How far `got` is from `want` past the tolerance: "" when every element is within it.
@@ -190,7 +191,8 @@ struct Case {
   const char* what;
   PagedAttentionShape s;
   PagedAttentionConfig cfg;
-  int tma_per_trip; // the main loop's TMA copies on sm_90 (0: the gathers are expanded)
+  int tma_per_trip; // the main loop's TMA copies on sm_90 (0: the gathers are expanded; -1: the
+                    // main loop is another, the K/V loops nested in a plan's, with TMA loads)
 };
 
 // kv_tma=1 on the emulator (sm_90) in both lowerings against the reference, with NaN in every
@@ -199,8 +201,9 @@ struct Case {
 void check_case(const Case& c, uint64_t seed) {
   INFO(c.what);
   const Copies cp = copies(c.s, c.cfg);
-  CHECK(cp.tma == c.tma_per_trip);
-  if (c.tma_per_trip) {
+  if (c.tma_per_trip >= 0) CHECK(cp.tma == c.tma_per_trip);
+  CHECK(cp.tma_loads == (c.tma_per_trip ? 2 : 0)); // K and V of the whole steps
+  if (c.tma_per_trip > 0) {
     CHECK(cp.cp_async == 0);
     for (const rt::ModuleTensorMap& m : cp.maps) {
       CHECK(m.sizes == std::vector<rt::SpecValue>{std::string("cache_rows"), c.s.hkv * c.s.head_dim});
@@ -266,6 +269,11 @@ TEST_CASE("kv_tma=1 keeps every feature: varlen, fp8 caches, windows and small p
   Case varlen = {"mixed batch", prefill(16, 6), tile(32, 1), 4};
   varlen.s.varlen = true;
   check_case(varlen, 21);
+  // Planned pieces of 64 keys: the walks nested in the loop over a program's pieces, each
+  // starting its pipeline (and its mbarrier phases) again.
+  Case planned = {"planned pieces of 64 keys, causal", prefill(16, 10), tile(32, 1), -1};
+  planned.s.causal = true, planned.cfg.split_tokens = 64, planned.cfg.plan_programs = 3;
+  check_case(planned, 25);
   // fp8: the tiles are widened after their loads, so the gathers are masked loads.
   Case fp8 = {"fp8 cache (expanded)", prefill(16, 6, DType::f16), tile(32, 1), 0};
   fp8.s.kv_fp8 = DType::f8e4m3, fp8.cfg.num_stages = 1;
