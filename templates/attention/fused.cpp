@@ -86,6 +86,19 @@ Tile chunk_end(const Tile& p, const Tile& lo_p, const Tile& ctx, int64_t C) {
 struct Walk {
   Tile first_pos, p_lo, lo, hi;
 };
+// kv_tma: whether the walk's whole K/V steps may be gathered a page a box (build_fused): rows of
+// one power-of-two column tile, no latent form, a power-of-two page that a step holds whole
+// pages of or that holds whole steps. The steps must then start on a page (or on a step within
+// one): a walk that starts elsewhere (window, chunk) starts at the key before it that does,
+// when each row masks its own first key (a tile over several positions); otherwise the
+// gathers are not used.
+int64_t gather_align(const FusedSpec& sp) {
+  const int64_t D = sp.head_dim, DP = next_pow2(D), N = sp.cfg.block_n, bs = sp.block_size;
+  const bool fits = sp.cfg.kv_tma && sp.cols.size() == 1 && sp.cols[0].width == DP && !sp.latent &&
+                    sp.head_dim_v == D && D == DP && ir::is_pow2(bs) && (N % bs == 0 || bs % N == 0);
+  return fits ? std::min(N, bs) : 0;
+}
+bool one_position(const FusedSpec& sp) { return sp.sq == 1 || sp.cfg.head_group % sp.block_m == 0; }
 Walk walk_range(const FusedSpec& sp, const Tile& ctx, const Tile& q_len, const Tile& row0) {
   const int64_t G = sp.cfg.head_group, BM = sp.block_m, T = cdiv(G * sp.sq, BM), W = sp.window, C = sp.chunk;
   // The tile's query positions: p = ctx - Sq + i for i from i_lo to i_hi.
@@ -96,6 +109,7 @@ Walk walk_range(const FusedSpec& sp, const Tile& ctx, const Tile& q_len, const T
   Tile p_hi = T == 1 ? ctx - 1 : w.first_pos + min((row0 + (BM - 1)) / G, sp.varlen ? q_len - 1 : scalar(sp.sq - 1, i32));
   Tile lo = W > 0 ? max(w.p_lo + 1, W) - W : Tile();
   if (C > 0) lo = lo ? max(lo, chunk_start(w.p_lo, C)) : chunk_start(w.p_lo, C);
+  if (const int64_t a = gather_align(sp); lo && a > 1 && !one_position(sp)) lo = lo / a * a;
   Tile hi = sp.causal && T > 1 ? p_hi + 1 : C > 0 ? chunk_end(p_hi, chunk_start(p_hi, C), ctx, C) : ctx;
   // A tile past a shorter sequence's rows (varlen) walks nothing.
   if (sp.varlen) hi = where(i_lo ? i_lo < q_len : q_len > 0, hi, lo ? lo : scalar(0, i32));
@@ -143,7 +157,7 @@ ir::Kernel build_fused(const FusedSpec& sp) {
   const int64_t R = G * sp.sq, BM = sp.block_m, T = cdiv(R, BM), S = sp.cfg.num_splits;
   // Whether a tile's rows sit at one query position (decode, or tiles within one position's
   // heads): then no key a tile walks is hidden from any of its rows by causal or window.
-  const bool one_position = sp.sq == 1 || G % BM == 0;
+  const bool one_position = templates::one_position(sp);
   const ElemType io{sp.dtype, false};
   // A tile of at most 8 rows on the tensor cores (decode) computes the transposed products,
   // S^T = K q^T [N, 8] and O^T = V^T P^T [D, 8] (transposed_tile): the query rows are the
@@ -301,11 +315,10 @@ ir::Kernel build_fused(const FusedSpec& sp) {
     // tensor-descriptor gather over the cache viewed as [cache_rows, hkv x D]: N / block_size
     // boxes of a page each, or one box within a page when a page holds the step. The copy
     // engine moves each box on sm_90 (docs/PAGED_ATTENTION.md, "K/V by TMA"); elsewhere it is
-    // the masked load it describes. Only for a walk from key 0 by whole steps (no window or
-    // chunk: a step's keys then start on a page), rows of a power-of-two D, and no latent form.
+    // the masked load it describes. Only where each step starts on a page (gather_align: a
+    // walk from key 0, or from the page or step boundary before a window's or chunk's first key).
     const int64_t bs = sp.block_size;
-    const bool gather = sp.cfg.kv_tma && one_col && !pad_d && D == DP && !sp.latent && !lo.value() && ir::is_pow2(bs) &&
-                        (N % bs == 0 || bs % N == 0);
+    const bool gather = gather_align(sp) && (!lo.value() || !one_position);
     // The boxes' first rows (K's and V's: one read of the step's table entries serves both).
     auto page_rows = [&](const Tile& s0) {
       const int64_t boxes = std::max<int64_t>(N / bs, 1), h = N / boxes;

@@ -167,7 +167,7 @@ KernelTemplate paged_attention_template() {
               {"overlap", 0, "1: each trip of the K/V walk does its scores, the previous step's P.V, then its "
                              "softmax (FlashAttention-3's order: on Hopper the softmax overlaps the P.V wgmma)"},
               {"kv_tma", 0, "1: the walk's whole K/V tiles are tensor-descriptor gathers of block_n / block_size page "
-                            "boxes (TMA copies on sm_90 with wgmma, a box of 8 rows or more; no window or chunk)"}};
+                            "boxes (TMA copies on sm_90 with wgmma, a box of 8 rows or more)"}};
   t.shape = {{"batch", 2, "sequences"},
              {"hq", 8, "query heads"},
              {"hkv", 2, "KV heads (Hq % Hkv == 0)"},

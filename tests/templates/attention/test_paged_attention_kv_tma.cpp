@@ -264,7 +264,7 @@ TEST_CASE("kv_tma=1: the sm_90 prefill tile's K and V come by TMA, a box per pag
   check_case(rotated_splits, 17);
 }
 
-TEST_CASE("kv_tma=1 keeps every feature: varlen, fp8 caches, windows and small pages fall back where they must",
+TEST_CASE("kv_tma=1 keeps every feature: varlen, plans, windows and chunks; fp8 caches and small pages fall back",
           "[templates][emulator][paged_attention][prefill][tma]") {
   Case varlen = {"mixed batch", prefill(16, 6), tile(32, 1), 4};
   varlen.s.varlen = true;
@@ -282,10 +282,22 @@ TEST_CASE("kv_tma=1 keeps every feature: varlen, fp8 caches, windows and small p
   // load copied by cp.async.
   check_case({"block_size 4 (expanded)", prefill(4, 12), tile(32, 1), 0}, 23);
   CHECK(copies(prefill(4, 12), tile(32, 1)).cp_async == 4);
-  // A window starts the walk mid-page: the template keeps its gathered slots.
-  Case window = {"causal window of 21", prefill(16, 6), tile(32, 1), 0};
+  // A window or a chunk starts the walk mid-page: the tile's walk starts at the page before (each
+  // row masks the keys before its own first), so the steps still gather whole pages.
+  Case window = {"causal window of 21", prefill(16, 6), tile(32, 1), 4};
   window.s.causal = true, window.s.window = 21;
   check_case(window, 24);
+  Case chunk = {"chunks of 24, split in 2", prefill(16, 8), tile(32, 1), 4};
+  chunk.s.chunk = 24, chunk.cfg.num_splits = 2;
+  check_case(chunk, 26);
+  Case big_page = {"window of 40, causal, a page of 64 holding two steps", prefill(64, 3), tile(32, 1), 2};
+  big_page.s.window = 40, big_page.s.causal = true;
+  check_case(big_page, 27);
+  // Decode (one position a tile): no row masks its own first key, so a window's walk keeps its
+  // first key and the masked slots.
+  Case decode = {"decode, window of 20", prefill(16, 6), tile(32, 1), 0};
+  decode.s.sq = 1, decode.s.window = 20, decode.cfg.block_m = 0;
+  check_case(decode, 28);
 }
 
 TEST_CASE("kv_tma=0 is the kernel of before, and kv_tma must be 0 or 1", "[templates][paged_attention][tma]") {
