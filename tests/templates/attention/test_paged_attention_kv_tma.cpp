@@ -293,6 +293,9 @@ TEST_CASE("kv_tma=1 keeps every feature: varlen, plans, windows and chunks; fp8 
   Case big_page = {"window of 40, causal, a page of 64 holding two steps", prefill(64, 3), tile(32, 1), 2};
   big_page.s.window = 40, big_page.s.causal = true;
   check_case(big_page, 27);
+  Case planned_window = {"planned pieces of 32 keys, window of 37", prefill(16, 10), tile(32, 1), -1};
+  planned_window.s.window = 37, planned_window.cfg.split_tokens = 32, planned_window.cfg.plan_programs = 4;
+  check_case(planned_window, 29);
   // Decode (one position a tile): no row masks its own first key, so a window's walk keeps its
   // first key and the masked slots.
   Case decode = {"decode, window of 20", prefill(16, 6), tile(32, 1), 0};
