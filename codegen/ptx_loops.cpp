@@ -89,25 +89,74 @@ std::vector<PtxLoop> ptx_loops(const std::string& ptx) {
   return loops;
 }
 
-const PtxLoop* main_loop(const std::vector<PtxLoop>& loops) {
+namespace {
+
+int global_reads(const PtxLoop& l) {
+  return l.count("ld.global") + l.count("cp.async.cg") + l.count("cp.async.ca") + l.count("cp.async.bulk");
+}
+
+int mmas(const PtxLoop& l) { return l.count("mma") + l.count("wgmma.mma_async"); }
+
+// The first outermost loop reading global memory.
+const PtxLoop* first_reading_loop(const std::vector<PtxLoop>& loops) {
   for (const PtxLoop& l : loops) {
-    auto global = [](const PtxLoop& x) { return x.count("ld.global") + x.count("cp.async.cg") + x.count("cp.async.ca") + x.count("cp.async.bulk"); };
-    if (global(l) == 0) continue;
+    if (global_reads(l) == 0) continue;
     bool nested = false;
     for (const PtxLoop& o : loops)
-      if (&o != &l && o.first_line <= l.first_line && o.last_line >= l.last_line && global(o) > 0) nested = true;
+      if (&o != &l && o.first_line <= l.first_line && o.last_line >= l.last_line && global_reads(o) > 0) nested = true;
     if (!nested) return &l;
   }
   return nullptr;
 }
 
-std::optional<PtxLoop> kernel_main_loop(const ir::Function& kernel, const std::string& ptx) {
+// The first loop issuing MMAs that reads no global memory and lies inside no other loop: the
+// consumers' K loop of a warp-specialized kernel, whose operands the producer's copies bring.
+const PtxLoop* first_mma_only_loop(const std::vector<PtxLoop>& loops) {
+  for (const PtxLoop& l : loops) {
+    if (mmas(l) == 0 || global_reads(l) > 0) continue;
+    bool nested = false;
+    for (const PtxLoop& o : loops)
+      if (&o != &l && o.first_line <= l.first_line && o.last_line >= l.last_line) nested = true;
+    if (!nested) return &l;
+  }
+  return nullptr;
+}
+
+// The loop reading global memory is a producer's when it only issues TMA copies and another
+// loop issues the MMAs.
+bool is_producer(const PtxLoop& reading, const std::vector<PtxLoop>& loops) {
+  return reading.count("cp.async.bulk") > 0 && mmas(reading) == 0 && first_mma_only_loop(loops) != nullptr;
+}
+
+std::optional<PtxLoop> kernel_loop(const ir::Function& kernel, const std::string& ptx,
+                                   const PtxLoop* (*pick)(const std::vector<PtxLoop>&)) {
   bool has_loop = false;
   ir::walk(const_cast<ir::Block&>(kernel.body), [&](ir::Op& op) { has_loop = has_loop || op.kind == ir::OpKind::For; });
   if (!has_loop) return std::nullopt;
   std::vector<PtxLoop> loops = ptx_loops(ptx);
-  if (const PtxLoop* l = main_loop(loops)) return *l;
+  if (const PtxLoop* l = pick(loops)) return *l;
   return std::nullopt;
+}
+
+} // namespace
+
+const PtxLoop* main_loop(const std::vector<PtxLoop>& loops) {
+  const PtxLoop* reading = first_reading_loop(loops);
+  if (reading && is_producer(*reading, loops)) return first_mma_only_loop(loops);
+  return reading;
+}
+
+const PtxLoop* producer_loop(const std::vector<PtxLoop>& loops) {
+  const PtxLoop* reading = first_reading_loop(loops);
+  return reading && is_producer(*reading, loops) ? reading : nullptr;
+}
+
+std::optional<PtxLoop> kernel_main_loop(const ir::Function& kernel, const std::string& ptx) {
+  return kernel_loop(kernel, ptx, main_loop);
+}
+
+std::optional<PtxLoop> kernel_producer_loop(const ir::Function& kernel, const std::string& ptx) {
+  return kernel_loop(kernel, ptx, producer_loop);
 }
 
 } // namespace tilec::codegen

@@ -168,7 +168,8 @@ int register_ceiling(const std::string& ptx) {
 
 // What was written and what the first kernel's code holds, a line each.
 void say_summary(const Common& common, const CompileJob& job, const codegen::CompiledKernel& ck,
-                 const std::string& manifest, bool have_ptxas, const codegen::PtxLoop* main_loop) {
+                 const std::string& manifest, bool have_ptxas, const codegen::PtxLoop* main_loop,
+                 const codegen::PtxLoop* producer_loop) {
   say(common, fmt::format("{} -> {} ({} threads, {} B shared) in {:.1f} ms", job.t.name, manifest,
                           ck.threads_per_block, ck.shared_bytes, ck.compile_ms));
   say(common, fmt::format("  phases: build {:.1f} ms, lower {:.1f}, optimize {:.1f}, codegen {:.1f}, ptxas {:.1f}",
@@ -207,12 +208,16 @@ void say_summary(const Common& common, const CompileJob& job, const codegen::Com
                               l->instructions, l->count("mma") + l->count("wgmma.mma_async"), (l->count("cp.async.cg") + l->count("cp.async.ca")),
                               l->count("cp.async.bulk") ? fmt::format("{} TMA copies, ", l->count("cp.async.bulk")) : "", l->count("ld.global"),
                               l->inner_loops ? fmt::format(", {} inner loops counted once", l->inner_loops) : ""));
+    if (const codegen::PtxLoop* p = producer_loop)
+      say(common, fmt::format("  producer loop: {} PTX instructions per trip, {} TMA copies", p->instructions,
+                              p->count("cp.async.bulk")));
   }
 }
 
 // The same as one JSON object (--json).
 void print_json(const CompileJob& job, const codegen::CompiledKernel& ck, const rt::Manifest& m,
-                const std::string& out_dir, const std::string& manifest, const codegen::PtxLoop* main_loop) {
+                const std::string& out_dir, const std::string& manifest, const codegen::PtxLoop* main_loop,
+                const codegen::PtxLoop* producer_loop) {
   auto path = [&](const std::filesystem::path& f) -> std::optional<std::string> {
     if (f.empty()) return std::nullopt;
     return (std::filesystem::path(out_dir) / f).string();
@@ -248,12 +253,19 @@ void print_json(const CompileJob& job, const codegen::CompiledKernel& ck, const 
   // Shared-memory loads and stores as the lowering emits them (per thread, before LLVM).
   j.integer("shared_accesses", ck.stats.shared_accesses).integer("shared_vector_accesses", ck.stats.shared_vector_accesses);
   j.integer("shared_access_bytes", ck.stats.shared_access_bytes);
-  // The main loop (the outermost one loading from global memory): instructions per trip.
+  // The main loop (the outermost one loading from global memory; a warp-specialized kernel's
+  // consumer loop, issuing the MMAs): instructions per trip.
   if (const codegen::PtxLoop* l = main_loop) {
     j.integer("loop_instructions", l->instructions).integer("loop_inner_loops", l->inner_loops);
     j.integer("loop_mma", l->count("mma")).integer("loop_cp_async", (l->count("cp.async.cg") + l->count("cp.async.ca")));
   } else {
     j.null("loop_instructions").null("loop_inner_loops").null("loop_mma").null("loop_cp_async");
+  }
+  // A warp-specialized kernel's producer loop (its TMA copies), null for any other kernel.
+  if (const codegen::PtxLoop* p = producer_loop) {
+    j.integer("producer_loop_instructions", p->instructions).integer("producer_loop_tma", p->count("cp.async.bulk"));
+  } else {
+    j.null("producer_loop_instructions").null("producer_loop_tma");
   }
   std::cout << j.str() << std::endl;
 }
@@ -275,8 +287,11 @@ Action add_compile(CLI::App& app, Common& common) {
     std::string manifest = (std::filesystem::path(a->out_dir) / (name + ".toml")).string();
     // One of the kernel's own loops (not libdevice's sin/cos range reduction).
     const std::optional<codegen::PtxLoop> main_loop = codegen::kernel_main_loop(k, ck.ptx);
-    say_summary(common, job, ck, manifest, have_ptxas, main_loop ? &*main_loop : nullptr);
-    if (common.json) print_json(job, ck, m, a->out_dir, manifest, main_loop ? &*main_loop : nullptr);
+    const std::optional<codegen::PtxLoop> producer_loop = codegen::kernel_producer_loop(k, ck.ptx);
+    const codegen::PtxLoop* main = main_loop ? &*main_loop : nullptr;
+    const codegen::PtxLoop* producer = producer_loop ? &*producer_loop : nullptr;
+    say_summary(common, job, ck, manifest, have_ptxas, main, producer);
+    if (common.json) print_json(job, ck, m, a->out_dir, manifest, main, producer);
     return kOk;
   };
 }

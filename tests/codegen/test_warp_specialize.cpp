@@ -150,6 +150,16 @@ TEST_CASE("warp specialization: the sm_90 GEMM's consumer K loop has no CTA barr
   }
   REQUIRE(producer);
   REQUIRE(consumer);
+  // What `tilec compile` reports: the consumers' loop (the MMAs) as the main loop, the
+  // producer's on a line of its own.
+  CHECK(codegen::main_loop(all) == consumer);
+  CHECK(codegen::producer_loop(all) == producer);
+  const std::optional<codegen::PtxLoop> main = codegen::kernel_main_loop(*k, ck.ptx),
+                                        copies = codegen::kernel_producer_loop(*k, ck.ptx);
+  REQUIRE(main);
+  REQUIRE(copies);
+  CHECK(main->first_line == consumer->first_line);
+  CHECK(copies->first_line == producer->first_line);
   // A K step: 55 PTX on the consumers' side (69 unspecialized), 29 on the producer's.
   CHECK(consumer->instructions <= 55);
   CHECK(producer->instructions <= 29);
@@ -197,6 +207,15 @@ TEST_CASE("warp specialization: the sm_90 GEMM's consumer K loop has no CTA barr
   const codegen::CompiledKernel before = codegen::compile(*templates::matmul(128, 128, 64, DType::bf16, 3, 16, 16), o);
   CHECK(plain.ptx == before.ptx);
   CHECK(plain.threads_per_block == 128);
+  // Unspecialized, the one K loop both copies and multiplies: it is the main loop and there is
+  // no producer loop.
+  const std::vector<codegen::PtxLoop> plain_loops = codegen::ptx_loops(plain.ptx);
+  const codegen::PtxLoop* plain_main = codegen::main_loop(plain_loops);
+  REQUIRE(plain_main);
+  CHECK(plain_main->count("wgmma.mma_async") == 8);
+  CHECK(plain_main->count("cp.async.bulk") > 0);
+  CHECK(codegen::producer_loop(plain_loops) == nullptr);
+  CHECK_FALSE(codegen::kernel_producer_loop(*k, plain.ptx).has_value());
   // Where the loop does not qualify (no TMA: cp.async copies; sm_80: no wgmma), asking for it
   // changes nothing.
   for (const char* arch : {"sm_90", "sm_80"}) {
@@ -209,6 +228,7 @@ TEST_CASE("warp specialization: the sm_90 GEMM's consumer K loop has no CTA barr
     CHECK(asked.threads_per_block == 128);
     CHECK(asked.ptx == not_asked.ptx);
     CHECK(asked.ptx.find("setmaxnreg") == std::string::npos);
+    CHECK(codegen::producer_loop(codegen::ptx_loops(asked.ptx)) == nullptr);
   }
   CHECK_THAT(codegen::print_pipelines(*k, o), Catch::Contains("warp specialized: warpgroup 1 (threads 128-255) issues every copy"));
 }
