@@ -4,7 +4,8 @@ tilec's matmul through its Python package (python/tilec over libtilec.so; one fo
 each written by `tilec compile matmul ... -o DIR`: its module and kernel card) against
 torch.matmul and a Triton matmul (bench/matmul_vs_triton.py's kernel, the same tile source the
 PTX side-by-side compiles), each timed and checked against an fp32 product; prints us, TFLOP/s
-and % of the GPU's dense bf16 peak (H100/H200 SXM: 989.4 TFLOP/s).
+and % of the GPU's dense bf16 peak (H100/H200 SXM: 989.4 TFLOP/s). Where two configs differ only
+in warp_specialize it prints a line comparing them (the speedup warp specialization gives).
 
   bench/gpu_gemm.py --deploy DIR [--deploy DIR ...] --size N [--backend cuda|emulate]
                       [--repeats R] [--json-out FILE]
@@ -63,7 +64,7 @@ def read_spec(deploy, kernel, keys):
     return vals
 
 
-CONFIG_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+CONFIG_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "warp_specialize")
 
 
 def config_of(deploy):
@@ -102,6 +103,27 @@ def config_text(config):
     return " ".join(f"{k}={config[k]}" for k in config)
 
 
+def warp_specialize_pairs(rows):
+    """Lines comparing each config with warp_specialize=1 to the same config with 0 (both in
+    `rows`, with their "config"): TFLOP/s and the speedup on a GPU, the times on the emulator
+    (no claim). A config with warp_specialize=1 and no partner is an error: the check exists to
+    time the two side by side."""
+    lines = []
+    for ws in (r for r in rows if r.get("config", {}).get("warp_specialize") == 1):
+        plain_cfg = dict(ws["config"], warp_specialize=0)
+        plain = next((r for r in rows if r.get("config") == plain_cfg), None)
+        if plain is None:
+            raise gpu_peers.ToolError(f"no config {config_text(plain_cfg)} to compare {ws['impl']} with")
+        tile = config_text({k: v for k, v in plain_cfg.items() if k != "warp_specialize"})
+        if ws["tflops"] is not None and plain["tflops"] is not None:
+            lines.append(f"warp specialization at {tile}: {ws['tflops']:.1f} TFLOP/s against {plain['tflops']:.1f} "
+                         f"without ({plain['median_us'] / ws['median_us']:.3f}x)")
+        else:
+            lines.append(f"warp specialization at {tile}: {ws['median_us']:.0f} us against {plain['median_us']:.0f} "
+                         f"without on the emulator (not a GPU timing)")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--deploy", action="append", required=True, help="a folder of one compiled matmul config")
@@ -137,7 +159,7 @@ def run(args):
         device = torch.cuda.get_device_name()
         peak = peak_of(device)
         impls = []
-        impls.append(("torch.matmul", lambda: torch.matmul(a, b), True))
+        impls.append(("torch.matmul", lambda: torch.matmul(a, b), True, None))
         import matmul_vs_triton as mvt
         _, gemm_tile = mvt.define_triton_kernel()
         c_triton = torch.empty((n, n), dtype=torch.float32, device=dev)
@@ -147,13 +169,13 @@ def run(args):
             gemm_tile[grid](a, b, c_triton, n, n, n, n, n, n, BLOCK_M=mvt.BM, BLOCK_N=mvt.BN, BLOCK_K=mvt.BK,
                             num_warps=mvt.WARPS, num_stages=mvt.STAGES)
             return c_triton
-        impls.append((f"triton (tile {mvt.BM}x{mvt.BN}x{mvt.BK})", triton_run, False))
+        impls.append((f"triton (tile {mvt.BM}x{mvt.BN}x{mvt.BK})", triton_run, False, None))
         for d in args.deploy:
             store = tilec.load(d, backend="cuda")
             cfg = config_of(d)
             impls.append((f"tilec {config_text(cfg)}", (lambda s=store, c=cfg: s.run("matmul", config=c, a=a, b=b)),
-                          False))
-        for name, fn, bf16_out in impls:
+                          False, cfg))
+        for name, fn, bf16_out, cfg in impls:
             t = gpu_peers.time_cuda(torch, fn, args.repeats)
             got = fn().float().cpu().numpy().astype(np.float64)
             if bf16_out:  # torch's bf16 output is rounded to bf16: 2^-8 relative
@@ -163,8 +185,8 @@ def run(args):
             else:
                 ok, err, atol = check(got, ref, n)
             tflops = flop / (t["median_us"] * 1e-6) / 1e12
-            rows.append({"name": f"gemm_bf16_{n}", "impl": name, "median_us": t["median_us"], "min_us": t["min_us"],
-                         "tflops": tflops, "pct_peak": 100 * tflops / peak if peak else None, "ok": ok,
+            rows.append({"name": f"gemm_bf16_{n}", "impl": name, **({"config": cfg} if cfg else {}),
+                         "median_us": t["median_us"], "min_us": t["min_us"], "tflops": tflops, "pct_peak": 100 * tflops / peak if peak else None, "ok": ok,
                          "max_abs_err": err, "atol": atol, "device": device, "repeats": args.repeats})
     else:
         ref = gpu_peers.to_f64(a_bits, "bf16") @ gpu_peers.to_f64(b_bits, "bf16")
@@ -178,11 +200,13 @@ def run(args):
             call()  # warm-up: the emulator loads the module
             t = host_times(call, args.repeats)
             ok, err, atol = check(out.astype(np.float64), ref, n)
-            rows.append({"name": f"gemm_bf16_{n}", "impl": f"tilec {config_text(cfg)}", **t, "tflops": None,
+            rows.append({"name": f"gemm_bf16_{n}", "impl": f"tilec {config_text(cfg)}", "config": cfg, **t, "tflops": None,
                          "pct_peak": None, "ok": ok, "max_abs_err": err, "atol": atol, "device": device,
                          "repeats": args.repeats})
     ok = report(f"GEMM C = A B, bf16 {n}x{n}x{n}, f32 accumulation, on {device} (median of {args.repeats})", rows,
                 args.json_out)
+    for line in warp_specialize_pairs(rows):
+        print(line)
     return 0 if ok else 1
 
 if __name__ == "__main__":

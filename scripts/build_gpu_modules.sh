@@ -95,28 +95,36 @@ rm -f "$out/.last.log"
 
 # The GEMM step's matmul configs (tiles of configs/matmul_sm90.toml, bf16, wgmma on sm_90): one
 # folder each, a module and its kernel card, which bench/gpu_gemm.py loads through python/tilec.
+# Fields: block_m block_n block_k num_warps num_stages warp_specialize. The pinned tile
+# (128x128x64, 4 warps, 3 stages) comes twice, without and with warp specialization (a producer
+# warpgroup issuing the TMA copies; folder suffix _ws), so the check times the two side by side;
+# the dry run pairs its 64x64x32 tile the same way.
 echo "==> compiling the GEMM step's matmul configs into $out/gemm"
 if [ $dry = 1 ]; then
   gemm_size=256
   gemm_target=(--target emu)
-  gemm_cfgs=("128 128 64 4 2" "64 64 32 4 2")
+  gemm_cfgs=("128 128 64 4 2 0" "64 64 32 4 2 0" "64 64 32 4 2 1")
 else
   gemm_size=4096
   gemm_target=(--arch sm_90)
-  gemm_cfgs=("128 128 64 4 3" "128 256 32 8 3" "128 128 64 8 4" "64 256 64 4 3")
+  gemm_cfgs=("128 128 64 4 3 0" "128 128 64 4 3 1" "128 256 32 8 3 0" "128 128 64 8 4 0" "64 256 64 4 3 0")
 fi
 mkdir -p "$out/gemm"
 echo "$gemm_size" >"$out/gemm/size"
 for cfg in "${gemm_cfgs[@]}"; do
-  read -r bm bn bk w st <<<"$cfg"
-  dir=$out/gemm/${bm}x${bn}x${bk}_w${w}_s${st}
-  if ! "$tilec" compile matmul --set block_m="$bm" block_n="$bn" block_k="$bk" num_warps="$w" num_stages="$st"       --shape m="$gemm_size" n="$gemm_size" k="$gemm_size" dtype=bf16 "${gemm_target[@]}" -o "$dir" --json       >"$out/.last.log" 2>&1; then
+  read -r bm bn bk w st ws <<<"$cfg"
+  name=${bm}x${bn}x${bk}_w${w}_s${st}
+  [ "$ws" = 1 ] && name+=_ws
+  dir=$out/gemm/$name
+  if ! "$tilec" compile matmul --set block_m="$bm" block_n="$bn" block_k="$bk" num_warps="$w" num_stages="$st" \
+      warp_specialize="$ws" --shape m="$gemm_size" n="$gemm_size" k="$gemm_size" dtype=bf16 "${gemm_target[@]}" -o "$dir" --json \
+      >"$out/.last.log" 2>&1; then
     cat "$out/.last.log" >&2
     die "tilec compile matmul ($cfg) failed"
   fi
-  tail -n 1 "$out/.last.log" | sed "s/^{/{\"module\":\"gemm\/${bm}x${bn}x${bk}_w${w}_s${st}\",/" >>"$out/compile.jsonl"
+  tail -n 1 "$out/.last.log" | sed "s/^{/{\"module\":\"gemm\/$name\",/" >>"$out/compile.jsonl"
   count=$((count + 1))
-  echo "  gemm ${bm}x${bn}x${bk} num_warps=$w num_stages=$st"
+  echo "  gemm ${bm}x${bn}x${bk} num_warps=$w num_stages=$st warp_specialize=$ws"
 done
 rm -f "$out/.last.log"
 

@@ -17,7 +17,9 @@
 #      checked against an fp32 reference and against the others;
 #   6. the GEMM step: bf16 4096^3 (256^3 in the dry run), tilec's matmul configs (wgmma on
 #      sm_90, through python/tilec) against torch.matmul and a Triton matmul, TFLOP/s and % of
-#      the dense bf16 peak, each checked against an fp32 product (bench/gpu_gemm.py);
+#      the dense bf16 peak, each checked against an fp32 product (bench/gpu_gemm.py); the
+#      pinned 128x128x64 tile runs with warp_specialize=0 and =1 side by side (a line gives
+#      the speedup);
 #   7. the prefill step: causal paged attention over a 2048-token prompt (64 in the dry run),
 #      tilec's 128-row tile (wgmma on sm_90, through python/tilec) against PyTorch's SDPA on
 #      dense K/V, TFLOP/s and % of peak, each checked against an fp32 reference
@@ -243,7 +245,11 @@ if [ ${#gemm_dirs[@]} -eq 0 ] || [ ! -f "$modules/gemm/size" ]; then
   failed+=("gemm (no modules)")
 else
   gemm_size=$(cat "$modules/gemm/size")
-  step "GEMM: bf16 ${gemm_size}^3, tilec's matmul configs$([ $dry = 0 ] && echo ', torch.matmul and Triton') (bench/gpu_gemm.py)"
+  if ! ls -d "$modules"/gemm/*_ws/ >/dev/null 2>&1; then
+    echo "gpu_check: $modules/gemm has no warp-specialized config (*_ws); rebuild it with this checkout's scripts/build_gpu_modules.sh"
+    failed+=("gemm (no warp_specialize=1 module)")
+  fi
+  step "GEMM: bf16 ${gemm_size}^3, tilec's matmul configs (warp_specialize=0 and 1 on one tile)$([ $dry = 0 ] && echo ', torch.matmul and Triton') (bench/gpu_gemm.py)"
   run gemm 150 "$python" "$root/bench/gpu_gemm.py" --backend "$gemm_backend" --size "$gemm_size" \
     --repeats "$gemm_repeats" "${gemm_dirs[@]}" --json-out "$results/gemm.jsonl" >"$results/gemm.txt" 2>&1
   cat "$results/gemm.txt"
