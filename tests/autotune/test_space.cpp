@@ -5,6 +5,8 @@
 #include <string>
 
 #include "autotune/space.h"
+#include "autotune/tuner.h"
+#include "templates/registry.h"
 #include "ir/error.h"
 
 using namespace tilec;
@@ -14,7 +16,7 @@ namespace {
 
 const SpaceNames kNames{"paged_attention",
                         {"block_n", "head_group", "num_warps", "num_splits", "num_stages", "block_m", "split_tokens",
-                         "plan_programs", "overlap"},
+                         "plan_programs", "overlap", "kv_tma"},
                         {"batch", "hq", "hkv", "sq", "head_dim", "block_size", "max_blocks", "ctx", "dtype", "kv_dtype"},
                         {"tile_m"}};
 
@@ -41,12 +43,15 @@ Values tile_m_of(const Values& c, const Values& shape) {
   return Values{{"tile_m", std::min(bm, pow2(group * shape.at("sq")))}};
 }
 
+// The shipped space is read with the names the template declares, as `tilec autotune` reads it.
+SpaceNames shipped_names() { return space_names(*templates::find_template("paged_attention")); }
+
 } // namespace
 
 TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]") {
-  SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
+  SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", shipped_names());
   CHECK(s.kernel == "paged_attention");
-  CHECK(s.params.size() == 9);
+  CHECK(s.params.size() == 10);
   CHECK(s.constraints.size() >= 1);
   Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"max_blocks", 16},
                {"ctx", 256}, {"dtype", 1}, {"kv_dtype", 0}};
@@ -148,7 +153,7 @@ TEST_CASE("constraint overflow and deep nesting are errors instead of undefined 
 
 TEST_CASE("derived values reach the constraints, and the shipped space keeps tiles within registers and shared memory",
           "[autotune]") {
-  SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", kNames);
+  SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", shipped_names());
   // A derived name must be declared by the kernel.
   SpaceNames plain = kNames;
   plain.derived.clear();
@@ -159,8 +164,13 @@ TEST_CASE("derived values reach the constraints, and the shipped space keeps til
   const Derive tile_m = tile_m_of;
   for (int64_t d : {64, 128, 256})
     for (int64_t sq : {1, 4, 64, 2048}) {
-      Values shape{{"batch", 1}, {"hq", 32}, {"hkv", 8}, {"sq", sq}, {"head_dim", d}, {"block_size", 16},
-                   {"max_blocks", 256}, {"ctx", -1}, {"dtype", 2}, {"kv_dtype", 0}};
+      // Every shape name the template declares at its default, then the case's.
+      Values shape;
+      for (const templates::Param& p : templates::find_template("paged_attention")->shape) shape[p.name] = p.value;
+      for (const auto& [name, value] : Values{{"batch", 1}, {"hq", 32}, {"hkv", 8}, {"sq", sq}, {"head_dim", d},
+                                              {"block_size", 16}, {"max_blocks", 256}, {"ctx", -1}, {"dtype", 2},
+                                              {"kv_dtype", 0}})
+        shape[name] = value;
       Enumeration en = enumerate(s, shape, tile_m);
       INFO("head_dim " << d << " sq " << sq);
       REQUIRE(!en.candidates.empty());

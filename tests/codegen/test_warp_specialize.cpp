@@ -126,8 +126,8 @@ const Gemm kPinned{128, 128, 64, 3, 4, 136, 144, 320}; // 5 K steps over 3 stage
 
 } // namespace
 
-TEST_CASE("warp specialization: the sm_90 GEMM's consumer K loop has no CTA barrier; the producer waits for empty "
-          "stages; setmaxnreg moves the registers",
+TEST_CASE("warp specialization: the sm_90 GEMM's consumer K loop has no CTA barrier, the producer waits for empty "
+          "stages, and setmaxnreg moves the registers",
           "[codegen][wgmma][tma][nvptx]") {
   ir::Kernel k = ws_matmul(kPinned);
   codegen::CompileOptions o; // sm_90, 4 warps

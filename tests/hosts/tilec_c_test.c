@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   CHECK(tilec_call_value(call, "batch", &batch) == TILEC_OK && batch == B);
   CHECK(tilec_call_value(call, "no_such_value", &batch) == TILEC_ERROR_ARGUMENT);
   CHECK(contains(tilec_call_note(call), "tuned config"));
-  CHECK(tilec_call_num_params(call) == 9); /* block_n .. block_m, split_tokens, plan_programs, overlap */
+  CHECK(tilec_call_num_params(call) == 10); /* block_n .. block_m, split_tokens, plan_programs, overlap, kv_tma */
   const char* kernel = NULL;
   uint32_t grid[3] = {0, 0, 0};
   CHECK(tilec_call_num_launches(call) == 2);

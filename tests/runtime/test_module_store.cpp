@@ -98,7 +98,7 @@ TEST_CASE("find_module matches on every specialization value and skips corrupt m
   q.arch = "host";
   q.values = rt::spec_of(key_of(shape), {{"block_n", 16}, {"head_group", 0}, {"num_warps", 4}, {"num_splits", 1},
                                          {"num_stages", 2}, {"block_m", 0}, {"split_tokens", 0},
-                                         {"plan_programs", 0}, {"overlap", 0}});
+                                         {"plan_programs", 0}, {"overlap", 0}, {"kv_tma", 0}});
   q.values["softcap"] = int64_t(0);
   auto m = rt::find_module({dir.path}, q);
   REQUIRE(m);
@@ -191,8 +191,8 @@ TEST_CASE("a kernel card carries the template's defaults and reads back", "[runt
   rt::test::TempDir dir;
   rt::KernelCard card = templates::kernel_card(paged());
   CHECK(card.defaults ==
-        rt::TunedConfig{{"block_m", 0}, {"block_n", 32}, {"head_group", 0}, {"num_splits", 1}, {"num_stages", 2},
-                        {"num_warps", 4}, {"overlap", 0}, {"plan_programs", 0}, {"split_tokens", 0}});
+        rt::TunedConfig{{"block_m", 0}, {"block_n", 32}, {"head_group", 0}, {"kv_tma", 0}, {"num_splits", 1},
+                        {"num_stages", 2}, {"num_warps", 4}, {"overlap", 0}, {"plan_programs", 0}, {"split_tokens", 0}});
   CHECK(card.size_fields == paged().size_fields);
   CHECK(card.size_buckets == rt::SizeBuckets{{"sq", {1, 4, 16, 128}}});
   CHECK(card.spec_defaults == rt::Spec{{"softcap", int64_t(0)}});

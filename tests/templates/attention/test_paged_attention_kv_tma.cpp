@@ -264,7 +264,7 @@ TEST_CASE("kv_tma=1: the sm_90 prefill tile's K and V come by TMA, a box per pag
   check_case(rotated_splits, 17);
 }
 
-TEST_CASE("kv_tma=1 keeps every feature: varlen, plans, windows and chunks; fp8 caches and small pages fall back",
+TEST_CASE("kv_tma=1 keeps every feature: varlen, plans, windows and chunks, and fp8 caches and small pages fall back",
           "[templates][emulator][paged_attention][prefill][tma]") {
   Case varlen = {"mixed batch", prefill(16, 6), tile(32, 1), 4};
   varlen.s.varlen = true;
