@@ -257,9 +257,10 @@ void print_json(const CompileJob& job, const codegen::CompiledKernel& ck, const 
   // consumer loop, issuing the MMAs): instructions per trip.
   if (const codegen::PtxLoop* l = main_loop) {
     j.integer("loop_instructions", l->instructions).integer("loop_inner_loops", l->inner_loops);
-    j.integer("loop_mma", l->count("mma")).integer("loop_cp_async", (l->count("cp.async.cg") + l->count("cp.async.ca")));
+    j.integer("loop_mma", l->count("mma")).integer("loop_wgmma", l->count("wgmma.mma_async"));
+    j.integer("loop_cp_async", (l->count("cp.async.cg") + l->count("cp.async.ca")));
   } else {
-    j.null("loop_instructions").null("loop_inner_loops").null("loop_mma").null("loop_cp_async");
+    j.null("loop_instructions").null("loop_inner_loops").null("loop_mma").null("loop_wgmma").null("loop_cp_async");
   }
   // A warp-specialized kernel's producer loop (its TMA copies), null for any other kernel.
   if (const codegen::PtxLoop* p = producer_loop) {

@@ -107,8 +107,14 @@ TEST_CASE("tilec compile --json reports the phases and the main loop of paged at
   CHECK(o.exit_code == 0);
   std::string j = last_line(o.out);
   for (const char* key : {"\"build_ms\": ", "\"lower_ms\": ", "\"optimize_ms\": ", "\"codegen_ms\": ", "\"ptxas_ms\": ",
-                          "\"loop_mma\": 16", "\"loop_cp_async\": 16", "\"loop_inner_loops\": 0"})
+                          "\"loop_mma\": 16", "\"loop_wgmma\": 0", "\"loop_cp_async\": 16", "\"loop_inner_loops\": 0"})
     CHECK_THAT(j, Catch::Contains(key));
+  // A GEMM tile on warpgroup MMAs: its K step's wgmma counted apart from mma.sync.
+  o = run("compile matmul --arch sm_90 --set block_m=128 block_n=128 block_k=64 num_stages=3 --shape m=512 n=512 "
+          "k=512 dtype=bf16 -o " + dir + "_gemm --json");
+  CHECK(o.exit_code == 0);
+  j = last_line(o.out);
+  for (const char* key : {"\"loop_mma\": 0", "\"loop_wgmma\": 8", "\"loop_cp_async\": 0"}) CHECK_THAT(j, Catch::Contains(key));
 }
 
 TEST_CASE("tilec compile --max-registers sets the GPU code's register ceiling, checked", "[cli][registers]") {
