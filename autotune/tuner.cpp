@@ -127,8 +127,8 @@ std::string compile_summary(const std::vector<CompileTime>& times, double wall_m
 // The candidates of `space` for one key, each a full config (defaults under the space's
 // values); UserError naming an example when none fits.
 std::vector<templates::ParamMap> candidates_of(const templates::KernelTemplate& t, const SearchSpace& space,
-                                             const KeyToTune& k, const Reporter& r) {
-  Enumeration en = enumerate_for(t, space, Values(k.shape.begin(), k.shape.end()));
+                                             const KeyToTune& k, int64_t sm, const Reporter& r) {
+  Enumeration en = enumerate_for(t, space, Values(k.shape.begin(), k.shape.end()), sm);
   r.say(fmt::format("{}: {} candidates of {} satisfy {}'s constraints", rt::format_key(k.key), en.candidates.size(),
                     space.size(), space.source));
   if (en.candidates.empty())
@@ -180,7 +180,7 @@ rt::TuningRejection rejection(const rt::TuningEntry& slot, const Candidate& c, c
 void tune_key(const templates::KernelTemplate& t, const SearchSpace& space, const TuneSettings& s, const Target& tg,
               launch::Launcher& launcher, KeyToTune& k, rt::TuningDb& db, TuneResult& n, const Reporter& r,
               Reasons& reasons) {
-  std::vector<templates::ParamMap> all = candidates_of(t, space, k, r);
+  std::vector<templates::ParamMap> all = candidates_of(t, space, k, tg.export_archs.empty() ? 0 : sm_of(tg.export_archs.front()), r);
   if (!s.shard.whole()) { // the same order on every machine, so the shards partition it
     std::vector<templates::ParamMap> mine;
     for (size_t i = 0; i < all.size(); ++i)
@@ -277,10 +277,24 @@ SpaceNames space_names(const templates::KernelTemplate& t) {
   SpaceNames names{t.name, {}, {}, t.derived};
   for (const templates::Param& p : t.params) names.params.push_back(p.name);
   for (const templates::Param& p : t.shape) names.shape.push_back(p.name);
+  names.shape.push_back("sm");
   return names;
 }
 
-Enumeration enumerate_for(const templates::KernelTemplate& t, const SearchSpace& space, const Values& shape) {
+int64_t sm_of(const std::optional<std::string>& arch) {
+  if (!arch || !arch->starts_with("sm_")) return 0;
+  int64_t v = 0;
+  for (char c : arch->substr(3)) {
+    if (c < '0' || c > '9') break;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+Enumeration enumerate_for(const templates::KernelTemplate& t, const SearchSpace& space, const Values& given,
+                          int64_t sm) {
+  Values shape = given;
+  shape["sm"] = sm;
   if (!t.derive) return enumerate(space, shape);
   const templates::ParamMap defaults = templates::resolve_params(t.params, {}, "--set");
   return enumerate(space, shape, [&](const Values& candidate, const Values& s) {
@@ -389,7 +403,7 @@ measure::Plan prepare(const templates::KernelTemplate& t, const SearchSpace& spa
   std::vector<Item> items;
   for (size_t p = 0; p < keys.size(); ++p) {
     plan.problems.push_back({keys[p].key, ps.seed});
-    std::vector<templates::ParamMap> all = candidates_of(t, space, keys[p], r);
+    std::vector<templates::ParamMap> all = candidates_of(t, space, keys[p], sm_of(ps.arch), r);
     for (size_t i = 0; i < all.size(); ++i) {
       Item it;
       it.c.problem = p;

@@ -41,10 +41,15 @@ struct Reporter {
 
 // One problem key to tune: its --shape values, its key and its problem (inputs and reference;
 // empty when only the sizes were checked).
-// The names `t`'s search spaces may use (its parameters, shape and derived values), and its
-// candidates of `space` for `shape` with t.derive's values given to the constraints.
+// The names `t`'s search spaces may use (its parameters, shape and derived values, and `sm`),
+// and its candidates of `space` for `shape` with t.derive's values given to the constraints.
+// `sm` is the GPU arch the candidates compile for (80 for sm_80, 90 for sm_90; 0 when there is
+// none), so a space can leave out what only costs on some arch.
 SpaceNames space_names(const templates::KernelTemplate& t);
-Enumeration enumerate_for(const templates::KernelTemplate& t, const SearchSpace& space, const Values& shape);
+Enumeration enumerate_for(const templates::KernelTemplate& t, const SearchSpace& space, const Values& shape,
+                          int64_t sm = 0);
+// `sm` for a ptxas arch ("sm_90" or "sm_90a": 90); 0 for none.
+int64_t sm_of(const std::optional<std::string>& arch);
 
 struct KeyToTune {
   templates::ParamMap shape;

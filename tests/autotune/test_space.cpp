@@ -53,8 +53,12 @@ TEST_CASE("the shipped paged-attention space parses and enumerates", "[autotune]
   CHECK(s.kernel == "paged_attention");
   CHECK(s.params.size() == 10);
   CHECK(s.constraints.size() >= 1);
-  Values shape{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64}, {"block_size", 16}, {"max_blocks", 16},
-               {"ctx", 256}, {"dtype", 1}, {"kv_dtype", 0}};
+  Values shape{{"sm", 0}};
+  for (const templates::Param& p : templates::find_template("paged_attention")->shape) shape[p.name] = p.value;
+  for (const auto& [name, value] : Values{{"batch", 2}, {"hq", 8}, {"hkv", 2}, {"sq", 1}, {"head_dim", 64},
+                                          {"block_size", 16}, {"max_blocks", 16}, {"ctx", 256}, {"dtype", 1},
+                                          {"kv_dtype", 0}})
+    shape[name] = value;
   Enumeration en = enumerate(s, shape, tile_m_of);
   CHECK(en.candidates.size() + en.rejected.size() == s.size());
   REQUIRE(!en.candidates.empty());
@@ -155,7 +159,7 @@ TEST_CASE("derived values reach the constraints, and the shipped space keeps til
           "[autotune]") {
   SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", shipped_names());
   // A derived name must be declared by the kernel.
-  SpaceNames plain = kNames;
+  SpaceNames plain = shipped_names();
   plain.derived.clear();
   CHECK_THROWS_WITH(load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", plain),
                     Catch::Contains("unknown name 'tile_m'"));
@@ -169,7 +173,7 @@ TEST_CASE("derived values reach the constraints, and the shipped space keeps til
       for (const templates::Param& p : templates::find_template("paged_attention")->shape) shape[p.name] = p.value;
       for (const auto& [name, value] : Values{{"batch", 1}, {"hq", 32}, {"hkv", 8}, {"sq", sq}, {"head_dim", d},
                                               {"block_size", 16}, {"max_blocks", 256}, {"ctx", -1}, {"dtype", 2},
-                                              {"kv_dtype", 0}})
+                                              {"kv_dtype", 0}, {"sm", 0}})
         shape[name] = value;
       Enumeration en = enumerate(s, shape, tile_m);
       INFO("head_dim " << d << " sq " << sq);
@@ -185,4 +189,39 @@ TEST_CASE("derived values reach the constraints, and the shipped space keeps til
       }
       if (sq >= 64) CHECK(some_explicit);
     }
+}
+
+TEST_CASE("a space's constraints see the arch the tuner compiles for as sm", "[autotune]") {
+  CHECK(sm_of(std::string("sm_80")) == 80);
+  CHECK(sm_of(std::string("sm_90a")) == 90);
+  CHECK(sm_of(std::nullopt) == 0);
+  CHECK(sm_of(std::string("host")) == 0);
+  const templates::KernelTemplate& t = *templates::find_template("paged_attention");
+  SearchSpace s = load_space(std::string(TILEC_SOURCE_DIR) + "/configs/paged_attention.toml", shipped_names());
+  // A prefill shape where the rotated walk and the TMA gathers apply on Hopper.
+  Values shape;
+  for (const templates::Param& p : t.shape) shape[p.name] = p.value;
+  for (const auto& [name, value] : Values{{"batch", 1}, {"hq", 32}, {"hkv", 8}, {"sq", 256}, {"head_dim", 128},
+                                          {"block_size", 16}, {"max_blocks", 64}, {"dtype", 2}})
+    shape[name] = value;
+  auto count = [&](int64_t sm, const char* param) {
+    size_t n = 0, all = 0;
+    for (const Values& c : enumerate_for(t, s, shape, sm).candidates) {
+      ++all;
+      n += c.at(param) == 1;
+    }
+    INFO("sm " << sm << ": " << n << " of " << all << " candidates with " << param << " = 1");
+    CHECK(all > 0);
+    return n;
+  };
+  // sm_80 leaves out what only costs there; sm_90 and the emulator alone (0) keep it.
+  CHECK(count(80, "kv_tma") == 0);
+  CHECK(count(80, "overlap") == 0);
+  CHECK(count(90, "kv_tma") > 0);
+  CHECK(count(90, "overlap") > 0);
+  CHECK(count(0, "kv_tma") == count(90, "kv_tma"));
+  // A space that names sm is read with the names `tilec autotune` gives it; one that misspells it is refused.
+  CHECK_THROWS_WITH(parse_space("kernel = \"paged_attention\"\n[params]\nblock_n = [32]\n[constraints]\nx = \"smm == 0\"\n",
+                                "s.toml", shipped_names()),
+                    Catch::Contains("unknown name 'smm'"));
 }
