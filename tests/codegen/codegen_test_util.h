@@ -14,6 +14,13 @@
 
 namespace tilec::codegen::test {
 
+// How many ops of `kind` the kernel holds, nested blocks included.
+inline size_t count_kind(const ir::Function& fn, ir::OpKind kind) {
+  size_t n = 0;
+  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) { n += op.kind == kind; });
+  return n;
+}
+
 // How many times `what` occurs in `s` (instructions in PTX text, say).
 inline size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;

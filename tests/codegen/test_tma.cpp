@@ -51,19 +51,13 @@ ir::Kernel desc_scale(int64_t rows_b, int64_t cols_b, DType dt) {
   return k.finish();
 }
 
-size_t count_kind(const ir::Function& fn, ir::OpKind kind) {
-  size_t n = 0;
-  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) { n += op.kind == kind; });
-  return n;
-}
-
 } // namespace
 
 TEST_CASE("descriptors: blocks partly or wholly outside the tensor read zeros and write nothing, on every backend",
           "[codegen][tma]") {
   ir::Kernel k = desc_copy();
-  CHECK(count_kind(*k, ir::OpKind::DescLoad) == 1);
-  CHECK(count_kind(*k, ir::OpKind::DescStore) == 1);
+  CHECK(codegen::test::count_kind(*k, ir::OpKind::DescLoad) == 1);
+  CHECK(codegen::test::count_kind(*k, ir::OpKind::DescStore) == 1);
   const int rows = 20, cols = 40;
   for (auto [r0, c0] : {std::pair{0, 5}, {-5, 10}, {12, 30}, {-20, -40}, {18, -30}}) {
     INFO("block at (" << r0 << ", " << c0 << ")");
@@ -99,7 +93,7 @@ TEST_CASE("descriptors: blocks partly or wholly outside the tensor read zeros an
   CHECK(codegen::tma_unfit(*k, *k->body.ops[0], o) != ""); // not a desc_load
   ir::Kernel prepared = codegen::prepare_descriptors(*k, o);
   REQUIRE(prepared);
-  CHECK(count_kind(*prepared, ir::OpKind::DescLoad) + count_kind(*prepared, ir::OpKind::DescStore) == 0);
+  CHECK(codegen::test::count_kind(*prepared, ir::OpKind::DescLoad) + codegen::test::count_kind(*prepared, ir::OpKind::DescStore) == 0);
   CHECK(codegen::compile(*k, o).stats.tma_loads == 0);
 }
 

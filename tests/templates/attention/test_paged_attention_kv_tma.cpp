@@ -22,6 +22,8 @@
 #include "launch/launcher.h"
 #include "launch/module_launcher.h"
 #include "templates/attention/paged_attention.h"
+#include "tests/codegen/codegen_test_util.h"
+#include "tests/templates/test_util.h"
 
 using namespace tilec;
 using namespace tilec::templates;
@@ -45,19 +47,13 @@ ir::Kernel gather_copy(int64_t R, int64_t boxes) {
   return k.finish();
 }
 
-size_t count_kind(const ir::Function& fn, ir::OpKind kind) {
-  size_t n = 0;
-  ir::walk(const_cast<ir::Block&>(fn.body), [&](ir::Op& op) { n += op.kind == kind; });
-  return n;
-}
-
 } // namespace
 
 TEST_CASE("gathered descriptor loads: each box from its own row, zeros outside the tensor, on every backend",
           "[codegen][tma][paged]") {
   const int rows = 40, cols = 48, R = 32, boxes = 4, h = R / boxes;
   ir::Kernel k = gather_copy(R, boxes);
-  REQUIRE(count_kind(*k, ir::OpKind::DescLoad) == 1);
+  REQUIRE(codegen::test::count_kind(*k, ir::OpKind::DescLoad) == 1);
   // Boxes in any order, one partly past the end, one before the start, one column range partly
   // past the right edge.
   for (auto [starts, c0] : {std::pair{std::vector<int>{16, 0, 32, 8}, 0}, {std::vector<int>{36, -4, 5, 5}, 20},
@@ -102,9 +98,9 @@ TEST_CASE("gathered descriptor loads: expanded into one masked load, printed and
   CHECK_THAT(ir::print(*gather_copy(32, 1)), !Catch::Contains("boxes"));
   ir::Kernel e = ir::clone(*k);
   CHECK(ir::expand_descriptors(*e) == 1);
-  CHECK(count_kind(*e, ir::OpKind::DescLoad) == 0);
-  CHECK(count_kind(*e, ir::OpKind::Load) == 1);
-  CHECK(count_kind(*e, ir::OpKind::Select) == 3); // the boxes' starts chosen by row, last box first
+  CHECK(codegen::test::count_kind(*e, ir::OpKind::DescLoad) == 0);
+  CHECK(codegen::test::count_kind(*e, ir::OpKind::Load) == 1);
+  CHECK(codegen::test::count_kind(*e, ir::OpKind::Select) == 3); // the boxes' starts chosen by row, last box first
   // A parsed op whose box count does not match its offsets is refused.
   std::string bad = text;
   bad.replace(bad.find("boxes 4"), 7, "boxes 3");
@@ -126,20 +122,6 @@ TEST_CASE("load_gather: the DSL refuses row offsets that do not split the block"
 
 namespace {
 
-// The emulator running code compiled for sm_90 in `lowering`.
-std::unique_ptr<launch::Launcher> emulator(EmuLowering lowering) {
-  codegen::CompileOptions o; // sm_90
-  o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
-  auto compile = [o](const ir::Function& fn, int num_warps, const launch::Specialization& spec) {
-    codegen::CompileOptions options = o;
-    options.int_arg_divisibility = spec.divisibility;
-    options.int_arg_values = spec.values;
-    options.large_buffers = spec.large_buffers;
-    options.num_warps = num_warps;
-    return backends::cached_module(fn, options, "emu");
-  };
-  return launch::make_module_launcher(compile, false, "emulate");
-}
 
 // A prefill tile on a warpgroup's MMA: 64 packed rows (16 positions x 4 heads of one KV head),
 // 4 warps, head_dim 64.
@@ -230,7 +212,7 @@ void check_case(const Case& c, uint64_t seed) {
   const PagedAttentionTolerance tol = paged_attention_tolerance(in.shape, mag);
   for (EmuLowering lowering : {EmuLowering::emu, EmuLowering::nvptx}) {
     INFO((lowering == EmuLowering::emu ? "emu lowering" : "nvptx lowering"));
-    const std::string why = mismatch(run_paged_attention_fused(in, c.cfg, *emulator(lowering)), want, tol);
+    const std::string why = mismatch(run_paged_attention_fused(in, c.cfg, *templates::test::emulator("sm_90", lowering)), want, tol);
     INFO(why);
     CHECK(why.empty());
   }
@@ -332,7 +314,7 @@ TEST_CASE("kv_tma=1: a launch whose cache_rows reaches past a cache is refused, 
                                   launch::Arg::of(in.context_lens), launch::Arg::of(out),
                                   launch::Arg::of_float(in.shape.scale()), launch::Arg::of_int(s.max_blocks),
                                   launch::Arg::of_int(cache_rows)};
-    emulator(EmuLowering::emu)->launch(k, 4, {1, 1, 1}, args);
+    templates::test::emulator("sm_90", EmuLowering::emu)->launch(k, 4, {1, 1, 1}, args);
   };
   CHECK_NOTHROW(launch_with(rows));
   // One row more than the cache holds: the copy engine would read past the buffer unfaulted.

@@ -24,6 +24,7 @@
 #include "interp/launcher.h"
 #include "launch/module_launcher.h"
 #include "templates/attention/paged_attention.h"
+#include "tests/templates/test_util.h"
 
 using namespace tilec;
 using namespace tilec::templates;
@@ -31,22 +32,6 @@ using backends::EmuLowering;
 
 namespace {
 
-// The emulator running code compiled for `arch` in `lowering` (backends::make_emulate_launcher
-// compiles for its default arch, sm_90).
-std::unique_ptr<launch::Launcher> emulator(const std::string& arch, EmuLowering lowering) {
-  codegen::CompileOptions o;
-  o.arch = arch;
-  o.target = lowering == EmuLowering::nvptx ? codegen::Target::emu_nvptx : codegen::Target::emu;
-  auto compile = [o](const ir::Function& fn, int num_warps, const launch::Specialization& spec) {
-    codegen::CompileOptions options = o;
-    options.int_arg_divisibility = spec.divisibility;
-    options.int_arg_values = spec.values;
-    options.large_buffers = spec.large_buffers;
-    options.num_warps = num_warps;
-    return backends::cached_module(fn, options, "emu");
-  };
-  return launch::make_module_launcher(compile, false, "emulate");
-}
 
 struct Case {
   const char* what;
@@ -124,9 +109,9 @@ void check_case(const Case& c, int index) {
   };
   std::vector<Where> runs;
   runs.push_back({"interpreter", interp::make_interpret_launcher()});
-  runs.push_back({fmt::format("emulator, sm_90, {} lowering", name(first)), emulator("sm_90", first)});
-  runs.push_back({fmt::format("emulator, sm_80, {} lowering", name(second)), emulator("sm_80", second)});
-  const launch::Buffer base = run_paged_attention_fused(in, off, *emulator("sm_90", second));
+  runs.push_back({fmt::format("emulator, sm_90, {} lowering", name(first)), templates::test::emulator("sm_90", first)});
+  runs.push_back({fmt::format("emulator, sm_80, {} lowering", name(second)), templates::test::emulator("sm_80", second)});
+  const launch::Buffer base = run_paged_attention_fused(in, off, *templates::test::emulator("sm_90", second));
   {
     INFO(c.what << ", overlap=0");
     const std::string why = mismatch(base, want, tol);
